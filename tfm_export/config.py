@@ -1,0 +1,141 @@
+"""The model configuration: one frozen dataclass, saved beside the weights and rebuilt from them.
+
+This module imports no torch, so the torch-free runtime can read a config from a manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping
+
+ACTIVATIONS = ("relu", "gelu", "silu")
+# Marian and fairseq call SiLU "swish"; checkpoints carry either name.
+ACTIVATION_ALIASES = {"swish": "silu", "gelu_new": "gelu"}
+
+# How sinusoidal tables are laid out is a real difference between frameworks:
+# the paper interleaves sin/cos over even/odd dims; fairseq/Marian put all sines first.
+POSITIONS = ("sinusoidal", "sinusoidal_concat", "learned")
+
+# Softmax temperature of attention. The paper divides by sqrt(head_dim); the widely
+# copied "Transformer from scratch" tutorial divides by sqrt(d_model).
+ATTENTION_SCALES: dict[str, Callable[["TransformerConfig"], float]] = {
+    "head_dim": lambda c: 1.0 / math.sqrt(c.head_dim),
+    "d_model": lambda c: 1.0 / math.sqrt(c.d_model),
+    "none": lambda c: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of an encoder-decoder Transformer ("Attention is all you need" family)."""
+
+    src_vocab_size: int  # number of source token ids
+    tgt_vocab_size: int  # number of target token ids (the output layer's width)
+    d_model: int = 512  # width of every residual stream
+    n_heads: int = 8  # attention heads per attention block; d_model must divide evenly
+    n_encoder_layers: int = 6  # encoder blocks
+    n_decoder_layers: int = 6  # decoder blocks
+    d_ff: int = 2048  # hidden width of the position-wise feed-forward network
+    dropout: float = 0.1  # dropout used in training only; export runs in eval mode
+    activation: str = "relu"  # feed-forward activation: relu, gelu or silu (alias swish)
+    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
+    positions: str = "sinusoidal"  # sinusoidal (interleaved), sinusoidal_concat or learned
+    max_len: int = 256  # longest source or target sequence (size of the position table)
+    src_pad_id: int = 0  # source padding id; masked out of attention
+    tgt_pad_id: int = 0  # target padding id; fills finished rows during batched decoding
+    bos_id: int = 1  # first decoder input (the "decoder start" token)
+    eos_id: int = 2  # decoding of a row stops after this id
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
+    final_norm: bool = False  # a LayerNorm after the last encoder and decoder block
+    share_embeddings: bool = False  # one embedding table for source and target
+    tie_output: bool = False  # output projection reuses the target embedding matrix
+    output_bias: bool = True  # the output projection has a bias (Marian: final_logits_bias)
+    attention_scale: str = "head_dim"  # key of ATTENTION_SCALES
+    layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
+    suppress_ids: tuple[int, ...] = ()  # ids never generated (Marian bans its pad id)
+
+    def __post_init__(self) -> None:
+        act = ACTIVATION_ALIASES.get(self.activation, self.activation)
+        object.__setattr__(self, "activation", act)
+        object.__setattr__(self, "suppress_ids", tuple(int(i) for i in self.suppress_ids))
+        self._validate()
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_heads
+
+    @property
+    def attn_scale(self) -> float:
+        """Factor applied to query-key dot products before the softmax."""
+        return ATTENTION_SCALES[self.attention_scale](self)
+
+    def _validate(self) -> None:
+        positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_encoder_layers",
+                    "n_decoder_layers", "d_ff", "max_len")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"config.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"config.d_model ({self.d_model}) must be divisible by "
+                             f"config.n_heads ({self.n_heads})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"config.dropout must be in [0, 1), got {self.dropout}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"config.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("positions", self.positions, POSITIONS)
+        _check_choice("attention_scale", self.attention_scale, tuple(ATTENTION_SCALES))
+        self._validate_ids()
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("config.share_embeddings needs src_vocab_size == tgt_vocab_size "
+                             f"({self.src_vocab_size} != {self.tgt_vocab_size})")
+
+    def _validate_ids(self) -> None:
+        for name, vocab in (("src_pad_id", self.src_vocab_size), ("tgt_pad_id", self.tgt_vocab_size),
+                            ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
+            value = getattr(self, name)
+            if not 0 <= value < vocab:
+                raise ValueError(f"config.{name} ({value}) is out of range for a vocabulary "
+                                 f"of {vocab} ids")
+        for value in self.suppress_ids:
+            if not 0 <= value < self.tgt_vocab_size:
+                raise ValueError(f"config.suppress_ids has {value}, out of range for "
+                                 f"{self.tgt_vocab_size} target ids")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the form stored in checkpoints and manifests)."""
+        data = dataclasses.asdict(self)
+        data["suppress_ids"] = list(self.suppress_ids)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TransformerConfig":
+        """Rebuild a config; unknown keys are an error so typos are not silently ignored."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> "TransformerConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"config.{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+PRESETS: dict[str, TransformerConfig] = {
+    # Small enough for tests and a quick try of every command.
+    "tiny": TransformerConfig(src_vocab_size=64, tgt_vocab_size=64, d_model=32, n_heads=4,
+                              n_encoder_layers=2, n_decoder_layers=2, d_ff=64, max_len=64),
+    # The paper's base sizes; used for the benchmarks.
+    "base": TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, d_model=512, n_heads=8,
+                              n_encoder_layers=6, n_decoder_layers=6, d_ff=2048, max_len=256),
+}

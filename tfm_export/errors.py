@@ -1,0 +1,49 @@
+"""Typed errors. Each message is one line: what is wrong and what to do.
+
+The CLI turns any TfmExportError into a click.ClickException (no traceback). Torch-free.
+"""
+
+from __future__ import annotations
+
+
+class TfmExportError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class CheckpointError(TfmExportError):
+    """A checkpoint cannot be read or does not fit the model."""
+
+
+class ConfigError(TfmExportError):
+    """A model configuration is invalid or incomplete."""
+
+
+class ExportError(TfmExportError):
+    """Exporting a graph to ONNX failed."""
+
+
+class ManifestError(TfmExportError):
+    """An export folder is incomplete, corrupt or inconsistent with its manifest."""
+
+
+class InputError(TfmExportError):
+    """Inputs do not fit the model (token ids out of range, sequences too long, ...)."""
+
+
+class DeviceError(TfmExportError):
+    """The requested device is not available."""
+
+
+class ValidationError(TfmExportError):
+    """ONNX outputs differ from the eager model; `report` holds the per-output rows."""
+
+    def __init__(self, message: str, report: dict | None = None):
+        super().__init__(message)
+        self.report = report or {}
+
+
+def shorten(names: list[str], limit: int = 5) -> str:
+    """`a, b, c, ... (+7 more)`: long key lists stay on one readable line."""
+    names = list(names)
+    head = ", ".join(names[:limit])
+    return head if len(names) <= limit else f"{head}, ... (+{len(names) - limit} more)"
