@@ -1,0 +1,53 @@
+"""Shared CLI pieces: the group, path routing, and library-error translation."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import click
+
+from ..errors import TfmExportError
+
+
+class RoutingGroup(click.Group):
+    """A group where an unknown first word that looks like a path means `export PATH`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["export", *args]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=RoutingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tfm-export")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main_group(verbose: int) -> None:
+    """Export encoder-decoder Transformers to ONNX and run them with ONNX Runtime.
+
+    `tfm-export MODEL.pt` is short for `tfm-export export MODEL.pt`.
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.getLogger("tfm_export").setLevel(level)
+
+
+def library_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn library errors into one-line ClickExceptions (exit code 1, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TfmExportError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """`"1,8"` or `"3 17 9"` -> [1, 8]; a clear usage error otherwise."""
+    try:
+        return [int(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise click.BadParameter(f"{what} must be integers separated by spaces or commas, got {text!r}")
