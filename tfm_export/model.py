@@ -58,7 +58,8 @@ class Embeddings(nn.Module):
     def forward(self, ids: Tensor, offset: Tensor | int = 0) -> Tensor:
         positions = torch.arange(ids.shape[1], device=ids.device) + offset  # (len,)
         x = self.tokens(ids) * self.scale  # (batch, len, d_model)
-        return self.dropout(x + self.position_table()[positions])
+        # F.embedding exports as a plain Gather (indexing would give GatherND).
+        return self.dropout(x + nn.functional.embedding(positions, self.position_table()))
 
 
 class MultiHeadAttention(nn.Module):

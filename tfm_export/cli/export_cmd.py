@@ -1,0 +1,137 @@
+"""`tfm-export export` (also `tfm-export MODEL`) and `tfm-export validate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ValidationError
+from .common import library_errors, main_group
+
+# Import options that cannot be read from the weights of other layouts (see tfm_export.importers).
+IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation",
+                  "max_len")
+
+
+def import_options(fn):
+    """The options shared by every command that loads a checkpoint of any layout."""
+    options = [
+        click.option("--layout", default=None,
+                     help="Checkpoint layout (default: detected from the key names), e.g. tfm-export, "
+                          "tutorial, nn_transformer, marian."),
+        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="JSON file with a TransformerConfig, for a bare state_dict saved from our model."),
+        click.option("--heads", type=int, help="Attention heads (not readable from weights)."),
+        click.option("--src-pad-id", type=int, help="Source padding id."),
+        click.option("--tgt-pad-id", type=int, help="Target padding id."),
+        click.option("--bos-id", type=int, help="Decoder start (BOS) id."),
+        click.option("--eos-id", type=int, help="End-of-sequence id."),
+        click.option("--norm-first/--norm-after", default=None,
+                     help="Layer norm placement of an nn.Transformer model (pre-LN / post-LN)."),
+        click.option("--activation", type=click.Choice(["relu", "gelu", "silu"]),
+                     help="Feed-forward activation of an nn.Transformer model."),
+        click.option("--max-len", type=int, help="Longest sequence, when the weights do not fix it."),
+        click.option("--trust-pickle", is_flag=True,
+                     help="Load a whole pickled module (runs code from the file: only for files you trust)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def load_model_file(path: Path, layout: str | None = None, config_file: Path | None = None,
+                    trust_pickle: bool = False, **options: Any):
+    """Load any supported checkpoint as a tfm_export Checkpoint (the library does the work)."""
+    from ..importers import load_any
+
+    given = {k: v for k, v in options.items() if k in IMPORT_OPTIONS and v is not None}
+    if config_file is not None:
+        given["config"] = json.loads(config_file.read_text(encoding="utf-8"))
+    return load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)
+
+
+def _echo_stage(name: str, seconds: float) -> None:
+    click.echo(f"  {name:<16} {seconds:6.1f} s", err=True)
+
+
+@main_group.command("export")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (default: MODEL_onnx/ next to the checkpoint).")
+@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset version.")
+@click.option("--atol", type=float, default=1e-4, show_default=True,
+              help="Validation tolerance: max abs difference between ORT and eager outputs.")
+@click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
+@click.option("--force", is_flag=True, help="Replace the output folder if it exists.")
+@import_options
+@library_errors
+def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
+                   **load_opts: Any) -> None:
+    """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
+    from ..export import ExportOptions, default_out_dir, export_model
+    from ..validate import format_report
+
+    out = out or default_out_dir(model)
+    if out.exists() and not force:
+        raise click.ClickException(f"{out} already exists; pass --force to replace it or -o to choose another")
+    click.echo(f"exporting {model} -> {out}", err=True)
+    checkpoint = load_model_file(model, **load_opts)
+    _echo_detected(checkpoint)
+    options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force)
+    try:
+        manifest = export_model(checkpoint, out, options, on_stage=_echo_stage)
+    except ValidationError as exc:
+        click.echo(format_report(exc.report), err=True)
+        raise
+    if manifest.get("validation"):
+        click.echo(format_report(manifest["validation"]))
+    click.echo(f"wrote {out} (encoder.onnx, decoder.onnx, manifest.json)")
+
+
+def _echo_detected(checkpoint: Any) -> None:
+    meta = checkpoint.meta or {}
+    cfg = checkpoint.config
+    layout = meta.get("layout", "tfm-export")
+    click.echo(f"  layout {layout}: d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_encoder_layers}+"
+               f"{cfg.n_decoder_layers} layers, d_ff {cfg.d_ff}, vocab {cfg.src_vocab_size}/{cfg.tgt_vocab_size}, "
+               f"max_len {cfg.max_len}", err=True)
+    if meta.get("options"):
+        click.echo(f"  options used: {meta['options']}", err=True)
+
+
+@main_group.command("validate")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--model", "model_path", type=click.Path(path_type=Path),
+              help="The checkpoint the folder was exported from (default: the one named in the manifest, "
+                   "next to the folder).")
+@click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
+@import_options
+@library_errors
+def validate_command(folder: Path, model_path: Path | None, atol: float, **load_opts: Any) -> None:
+    """Check an export FOLDER against the eager model; stores the report in its manifest."""
+    from ..manifest import load_manifest, write_manifest
+    from ..validate import format_report, validate_export
+
+    manifest = load_manifest(folder)
+    model_path = model_path or _recorded_checkpoint(folder, manifest)
+    model = load_model_file(model_path, **load_opts).build_model()
+    try:
+        report = validate_export(folder, model, atol=atol)
+    except ValidationError as exc:
+        click.echo(format_report(exc.report), err=True)
+        raise
+    manifest["validation"] = report
+    write_manifest(folder, manifest)
+    click.echo(format_report(report))
+    click.echo(f"{folder}: validation passed")
+
+
+def _recorded_checkpoint(folder: Path, manifest: dict) -> Path:
+    name = (manifest.get("source") or {}).get("checkpoint")
+    candidate = folder.resolve().parent / name if name else None
+    if candidate is None or not candidate.exists():
+        raise click.ClickException(f"cannot find the checkpoint {folder} was exported from; pass --model MODEL.pt")
+    return candidate

@@ -1,0 +1,215 @@
+"""The generic exporter: specs -> ONNX graphs -> manifest, written atomically.
+
+The output goes to a hidden temporary folder beside OUT and is renamed into place only after
+every graph is exported, checked and (by default) validated, so a failed run leaves no OUT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import onnx
+import torch
+
+from . import __version__
+from .checkpoint import Checkpoint
+from .errors import ExportError, TfmExportError
+from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
+from .manifest import FORMAT, graph_entry, write_manifest
+from .model import Transformer
+from .specs import GRAPH_SPECS, GraphSpec
+
+log = logging.getLogger(__name__)
+
+# Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files.
+EXTERNAL_DATA_BYTES = 1_500_000_000
+StageCallback = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How to export and check a checkpoint."""
+
+    opset: int = 18  # ONNX opset of both graphs
+    atol: float = 1e-4  # validation tolerance (max abs diff) for float outputs
+    validate: bool = True  # compare ORT with eager before the folder is renamed into place
+    force: bool = False  # replace an existing OUT
+    dtype: str = "float32"  # weights/compute dtype of the graphs
+
+
+def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
+    """`model.pt` -> `model_onnx/` next to it."""
+    path = Path(checkpoint_path)
+    return path.parent / f"{path.stem if path.is_file() or path.suffix else path.name}_onnx"
+
+
+def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) -> list[str]:
+    """Export one graph described by `spec` into `folder`; returns its external-data file names."""
+    module = GRAPH_MODULES[spec.name](model).eval()
+    cfg = model.config
+    args = example_inputs(spec, {"src_ids": cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size})
+    path = folder / spec.file
+    big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+    with _quiet_exporter():
+        try:
+            program = torch.onnx.export(
+                module, args, dynamo=True, opset_version=opset,
+                dynamic_shapes=dynamic_shapes(spec, module.n_named_args),
+                input_names=spec.input_names(), output_names=spec.output_names(), verbose=False)
+        except Exception as exc:  # the exporter raises many types; keep its first line
+            raise ExportError(f"torch.onnx could not export the {spec.name}: {_first_line(exc)}") from exc
+        program.save(str(path), external_data=big)
+    check_graph(path, spec)
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(spec.file) and p.name != spec.file)
+
+
+def check_graph(path: Path, spec: GraphSpec) -> None:
+    """Full onnx.checker (with strict shape inference) and the spec's I/O names, in order."""
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        raise ExportError(f"{path.name} failed onnx.checker: {_first_line(exc)}") from exc
+    proto = onnx.load(str(path), load_external_data=False)
+    got_in = [v.name for v in proto.graph.input]
+    got_out = [v.name for v in proto.graph.output]
+    if got_in != spec.input_names() or got_out != spec.output_names():
+        raise ExportError(f"{path.name} has inputs {got_in[:3]}... outputs {got_out[:3]}..., not the "
+                          f"spec's; this is a bug in tfm-export, please report it")
+
+
+def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
+                 on_stage: StageCallback | None = None) -> dict[str, Any]:
+    """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not options.force:
+        raise ExportError(f"{out_dir} already exists; pass --force to replace it or -o to choose another folder")
+    stage = _Stages(on_stage)
+    with stage("load"):
+        model = checkpoint.build_model()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        graphs = {}
+        for name, make_spec in GRAPH_SPECS.items():
+            spec = make_spec(model.config, options.dtype)
+            with stage(f"export {name}"):
+                extra = export_graph(model, spec, tmp, options.opset)
+            graphs[name] = graph_entry(spec, tmp, options.opset, extra)
+        manifest = _manifest(checkpoint, model, graphs, options, _copy_tokenizer_files(checkpoint, tmp))
+        write_manifest(tmp, manifest)
+        if options.validate:
+            from .validate import validate_export
+
+            with stage("validate"):
+                manifest["validation"] = validate_export(tmp, model, atol=options.atol)
+            write_manifest(tmp, manifest)
+        _replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("exported %s to %s", checkpoint.path or "model", out_dir)
+    return manifest
+
+
+def _manifest(checkpoint: Checkpoint, model: Transformer, graphs: dict, options: ExportOptions,
+              tokenizer: dict | None) -> dict[str, Any]:
+    cfg = model.config
+    return {
+        "format": FORMAT,
+        "created_by": _versions(),
+        "config": cfg.to_dict(),
+        "special_ids": {"src_pad": cfg.src_pad_id, "tgt_pad": cfg.tgt_pad_id, "bos": cfg.bos_id,
+                        "eos": cfg.eos_id},
+        "tokenizer": tokenizer,
+        "samples": checkpoint.samples,
+        "source": {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
+        "variant": {"dtype": options.dtype, "io_dtype": options.dtype, "optimized": False, "quantize": None},
+        "graphs": graphs,
+        "validation": None,
+    }
+
+
+def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
+    """Copy a tokenizer's extra files (e.g. SentencePiece models) next to the graphs."""
+    if checkpoint.tokenizer is None:
+        return None
+    source = checkpoint.meta.get("tokenizer_folder")
+    if source:
+        from .tokenizer import tokenizer_from_dict
+
+        for path in tokenizer_from_dict(checkpoint.tokenizer, Path(source)).files():
+            shutil.copy2(path, folder / Path(path).name)
+    return checkpoint.tokenizer
+
+
+def _replace_dir(tmp: Path, out_dir: Path) -> None:
+    """Rename `tmp` to `out_dir`; an existing `out_dir` (only with --force) is removed after."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _versions() -> dict[str, str | None]:
+    import onnxscript
+
+    try:
+        import onnxruntime
+
+        ort_version = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    return {"tfm_export": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
+            "onnxscript": onnxscript.__version__, "onnxruntime": ort_version}
+
+
+class _Stages:
+    """Times named stages and reports each to a callback (the CLI's progress display)."""
+
+    def __init__(self, callback: StageCallback | None):
+        self.callback = callback
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        seconds = time.perf_counter() - start
+        log.info("%s: %.1f s", name, seconds)
+        if self.callback:
+            self.callback(name, seconds)
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """torch.onnx logs and warns a lot on success; keep that out of the user's terminal."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, TfmExportError):
+        return str(exc)
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]

@@ -1,0 +1,94 @@
+"""The nn.Module wrappers that export traces: flat tensors in and out, in the specs' order."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .model import KV, Transformer
+from .specs import EXAMPLE_SIZES, GraphSpec
+
+
+def _pairs(flat: tuple[Tensor, ...]) -> list[KV]:
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+class EncoderGraph(nn.Module):
+    """src_ids -> (src_mask, cross.0.key, cross.0.value, ...)."""
+
+    n_named_args = 1  # inputs before the *caches varargs (none here)
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor) -> tuple[Tensor, ...]:
+        memory, src_mask = self.model.encode(src_ids)
+        flat = [src_mask]
+        for key, value in self.model.cross_kv(memory):
+            flat += [key, value]
+        return tuple(flat)
+
+
+class DecoderGraph(nn.Module):
+    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present...)."""
+
+    n_named_args = 2  # input_ids, src_mask; the caches come as *varargs
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+        self.n_layers = model.config.n_decoder_layers
+
+    def forward(self, input_ids: Tensor, src_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
+        n = 2 * self.n_layers
+        past, cross = _pairs(caches[:n]), _pairs(caches[n:])
+        logits, present = self.model.decode(input_ids, src_mask, cross, past)
+        last = logits[:, -1].float()  # (batch, tgt_vocab): only the last position is ever needed
+        next_ids = last.argmax(-1)  # (batch,)
+        flat = [last, next_ids]
+        for key, value in present:
+            flat += [key, value]
+        return tuple(flat)
+
+
+GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph}
+
+_DTYPES = {"int64": torch.int64, "bool": torch.bool, "float32": torch.float32, "float16": torch.float16}
+
+
+def example_inputs(spec: GraphSpec, vocab: dict[str, int], seed: int = 0) -> tuple[Tensor, ...]:
+    """Random tensors in the spec's shapes with EXAMPLE_SIZES for the symbolic dims.
+
+    `vocab` maps integer input names to their id range (src_ids -> src vocab, ...).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    tensors = []
+    for t in spec.inputs:
+        shape = [EXAMPLE_SIZES[d] if isinstance(d, str) else d for d in t.shape]
+        dtype = _DTYPES[t.dtype]
+        if dtype == torch.int64:
+            tensors.append(torch.randint(0, vocab[t.name], shape, generator=gen))
+        elif dtype == torch.bool:
+            tensors.append(torch.ones(shape, dtype=torch.bool))
+        else:
+            tensors.append(torch.randn(shape, generator=gen).to(dtype))
+    return tuple(tensors)
+
+
+def dynamic_shapes(spec: GraphSpec, n_named_args: int) -> tuple[object, ...]:
+    """torch.export dynamic_shapes for the spec's inputs: one named Dim per symbolic axis.
+
+    torch.export matches the forward signature, so inputs past `n_named_args` are grouped
+    into one tuple (the *varargs).
+    """
+    dims: dict[str, object] = {}
+
+    def dim(name: str) -> object:
+        if name not in dims:
+            dims[name] = torch.export.Dim(name, min=0 if name == "past_len" else 1)
+        return dims[name]
+
+    flat = [{i: dim(d) for i, d in enumerate(t.shape) if isinstance(d, str)} for t in spec.inputs]
+    rest = flat[n_named_args:]
+    return (*flat[:n_named_args], tuple(rest)) if rest else tuple(flat)

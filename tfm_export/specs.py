@@ -1,0 +1,90 @@
+"""Export specs as data: per graph, the ordered inputs and outputs with dtypes and symbolic shapes.
+
+One generic exporter (export.py) and the manifest read these; nothing here imports torch.
+Axis names are the ONNX dimension names: batch, src_len, tgt_len, past_len.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import TransformerConfig
+
+# Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
+DYNAMIC_AXES = ("batch", "src_len", "tgt_len", "past_len")
+# Example sizes for tracing: never 0 or 1 on a dynamic axis (torch.export would specialise them),
+# and all different so no two axes get unified by accident.
+EXAMPLE_SIZES = {"batch": 2, "src_len": 5, "tgt_len": 3, "past_len": 4}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output."""
+
+    name: str  # ONNX value name
+    dtype: str  # numpy-style dtype name: int64, bool, float32, float16
+    shape: tuple[str | int, ...]  # symbolic dims are strings
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """A graph to export: its file and its ordered inputs/outputs."""
+
+    name: str  # encoder | decoder
+    file: str  # file name inside the export folder
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+def cross_names(i: int) -> tuple[str, str]:
+    return f"cross.{i}.key", f"cross.{i}.value"
+
+
+def past_names(i: int) -> tuple[str, str]:
+    return f"past.{i}.self.key", f"past.{i}.self.value"
+
+
+def present_names(i: int) -> tuple[str, str]:
+    return f"present.{i}.self.key", f"present.{i}.self.value"
+
+
+def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: str) -> list[TensorSpec]:
+    return [TensorSpec(n, dtype, ("batch", heads, length, head_dim)) for n in names]
+
+
+def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
+    """src_ids -> src_mask and every decoder layer's cross-attention keys/values."""
+    h, d = config.n_heads, config.head_dim
+    outputs = [TensorSpec("src_mask", "bool", ("batch", "src_len"))]
+    for i in range(config.n_decoder_layers):
+        outputs += _kv(cross_names(i), h, "src_len", d, dtype)
+    return GraphSpec("encoder", "encoder.onnx", (TensorSpec("src_ids", "int64", ("batch", "src_len")),),
+                     tuple(outputs))
+
+
+def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
+    """One step (or a forced prefix) of the decoder with a growing self-attention cache."""
+    h, d, layers = config.n_heads, config.head_dim, range(config.n_decoder_layers)
+    inputs = [TensorSpec("input_ids", "int64", ("batch", "tgt_len")),
+              TensorSpec("src_mask", "bool", ("batch", "src_len"))]
+    for i in layers:
+        inputs += _kv(past_names(i), h, "past_len", d, dtype)
+    for i in layers:
+        inputs += _kv(cross_names(i), h, "src_len", d, dtype)
+    outputs = [TensorSpec("logits", "float32", ("batch", config.tgt_vocab_size)),
+               TensorSpec("next_ids", "int64", ("batch",))]
+    for i in layers:
+        outputs += _kv(present_names(i), h, "past_len + tgt_len", d, dtype)
+    return GraphSpec("decoder", "decoder.onnx", tuple(inputs), tuple(outputs))
+
+
+GRAPH_SPECS = {"encoder": encoder_spec, "decoder": decoder_spec}

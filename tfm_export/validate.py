@@ -1,0 +1,173 @@
+"""Validation: ONNX Runtime (CPU) against the eager model, per output, at shapes unlike the export's.
+
+All failures are gathered first; then one ValidationError carries the whole per-output report.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from .errors import ValidationError
+from .generate import greedy_decode
+from .graphs import DecoderGraph, EncoderGraph
+from .manifest import load_manifest
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+
+BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))  # None: the model's max_len
+PAST_AND_TGT_LENS = ((0, 1), (0, 4), (1, 1), (1, 4), (23, 1), (23, 4))
+GREEDY_SOURCES = 16
+
+
+def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, seed: int = 0,
+                    max_new_tokens: int = 32) -> dict[str, Any]:
+    """Compare the graphs in `folder` with `model`; returns the report or raises ValidationError."""
+    folder = Path(folder)
+    manifest = load_manifest(folder)
+    sessions = {name: _session(folder / g["file"]) for name, g in manifest["graphs"].items()}
+    gen = torch.Generator().manual_seed(seed)
+    stats: dict[str, _Stat] = {}
+    for batch, src_len in BATCHES_AND_SRC_LENS:
+        src = _random_source(model, batch, src_len or model.config.max_len, gen)
+        cross = _compare(stats, "encoder", sessions["encoder"], EncoderGraph(model), (src,), atol)
+        for past_len, tgt_len in PAST_AND_TGT_LENS:
+            if past_len + tgt_len > model.config.max_len:
+                continue
+            args = _decoder_inputs(model, cross, past_len, tgt_len, gen)
+            _compare(stats, "decoder", sessions["decoder"], DecoderGraph(model), args, atol)
+    greedy = _compare_greedy(folder, model, gen, max_new_tokens)
+    report = {"atol": atol, "device": "cpu", "outputs": {k: s.to_dict() for k, s in stats.items()},
+              "greedy": greedy}
+    failed = [k for k, s in stats.items() if not s.ok]
+    if failed or not greedy["equal"]:
+        raise ValidationError(_failure_message(stats, failed, greedy), report)
+    log.info("validation passed: %d outputs, greedy tokens equal on %d sources", len(stats), greedy["sources"])
+    return report
+
+
+class _Stat:
+    """Worst-case differences of one output over every validated shape."""
+
+    def __init__(self, graph: str):
+        self.graph, self.max_abs, self.max_rel, self.shape, self.mismatches, self.ok = graph, 0.0, 0.0, None, 0, True
+
+    def update(self, got: np.ndarray, ref: np.ndarray, atol: float, ref_logits: np.ndarray | None) -> None:
+        if got.shape != ref.shape:
+            self.ok, self.shape = False, f"{list(got.shape)} != {list(ref.shape)}"
+            return
+        if ref.dtype.kind in "fc":
+            diff = np.abs(got.astype(np.float64) - ref)
+            abs_, rel = float(diff.max(initial=0.0)), float((diff / (np.abs(ref) + atol)).max(initial=0.0))
+            if abs_ >= self.max_abs:
+                self.shape = list(ref.shape)
+            self.max_abs, self.max_rel = max(self.max_abs, abs_), max(self.max_rel, rel)
+            self.ok = self.ok and abs_ <= atol
+            return
+        self.shape = self.shape or list(ref.shape)
+        bad = got != ref
+        if ref_logits is not None and bad.any():  # an argmax may flip only on a near-tie
+            top2 = np.sort(ref_logits, axis=-1)[:, -2:]
+            bad &= (top2[:, 1] - top2[:, 0]) > 2 * atol
+        if bad.any():
+            self.mismatches += int(bad.sum())
+            self.ok, self.shape = False, list(ref.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph, "max_abs": self.max_abs, "max_rel": self.max_rel,
+                "worst_shape": self.shape, "mismatches": self.mismatches, "ok": self.ok}
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+@torch.no_grad()
+def _compare(stats: dict[str, _Stat], graph: str, session: ort.InferenceSession, module: torch.nn.Module,
+             args: tuple[torch.Tensor, ...], atol: float) -> tuple[torch.Tensor, ...]:
+    """Run both sides on `args`, fold the differences into `stats`; returns the eager outputs."""
+    ref = module(*args)
+    names = [o.name for o in session.get_outputs()]
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    got = session.run(names, feeds)
+    logits = ref[0].numpy() if graph == "decoder" else None
+    for name, g, r in zip(names, got, ref):
+        stat = stats.setdefault(name, _Stat(graph))
+        stat.update(np.asarray(g), r.numpy(), atol, logits if name == "next_ids" else None)
+    return ref
+
+
+def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Random ids without pads, then right-padding on every other row after the first."""
+    cfg = model.config
+    src = torch.randint(0, cfg.src_vocab_size, (batch, src_len), generator=gen)
+    src[src == cfg.src_pad_id] = (cfg.src_pad_id + 1) % cfg.src_vocab_size
+    for row in range(1, batch, 2):
+        src[row, max(1, src_len // 2):] = cfg.src_pad_id
+    return src
+
+
+def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], past_len: int, tgt_len: int,
+                    gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    cfg = model.config
+    src_mask, cross = cross_out[0], cross_out[1:]
+    batch = src_mask.shape[0]
+    ids = torch.randint(0, cfg.tgt_vocab_size, (batch, tgt_len), generator=gen)
+    shape = (batch, cfg.n_heads, past_len, cfg.head_dim)  # (batch, heads, past_len, head_dim)
+    past = [torch.randn(shape, generator=gen) for _ in range(2 * cfg.n_decoder_layers)]
+    return (ids, src_mask, *past, *cross)
+
+
+def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_new_tokens: int) -> dict:
+    """Greedy tokens from the ORT runtime and from eager PyTorch on the same sources."""
+    from .runtime import open_export  # the torch-free runtime is what apps will use
+
+    cfg = model.config
+    runtime = open_export(folder, device="cpu", verify=False)
+    sources = _greedy_sources(runtime, cfg, gen)
+    steps = min(max_new_tokens, cfg.max_len)
+    got = runtime.generate_ids(sources, max_new_tokens=steps)
+    width = max(len(s) for s in sources)
+    padded = torch.tensor([s + [cfg.src_pad_id] * (width - len(s)) for s in sources])
+    ref = greedy_decode(model, padded, steps)
+    bad = [i for i, (a, b) in enumerate(zip(got, ref)) if a != b]
+    return {"sources": len(sources), "max_new_tokens": steps, "equal": not bad,
+            "mismatched_rows": bad[:10], "from": "samples" if runtime.manifest.get("samples") else "random"}
+
+
+def _greedy_sources(runtime: Any, cfg: Any, gen: torch.Generator) -> list[list[int]]:
+    samples = runtime.manifest.get("samples")
+    if samples and runtime.manifest.get("tokenizer"):
+        return [runtime.tokenizer.encode(text) for text in samples]
+    lengths = torch.randint(1, min(cfg.max_len, 12) + 1, (GREEDY_SOURCES,), generator=gen).tolist()
+    rows = [torch.randint(0, cfg.src_vocab_size, (n,), generator=gen).tolist() for n in lengths]
+    return [[t if t != cfg.src_pad_id else (t + 1) % cfg.src_vocab_size for t in row] for row in rows]
+
+
+def _failure_message(stats: dict[str, _Stat], failed: list[str], greedy: dict) -> str:
+    parts = [f"{k} ({stats[k].graph}) max abs diff {stats[k].max_abs:.3g} at shape {stats[k].shape}"
+             + (f", {stats[k].mismatches} mismatched ids" if stats[k].mismatches else "") for k in failed]
+    if not greedy["equal"]:
+        parts.append(f"greedy tokens differ on rows {greedy['mismatched_rows']}")
+    return "validation failed: " + "; ".join(parts)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The validation report as a text table (the CLI prints it)."""
+    lines = [f"{'output':<24} {'graph':<8} {'max abs':>10} {'max rel':>10}  {'worst shape':<22} ok"]
+    for name, row in report.get("outputs", {}).items():
+        lines.append(f"{name:<24} {row['graph']:<8} {row['max_abs']:>10.2e} {row['max_rel']:>10.2e}  "
+                     f"{str(row['worst_shape']):<22} {'yes' if row['ok'] else 'NO'}")
+    greedy = report.get("greedy")
+    if greedy:
+        lines.append(f"greedy tokens: {'equal' if greedy['equal'] else 'DIFFER'} on {greedy['sources']} "
+                     f"{greedy['from']} sources ({greedy['max_new_tokens']} new tokens max)")
+    return "\n".join(lines)
