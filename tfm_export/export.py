@@ -43,7 +43,14 @@ class ExportOptions:
     atol: float = 1e-4  # validation tolerance (max abs diff) for float outputs
     validate: bool = True  # compare ORT with eager before the folder is renamed into place
     force: bool = False  # replace an existing OUT
-    dtype: str = "float32"  # weights/compute dtype of the graphs
+    dtype: str = "float32"  # weights/compute dtype of the graphs (float16: CUDA only)
+    optimize: bool = False  # fuse the graphs for ONNX Runtime (tfm_export.variants)
+    quantize: str | None = None  # "int8": dynamic int8 weights for CPU (tfm_export.variants)
+
+    @property
+    def is_variant(self) -> bool:
+        """True when the float32 graphs are transformed after export."""
+        return self.dtype != "float32" or self.optimize or self.quantize is not None
 
 
 def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
@@ -101,11 +108,16 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     try:
         graphs = {}
         for name, make_spec in GRAPH_SPECS.items():
-            spec = make_spec(model.config, options.dtype)
+            spec = make_spec(model.config)
             with stage(f"export {name}"):
                 extra = export_graph(model, spec, tmp, options.opset)
             graphs[name] = graph_entry(spec, tmp, options.opset, extra)
         manifest = _manifest(checkpoint, model, graphs, options, _copy_tokenizer_files(checkpoint, tmp))
+        if options.is_variant:
+            from .variants import apply_variants
+
+            with stage("optimize"):
+                apply_variants(tmp, manifest, model, options)
         write_manifest(tmp, manifest)
         if options.validate:
             from .validate import validate_export
@@ -133,7 +145,8 @@ def _manifest(checkpoint: Checkpoint, model: Transformer, graphs: dict, options:
         "tokenizer": tokenizer,
         "samples": checkpoint.samples,
         "source": {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
-        "variant": {"dtype": options.dtype, "io_dtype": options.dtype, "optimized": False, "quantize": None},
+        # apply_variants() rewrites this when the graphs are transformed after export.
+        "variant": {"dtype": "float32", "io_dtype": "float32", "optimized": False, "quantize": None},
         "graphs": graphs,
         "validation": None,
     }

@@ -1,0 +1,103 @@
+"""The export/validate/init commands through Click: routing, --force, one-line errors, exit codes."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from tfm_export.cli import cli
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init", str(folder / "model.pt"), "--seed", "3"]).exit_code == 0
+    result = runner.invoke(cli, [str(folder / "model.pt")])  # routed to `export`
+    assert result.exit_code == 0, result.output
+    return folder, result
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    error_lines = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert len(error_lines) == 1, result.output
+    for fragment in fragments:
+        assert fragment in error_lines[0]
+
+
+def test_bare_path_exports_next_to_the_checkpoint(exported):
+    folder, result = exported
+    out = folder / "model_onnx"
+    assert (out / "manifest.json").exists()
+    for stage in ("load", "export encoder", "export decoder", "validate"):
+        assert stage in result.output
+    assert "greedy tokens: equal" in result.output
+    assert json.loads((out / "manifest.json").read_text())["validation"]["greedy"]["equal"]
+
+
+def test_existing_output_needs_force(exported):
+    folder, _ = exported
+    assert_one_line_error(run("export", folder / "model.pt"), "already exists", "--force")
+    result = run("export", folder / "model.pt", "-o", folder / "second", "--no-validate")
+    assert result.exit_code == 0, result.output
+    result = run("export", folder / "model.pt", "-o", folder / "second", "--no-validate", "--force")
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_command_finds_the_checkpoint_and_stores_the_report(exported):
+    folder, _ = exported
+    out = folder / "model_onnx"
+    result = run("validate", out)
+    assert result.exit_code == 0, result.output
+    assert "validation passed" in result.output
+
+
+def test_validate_reports_a_different_model(exported, tmp_path):
+    folder, _ = exported
+    assert run("init", tmp_path / "other.pt", "--seed", "99").exit_code == 0
+    result = run("validate", folder / "model_onnx", "--model", tmp_path / "other.pt")
+    assert_one_line_error(result, "validation failed", "max abs diff")
+    assert "logits" in result.output  # the per-output table is printed before the error
+
+
+def test_validate_a_tampered_folder(exported, tmp_path):
+    folder, _ = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(folder / "model_onnx", copy)
+    (copy / "encoder.onnx").write_bytes(b"garbage")
+    assert_one_line_error(run("validate", copy, "--model", folder / "model.pt"), "does not match the sha256")
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "checkpoint not found"),
+    (b"not a checkpoint", "not a PyTorch checkpoint"),
+    (b"PK\x03\x04broken", "truncated or corrupt"),
+])
+def test_bad_checkpoints_fail_cleanly(tmp_path, content, fragment):
+    path = tmp_path / "model.pt"
+    if content is not None:
+        path.write_bytes(content)
+    assert_one_line_error(run(path), fragment)
+    assert not (tmp_path / "model_onnx").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_init_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "m.pt"
+    assert run("init", path).exit_code == 0
+    assert_one_line_error(run("init", path), "exists", "--force")
+    assert run("init", path, "--force", "--preset", "tiny").exit_code == 0
+
+
+def test_every_option_has_help():
+    for command in cli.commands.values():
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert param.help, f"{command.name} {param.name} has no help"
