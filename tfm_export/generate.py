@@ -39,7 +39,7 @@ def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | Non
     done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
     out = torch.empty(batch, 0, dtype=torch.long, device=src_ids.device)
     for _ in range(steps):
-        logits, past = model.decode(tokens, src_mask, cross, past)
+        logits, past = model.decode(tokens, src_mask, cross, past, last_only=True)
         next_ids = logits[:, -1].argmax(-1)  # (batch,)
         if stop_at_eos:
             next_ids = next_ids.masked_fill(done, cfg.tgt_pad_id)

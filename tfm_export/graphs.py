@@ -43,7 +43,7 @@ class DecoderGraph(nn.Module):
     def forward(self, input_ids: Tensor, src_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
         n = 2 * self.n_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
-        logits, present = self.model.decode(input_ids, src_mask, cross, past)
+        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=True)
         last = logits[:, -1].float()  # (batch, tgt_vocab): only the last position is ever needed
         next_ids = last.argmax(-1)  # (batch,)
         flat = [last, next_ids]

@@ -202,9 +202,12 @@ class Transformer(nn.Module):
         shape = (batch, self.config.n_heads, 0, self.config.head_dim)  # (batch, heads, past_len, head_dim)
         return [(torch.zeros(shape, device=device, dtype=dtype),) * 2 for _ in self.decoder_layers]
 
-    def decode(self, tgt_ids: Tensor, src_mask: Tensor, cross: list[KV], past: list[KV]
-               ) -> tuple[Tensor, list[KV]]:
-        """Run the decoder on new ids (batch, tgt_len) after `past`; returns logits and the present cache."""
+    def decode(self, tgt_ids: Tensor, src_mask: Tensor, cross: list[KV], past: list[KV],
+               last_only: bool = False) -> tuple[Tensor, list[KV]]:
+        """Run the decoder on new ids (batch, tgt_len) after `past`; returns logits and the present cache.
+
+        `last_only` projects only the last position (batch, 1, tgt_vocab): all greedy decoding needs.
+        """
         past_len = past[0][0].shape[2]
         t = tgt_ids.shape[1]
         query_pos = torch.arange(t, device=tgt_ids.device) + past_len  # (tgt_len,)
@@ -216,6 +219,8 @@ class Transformer(nn.Module):
         for layer, layer_past, layer_cross in zip(self.decoder_layers, past, cross):
             x, kv = layer(x, causal, layer_past, layer_cross, src_allowed)
             present.append(kv)
+        if last_only:
+            x = x[:, -1:]  # (batch, 1, d_model)
         return self.project(self.decoder_norm(x)), present
 
     def project(self, hidden: Tensor) -> Tensor:
