@@ -1,0 +1,105 @@
+"""Device selection and ONNX Runtime session options. Torch-free."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from ..errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+GRAPH_OPTIMIZATION = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """ONNX Runtime session settings; the defaults suit interactive greedy decoding."""
+
+    intra_op_threads: int | None = None  # threads inside one op; None: ORT's default (physical cores)
+    inter_op_threads: int | None = None  # threads across independent ops (parallel mode only)
+    graph_optimization: str = "all"  # disable | basic | extended | all
+    parallel_execution: bool = False  # run independent graph branches concurrently
+    log_severity: int = 3  # 0 verbose .. 4 fatal; 3 keeps ORT's C++ warnings off the terminal
+    profile_prefix: str | None = None  # write ORT's JSON profile with this file prefix
+    cuda_graph: bool = False  # capture the decoder step in a CUDA graph (needs a static-cache export)
+
+    def session_options(self) -> ort.SessionOptions:
+        """The ort.SessionOptions these settings describe."""
+        if self.graph_optimization not in GRAPH_OPTIMIZATION:
+            raise DeviceError(f"graph_optimization must be one of {', '.join(GRAPH_OPTIMIZATION)}, "
+                              f"got {self.graph_optimization!r}")
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
+        opts.log_severity_level = self.log_severity
+        if self.intra_op_threads:
+            opts.intra_op_num_threads = self.intra_op_threads
+        if self.inter_op_threads:
+            opts.inter_op_num_threads = self.inter_op_threads
+        if self.parallel_execution:
+            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        if self.profile_prefix:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = self.profile_prefix
+        return opts
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where sessions run: an ORT provider list plus the OrtValue device for IOBinding."""
+
+    name: str  # cpu | cuda:N
+    providers: tuple  # ORT providers, best first
+    ort_type: str  # "cpu" or "cuda", as OrtValue and IOBinding name devices
+    index: int  # device id
+
+
+def parse_device(spec: str) -> Device:
+    """`cpu`, `cuda`, `cuda:N` -> Device (CUDA needs the CUDA provider in this onnxruntime build)."""
+    spec = spec.strip().lower()
+    if spec == "cpu":
+        return Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
+    if spec == "cuda" or spec.startswith("cuda:"):
+        index_text = spec.partition(":")[2] or "0"
+        if not index_text.isdigit():
+            raise DeviceError(f"bad device {spec!r}; use cpu, cuda, cuda:N or auto")
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise DeviceError("CUDA requested but this onnxruntime has no CUDA provider; install "
+                              "onnxruntime-gpu or use --device cpu")
+        index = int(index_text)
+        providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
+        return Device(f"cuda:{index}", providers, "cuda", index)
+    raise DeviceError(f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto")
+
+
+def create_session(path: Path, device: Device, options: RuntimeOptions) -> ort.InferenceSession:
+    """An InferenceSession on `device`; refuses ORT's silent fall-back from CUDA to CPU."""
+    # Provider start-up failures are logged by ORT's process-wide logger, not the session's.
+    # A missing GPU is reported by our DeviceError below, so silence ORT's own errors for CUDA.
+    ort.set_default_logger_severity(4 if device.ort_type == "cuda" else options.log_severity)
+    session = ort.InferenceSession(str(path), options.session_options(), providers=list(device.providers))
+    if device.ort_type == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise DeviceError(f"CUDA requested but ONNX Runtime could not use GPU {device.index} (no GPU, driver "
+                          f"or CUDA libraries found); use --device cpu")
+    return session
+
+
+def open_sessions(paths: dict[str, Path], device: str, options: RuntimeOptions
+                  ) -> tuple[Device, dict[str, ort.InferenceSession]]:
+    """Sessions for every graph on `device` (`auto`: CUDA when it works, else CPU, logged)."""
+    if device.strip().lower() == "auto":
+        try:
+            return open_sessions(paths, "cuda", options)
+        except DeviceError as exc:
+            log.info("device auto: using CPU (%s)", exc)
+            return open_sessions(paths, "cpu", options)
+    chosen = parse_device(device)
+    return chosen, {name: create_session(p, chosen, options) for name, p in paths.items()}

@@ -1,0 +1,152 @@
+"""Greedy decoding of an export folder on ONNX Runtime, with the KV cache kept on the device.
+
+Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the past/present
+caches, the cross keys/values and the logits stay on the GPU and only `next_ids` (batch,) crosses
+to the host each step. The same code runs on CPU. Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from ..config import TransformerConfig
+from ..decoding import pad_batch, resolve_max_new_tokens, trim
+from ..errors import InputError
+from ..manifest import load_manifest, manifest_config
+from .device import Device, RuntimeOptions, open_sessions
+
+log = logging.getLogger(__name__)
+
+
+class DecodeTimings:
+    """Wall-clock times of one generate call (benchmarks pass one in; normal calls do not)."""
+
+    def __init__(self) -> None:
+        self.encoder_s = 0.0
+        self.steps_s: list[float] = []
+
+
+class ExportedModel:
+    """An opened export folder: `generate_ids` for token ids, `translate` for text."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any], device: Device,
+                 sessions: dict[str, ort.InferenceSession]):
+        self.folder, self.manifest, self.device = folder, manifest, device
+        self.config: TransformerConfig = manifest_config(manifest)
+        self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
+        self._cache_dtype = np.dtype(manifest["graphs"]["decoder"]["inputs"][2]["dtype"])
+        layers = range(self.config.n_decoder_layers)
+        self._past_names = [f"past.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
+        self._cross_names = [f"cross.{i}.{kv}" for i in layers for kv in ("key", "value")]
+        self._present_names = [f"present.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        """The manifest's tokenizer (InputError when the export has none)."""
+        if not self.manifest.get("tokenizer"):
+            raise InputError("this export has no tokenizer; pass token ids (--ids) instead of text")
+        from ..tokenizer import tokenizer_from_dict
+
+        return tokenizer_from_dict(self.manifest["tokenizer"], self.folder)
+
+    def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
+        """Encode texts with the manifest's tokenizer, decode greedily, return texts."""
+        sources = [self.tokenizer.encode(t) for t in texts]
+        return [self.tokenizer.decode(ids) for ids in self.generate_ids(sources, max_new_tokens)]
+
+    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
+        """Greedy decoding of a batch of id lists (padded here); rows come back without BOS/EOS."""
+        cfg = self.config
+        src = np.asarray(pad_batch(sources, cfg.src_pad_id), dtype=np.int64)  # (batch, src_len)
+        self._check_source(src)
+        steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
+        start = time.perf_counter()
+        state = self._encode(src)
+        if timings is not None:
+            timings.encoder_s = time.perf_counter() - start
+        rows = self._decode_loop(state, src.shape[0], steps, stop_at_eos, timings)
+        return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
+
+    def _check_source(self, src: np.ndarray) -> None:
+        cfg = self.config
+        bad = src[(src < 0) | (src >= cfg.src_vocab_size)]
+        if bad.size:
+            raise InputError(f"source id {int(bad[0])} is out of range for a vocabulary of "
+                             f"{cfg.src_vocab_size} ids")
+        if src.shape[1] > cfg.max_len:
+            raise InputError(f"source length {src.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
+                             f"shorten or split the input")
+
+    def _value(self, array: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(array, self.device.ort_type, self.device.index)
+
+    def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
+        """Run the encoder once; its outputs stay on the device as OrtValues."""
+        binding = self.encoder.io_binding()
+        binding.bind_ortvalue_input("src_ids", self._value(src))
+        names = [o.name for o in self.encoder.get_outputs()]
+        for name in names:
+            binding.bind_output(name, self.device.ort_type, self.device.index)
+        self.encoder.run_with_iobinding(binding)
+        return dict(zip(names, binding.get_outputs()))
+
+    def _decode_loop(self, state: dict[str, ort.OrtValue], batch: int, steps: int, stop_at_eos: bool,
+                     timings: DecodeTimings | None) -> list[list[int]]:
+        cfg = self.config
+        # A per-call binding keeps concurrent requests on one session independent.
+        binding = self.decoder.io_binding()
+        binding.bind_ortvalue_input("src_mask", state["src_mask"])
+        for name in self._cross_names:
+            binding.bind_ortvalue_input(name, state[name])
+        empty = self._value(np.zeros((batch, cfg.n_heads, 0, cfg.head_dim), self._cache_dtype))
+        past = [empty] * len(self._past_names)  # (batch, heads, past_len=0, head_dim)
+        tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
+        done = np.zeros(batch, dtype=bool)
+        out = np.empty((batch, steps), dtype=np.int64)
+        for step in range(steps):
+            start = time.perf_counter() if timings is not None else 0.0
+            binding.bind_ortvalue_input("input_ids", self._value(tokens))
+            for name, value in zip(self._past_names, past):
+                binding.bind_ortvalue_input(name, value)
+            binding.clear_binding_outputs()
+            binding.bind_output("logits", self.device.ort_type, self.device.index)
+            binding.bind_output("next_ids", "cpu")  # the one tensor that crosses to the host
+            for name in self._present_names:
+                binding.bind_output(name, self.device.ort_type, self.device.index)
+            self.decoder.run_with_iobinding(binding)
+            outputs = binding.get_outputs()
+            next_ids = outputs[1].numpy()  # (batch,)
+            past = outputs[2:]
+            if stop_at_eos:
+                next_ids = np.where(done, cfg.tgt_pad_id, next_ids)
+                done |= next_ids == cfg.eos_id
+            out[:, step] = next_ids
+            if timings is not None:
+                timings.steps_s.append(time.perf_counter() - start)
+            if stop_at_eos and done.all():
+                return out[:, : step + 1].tolist()
+            tokens = next_ids.reshape(batch, 1)
+        return out.tolist()
+
+
+def open_export(folder: str | os.PathLike, device: str = "auto", options: RuntimeOptions | None = None,
+                verify: bool = True) -> ExportedModel:
+    """Open an export folder (manifest and hashes checked unless `verify=False`) on `device`.
+
+    `device`: cpu, cuda, cuda:N or auto (CUDA when usable, else CPU).
+    """
+    folder = Path(folder)
+    manifest = load_manifest(folder, verify_hashes=verify)
+    paths = {name: folder / g["file"] for name, g in manifest["graphs"].items() if name in ("encoder", "decoder")}
+    chosen, sessions = open_sessions(paths, device, options or RuntimeOptions())
+    log.info("opened %s on %s", folder, chosen.name)
+    return ExportedModel(folder, manifest, chosen, sessions)
