@@ -1,0 +1,112 @@
+"""Text <-> token ids, stored in checkpoints and manifests. Torch-free (the runtime uses it).
+
+The dict form of the character tokenizer (what `manifest.json` carries under "tokenizer", and what
+Node and browser apps read):
+
+    {"type": "chars", "src_vocab": ["<pad>", "<bos>", "<eos>", "0", ...],
+     "tgt_vocab": ["<pad>", "<bos>", "<eos>", "a", ...], "specials": 3, "append_eos": true}
+
+Ids are positions in the vocab lists; the first `specials` entries are pad, bos and eos (ids 0, 1,
+2), never produced by `encode` from text and skipped by `decode`. Sources end with eos when
+`append_eos` is true.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+from .errors import InputError, ManifestError
+
+SPECIALS = ("<pad>", "<bos>", "<eos>")
+PAD, BOS, EOS = 0, 1, 2
+
+
+class Tokenizer(Protocol):
+    """What every tokenizer type provides."""
+
+    kind: str
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def files(self) -> list[Path]: ...
+
+
+class CharTokenizer:
+    """One token per character, with separate source and target vocabularies."""
+
+    kind = "chars"
+
+    def __init__(self, src_vocab: Sequence[str], tgt_vocab: Sequence[str], append_eos: bool = True):
+        for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+            if tuple(vocab[: len(SPECIALS)]) != SPECIALS:
+                raise ManifestError(f"tokenizer {name} must start with {', '.join(SPECIALS)}")
+        self.src_vocab, self.tgt_vocab = list(src_vocab), list(tgt_vocab)
+        self.append_eos = append_eos
+        self._src_ids = {ch: i for i, ch in enumerate(self.src_vocab) if i >= len(SPECIALS)}
+
+    @classmethod
+    def build(cls, sources: Iterable[str], targets: Iterable[str]) -> "CharTokenizer":
+        """Vocabularies from training texts (sorted, so rebuilding gives the same ids)."""
+        src = sorted({ch for text in sources for ch in text})
+        tgt = sorted({ch for text in targets for ch in text})
+        return cls([*SPECIALS, *src], [*SPECIALS, *tgt])
+
+    def encode(self, text: str) -> list[int]:
+        """Source text -> ids (+ eos); unknown characters are an InputError naming them."""
+        unknown = sorted({ch for ch in text if ch not in self._src_ids})
+        if unknown:
+            allowed = "".join(self.src_vocab[len(SPECIALS):])
+            raise InputError(f"cannot encode {''.join(unknown)!r} in {text!r}: the model knows only "
+                             f"the characters {allowed!r}")
+        ids = [self._src_ids[ch] for ch in text]
+        return ids + [EOS] if self.append_eos else ids
+
+    def encode_target(self, text: str) -> list[int]:
+        """Target text -> ids (training only); unknown characters are an InputError."""
+        index = {ch: i for i, ch in enumerate(self.tgt_vocab) if i >= len(SPECIALS)}
+        missing = sorted({ch for ch in text if ch not in index})
+        if missing:
+            raise InputError(f"target characters {''.join(missing)!r} are not in the vocabulary")
+        return [index[ch] for ch in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Target ids -> text, skipping special and out-of-range ids."""
+        n = len(self.tgt_vocab)
+        return "".join(self.tgt_vocab[i] for i in ids if len(SPECIALS) <= i < n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.kind, "src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab,
+                "specials": len(SPECIALS), "append_eos": self.append_eos}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "CharTokenizer":
+        try:
+            return cls(data["src_vocab"], data["tgt_vocab"], bool(data.get("append_eos", True)))
+        except (KeyError, TypeError) as exc:
+            raise ManifestError(f"chars tokenizer is missing {exc}; re-export the model") from None
+
+    def files(self) -> list[Path]:
+        return []
+
+
+# Lazily imported so optional dependencies (sentencepiece) load only when used.
+TOKENIZER_TYPES = {
+    "chars": "tfm_export.tokenizer:CharTokenizer",
+    "marian": "tfm_export.marian_tokenizer:MarianTokenizer",
+}
+
+
+def tokenizer_from_dict(data: dict[str, Any], folder: Path | None = None) -> Tokenizer:
+    """Rebuild a tokenizer from its dict form; `folder` holds its extra files, if any."""
+    kind = data.get("type")
+    if kind not in TOKENIZER_TYPES:
+        raise ManifestError(f"unknown tokenizer type {kind!r}; this version knows {', '.join(TOKENIZER_TYPES)}")
+    module_name, _, class_name = TOKENIZER_TYPES[kind].partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except ImportError as exc:
+        raise ManifestError(f"the {kind} tokenizer is not available ({exc})") from None
+    return cls.from_dict(data, folder)
