@@ -1,0 +1,167 @@
+"""Checkpoints people actually have: the tutorial model and nn.Transformer models, mapped onto ours.
+
+Each original module is the oracle: our eager model, the ONNX export and greedy decoding must all
+agree with it on a padded source batch.
+"""
+
+import itertools
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from click.testing import CliRunner
+
+import reference_models as ref
+from tfm_export.cli import cli
+from tfm_export.errors import CheckpointError, ConfigError
+from tfm_export.generate import greedy_decode
+from tfm_export.importers import load_any
+from tfm_export.runtime import open_export
+
+PAD, BOS, EOS = 0, 1, 2
+IDS = {"heads": 4, "src_pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
+CLI_IDS = ["--heads", "4", "--src-pad-id", "0", "--bos-id", "1", "--eos-id", "2"]
+
+
+def tutorial_model(seed=0):
+    torch.manual_seed(seed)
+    return ref.TutorialTransformer(40, 44, PAD, PAD, embed_size=32, num_layers=2, forward_expansion=2, heads=4,
+                                   max_length=30).eval()
+
+
+def seq2seq_model(batch_first, norm_first, seed=0, activation="relu"):
+    torch.manual_seed(seed)
+    return ref.Seq2SeqTransformer(2, 2, 32, 4, 40, 44, dim_feedforward=48, dropout=0.1, batch_first=batch_first,
+                                  norm_first=norm_first, activation=activation, maxlen=64).eval()
+
+
+def padded_batch(seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 40, (3, 9), generator=gen)
+    src[1, 5:] = PAD
+    src[2, 2:] = PAD
+    tgt = torch.randint(3, 44, (3, 7), generator=gen)
+    tgt[:, 0] = BOS
+    return src, tgt
+
+
+def original_logits_fn(module):
+    if isinstance(module, ref.TutorialTransformer):
+        return lambda src, tgt: module(src, tgt)
+    return lambda src, tgt: ref.seq2seq_logits(module, src, tgt, PAD)
+
+
+def save(module, path):
+    torch.save(module.state_dict(), path)
+    return path
+
+
+SEQ2SEQ = list(itertools.product([False, True], [False, True]))
+
+
+@pytest.mark.parametrize("make", [tutorial_model] + [
+    (lambda bf=bf, nf=nf: seq2seq_model(bf, nf)) for bf, nf in SEQ2SEQ], ids=["tutorial"] + [
+    f"nn_transformer-batch_first={bf}-norm_first={nf}" for bf, nf in SEQ2SEQ])
+@torch.no_grad()
+def test_eager_conversion_matches_the_original(make, tmp_path):
+    module = make()
+    options = dict(IDS)
+    if isinstance(module, ref.Seq2SeqTransformer):
+        options["norm_first"] = module.transformer.encoder.layers[0].norm_first
+    ckpt = load_any(save(module, tmp_path / "model.pt"), options=options)
+    ours = ckpt.build_model()
+    src, tgt = padded_batch()
+    expected = original_logits_fn(module)(src, tgt)
+    assert (ours(src, tgt) - expected).abs().max() <= 1e-4
+    assert greedy_decode(ours, src, 12) == ref.full_greedy(original_logits_fn(module), src, BOS, EOS, PAD, 12)
+    expected_layout = "tutorial" if isinstance(module, ref.TutorialTransformer) else "nn_transformer"
+    assert ckpt.meta["layout"] == expected_layout
+
+
+def test_gelu_activation_option(tmp_path):
+    module = seq2seq_model(True, False, activation="gelu")
+    ckpt = load_any(save(module, tmp_path / "m.pt"), options=IDS | {"activation": "gelu"})
+    src, tgt = padded_batch()
+    with torch.no_grad():
+        diff = (ckpt.build_model()(src, tgt) - ref.seq2seq_logits(module, src, tgt, PAD)).abs().max()
+    assert diff <= 1e-4
+
+
+@pytest.fixture(scope="module", params=["tutorial", "nn_transformer"])
+def exported(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    module = tutorial_model(3) if request.param == "tutorial" else seq2seq_model(True, True, seed=3)
+    path = save(module, folder / "model.pt")
+    extra = ["--norm-first"] if request.param == "nn_transformer" else []
+    result = CliRunner().invoke(cli, [str(path), *CLI_IDS, *extra])
+    assert result.exit_code == 0, result.output
+    assert f"layout {request.param}" in result.output and "options used" in result.output
+    return module, folder / "model_onnx"
+
+
+@torch.no_grad()
+def test_onnx_logits_match_the_original(exported):
+    module, out = exported
+    src, tgt = padded_batch(seed=5)
+    expected = original_logits_fn(module)(src, tgt)
+    enc = ort.InferenceSession(str(out / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(out / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    enc_out = dict(zip([o.name for o in enc.get_outputs()], enc.run(None, {"src_ids": src.numpy()})))
+    empty = np.zeros((3, 4, 0, 8), np.float32)
+    for t in range(1, tgt.shape[1] + 1):
+        feeds = {i.name: enc_out.get(i.name, empty) for i in dec.get_inputs()}
+        feeds["input_ids"] = tgt[:, :t].numpy()
+        logits = dec.run(["logits"], feeds)[0]
+        assert np.abs(logits - expected[:, t - 1].numpy()).max() <= 1e-4
+
+
+@torch.no_grad()
+def test_onnx_greedy_matches_original_full_recomputation(exported):
+    module, out = exported
+    src, _ = padded_batch(seed=6)
+    sources = [[int(t) for t in row if t != PAD] for row in src]
+    got = open_export(out, device="cpu").generate_ids(sources, max_new_tokens=15)
+    assert got == ref.full_greedy(original_logits_fn(module), src, BOS, EOS, PAD, 15)
+
+
+def test_missing_heads_names_the_option(tmp_path):
+    path = save(tutorial_model(), tmp_path / "m.pt")
+    with pytest.raises(ConfigError, match="number of heads cannot be read from the weights; pass --heads N"):
+        load_any(path, options={"src_pad_id": 0, "bos_id": 1, "eos_id": 2})
+    result = CliRunner().invoke(cli, [str(path), "--src-pad-id", "0"])
+    assert result.exit_code == 1 and "pass --heads N" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "m_onnx").exists()
+
+
+def test_leftover_and_missing_keys_are_listed(tmp_path):
+    state = tutorial_model().state_dict()
+    state["decoder.extra.weight"] = torch.zeros(2)
+    del state["decoder.layers.1.norm.bias"]
+    torch.save(state, tmp_path / "m.pt")
+    with pytest.raises(CheckpointError) as info:
+        load_any(tmp_path / "m.pt", options=IDS)
+    assert "missing source keys: decoder.layers.1.norm.bias" in str(info.value)
+    assert "keys left over: decoder.extra.weight" in str(info.value)
+
+
+def test_unknown_layout_and_wrong_override(tmp_path):
+    torch.save({"something.weight": torch.zeros(2, 2)}, tmp_path / "odd.pt")
+    with pytest.raises(CheckpointError, match="cannot tell the layout"):
+        load_any(tmp_path / "odd.pt", options=IDS)
+    path = save(tutorial_model(), tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match="cannot convert .* as layout nn_transformer"):
+        load_any(path, layout="nn_transformer", options=IDS)
+    with pytest.raises(ConfigError, match="unknown layout 'keras'"):
+        load_any(path, layout="keras", options=IDS)
+
+
+def test_pickled_module_needs_trust(tmp_path):
+    module = tutorial_model(4)
+    torch.save(module, tmp_path / "whole.pt")
+    with pytest.raises(CheckpointError, match="needs code to load"):
+        load_any(tmp_path / "whole.pt", options=IDS)
+    ckpt = load_any(tmp_path / "whole.pt", trust_pickle=True, options=IDS)
+    src, tgt = padded_batch()
+    with torch.no_grad():
+        assert (ckpt.build_model()(src, tgt) - module(src, tgt)).abs().max() <= 1e-4
