@@ -1,0 +1,204 @@
+"""Latency benchmark: eager PyTorch vs ONNX Runtime (and peers) on the same weights and inputs.
+
+Backends are interleaved within one run (each repeat runs every backend once) after a warm-up,
+so machine noise hits them alike; quote the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from .checkpoint import Checkpoint
+from .runtime import DecodeTimings, RuntimeOptions, open_export
+
+
+class Runner(Protocol):
+    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]: ...
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What to measure."""
+
+    devices: tuple[str, ...] = ("cpu",)  # cpu, cuda, cuda:N
+    batches: tuple[int, ...] = (1, 8)  # batch sizes
+    src_len: int = 32  # source tokens per row
+    new_tokens: int = 64  # generated per row; EOS is ignored so every backend does the same work
+    repeat: int = 5  # timed runs per backend (interleaved)
+    warmup: int = 1  # untimed runs per backend first
+    threads: int | None = None  # intra-op threads for torch and ORT (None: library defaults)
+    seed: int = 0  # source ids
+
+
+@dataclass
+class BenchContext:
+    """What backends are built from."""
+
+    checkpoint: Checkpoint | None  # eager needs the weights
+    export_dir: Path | None  # ORT needs the export folder
+    settings: BenchSettings
+
+
+def _eager(ctx: BenchContext, device: str) -> Runner | None:
+    if ctx.checkpoint is None:
+        return None
+    from .eager import EagerModel
+
+    return EagerModel(ctx.checkpoint.build_model(), device)
+
+
+def _ort(ctx: BenchContext, device: str) -> Runner | None:
+    if ctx.export_dir is None:
+        return None
+    return open_export(ctx.export_dir, device, RuntimeOptions(intra_op_threads=ctx.settings.threads), verify=False)
+
+
+# name -> factory; a factory returns None when it cannot run with this context (e.g. no weights).
+BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {"eager": _eager, "ort": _ort}
+
+
+def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike | None,
+                  settings: BenchSettings = BenchSettings()) -> dict[str, Any]:
+    """Measure every available backend on every device and batch; returns the JSON-ready report."""
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    with tempfile.TemporaryDirectory(prefix="tfm-bench-") as tmp:
+        if export_dir is None and checkpoint is not None:
+            from .export import ExportOptions, export_model
+
+            export_dir = Path(tmp) / "export"
+            export_model(checkpoint, export_dir, ExportOptions(validate=False))
+        ctx = BenchContext(checkpoint, Path(export_dir) if export_dir else None, settings)
+        rows = [row for device in settings.devices for batch in settings.batches
+                for row in _measure(ctx, device, batch)]
+    _add_speedups(rows)
+    return {"machine": machine_info(settings.threads), "settings": asdict(settings), "rows": rows}
+
+
+def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]:
+    s = ctx.settings
+    runners = {}
+    for name, factory in BACKENDS.items():
+        before = _rss_mb()
+        runner = factory(ctx, device)
+        if runner is None:
+            continue
+        sources = _sources(runner, batch, s)
+        for _ in range(s.warmup):
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False)
+        runners[name] = (runner, sources, _rss_mb() - before)
+    timings: dict[str, list[DecodeTimings]] = {name: [] for name in runners}
+    for _ in range(s.repeat):
+        for name, (runner, sources, _) in runners.items():
+            t = DecodeTimings()
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t)
+            timings[name].append(t)
+    return [_row(name, device, batch, s, timings[name], mem) for name, (_, _, mem) in runners.items()]
+
+
+def _sources(runner: Any, batch: int, s: BenchSettings) -> list[list[int]]:
+    cfg = runner.config
+    rng = random.Random(s.seed)
+    allowed = [i for i in range(cfg.src_vocab_size) if i not in (cfg.src_pad_id, cfg.eos_id)]
+    return [[rng.choice(allowed) for _ in range(s.src_len)] for _ in range(batch)]
+
+
+def _row(name: str, device: str, batch: int, s: BenchSettings, runs: list[DecodeTimings],
+         mem_mb: float) -> dict[str, Any]:
+    later = sorted(step for t in runs for step in t.steps_s[1:])
+    totals = [t.encoder_s + sum(t.steps_s) for t in runs]
+    return {
+        "backend": name, "device": device, "batch": batch, "src_len": s.src_len, "new_tokens": s.new_tokens,
+        "encoder_ms": 1e3 * statistics.median(t.encoder_s for t in runs),
+        "first_step_ms": 1e3 * statistics.median(t.steps_s[0] for t in runs),
+        "per_token_ms_p50": 1e3 * _quantile(later, 0.5),
+        "per_token_ms_p90": 1e3 * _quantile(later, 0.9),
+        "tokens_per_s": batch * s.new_tokens / statistics.median(totals),
+        "peak_mem_mb": round(mem_mb, 1),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _add_speedups(rows: list[dict[str, Any]]) -> None:
+    """speedup_vs_eager = eager per-token p50 / this backend's, within the same device and batch."""
+    eager = {(r["device"], r["batch"]): r["per_token_ms_p50"] for r in rows if r["backend"] == "eager"}
+    for r in rows:
+        base = eager.get((r["device"], r["batch"]))
+        r["speedup_vs_eager"] = round(base / r["per_token_ms_p50"], 3) if base else None
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def machine_info(threads: int | None) -> dict[str, Any]:
+    """Where the figures were taken."""
+    import onnxruntime
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "python": platform.python_version(),
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": time.strftime("%Y-%m-%d")}
+
+
+COLUMNS = (("backend", "{}"), ("device", "{}"), ("batch", "{}"), ("encoder_ms", "{:.2f}"),
+           ("first_step_ms", "{:.2f}"), ("per_token_ms_p50", "{:.2f}"), ("per_token_ms_p90", "{:.2f}"),
+           ("tokens_per_s", "{:.0f}"), ("peak_mem_mb", "{:.0f}"), ("speedup_vs_eager", "{}"))
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The rows as an aligned text table."""
+    header = [name for name, _ in COLUMNS]
+    body = [[fmt.format(r[name]) if r.get(name) is not None else "-" for name, fmt in COLUMNS]
+            for r in report["rows"]]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in body]
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
+    """Per-token p50 by backend, device and batch, as a bar chart (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from .errors import InputError
+
+        raise InputError("--plot needs matplotlib: pip install 'tfm-export[plot]'") from None
+    rows = report["rows"]
+    labels = [f"{r['backend']}\n{r['device']} b{r['batch']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.5))
+    ax.bar(labels, [r["per_token_ms_p50"] for r in rows])
+    ax.set_ylabel("per-token ms (p50)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

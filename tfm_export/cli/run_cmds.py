@@ -1,0 +1,112 @@
+"""`tfm-export generate` (greedy decoding on ONNX Runtime) and `tfm-export bench`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+
+from .common import library_errors, main_group, parse_int_list
+
+
+def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str
+             ) -> tuple[str, list[Any]]:
+    given = sum(bool(x) for x in (text, ids, input_file))
+    if given != 1:
+        raise click.UsageError("give exactly one of --text, --ids or --input")
+    if text:
+        return "text", list(text)
+    if ids:
+        return "ids", [parse_int_list(i, "--ids") for i in ids]
+    lines = [ln.rstrip("\n") for ln in input_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if input_format == "ids":
+        return "ids", [parse_int_list(ln, f"line of {input_file}") for ln in lines]
+    return "text", lines
+
+
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+@main_group.command("generate")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--text", multiple=True, help="Source text (repeatable); needs a tokenizer in the manifest.")
+@click.option("--ids", multiple=True, help='Source token ids, e.g. "3 17 9" (repeatable).')
+@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file with one source per line; results stream with a progress bar.")
+@click.option("--input-format", type=click.Choice(["text", "ids"]), default="text", show_default=True,
+              help="How --input lines are read.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--max-new-tokens", type=int, default=None, help="Most tokens per source (default: max_len).")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Sources decoded together.")
+@click.option("--threads", type=int, default=None, help="ONNX Runtime intra-op threads (default: all cores).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per source: ids (and text).")
+@library_errors
+def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
+                     input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
+                     threads: int | None, as_json: bool) -> None:
+    """Greedy decoding with the export in FOLDER on ONNX Runtime."""
+    from ..runtime import RuntimeOptions, open_export
+
+    kind, sources = _sources(text, ids, input_file, input_format)
+    if batch_size < 1:
+        raise click.BadParameter("--batch-size must be at least 1")
+    model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads))
+    has_tokenizer = bool(model.manifest.get("tokenizer"))
+    encoded = [model.tokenizer.encode(s) for s in sources] if kind == "text" else sources
+    with click.progressbar(length=len(sources), label="decoding", file=click.get_text_stream("stderr"),
+                           hidden=input_file is None) as bar:
+        for chunk, chunk_src in zip(_batches(encoded, batch_size), _batches(sources, batch_size)):
+            for src, out in zip(chunk_src, model.generate_ids(chunk, max_new_tokens)):
+                click.echo(_format(src, out, model.tokenizer if has_tokenizer else None, as_json))
+            bar.update(len(chunk))
+
+
+def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
+    record: dict[str, Any] = {"source": source, "ids": ids}
+    if tokenizer is not None:
+        record["text"] = tokenizer.decode(ids)
+    if as_json:
+        return json.dumps(record, ensure_ascii=False)
+    shown = record.get("text", " ".join(map(str, ids)))
+    return f"{source if isinstance(source, str) else ' '.join(map(str, source))}\t{shown}"
+
+
+@main_group.command("bench")
+@click.argument("target", type=click.Path(exists=True, path_type=Path))
+@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Checkpoint for the eager rows when TARGET is an export folder.")
+@click.option("--device", default="cpu", show_default=True, help="Devices, comma-separated: cpu,cuda.")
+@click.option("--batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
+@click.option("--src-len", type=int, default=32, show_default=True, help="Source tokens per row.")
+@click.option("--new-tokens", type=int, default=64, show_default=True, help="Tokens generated per row (EOS ignored).")
+@click.option("--repeat", type=int, default=5, show_default=True, help="Timed runs per backend, interleaved.")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per backend first.")
+@click.option("--threads", type=int, default=None, help="Intra-op threads for PyTorch and ORT.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a bar chart (PNG).")
+@library_errors
+def bench_command(target: Path, model_path: Path | None, device: str, batch: str, src_len: int, new_tokens: int,
+                  repeat: int, warmup: int, threads: int | None, json_file: Path | None,
+                  plot_file: Path | None) -> None:
+    """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
+    from ..bench import BenchSettings, format_table, plot, run_benchmark
+    from ..importers import load_any
+
+    settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
+                             batches=tuple(parse_int_list(batch, "--batch")), src_len=src_len,
+                             new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads)
+    export_dir = target if target.is_dir() and (target / "manifest.json").exists() else None
+    weights = model_path or (None if export_dir else target)
+    checkpoint = load_any(weights) if weights else None
+    if checkpoint is None:
+        click.echo("no checkpoint given (--model): ORT rows only", err=True)
+    report = run_benchmark(checkpoint, export_dir, settings)
+    click.echo(format_table(report))
+    if json_file:
+        json_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if plot_file:
+        plot(report, plot_file)

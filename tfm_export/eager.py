@@ -1,0 +1,112 @@
+"""The runtime's API over the eager PyTorch model (KV cache, CPU or CUDA): for comparisons."""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import cached_property
+from typing import Any, Sequence
+
+import torch
+
+from .checkpoint import Checkpoint
+from .decoding import pad_batch
+from .errors import DeviceError
+from .generate import greedy_decode
+from .model import Transformer
+from .runtime.exported import DecodeTimings
+
+
+def torch_device(spec: str) -> torch.device:
+    """`cpu`, `cuda`, `cuda:N`, `auto` -> a torch device; CUDA without a GPU is a DeviceError."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError("CUDA requested but PyTorch sees no GPU (or is a CPU build); use --device cpu")
+        return torch.device(spec)
+    if spec != "cpu":
+        raise DeviceError(f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto")
+    return torch.device("cpu")
+
+
+class EagerModel:
+    """`generate_ids` / `translate` like tfm_export.runtime.ExportedModel, on PyTorch."""
+
+    def __init__(self, model: Transformer, device: str = "cpu", tokenizer: dict[str, Any] | None = None):
+        self.device = torch_device(device)
+        self.model = model.to(self.device).eval()
+        self.config = model.config
+        self._tokenizer = tokenizer
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":
+        if not isinstance(checkpoint, Checkpoint):
+            from .importers import load_any
+
+            checkpoint = load_any(checkpoint)
+        return cls(checkpoint.build_model(), device, checkpoint.tokenizer)
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        from .errors import InputError
+        from .tokenizer import tokenizer_from_dict
+
+        if not self._tokenizer:
+            raise InputError("this checkpoint has no tokenizer; pass token ids instead of text")
+        return tokenizer_from_dict(self._tokenizer)
+
+    def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
+        sources = [self.tokenizer.encode(t) for t in texts]
+        return [self.tokenizer.decode(ids) for ids in self.generate_ids(sources, max_new_tokens)]
+
+    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
+        """Greedy decoding with the KV cache; `timings` collects per-step times (benchmarks)."""
+        src = torch.tensor(pad_batch(sources, self.config.src_pad_id), device=self.device)
+        if timings is None:
+            return greedy_decode(self.model, src, max_new_tokens, stop_at_eos)
+        return self._timed(src, max_new_tokens, stop_at_eos, timings)
+
+    def _timed(self, src: torch.Tensor, max_new_tokens: int | None, stop_at_eos: bool,
+               timings: DecodeTimings) -> list[list[int]]:
+        # Timing wraps the model's own methods, so the timed loop is greedy_decode itself.
+        model, clock = self.model, _Clock(self.device)
+        encode, decode = model.encode, model.decode
+
+        def timed_encode(*args: Any, **kwargs: Any) -> Any:
+            with clock as c:
+                out = encode(*args, **kwargs)
+            timings.encoder_s = c.seconds
+            return out
+
+        def timed_decode(*args: Any, **kwargs: Any) -> Any:
+            with clock as c:
+                out = decode(*args, **kwargs)
+            timings.steps_s.append(c.seconds)
+            return out
+
+        model.encode, model.decode = timed_encode, timed_decode
+        try:
+            return greedy_decode(model, src, max_new_tokens, stop_at_eos)
+        finally:
+            del model.encode, model.decode
+
+
+class _Clock:
+    """perf_counter around a block, synchronising CUDA so GPU work is counted."""
+
+    def __init__(self, device: torch.device):
+        self.cuda, self.seconds, self._start = device.type == "cuda", 0.0, 0.0
+
+    def __enter__(self) -> "_Clock":
+        if self.cuda:
+            torch.cuda.synchronize()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self._start
