@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -57,7 +58,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads))
     has_tokenizer = bool(model.manifest.get("tokenizer"))
     encoded = [model.tokenizer.encode(s) for s in sources] if kind == "text" else sources
-    with click.progressbar(length=len(sources), label="decoding", file=click.get_text_stream("stderr"),
+    with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
                            hidden=input_file is None) as bar:
         for chunk, chunk_src in zip(_batches(encoded, batch_size), _batches(sources, batch_size)):
             for src, out in zip(chunk_src, model.generate_ids(chunk, max_new_tokens)):

@@ -1,0 +1,76 @@
+"""`generate` and `bench` through Click."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tfm_export.cli import cli
+from tfm_export.runtime import open_export
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_generate_ids_json(tiny_export):
+    result = run("generate", tiny_export, "--ids", "5 9 13", "--ids", "40", "--json", "--device", "cpu",
+                 "--max-new-tokens", "7")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.output.splitlines()]
+    expected = open_export(tiny_export, device="cpu").generate_ids([[5, 9, 13], [40]], 7)
+    assert [r["ids"] for r in records] == expected and records[0]["source"] == [5, 9, 13]
+    assert "text" not in records[0]
+
+
+def test_generate_input_file_in_batches(tiny_export, tmp_path):
+    sources = [[5 + i, 9, 13 + i] for i in range(7)]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(" ".join(map(str, s)) for s in sources) + "\n")
+    result = run("generate", tiny_export, "--input", path, "--input-format", "ids", "--batch-size", "3",
+                 "--json", "--device", "cpu", "--max-new-tokens", "5")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(ln) for ln in result.output.splitlines() if ln.startswith("{")]
+    assert [r["ids"] for r in records] == open_export(tiny_export, device="cpu").generate_ids(sources, 5)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--ids", "5 999"], "out of range"),
+    (["--ids", "5 x"], "must be integers"),
+    (["--text", "hi"], "no tokenizer"),
+    ([], "exactly one of --text, --ids or --input"),
+    (["--ids", "5", "--device", "cuda:7"], "CUDA requested"),
+])
+def test_generate_errors(tiny_export, args, fragment):
+    result = run("generate", tiny_export, *args)
+    assert result.exit_code != 0 and fragment in result.output and "Traceback" not in result.output
+
+
+def test_generate_missing_folder(tmp_path):
+    result = run("generate", tmp_path / "nothing", "--ids", "5")
+    assert result.exit_code == 1 and "export folder not found" in result.output
+
+
+def test_bench_json_rows(tiny_checkpoint, tiny_export, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run("bench", tiny_export, "--model", tiny_checkpoint, "--batch", "1,2", "--src-len", "5",
+                 "--new-tokens", "4", "--repeat", "2", "--threads", "1", "--json", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert {(r["backend"], r["batch"]) for r in rows} == {("eager", 1), ("ort", 1), ("eager", 2), ("ort", 2)}
+    for row in rows:
+        for key in ("encoder_ms", "first_step_ms", "per_token_ms_p50", "per_token_ms_p90", "tokens_per_s"):
+            assert row[key] > 0
+        assert row["per_token_ms_p90"] >= row["per_token_ms_p50"]
+    ort_row = next(r for r in rows if r["backend"] == "ort" and r["batch"] == 1)
+    eager_row = next(r for r in rows if r["backend"] == "eager" and r["batch"] == 1)
+    assert ort_row["speedup_vs_eager"] == pytest.approx(
+        eager_row["per_token_ms_p50"] / ort_row["per_token_ms_p50"], rel=1e-2)
+    assert report["machine"]["threads"] == 1 and "speedup_vs_eager" in result.output
+
+
+def test_bench_export_folder_alone_gives_ort_rows(tiny_export):
+    result = run("bench", tiny_export, "--batch", "1", "--new-tokens", "3", "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    assert "ORT rows only" in result.output and " eager " not in result.output
