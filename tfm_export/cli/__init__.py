@@ -13,7 +13,7 @@ import click
 from .common import main_group
 
 # Each module registers its commands on `main_group` when imported.
-COMMAND_MODULES = ("init_cmd", "export_cmd", "run_cmds", "web_cmd")
+COMMAND_MODULES = ("init_cmd", "export_cmd", "run_cmds", "demo_cmd", "web_cmd")
 
 for _name in COMMAND_MODULES:
     try:

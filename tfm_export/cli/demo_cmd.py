@@ -1,0 +1,54 @@
+"""`tfm-export demo`: the whole job on the bundled model (what `make demo` runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import library_errors, main_group
+
+BUNDLED = Path("models/num2words-de")
+
+
+@main_group.command("demo")
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=BUNDLED / "model.pt",
+              show_default=True, help="Checkpoint to demonstrate.")
+@click.option("--heldout", type=click.Path(path_type=Path), default=BUNDLED / "heldout.tsv", show_default=True,
+              help="source<TAB>expected lines; the first --samples are translated.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo_out/num2words-de_onnx"),
+              show_default=True, help="Export folder (replaced if it exists).")
+@click.option("--samples", type=int, default=8, show_default=True, help="How many inputs to translate.")
+@click.option("--threads", type=int, default=2, show_default=True, help="Threads for the latency table.")
+@library_errors
+def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threads: int) -> None:
+    """Export, validate, translate samples with ONNX Runtime, and compare latency with eager."""
+    from ..bench import BenchSettings, format_table, run_benchmark
+    from ..demo import compare_samples, format_samples, read_heldout
+    from ..eager import EagerModel
+    from ..export import ExportOptions, export_model
+    from ..importers import load_any
+    from ..runtime import open_export
+    from ..validate import format_report
+
+    click.secho(f"1. export {model_path} -> {out} (with validation)", bold=True)
+    checkpoint = load_any(model_path)
+    manifest = export_model(checkpoint, out, ExportOptions(force=True),
+                            on_stage=lambda name, s: click.echo(f"  {name:<16} {s:6.1f} s"))
+    click.echo(format_report(manifest["validation"]))
+
+    click.secho("\n2. translate with ONNX Runtime (CPU), next to eager PyTorch", bold=True)
+    pairs = read_heldout(heldout, samples) if heldout.exists() else [(s, None) for s in checkpoint.samples or []]
+    rows = compare_samples(open_export(out, device="cpu"), EagerModel.from_checkpoint(checkpoint),
+                           [p[0] for p in pairs], [p[1] for p in pairs])
+    click.echo(format_samples(rows))
+
+    click.secho(f"\n3. latency: eager PyTorch vs ONNX Runtime ({threads} threads, 24 new tokens)", bold=True)
+    report = run_benchmark(checkpoint, out, BenchSettings(batches=(1, 8), src_len=6, new_tokens=24, repeat=3,
+                                                          threads=threads))
+    click.echo(format_table(report))
+    if not all(r["ort_equals_eager"] for r in rows):
+        raise click.ClickException("ONNX Runtime and eager disagree on a sample (see the table above)")
+    if any(r["correct"] is False for r in rows):
+        raise click.ClickException("the model got a sample wrong (see the table above)")
+    click.secho(f"\ndone: {out} is ready to ship (see README: 'Use the export from another app')", bold=True)
