@@ -6,6 +6,8 @@ so machine noise hits them alike; quote the ratios, not the absolute times.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import platform
 import random
@@ -64,8 +66,32 @@ def _ort(ctx: BenchContext, device: str) -> Runner | None:
     return open_export(ctx.export_dir, device, RuntimeOptions(intra_op_threads=ctx.settings.threads), verify=False)
 
 
+def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | None]:
+    """The CTranslate2 peer, when installed; its int8 row only beside an int8 ORT export."""
+
+    def factory(ctx: BenchContext, device: str) -> Runner | None:
+        if ctx.checkpoint is None or importlib.util.find_spec("ctranslate2") is None:
+            return None
+        if compute_type == "int8" and _ort_quantize(ctx) != "int8":
+            return None
+        from .ct2 import CT2Runner
+
+        return CT2Runner(ctx.checkpoint.build_model(), device, compute_type, ctx.settings.threads)
+
+    return factory
+
+
+def _ort_quantize(ctx: BenchContext) -> str | None:
+    if ctx.export_dir is None:
+        return None
+    manifest = json.loads((ctx.export_dir / "manifest.json").read_text(encoding="utf-8"))
+    return manifest.get("variant", {}).get("quantize")
+
+
 # name -> factory; a factory returns None when it cannot run with this context (e.g. no weights).
-BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {"eager": _eager, "ort": _ort}
+BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {
+    "eager": _eager, "ort": _ort, "ctranslate2": _ctranslate2("float32"),
+    "ctranslate2-int8": _ctranslate2("int8")}
 
 
 def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike | None,

@@ -123,7 +123,8 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
             from .validate import validate_export
 
             with stage("validate"):
-                manifest["validation"] = validate_export(tmp, model, atol=options.atol)
+                manifest["validation"] = validate_export(tmp, model, atol=options.atol,
+                                                         exact=options.quantize is None)
             write_manifest(tmp, manifest)
         _replace_dir(tmp, out_dir)
     except BaseException:

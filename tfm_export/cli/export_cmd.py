@@ -66,10 +66,13 @@ def _echo_stage(name: str, seconds: float) -> None:
               help="Validation tolerance: max abs difference between ORT and eager outputs.")
 @click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
 @click.option("--force", is_flag=True, help="Replace the output folder if it exists.")
+@click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (skip-layer-norm, fused MatMul).")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None,
+              help="Dynamic int8 weights for CPU; validation reports token agreement with float32.")
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
-                   **load_opts: Any) -> None:
+                   optimize: bool, quantize: str | None, **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     from ..export import ExportOptions, default_out_dir, export_model
     from ..validate import format_report
@@ -80,7 +83,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     click.echo(f"exporting {model} -> {out}", err=True)
     checkpoint = load_model_file(model, **load_opts)
     _echo_detected(checkpoint)
-    options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force)
+    options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
+                            quantize=quantize)
     try:
         manifest = export_model(checkpoint, out, options, on_stage=_echo_stage)
     except ValidationError as exc:
