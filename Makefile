@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test runtimes-npm clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,15 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 demo: $(VENV)/.installed
-	$(PY) -m tfm_export.demo
+	$(VENV)/bin/tfm-export demo
 
-test: $(VENV)/.installed-test
+# The Node and browser runtimes' packages (only the npm registry is needed; tests skip without node).
+runtimes-npm:
+	@if command -v npm >/dev/null; then \
+	  for d in runtimes/node runtimes/web; do (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; done; \
+	else echo "SKIPPED: npm not found; the Node and browser runtime tests will be skipped"; fi
+
+test: $(VENV)/.installed-test runtimes-npm
 	$(PY) -m pytest -q
 
 clean:

@@ -1,0 +1,30 @@
+"""`tfm-export serve-web`: the browser demo (runtimes/web) over one export folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import library_errors, main_group
+
+
+@main_group.command("serve-web")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep it local).")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port; 0 picks a free one.")
+@click.option("--web-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The runtimes/web folder (default: the one in this checkout).")
+@library_errors
+def serve_web_command(folder: Path, host: str, port: int, web_dir: Path | None) -> None:
+    """Serve the browser page for the export in FOLDER until interrupted."""
+    from ..serve_web import WEB_DIR, make_server
+
+    server = make_server(folder, host, port, web_dir or WEB_DIR)
+    click.echo(f"serving {folder} on http://{server.server_address[0]}:{server.server_address[1]}/", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
