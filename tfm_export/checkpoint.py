@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .config import TransformerConfig
-from .errors import CheckpointError, shorten
+from .errors import CheckpointError, problem_list
 from .model import Transformer
 
 log = logging.getLogger(__name__)
@@ -120,15 +120,10 @@ def load_weights(model: Transformer, state: dict[str, torch.Tensor], source: str
     unexpected = sorted(set(state) - set(expected))
     misshaped = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
                  if k in state and tuple(state[k].shape) != tuple(v.shape)]
-    problems = []
-    if missing:
-        problems.append(f"missing keys: {shorten(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys: {shorten(unexpected)}")
-    if misshaped:
-        problems.append(f"mis-shaped: {shorten(misshaped, 3)}")
+    problems = problem_list(("missing keys", missing, 5), ("unexpected keys", unexpected, 5),
+                            ("mis-shaped", misshaped, 3))
     if problems:
-        raise CheckpointError(f"{source} does not fit the model config: {'; '.join(problems)}; "
+        raise CheckpointError(f"{source} does not fit the model config: {problems}; "
                               f"check the config saved with the weights")
     model.load_state_dict(state, strict=True)
 

@@ -47,3 +47,19 @@ def shorten(names: list[str], limit: int = 5) -> str:
     names = list(names)
     head = ", ".join(names[:limit])
     return head if len(names) <= limit else f"{head}, ... (+{len(names) - limit} more)"
+
+
+def load_object(reference: str, error: type[TfmExportError], what: str):
+    """Import `module:attribute` lazily (optional dependencies load only when used)."""
+    import importlib
+
+    module_name, _, attribute = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except ImportError as exc:
+        raise error(f"the {what} is not available ({exc})") from None
+
+
+def problem_list(*groups: tuple[str, list[str], int]) -> str:
+    """`label: a, b, ...` for each non-empty (label, names, limit) group, joined by '; '."""
+    return "; ".join(f"{label}: {shorten(names, limit)}" for label, names, limit in groups if names)

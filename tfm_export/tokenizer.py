@@ -13,11 +13,10 @@ Ids are positions in the vocab lists; the first `specials` entries are pad, bos 
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-from .errors import InputError, ManifestError
+from .errors import InputError, ManifestError, load_object
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PAD, BOS, EOS = 0, 1, 2
@@ -104,9 +103,5 @@ def tokenizer_from_dict(data: dict[str, Any], folder: Path | None = None) -> Tok
     kind = data.get("type")
     if kind not in TOKENIZER_TYPES:
         raise ManifestError(f"unknown tokenizer type {kind!r}; this version knows {', '.join(TOKENIZER_TYPES)}")
-    module_name, _, class_name = TOKENIZER_TYPES[kind].partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except ImportError as exc:
-        raise ManifestError(f"the {kind} tokenizer is not available ({exc})") from None
+    cls = load_object(TOKENIZER_TYPES[kind], ManifestError, f"{kind} tokenizer")
     return cls.from_dict(data, folder)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import logging
 
-import click
 
 from .common import main_group
 

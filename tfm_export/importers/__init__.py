@@ -16,7 +16,7 @@ import torch
 
 from ..checkpoint import FORMAT, RESAVE_HINT, Checkpoint, load_checkpoint, read_file
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError, shorten
+from ..errors import CheckpointError, ConfigError, load_object, shorten
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +113,5 @@ def _load_folder(path: Path, layout: str, options: dict[str, Any]) -> Checkpoint
         raise ConfigError(f"layout {layout!r} reads a file, not the folder {path}")
     if not (path / "config.json").exists():
         raise CheckpointError(f"{path} has no config.json; pass a checkpoint file or a Hugging Face model folder")
-    module_name, _, function = FOLDER_LAYOUTS[layout].partition(":")
-    try:
-        importer = getattr(importlib.import_module(module_name), function)
-    except ImportError as exc:
-        raise ConfigError(f"the {layout} importer is not available ({exc})") from None
+    importer = load_object(FOLDER_LAYOUTS[layout], ConfigError, f"{layout} importer")
     return importer(path, options)

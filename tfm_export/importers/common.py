@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, ConfigError, shorten
+from ..errors import CheckpointError, ConfigError, problem_list
 
 # The CLI spelling of each option, for error messages.
 CLI_NAMES = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
@@ -70,12 +70,8 @@ class KeyMap:
     def finish(self, ignored: set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """The target state dict; every source key must have been consumed (or ignored on purpose)."""
         leftover = sorted(set(self.source) - self.consumed - set(ignored))
-        problems = []
-        if self.missing:
-            problems.append(f"missing source keys: {shorten(self.missing)}")
-        if leftover:
-            problems.append(f"keys left over: {shorten(leftover)}")
+        problems = problem_list(("missing source keys", self.missing, 5), ("keys left over", leftover, 5))
         if problems:
-            raise CheckpointError(f"cannot convert this {self.layout} checkpoint: {'; '.join(problems)}; "
+            raise CheckpointError(f"cannot convert this {self.layout} checkpoint: {problems}; "
                                   f"check --layout or the model definition")
         return self.target

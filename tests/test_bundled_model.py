@@ -1,0 +1,61 @@
+"""The bundled model (models/num2words-de): it loads, exports, validates and translates correctly."""
+
+import json
+
+import pytest
+
+from tfm_export.checkpoint import load_checkpoint
+from tfm_export.demo import read_heldout
+from tfm_export.eager import EagerModel
+from tfm_export.export import ExportOptions, export_model
+from tfm_export.runtime import open_export
+
+from conftest import BUNDLED
+
+HELDOUT = read_heldout(BUNDLED / "heldout.tsv")
+FIXED = HELDOUT[:20]
+
+
+def accuracy(outputs, pairs):
+    return sum(o == expected for o, (_, expected) in zip(outputs, pairs)) / len(pairs)
+
+
+def test_checkpoint_carries_tokenizer_samples_and_card():
+    ckpt = load_checkpoint(BUNDLED / "model.pt")
+    assert ckpt.tokenizer["type"] == "chars" and ckpt.samples
+    card = (BUNDLED / "README.md").read_text()
+    metrics = json.loads((BUNDLED / "metrics.json").read_text())
+    assert metrics["heldout_exact_match"] >= 0.95
+    assert f"{100 * metrics['heldout_exact_match']:.1f}%" in card
+    assert len(HELDOUT) >= 100
+
+
+def test_eager_greedy_gives_the_expected_strings():
+    eager = EagerModel.from_checkpoint(BUNDLED / "model.pt")
+    assert eager.translate([s for s, _ in FIXED]) == [t for _, t in FIXED]
+
+
+def test_export_validates_and_ort_gives_the_expected_strings(bundled_export):
+    manifest = json.loads((bundled_export / "manifest.json").read_text())
+    assert manifest["validation"]["greedy"]["equal"] and manifest["validation"]["greedy"]["from"] == "samples"
+    runtime = open_export(bundled_export, device="cpu")
+    assert runtime.translate([s for s, _ in FIXED]) == [t for _, t in FIXED]
+    outputs = runtime.translate([s for s, _ in HELDOUT])
+    assert accuracy(outputs, HELDOUT) >= 0.95
+
+
+def test_unknown_characters_are_refused_clearly(bundled_export):
+    from tfm_export.errors import InputError
+
+    with pytest.raises(InputError, match="cannot encode 'x'"):
+        open_export(bundled_export, device="cpu").translate(["12x4"])
+
+
+def test_int8_keeps_accuracy_within_one_point(bundled_export, tmp_path):
+    out = tmp_path / "int8"
+    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(quantize="int8"))
+    assert manifest["validation"]["mode"] == "agreement"
+    sources = [s for s, _ in HELDOUT]
+    float32 = accuracy(open_export(bundled_export, device="cpu").translate(sources), HELDOUT)
+    int8 = accuracy(open_export(out, device="cpu").translate(sources), HELDOUT)
+    assert int8 >= float32 - 0.01, f"int8 {int8:.3f} vs float32 {float32:.3f}"
