@@ -26,7 +26,7 @@ def test_checkpoint_carries_tokenizer_samples_and_card():
     card = (BUNDLED / "README.md").read_text()
     metrics = json.loads((BUNDLED / "metrics.json").read_text())
     assert metrics["heldout_exact_match"] >= 0.95
-    assert f"{100 * metrics['heldout_exact_match']:.1f}%" in card
+    assert f"{metrics['heldout_exact_match']:.2%}" in card
     assert len(HELDOUT) >= 100
 
 
@@ -37,7 +37,7 @@ def test_eager_greedy_gives_the_expected_strings():
 
 def test_export_validates_and_ort_gives_the_expected_strings(bundled_export):
     manifest = json.loads((bundled_export / "manifest.json").read_text())
-    assert manifest["validation"]["greedy"]["equal"] and manifest["validation"]["greedy"]["from"] == "samples"
+    assert manifest["validation"]["greedy"]["equal"] and manifest["validation"]["greedy"]["from"] == "sample"
     runtime = open_export(bundled_export, device="cpu")
     assert runtime.translate([s for s, _ in FIXED]) == [t for _, t in FIXED]
     outputs = runtime.translate([s for s, _ in HELDOUT])

@@ -147,7 +147,7 @@ def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_
     total = sum(max(len(a), len(b)) for a, b in zip(got, ref)) or 1
     return {"sources": len(sources), "max_new_tokens": steps, "equal": not bad, "mismatched_rows": bad[:10],
             "row_agreement": 1 - len(bad) / len(sources), "token_agreement": same / total,
-            "from": "samples" if runtime.manifest.get("samples") else "random"}
+            "from": "sample" if runtime.manifest.get("samples") else "random"}
 
 
 def _greedy_sources(runtime: Any, cfg: Any, gen: torch.Generator) -> list[list[int]]:
