@@ -57,7 +57,7 @@ def test_bench_json_rows(tiny_checkpoint, tiny_export, tmp_path):
                  "--new-tokens", "4", "--repeat", "2", "--threads", "1", "--json", out)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    rows = report["rows"]
+    rows = [r for r in report["rows"] if r["backend"] in ("eager", "ort")]  # peers join when installed
     assert {(r["backend"], r["batch"]) for r in rows} == {("eager", 1), ("ort", 1), ("eager", 2), ("ort", 2)}
     for row in rows:
         for key in ("encoder_ms", "first_step_ms", "per_token_ms_p50", "per_token_ms_p90", "tokens_per_s"):

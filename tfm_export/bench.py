@@ -166,7 +166,8 @@ def _add_speedups(rows: list[dict[str, Any]]) -> None:
     eager = {(r["device"], r["batch"]): r["per_token_ms_p50"] for r in rows if r["backend"] == "eager"}
     for r in rows:
         base = eager.get((r["device"], r["batch"]))
-        r["speedup_vs_eager"] = round(base / r["per_token_ms_p50"], 3) if base else None
+        ok = base and r["per_token_ms_p50"] > 0
+        r["speedup_vs_eager"] = round(base / r["per_token_ms_p50"], 3) if ok else None
 
 
 def _rss_mb() -> float:
