@@ -116,7 +116,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
         if options.is_variant:
             from .variants import apply_variants
 
-            with stage("optimize"):
+            with stage("transform"):
                 apply_variants(tmp, manifest, model, options)
         write_manifest(tmp, manifest)
         if options.validate:
