@@ -41,3 +41,26 @@ def test_bad_dicts(tok):
         tokenizer_from_dict({"type": "chars", "src_vocab": tok.src_vocab})
     with pytest.raises(ManifestError, match="must start with"):
         CharTokenizer(["a", "b"], tok.tgt_vocab)
+
+
+def test_without_eos_and_out_of_range_ids(tok):
+    plain = tokenizer_from_dict(CharTokenizer(tok.src_vocab, tok.tgt_vocab, append_eos=False).to_dict())
+    assert plain.encode("4718") == tok.encode("4718")[:-1]
+    assert tok.decode([len(tok.tgt_vocab), -1, *tok.encode_target("fünf")]) == "fünf"
+
+
+def test_long_input_error_stays_one_short_line(tok):
+    with pytest.raises(InputError) as info:
+        tok.encode("1" * 500 + "\nx")
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 200 and "'\\nx'" in message
+
+
+def test_registry_resolves_every_type_and_rejects_repeats(tok):
+    from tfm_export.errors import load_object
+    from tfm_export.tokenizer import TOKENIZER_TYPES
+
+    for kind, reference in TOKENIZER_TYPES.items():
+        assert load_object(reference, ManifestError, kind).kind == kind
+    with pytest.raises(ManifestError, match="repeats"):
+        CharTokenizer([*tok.src_vocab, "1"], tok.tgt_vocab)

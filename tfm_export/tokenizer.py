@@ -42,9 +42,14 @@ class CharTokenizer:
         for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
             if tuple(vocab[: len(SPECIALS)]) != SPECIALS:
                 raise ManifestError(f"tokenizer {name} must start with {', '.join(SPECIALS)}")
+            # A repeated entry would make encoding ambiguous and decoding disagree with training.
+            repeated = sorted({ch for ch in vocab if list(vocab).count(ch) > 1})
+            if repeated:
+                raise ManifestError(f"tokenizer {name} repeats {repeated}; re-export the model")
         self.src_vocab, self.tgt_vocab = list(src_vocab), list(tgt_vocab)
         self.append_eos = append_eos
         self._src_ids = {ch: i for i, ch in enumerate(self.src_vocab) if i >= len(SPECIALS)}
+        self._tgt_ids = {ch: i for i, ch in enumerate(self.tgt_vocab) if i >= len(SPECIALS)}
 
     @classmethod
     def build(cls, sources: Iterable[str], targets: Iterable[str]) -> "CharTokenizer":
@@ -58,18 +63,18 @@ class CharTokenizer:
         unknown = sorted({ch for ch in text if ch not in self._src_ids})
         if unknown:
             allowed = "".join(self.src_vocab[len(SPECIALS):])
-            raise InputError(f"cannot encode {''.join(unknown)!r} in {text!r}: the model knows only "
+            shown = text if len(text) <= 60 else text[:57] + "..."  # keep the message one short line
+            raise InputError(f"cannot encode {''.join(unknown)!r} in {shown!r}: the model knows only "
                              f"the characters {allowed!r}")
         ids = [self._src_ids[ch] for ch in text]
         return ids + [EOS] if self.append_eos else ids
 
     def encode_target(self, text: str) -> list[int]:
         """Target text -> ids (training only); unknown characters are an InputError."""
-        index = {ch: i for i, ch in enumerate(self.tgt_vocab) if i >= len(SPECIALS)}
-        missing = sorted({ch for ch in text if ch not in index})
+        missing = sorted({ch for ch in text if ch not in self._tgt_ids})
         if missing:
             raise InputError(f"target characters {''.join(missing)!r} are not in the vocabulary")
-        return [index[ch] for ch in text]
+        return [self._tgt_ids[ch] for ch in text]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Target ids -> text, skipping special and out-of-range ids."""
@@ -77,17 +82,20 @@ class CharTokenizer:
         return "".join(self.tgt_vocab[i] for i in ids if len(SPECIALS) <= i < n)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form stored in checkpoints and manifests (see the module docstring)."""
         return {"type": self.kind, "src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab,
                 "specials": len(SPECIALS), "append_eos": self.append_eos}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "CharTokenizer":
+        """Rebuild from `to_dict`'s form; `folder` is unused (no extra files)."""
         try:
             return cls(data["src_vocab"], data["tgt_vocab"], bool(data.get("append_eos", True)))
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"chars tokenizer is missing {exc}; re-export the model") from None
 
     def files(self) -> list[Path]:
+        """Extra files an export folder needs: none, the vocabularies live in the dict."""
         return []
 
 
