@@ -104,6 +104,8 @@ def _echo_detected(checkpoint: Any) -> None:
                f"max_len {cfg.max_len}", err=True)
     if meta.get("options"):
         click.echo(f"  options used: {meta['options']}", err=True)
+    if meta.get("detected"):
+        click.echo(f"  detected: {meta['detected']}", err=True)
 
 
 @main_group.command("validate")
