@@ -169,15 +169,18 @@ class TokenEmbedding(nn.Module):
 
 
 class Seq2SeqTransformer(nn.Module):
+    """The tutorial's model; batch_first, norm_first, activation, maxlen and bias are test knobs
+    whose defaults are the tutorial's."""
+
     def __init__(self, num_encoder_layers, num_decoder_layers, emb_size, nhead, src_vocab_size, tgt_vocab_size,
                  dim_feedforward=512, dropout=0.1, batch_first=False, norm_first=False, activation="relu",
-                 maxlen=5000):
+                 maxlen=5000, bias=True):
         super().__init__()
         self.batch_first = batch_first
         self.transformer = nn.Transformer(d_model=emb_size, nhead=nhead, num_encoder_layers=num_encoder_layers,
                                           num_decoder_layers=num_decoder_layers, dim_feedforward=dim_feedforward,
                                           dropout=dropout, batch_first=batch_first, norm_first=norm_first,
-                                          activation=activation)
+                                          activation=activation, bias=bias)
         self.generator = nn.Linear(emb_size, tgt_vocab_size)
         self.src_tok_emb = TokenEmbedding(src_vocab_size, emb_size)
         self.tgt_tok_emb = TokenEmbedding(tgt_vocab_size, emb_size)
@@ -190,6 +193,12 @@ class Seq2SeqTransformer(nn.Module):
         outs = self.transformer(src_emb, tgt_emb, src_mask, tgt_mask, None, src_padding_mask, tgt_padding_mask,
                                 memory_key_padding_mask)
         return self.generator(outs)
+
+    def encode(self, src, src_mask):
+        return self.transformer.encoder(self.positional_encoding(self.src_tok_emb(src)), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask):
+        return self.transformer.decoder(self.positional_encoding(self.tgt_tok_emb(tgt)), memory, tgt_mask)
 
 
 def generate_square_subsequent_mask(sz):
@@ -206,6 +215,36 @@ def create_mask(src, tgt, pad_idx, batch_first):
     src_padding_mask = (src == pad_idx) if batch_first else (src == pad_idx).transpose(0, 1)
     tgt_padding_mask = (tgt == pad_idx) if batch_first else (tgt == pad_idx).transpose(0, 1)
     return src_mask, tgt_mask, src_padding_mask, tgt_padding_mask
+
+
+def greedy_decode(model, src, src_mask, max_len, start_symbol, eos_idx):
+    """The tutorial's greedy_decode (EOS_IDX passed in): one sentence src (src_len, 1), sequence-first,
+    the whole target recomputed at every step."""
+    memory = model.encode(src, src_mask)
+    ys = torch.ones(1, 1).fill_(start_symbol).type(torch.long)
+    for i in range(max_len - 1):
+        tgt_mask = (generate_square_subsequent_mask(ys.size(0)).type(torch.bool))
+        out = model.decode(ys, memory, tgt_mask)
+        out = out.transpose(0, 1)
+        prob = model.generator(out[:, -1])
+        _, next_word = torch.max(prob, dim=1)
+        next_word = next_word.item()
+        ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word)], dim=0)
+        if next_word == eos_idx:
+            break
+    return ys
+
+
+@torch.no_grad()
+def translate_ids(model, src_ids, bos, eos):
+    """The tutorial's translate() on ids instead of text: max_len = num_tokens + 5; BOS/EOS stripped."""
+    model.eval()
+    src = torch.tensor(src_ids).view(-1, 1)
+    num_tokens = src.shape[0]
+    src_mask = (torch.zeros(num_tokens, num_tokens)).type(torch.bool)
+    tgt_tokens = greedy_decode(model, src, src_mask, max_len=num_tokens + 5, start_symbol=bos,
+                               eos_idx=eos).flatten().tolist()
+    return tgt_tokens[1:-1] if tgt_tokens[-1] == eos else tgt_tokens[1:]
 
 
 def seq2seq_logits(model, src, tgt, pad_idx):

@@ -30,10 +30,10 @@ def tutorial_model(seed=0):
                                    max_length=30).eval()
 
 
-def seq2seq_model(batch_first, norm_first, seed=0, activation="relu"):
+def seq2seq_model(batch_first, norm_first, seed=0, maxlen=64, **knobs):
     torch.manual_seed(seed)
     return ref.Seq2SeqTransformer(2, 2, 32, 4, 40, 44, dim_feedforward=48, dropout=0.1, batch_first=batch_first,
-                                  norm_first=norm_first, activation=activation, maxlen=64).eval()
+                                  norm_first=norm_first, maxlen=maxlen, **knobs).eval()
 
 
 def padded_batch(seed=1):
@@ -79,24 +79,97 @@ def test_eager_conversion_matches_the_original(make, tmp_path):
     assert ckpt.meta["layout"] == expected_layout
 
 
-def test_gelu_activation_option(tmp_path):
-    module = seq2seq_model(True, False, activation="gelu")
-    ckpt = load_any(save(module, tmp_path / "m.pt"), options=IDS | {"activation": "gelu"})
+@pytest.mark.parametrize("knobs, options", [({"activation": "gelu"}, {"activation": "gelu"}),
+                                           ({"bias": False}, {})], ids=["gelu", "bias=False"])
+@torch.no_grad()
+def test_nn_transformer_variants(knobs, options, tmp_path):
+    module = seq2seq_model(True, False, **knobs)
+    ckpt = load_any(save(module, tmp_path / "m.pt"), options=IDS | options)
     src, tgt = padded_batch()
-    with torch.no_grad():
-        diff = (ckpt.build_model()(src, tgt) - ref.seq2seq_logits(module, src, tgt, PAD)).abs().max()
-    assert diff <= 1e-4
+    assert (ckpt.build_model()(src, tgt) - ref.seq2seq_logits(module, src, tgt, PAD)).abs().max() <= 1e-4
+    assert ckpt.meta["detected"]["bias"] == knobs.get("bias", True)
+
+
+@torch.no_grad()
+def test_official_tutorial_as_published(tmp_path):
+    """The tutorial's own settings (maxlen 5000, sequence-first) against its own translate()."""
+    torch.manual_seed(7)
+    module = ref.Seq2SeqTransformer(2, 2, 32, 4, 40, 44, dim_feedforward=48).eval()
+    ckpt = load_any(save(module, tmp_path / "model.pt"), options=IDS)
+    # Its float32 table drifts from the exact sinusoids by up to ~4e-4 near row 5000; still detected.
+    assert (ckpt.config.positions, ckpt.config.max_len) == ("sinusoidal", 5000)
+    ours = ckpt.build_model()
+    src, tgt = padded_batch()
+    assert (ours(src, tgt) - ref.seq2seq_logits(module, src, tgt, PAD)).abs().max() <= 1e-4
+    sources = [[t for t in row.tolist() if t != PAD] for row in src]
+    batched = greedy_decode(ours, src, max(len(s) for s in sources) + 4)  # one padded batch
+    for row, source in zip(batched, sources):  # the tutorial: one sentence at a time, max_len = n + 5
+        assert row[: len(source) + 4] == ref.translate_ids(module, source, BOS, EOS)
+
+
+@pytest.mark.parametrize("table", ["not saved", "trained"])
+@torch.no_grad()
+def test_position_tables_that_are_not_the_tutorials(table, tmp_path):
+    module = seq2seq_model(False, False, seed=2)
+    options = dict(IDS)
+    if table == "trained":
+        module.positional_encoding.pos_embedding.normal_()
+    state = module.state_dict()
+    if table == "not saved":  # register_buffer(..., persistent=False)
+        del state["positional_encoding.pos_embedding"]
+        options["max_len"] = 64
+    torch.save(state, tmp_path / "m.pt")
+    ckpt = load_any(tmp_path / "m.pt", options=options)
+    assert ckpt.config.positions == ("sinusoidal" if table == "not saved" else "learned")
+    assert ckpt.config.max_len == 64 and ckpt.meta["detected"]["positions"].startswith(ckpt.config.positions)
+    src, tgt = padded_batch()
+    assert (ckpt.build_model()(src, tgt) - ref.seq2seq_logits(module, src, tgt, PAD)).abs().max() <= 1e-4
+
+
+@torch.no_grad()
+def test_training_checkpoint_with_dataparallel_prefix(tmp_path):
+    module = tutorial_model(5)
+    state = {f"module.{k}": v for k, v in module.state_dict().items()}
+    optimizer = torch.optim.Adam(module.parameters())
+    torch.save({"epoch": 3, "model_state_dict": state, "optimizer_state_dict": optimizer.state_dict()},
+               tmp_path / "ckpt.pt")
+    ckpt = load_any(tmp_path / "ckpt.pt", options=IDS)
+    assert ckpt.meta["detected"]["wrapper"] == "['model_state_dict']"
+    assert ckpt.meta["detected"]["prefix"] == "module."
+    src, tgt = padded_batch()
+    assert (ckpt.build_model()(src, tgt) - module(src, tgt)).abs().max() <= 1e-4
+
+
+@torch.no_grad()
+def test_options_that_the_layout_fixes_or_the_weights_limit(tmp_path):
+    path = save(tutorial_model(), tmp_path / "m.pt")
+    with pytest.raises(ConfigError, match="--norm-first does not apply: the tutorial layout"):
+        load_any(path, options=IDS | {"norm_first": True})
+    with pytest.raises(ConfigError, match="--activation gelu does not apply"):
+        load_any(path, options=IDS | {"activation": "gelu"})
+    with pytest.raises(ConfigError, match="--max-len 31 does not fit the position tables of 30"):
+        load_any(path, options=IDS | {"max_len": 31})
+    with pytest.raises(ConfigError, match="divisible by config.n_heads"):
+        load_any(path, options=IDS | {"heads": 5})
+    # Agreeing with the code is fine, None means "not given", and a shorter table is exact.
+    ckpt = load_any(path, options=IDS | {"norm_first": False, "tgt_pad_id": None, "max_len": 12})
+    assert ckpt.config.max_len == 12 and ckpt.config.tgt_pad_id == PAD
+    src, tgt = padded_batch()
+    assert (ckpt.build_model()(src, tgt) - tutorial_model()(src, tgt)).abs().max() <= 1e-4
 
 
 @pytest.fixture(scope="module", params=["tutorial", "nn_transformer"])
 def exported(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
-    module = tutorial_model(3) if request.param == "tutorial" else seq2seq_model(True, True, seed=3)
+    # nn_transformer: pre-LN and the tutorial's 5000-row table, cut by --max-len (validation runs
+    # sources of max_len tokens, slow at 5000).
+    module = tutorial_model(3) if request.param == "tutorial" else seq2seq_model(True, True, seed=3, maxlen=5000)
     path = save(module, folder / "model.pt")
-    extra = ["--norm-first"] if request.param == "nn_transformer" else []
+    extra = ["--norm-first", "--max-len", "128"] if request.param == "nn_transformer" else []
     result = CliRunner().invoke(cli, [str(path), *CLI_IDS, *extra])
     assert result.exit_code == 0, result.output
     assert f"layout {request.param}" in result.output and "options used" in result.output
+    assert request.param == "tutorial" or "max_len 128" in result.output
     return module, folder / "model_onnx"
 
 
@@ -149,11 +222,15 @@ def test_unknown_layout_and_wrong_override(tmp_path):
     torch.save({"something.weight": torch.zeros(2, 2)}, tmp_path / "odd.pt")
     with pytest.raises(CheckpointError, match="cannot tell the layout"):
         load_any(tmp_path / "odd.pt", options=IDS)
+    torch.save({"encoder.transformer_layers.0.attention.W_q.weight": torch.zeros(2, 2)}, tmp_path / "v2.pt")
+    with pytest.raises(CheckpointError, match="W_q/W_k/W_v variant .* instead of excluding them"):
+        load_any(tmp_path / "v2.pt", options=IDS)
     path = save(tutorial_model(), tmp_path / "m.pt")
     with pytest.raises(CheckpointError, match="cannot convert .* as layout nn_transformer"):
         load_any(path, layout="nn_transformer", options=IDS)
     with pytest.raises(ConfigError, match="unknown layout 'keras'"):
         load_any(path, layout="keras", options=IDS)
+    assert load_any(path, layout="tutorial", options=IDS).meta["layout"] == "tutorial"
 
 
 def test_pickled_module_needs_trust(tmp_path):
@@ -162,6 +239,28 @@ def test_pickled_module_needs_trust(tmp_path):
     with pytest.raises(CheckpointError, match="needs code to load"):
         load_any(tmp_path / "whole.pt", options=IDS)
     ckpt = load_any(tmp_path / "whole.pt", trust_pickle=True, options=IDS)
+    assert ckpt.meta["detected"]["wrapper"] == "pickled module"
     src, tgt = padded_batch()
     with torch.no_grad():
         assert (ckpt.build_model()(src, tgt) - module(src, tgt)).abs().max() <= 1e-4
+    # Trust does not turn a broken file into a traceback.
+    (tmp_path / "broken.pt").write_bytes((tmp_path / "whole.pt").read_bytes()[:200])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_any(tmp_path / "broken.pt", trust_pickle=True, options=IDS)
+
+
+def test_trusted_pickle_whose_classes_are_gone_says_so(tmp_path, monkeypatch):
+    """A module pickled from the user's own script: unpickling needs that script's classes."""
+    import sys
+    import types
+
+    script = types.ModuleType("users_train_script")
+    exec("import torch\nclass Net(torch.nn.Module):\n"
+         "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(2, 2)\n",
+         script.__dict__)
+    monkeypatch.setitem(sys.modules, "users_train_script", script)
+    torch.save(script.Net(), tmp_path / "whole.pt")
+    monkeypatch.delitem(sys.modules, "users_train_script")
+    with pytest.raises(CheckpointError, match=r"needs the code that defined its classes .*users_train_script") as info:
+        load_any(tmp_path / "whole.pt", trust_pickle=True, options=IDS)
+    assert "\n" not in str(info.value) and "state_dict()" in str(info.value)

@@ -1,4 +1,5 @@
-"""Shared machinery of the importers: option look-up and a key map that tracks consumption."""
+"""Shared machinery of the importers: option look-up, position tables, and a key map that
+tracks consumption so that no weight is silently dropped or left unset."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ from typing import Any
 
 import torch
 
+from ..config import POSITIONS
 from ..errors import CheckpointError, ConfigError, problem_list
+from ..model import sinusoidal_table
 
 # The CLI spelling of each option, for error messages.
 CLI_NAMES = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N"}
+CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
+
+
+def option(options: dict[str, Any], name: str, default: Any) -> Any:
+    """An optional option; None counts as not given (the CLI passes None for absent flags)."""
+    value = options.get(name)
+    return default if value is None else value
 
 
 def require(options: dict[str, Any], name: str, what: str) -> Any:
@@ -23,6 +33,37 @@ def require(options: dict[str, Any], name: str, what: str) -> Any:
     return value
 
 
+def check_fixed(options: dict[str, Any], fixed: dict[str, Any], layout: str) -> None:
+    """Refuse options that contradict what a layout's code fixes (e.g. --norm-first for a post-LN model)."""
+    for name, value in fixed.items():
+        given = options.get(name)
+        if given is not None and given != value:
+            flag = CLI_VALUES.get((name, given), f"{CLI_NAMES[name].split()[0]} {given}")
+            raise ConfigError(f"{flag} does not apply: the {layout} layout's code fixes {name}={value!r}")
+
+
+def max_len_for_table(options: dict[str, Any], rows: int, what: str) -> int:
+    """The table's length, or a shorter --max-len (a smaller exported table); longer is an error."""
+    max_len = option(options, "max_len", rows)
+    if not 0 < max_len <= rows:
+        raise ConfigError(f"--max-len {max_len} does not fit {what} of {rows} positions; pass 1..{rows}")
+    return int(max_len)
+
+
+def table_layout(table: torch.Tensor) -> str | None:
+    """Which of our sinusoidal layouts a (max_len, d_model) table is, or None (then it is learned).
+
+    Tables built in float32 carry angle rounding that grows with the position (about 4e-4 at
+    position 5000), so the tolerance grows with it too; a different formula is off by O(1).
+    """
+    rows, width = table.shape
+    tolerance = 1e-5 + 2.5e-7 * torch.arange(rows, dtype=torch.float32)[:, None]  # (rows, 1)
+    for layout in (p for p in POSITIONS if p != "learned"):
+        if bool(((table.float() - sinusoidal_table(rows, width, layout)).abs() <= tolerance).all()):
+            return layout
+    return None
+
+
 def count_layers(state: dict[str, torch.Tensor], prefix: str) -> int:
     """How many `prefix{i}.` blocks the state dict has (0 when none)."""
     pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
@@ -31,10 +72,14 @@ def count_layers(state: dict[str, torch.Tensor], prefix: str) -> int:
 
 
 class KeyMap:
-    """Copies source tensors to target names, remembering what was consumed."""
+    """Copies source tensors to target names, remembering what was consumed.
 
-    def __init__(self, source: dict[str, torch.Tensor], layout: str):
-        self.source, self.layout = source, layout
+    `zero_bias`: a missing `.bias` becomes zeros, which is exact for models built with
+    `bias=False` (nn.Transformer's option); otherwise a missing bias is a missing key.
+    """
+
+    def __init__(self, source: dict[str, torch.Tensor], layout: str, zero_bias: bool = False):
+        self.source, self.layout, self.zero_bias = source, layout, zero_bias
         self.target: dict[str, torch.Tensor] = {}
         self.consumed: set[str] = set()
         self.missing: list[str] = []
@@ -53,18 +98,27 @@ class KeyMap:
             self.target[target] = tensor.detach().clone()
 
     def linear(self, target: str, key: str) -> None:
-        """A Linear's weight and bias."""
+        """A Linear's (or LayerNorm's) weight and bias."""
         self.copy(f"{target}.weight", f"{key}.weight")
+        weight = self.target.get(f"{target}.weight")
+        if self.zero_bias and f"{key}.bias" not in self.source and weight is not None:
+            self.target[f"{target}.bias"] = weight.new_zeros(weight.shape[0])  # (out_features,)
+            return
         self.copy(f"{target}.bias", f"{key}.bias")
 
     def split_in_proj(self, target: str, key: str) -> None:
         """nn.MultiheadAttention's fused in_proj (3*d_model, d_model) -> q/k/v projections."""
-        weight, bias = self.get(f"{key}.in_proj_weight"), self.get(f"{key}.in_proj_bias")
+        weight = self.get(f"{key}.in_proj_weight")
+        if self.zero_bias and f"{key}.in_proj_bias" not in self.source and weight is not None:
+            bias = weight.new_zeros(weight.shape[0])  # (3 * d_model,)
+        else:
+            bias = self.get(f"{key}.in_proj_bias")
         if weight is None or bias is None:
             return
+        # Rows are stacked q, k, v: each chunk is (d_model, d_model).
         for name, w, b in zip(("q_proj", "k_proj", "v_proj"), weight.chunk(3), bias.chunk(3)):
-            self.target[f"{target}.{name}.weight"] = w.clone()
-            self.target[f"{target}.{name}.bias"] = b.clone()
+            self.target[f"{target}.{name}.weight"] = w.detach().clone()
+            self.target[f"{target}.{name}.bias"] = b.detach().clone()
         self.linear(f"{target}.out_proj", f"{key}.out_proj")
 
     def finish(self, ignored: set[str] = frozenset()) -> dict[str, torch.Tensor]:
