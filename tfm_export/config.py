@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 ACTIVATIONS = ("relu", "gelu", "silu")
 # Marian and fairseq call SiLU "swish"; checkpoints carry either name.
-ACTIVATION_ALIASES = {"swish": "silu", "gelu_new": "gelu"}
+ACTIVATION_ALIASES = {"swish": "silu"}
 
 # How sinusoidal tables are laid out is a real difference between frameworks:
 # the paper interleaves sin/cos over even/odd dims; fairseq/Marian put all sines first.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -34,11 +35,12 @@ def torch_device(spec: str) -> torch.device:
 class EagerModel:
     """`generate_ids` / `translate` like tfm_export.runtime.ExportedModel, on PyTorch."""
 
-    def __init__(self, model: Transformer, device: str = "cpu", tokenizer: dict[str, Any] | None = None):
+    def __init__(self, model: Transformer, device: str = "cpu", tokenizer: dict[str, Any] | None = None,
+                 tokenizer_folder: str | os.PathLike | None = None):
         self.device = torch_device(device)
         self.model = model.to(self.device).eval()
         self.config = model.config
-        self._tokenizer = tokenizer
+        self._tokenizer, self._tokenizer_folder = tokenizer, tokenizer_folder
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":
@@ -46,7 +48,7 @@ class EagerModel:
             from .importers import load_any
 
             checkpoint = load_any(checkpoint)
-        return cls(checkpoint.build_model(), device, checkpoint.tokenizer)
+        return cls(checkpoint.build_model(), device, checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"))
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -55,7 +57,8 @@ class EagerModel:
 
         if not self._tokenizer:
             raise InputError("this checkpoint has no tokenizer; pass token ids instead of text")
-        return tokenizer_from_dict(self._tokenizer)
+        folder = Path(self._tokenizer_folder) if self._tokenizer_folder else None
+        return tokenizer_from_dict(self._tokenizer, folder)
 
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
         sources = [self.tokenizer.encode(t) for t in texts]

@@ -1,21 +1,33 @@
 """Marian's tokenisation: SentencePiece pieces mapped through vocab.json. Torch-free.
 
 Needs the optional `sentencepiece` package (pip install 'tfm-export[sentencepiece]'). The dict
-form names files that live in the export folder:
+form names files that live next to it (the export folder, or the Hugging Face model folder):
 
     {"type": "marian", "source_spm": "source.spm", "target_spm": "target.spm", "vocab": "vocab.json",
+     "target_vocab": null, "unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>",
      "unk_id": 1, "eos_id": 0, "pad_id": 58100}
+
+It follows transformers' MarianTokenizer: a leading language code (`>>fra<<`) is one token, the
+rest goes through source.spm, each piece becomes its vocab.json id (unknown pieces become
+`<unk>`), and `</s>` ends the source. Decoding drops special ids, joins the target pieces with
+target.spm and turns stray word markers into spaces. `target_vocab` is set for models saved with
+`separate_vocabs` (then target ids are looked up in that file).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ConfigError, ManifestError
 
-UNK = "<unk>"
+WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
+SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}
+# Keys of the dict form that name files, with the Hugging Face folder's usual names.
+FILE_DEFAULTS = {"source_spm": "source.spm", "target_spm": "target.spm", "vocab": "vocab.json",
+                 "target_vocab": None}
 
 
 def _spm(path: Path) -> Any:
@@ -25,7 +37,27 @@ def _spm(path: Path) -> Any:
         raise ConfigError("Marian tokenisation needs sentencepiece: pip install 'tfm-export[sentencepiece]'") from None
     if not path.exists():
         raise ManifestError(f"{path} is missing; it belongs to the Marian tokenizer")
-    return sentencepiece.SentencePieceProcessor(model_file=str(path))
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as exc:
+        raise ManifestError(f"{path} is not a SentencePiece model ({exc}); re-download it") from None
+
+
+def _vocab(path: Path) -> dict[str, int]:
+    if not path.exists():
+        raise ManifestError(f"{path} is missing; it belongs to the Marian tokenizer")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path} is not valid JSON ({exc}); re-download it") from None
+    if not isinstance(data, dict) or not all(isinstance(i, int) for i in data.values()):
+        raise ManifestError(f"{path} must map pieces to integer ids")
+    return data
+
+
+def _token_text(value: Any) -> str:
+    """tokenizer_config.json writes a special token as a string or as {"content": ...}."""
+    return value["content"] if isinstance(value, dict) else str(value)
 
 
 class MarianTokenizer:
@@ -33,43 +65,81 @@ class MarianTokenizer:
 
     kind = "marian"
 
-    def __init__(self, folder: Path, source_spm: str, target_spm: str, vocab: str, eos_id: int, pad_id: int):
-        self.folder, self.names = Path(folder), {"source_spm": source_spm, "target_spm": target_spm, "vocab": vocab}
-        self.eos_id, self.pad_id = eos_id, pad_id
-        vocab_path = self.folder / vocab
-        if not vocab_path.exists():
-            raise ManifestError(f"{vocab_path} is missing; it belongs to the Marian tokenizer")
-        self.encoder: dict[str, int] = json.loads(vocab_path.read_text(encoding="utf-8"))
-        self.decoder = {i: piece for piece, i in self.encoder.items()}
-        self.unk_id = self.encoder.get(UNK, 1)
-        self.special = {eos_id, pad_id, self.unk_id}
-        self.source, self.target = _spm(self.folder / source_spm), _spm(self.folder / target_spm)
+    def __init__(self, folder: Path, files: dict[str, str | None] | None = None,
+                 specials: dict[str, str] | None = None):
+        self.folder = Path(folder)
+        self.names = {**FILE_DEFAULTS, **(files or {})}
+        self.specials = {**SPECIAL_DEFAULTS, **(specials or {})}
+        self.encoder = _vocab(self.folder / self.names["vocab"])
+        target = _vocab(self.folder / self.names["target_vocab"]) if self.names["target_vocab"] else self.encoder
+        self.decoder = {i: piece for piece, i in target.items()}
+        missing = [t for t in self.specials.values() if t not in self.encoder]
+        if missing:
+            raise ManifestError(f"{self.names['vocab']} has no {', '.join(missing)}; it is not a Marian vocabulary")
+        self.unk_id, self.eos_id, self.pad_id = (self.encoder[self.specials[k]] for k in SPECIAL_DEFAULTS)
+        self.special_ids = {self.unk_id, self.eos_id, self.pad_id}
+        # transformers splits these strings out of the text before SentencePiece sees it.
+        ordered = sorted(self.specials.values(), key=len, reverse=True)
+        self._special_split = re.compile("(" + "|".join(re.escape(t) for t in ordered) + ")")
+        self.source = _spm(self.folder / self.names["source_spm"])
+        self.target = _spm(self.folder / self.names["target_spm"])
 
     @classmethod
-    def from_folder(cls, folder: Path, eos_id: int, pad_id: int) -> "MarianTokenizer":
-        """The usual file names of a Hugging Face Marian folder."""
-        return cls(folder, "source.spm", "target.spm", "vocab.json", eos_id, pad_id)
+    def from_folder(cls, folder: Path) -> "MarianTokenizer":
+        """The tokenizer of a Hugging Face Marian folder (tokenizer_config.json is optional)."""
+        folder = Path(folder)
+        settings: dict[str, Any] = {}
+        config_path = folder / "tokenizer_config.json"
+        if config_path.exists():
+            try:
+                settings = json.loads(config_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ManifestError(f"{config_path} is not valid JSON ({exc})") from None
+        files = {"target_vocab": "target_vocab.json"} if settings.get("separate_vocabs") else {}
+        specials = {k: _token_text(settings[k]) for k in SPECIAL_DEFAULTS if settings.get(k) is not None}
+        return cls(folder, files, specials)
 
     def encode(self, text: str) -> list[int]:
-        pieces = self.source.encode(text, out_type=str)
-        return [self.encoder.get(p, self.unk_id) for p in pieces] + [self.eos_id]
+        """Source text -> ids, ending with eos (as transformers' MarianTokenizer)."""
+        specials = set(self.specials.values())
+        ids: list[int] = []
+        for chunk in self._special_split.split(text):
+            if chunk in specials:
+                ids.append(self.encoder[chunk])
+            elif chunk:
+                ids.extend(self.encoder.get(p, self.unk_id) for p in self._pieces(chunk))
+        return ids + [self.eos_id]
+
+    def _pieces(self, text: str) -> list[str]:
+        # A leading ">>lang<<" picks the target language of multilingual models: one token.
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2:]
+        return code + self.source.encode(text, out_type=str)
 
     def decode(self, ids: Sequence[int]) -> str:
-        pieces = [self.decoder[i] for i in ids if i not in self.special and i in self.decoder]
-        # As transformers' MarianTokenizer: stray word markers become spaces, ends are stripped.
-        return self.target.decode_pieces(pieces).replace("\u2581", " ").strip()
+        """Target ids -> text; special and unknown ids are skipped."""
+        pieces = [self.decoder[i] for i in ids if i not in self.special_ids and i in self.decoder]
+        # As transformers: stray word markers (pieces unknown to target.spm) become spaces.
+        return self.target.decode_pieces(pieces).replace(WORD_MARKER, " ").strip()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, **self.names, "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id}
+        """The JSON-ready form (see the module docstring); ids are informative, the files rule."""
+        return {"type": self.kind, **self.names, **self.specials,
+                "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "MarianTokenizer":
+        """Rebuild from `to_dict`'s form; `folder` holds the files it names."""
         if folder is None:
             raise ManifestError("the Marian tokenizer needs the folder that holds its files")
-        try:
-            return cls(folder, data["source_spm"], data["target_spm"], data["vocab"], data["eos_id"], data["pad_id"])
-        except KeyError as exc:
-            raise ManifestError(f"marian tokenizer is missing {exc}; re-export the model") from None
+        missing = [k for k, default in FILE_DEFAULTS.items() if default is not None and k not in data]
+        if missing:
+            raise ManifestError(f"marian tokenizer is missing {', '.join(missing)}; re-export the model")
+        files = {k: data.get(k) for k in FILE_DEFAULTS}
+        specials = {k: data[k] for k in SPECIAL_DEFAULTS if data.get(k)}
+        return cls(Path(folder), files, specials)
 
     def files(self) -> list[Path]:
-        return [self.folder / name for name in self.names.values()]
+        """The files an export folder needs (copied next to manifest.json)."""
+        return [self.folder / name for name in self.names.values() if name]

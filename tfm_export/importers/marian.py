@@ -4,11 +4,17 @@ Marian is the paper's post-LN Transformer with these differences, each a config 
 sinusoidal positions with all sines first (`sinusoidal_concat`), SiLU ("swish") or another
 activation, optionally scaled embeddings, a `final_logits_bias` (`output_bias`), the pad id as
 decoder start (`bos_id`), and a banned pad id (`suppress_ids`, from `bad_words_ids`).
+
+Greedy decoding of the result equals transformers' `generate(num_beams=1, do_sample=False,
+max_new_tokens=N)` token for token, with one documented difference: transformers forces EOS as
+the N-th token (`forced_eos_token_id`), so its first N-1 tokens are ours with `max_new_tokens=N-1`.
+Generation settings that we do not reproduce are logged and listed in `meta["generation"]`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,75 +22,132 @@ import torch
 
 from ..checkpoint import Checkpoint, read_file
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError
-from ..model import sinusoidal_table
-from .common import KeyMap
+from ..errors import CheckpointError, ConfigError, problem_list
+from ..model import Transformer, sinusoidal_table
+from .common import CLI_NAMES, KeyMap, max_len_for_table
 
-# Tied tensors are saved once; each target takes the first name present.
-EMBEDDING_NAMES = {
-    "src_embed.tokens.weight": ("model.encoder.embed_tokens.weight", "model.shared.weight"),
-    "tgt_embed.tokens.weight": ("model.decoder.embed_tokens.weight", "model.shared.weight"),
-    "lm_head.weight": ("lm_head.weight", "model.decoder.embed_tokens.weight", "model.shared.weight"),
-}
+log = logging.getLogger(__name__)
+
+# transformers' ACT2FN names -> ours. "gelu_new" (tanh approximation) is not exact, so it is absent.
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 ENCODER_LAYER = {"self_attn": "self_attn", "self_attn_layer_norm": "norm1", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
                  "final_layer_norm": "norm2"}
 DECODER_LAYER = {"self_attn": "self_attn", "self_attn_layer_norm": "norm1", "encoder_attn": "cross_attn",
                  "encoder_attn_layer_norm": "norm2", "fc1": "ffn.fc1", "fc2": "ffn.fc2", "final_layer_norm": "norm3"}
+# MarianConfig's defaults, for config.json files written by hand without some keys.
+MARIAN_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 16,
+                   "decoder_attention_heads": 16, "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096,
+                   "max_position_embeddings": 1024, "activation_function": "gelu", "scale_embedding": False,
+                   "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0,
+                   "forced_eos_token_id": 0, "tie_word_embeddings": True}
 ATTENTION = ("q_proj", "k_proj", "v_proj", "out_proj")
+POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+# Generation settings that would change greedy tokens but are not part of our decoding:
+# name -> the value at which they do nothing.
+UNSUPPORTED_GENERATION = {
+    "min_new_tokens": 0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None, "begin_suppress_tokens": None,
+    "sequence_bias": None, "exponential_decay_length_penalty": None,
+}
 
 
 def import_marian(path: Path, options: dict[str, Any] | None = None) -> Checkpoint:
-    """Read a MarianMT folder (config.json + safetensors or .bin weights) as a Checkpoint."""
-    path = Path(path)
-    hf = _read_json(path / "config.json")
-    if hf.get("model_type") != "marian":
-        raise ConfigError(f"{path}/config.json describes a {hf.get('model_type')!r} model; only marian "
-                          f"folders are supported")
-    generation = _read_json(path / "generation_config.json") if (path / "generation_config.json").exists() else {}
-    config = marian_config(hf, generation)
+    """Read a MarianMT folder (config.json + safetensors or .bin weights) as a Checkpoint.
+
+    `options` may shorten `max_len`; any other option must agree with config.json.
+    """
+    path, options = Path(path), dict(options or {})
+    hf = {**MARIAN_DEFAULTS, **_read_json(path / "config.json")}
+    _check_hf_config(hf, path)  # before reading weights that may be large
+    generation = _generation_settings(path, hf)
     state = _read_weights(path)
-    converted = _convert(state, config)
-    tokenizer = _tokenizer(path, hf)
+    embeddings = _embedding_names(state, hf)
+    config = _apply_options(marian_config(hf, generation, state, embeddings), options)
+    converted = _convert(state, config, embeddings)
+    _check_complete(config, converted)
+    tokenizer = _tokenizer(path, config)
     meta = {"layout": "marian", "tokenizer_folder": str(path) if tokenizer else None,
-            "detected": {"d_model": config.d_model, "heads": config.n_heads, "vocab": config.tgt_vocab_size,
-                         "layers": [config.n_encoder_layers, config.n_decoder_layers]},
-            "forced_eos_at_max_length": (generation.get("forced_eos_token_id", hf.get("forced_eos_token_id"))
-                                         is not None)}
+            "options": {k: v for k, v in options.items() if v is not None},
+            "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
+                         config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
+                         "shared": config.share_embeddings, "tied": config.tie_output},
+            "generation": _generation_report(generation),
+            "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
     return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
 
 
-def marian_config(hf: dict[str, Any], generation: dict[str, Any]) -> TransformerConfig:
-    """Our config from Hugging Face's MarianConfig (and generation_config) dicts."""
+def marian_config(hf: dict[str, Any], generation: dict[str, Any], state: dict[str, torch.Tensor],
+                  embeddings: dict[str, str]) -> TransformerConfig:
+    """Our config from MarianConfig and generation settings; vocab sizes and tying come from the weights."""
+    src, tgt, out = (state[embeddings[k]] for k in ("src", "tgt", "out"))
+    pad = hf["pad_token_id"]
+    bos = _first(generation.get("decoder_start_token_id"), hf.get("decoder_start_token_id"), pad)
+    try:
+        return TransformerConfig(
+            src_vocab_size=src.shape[0], tgt_vocab_size=tgt.shape[0], d_model=hf["d_model"],
+            n_heads=hf["encoder_attention_heads"], n_encoder_layers=hf["encoder_layers"],
+            n_decoder_layers=hf["decoder_layers"], d_ff=hf["encoder_ffn_dim"], dropout=0.0,
+            activation=ACTIVATIONS[hf["activation_function"]], norm_first=False, positions="sinusoidal_concat",
+            max_len=hf["max_position_embeddings"], src_pad_id=pad, tgt_pad_id=pad, bos_id=bos,
+            eos_id=_single_eos(_first(generation.get("eos_token_id"), hf["eos_token_id"])),
+            scale_embeddings=bool(hf["scale_embedding"]), final_norm=False,
+            share_embeddings=_same(src, tgt), tie_output=_same(out, tgt), output_bias=True,
+            attention_scale="head_dim", layer_norm_eps=1e-5, suppress_ids=_banned_ids(generation))
+    except ValueError as exc:  # e.g. a pad id outside the vocabulary
+        raise ConfigError(f"config.json does not describe a usable model: {exc}") from None
+
+
+def _check_hf_config(hf: dict[str, Any], path: Path) -> None:
+    """What config.json alone can rule out."""
+    if hf.get("model_type") != "marian":
+        raise ConfigError(f"{path}/config.json describes a {hf.get('model_type')!r} model; only marian "
+                          f"folders are supported")
     if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
         raise ConfigError("encoder and decoder with different heads or ffn sizes are not supported")
-    vocab = hf["vocab_size"]
-    tgt_vocab = hf.get("decoder_vocab_size") or vocab
-    pad = hf["pad_token_id"]
-    banned = generation.get("bad_words_ids", hf.get("bad_words_ids")) or []
-    return TransformerConfig(
-        src_vocab_size=vocab, tgt_vocab_size=tgt_vocab, d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"], n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"], d_ff=hf["encoder_ffn_dim"], dropout=0.0,
-        activation=hf.get("activation_function", "gelu"), norm_first=False, positions="sinusoidal_concat",
-        max_len=hf["max_position_embeddings"], src_pad_id=pad, tgt_pad_id=pad,
-        bos_id=hf.get("decoder_start_token_id", pad), eos_id=hf["eos_token_id"],
-        scale_embeddings=bool(hf.get("scale_embedding", False)), final_norm=False,
-        share_embeddings=bool(hf.get("share_encoder_decoder_embeddings", True)) and tgt_vocab == vocab,
-        tie_output=bool(hf.get("tie_word_embeddings", True)), output_bias=True,
-        suppress_ids=tuple(ids[0] for ids in banned if len(ids) == 1))
+    if hf["activation_function"] not in ACTIVATIONS:
+        raise ConfigError(f"activation {hf['activation_function']!r} is not supported; supported: "
+                          f"{', '.join(ACTIVATIONS)}")
+    if hf["pad_token_id"] is None:
+        raise ConfigError("config.json has no pad_token_id; Marian models need one (it is also the decoder start)")
 
 
-def _convert(state: dict[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+def _embedding_names(state: dict[str, torch.Tensor], hf: dict[str, Any]) -> dict[str, str]:
+    """Which saved tensor each embedding uses. Tied tensors are saved once, under the first name.
+
+    Tying is read from the weights rather than the flags: transformers 5 unties
+    `share_encoder_decoder_embeddings` models when `tie_word_embeddings` is false.
+    """
+    candidates = {"src": ("model.encoder.embed_tokens.weight", "model.shared.weight"),
+                  "tgt": ("model.decoder.embed_tokens.weight", "model.shared.weight"),
+                  "out": ("lm_head.weight", "model.decoder.embed_tokens.weight", "model.shared.weight")}
+    names = {role: next((n for n in options if n in state), "") for role, options in candidates.items()}
+    missing = [candidates[role][0] for role, name in names.items() if not name]
+    if missing:
+        raise CheckpointError(f"the weights have no {', '.join(missing)}; this is not a MarianMT checkpoint")
+    tied = hf["tie_word_embeddings"]
+    if not tied and names["out"] != "lm_head.weight":
+        raise CheckpointError("config.json unties the output layer (tie_word_embeddings false) but the weights "
+                              "have no lm_head.weight; re-save the model")
+    if tied and not _same(state[names["out"]], state[names["tgt"]]):
+        raise CheckpointError(f"config.json ties lm_head.weight to {names['tgt']} but the saved tensors differ; "
+                              f"set tie_word_embeddings to false in config.json if the model was trained untied")
+    return names
+
+
+def _convert(state: dict[str, torch.Tensor], config: TransformerConfig, embeddings: dict[str, str]
+             ) -> dict[str, torch.Tensor]:
     keys = KeyMap(state, "marian")
-    for target, names in EMBEDDING_NAMES.items():
-        found = next((n for n in names if n in state), names[-1])
-        keys.copy(target, found)
-    # Untied copies of the same embedding are used through the names above.
-    keys.consumed.update({n for names in EMBEDDING_NAMES.values() for n in names} & set(state))
-    bias = keys.get("final_logits_bias")
-    if bias is not None:
-        keys.target["lm_head.bias"] = bias.reshape(-1).clone()  # (1, vocab) -> (vocab,)
+    for target, role in (("src_embed.tokens.weight", "src"), ("tgt_embed.tokens.weight", "tgt"),
+                         ("lm_head.weight", "out")):
+        keys.copy(target, embeddings[role])
+    # Other embedding copies are either equal to the ones used, or unused (model.shared when untied).
+    keys.consumed.update({"model.shared.weight", "model.encoder.embed_tokens.weight",
+                          "model.decoder.embed_tokens.weight", "lm_head.weight"} & set(state))
+    # transformers starts a missing final_logits_bias at zeros.
+    bias = state.get("final_logits_bias", torch.zeros(1, config.tgt_vocab_size))
+    keys.consumed.add("final_logits_bias")
+    keys.target["lm_head.bias"] = bias.reshape(-1).clone()  # (1, tgt_vocab) -> (tgt_vocab,)
     for side, ours, layer_map, n in (("encoder", "encoder_layers", ENCODER_LAYER, config.n_encoder_layers),
                                      ("decoder", "decoder_layers", DECODER_LAYER, config.n_decoder_layers)):
         for i in range(n):
@@ -95,44 +158,133 @@ def _convert(state: dict[str, torch.Tensor], config: TransformerConfig) -> dict[
                         keys.linear(f"{dst}.{proj}", f"{src}.{proj}")
                 else:
                     keys.linear(dst, src)
-        _check_positions(state, f"model.{side}.embed_positions.weight", config)
-    positions = {f"model.{s}.embed_positions.weight" for s in ("encoder", "decoder")}
-    return keys.finish(ignored=positions)
+    for key in POSITION_KEYS:
+        _check_positions(state, key, config)
+    return keys.finish(ignored=set(POSITION_KEYS))
 
 
 def _check_positions(state: dict[str, torch.Tensor], key: str, config: TransformerConfig) -> None:
+    """Older transformers saved the (fixed) position tables; they must be Marian's layout."""
     if key not in state:
-        return  # recomputed by transformers, so usually not saved
-    ours = sinusoidal_table(config.max_len, config.d_model, config.positions)
-    if (state[key].float() - ours).abs().max() > 1e-4:
+        return
+    table = state[key].float()  # (max_position_embeddings, d_model)
+    ours = sinusoidal_table(table.shape[0], config.d_model, config.positions)
+    if table.shape != ours.shape or (table - ours).abs().max() > 1e-4:
         raise CheckpointError(f"{key} is not Marian's sinusoidal table; this checkpoint is not supported")
+
+
+def _check_complete(config: TransformerConfig, state: dict[str, torch.Tensor]) -> None:
+    """Every weight of our model is set with the right shape, and nothing else is."""
+    with torch.device("meta"):  # names and shapes without allocating anything
+        expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    misshaped = [f"{k} {tuple(state[k].shape)} != {shape}" for k, shape in expected.items()
+                 if k in state and tuple(state[k].shape) != shape]
+    problems = problem_list(("weights not set", sorted(set(expected) - set(state)), 5),
+                            ("unexpected weights", sorted(set(state) - set(expected)), 5), ("mis-shaped", misshaped, 3))
+    if problems:
+        raise CheckpointError(f"the marian weights do not fit the model config.json describes: {problems}")
+
+
+def _apply_options(config: TransformerConfig, options: dict[str, Any]) -> TransformerConfig:
+    """A shorter --max-len is allowed (a smaller exported table); other options must agree with config.json."""
+    ours = {"heads": config.n_heads, "src_pad_id": config.src_pad_id, "tgt_pad_id": config.tgt_pad_id,
+            "bos_id": config.bos_id, "eos_id": config.eos_id, "norm_first": config.norm_first,
+            "activation": config.activation}
+    for name, value in options.items():
+        flag = CLI_NAMES.get(name, f"--{name.replace('_', '-')}").split()[0]
+        if value is None or name == "max_len":
+            continue
+        if name not in ours:
+            raise ConfigError(f"{flag} does not apply to a marian folder: its config.json describes the model")
+        if ours[name] != value:
+            raise ConfigError(f"{flag} {value} does not apply: this marian folder's config.json sets {ours[name]!r}")
+    return config.replace(max_len=max_len_for_table(options, config.max_len, "Marian's position table"))
+
+
+def _generation_settings(path: Path, hf: dict[str, Any]) -> dict[str, Any]:
+    """What transformers' generate reads: generation_config.json when present, else config.json."""
+    file = path / "generation_config.json"
+    return _read_json(file) if file.exists() else dict(hf)
+
+
+def _banned_ids(generation: dict[str, Any]) -> tuple[int, ...]:
+    """Single-token `bad_words_ids` and `suppress_tokens` are static bans; longer phrases are not."""
+    banned = [ids[0] for ids in generation.get("bad_words_ids") or [] if len(ids) == 1]
+    return tuple(sorted(set(banned) | set(generation.get("suppress_tokens") or [])))
+
+
+def _generation_report(generation: dict[str, Any]) -> dict[str, Any]:
+    """Generation settings that change greedy tokens and are not reproduced (each logged once)."""
+    ignored = {k: generation[k] for k, off in UNSUPPORTED_GENERATION.items()
+               if generation.get(k) not in (None, off)}
+    if (generation.get("min_length") or 0) > 1:  # counts the decoder start token
+        ignored["min_length"] = generation["min_length"]
+    phrases = [ids for ids in generation.get("bad_words_ids") or [] if len(ids) > 1]
+    if phrases:
+        ignored["bad_words_ids (phrases)"] = phrases
+    for name, value in ignored.items():
+        log.warning("generation setting %s=%r is not reproduced: greedy tokens may differ from transformers",
+                    name, value)
+    return {"not_reproduced": ignored, "num_beams": generation.get("num_beams", 1),
+            "max_length": generation.get("max_length")}
+
+
+def _tokenizer(path: Path, config: TransformerConfig) -> dict[str, Any] | None:
+    if not all((path / name).exists() for name in TOKENIZER_FILES):
+        log.warning("%s has no %s: the export will take token ids only", path, ", ".join(TOKENIZER_FILES))
+        return None
+    from ..marian_tokenizer import MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_folder(path)
+    if (tokenizer.eos_id, tokenizer.pad_id) != (config.eos_id, config.src_pad_id):
+        raise ConfigError(f"vocab.json gives eos {tokenizer.eos_id} and pad {tokenizer.pad_id}, config.json "
+                          f"{config.eos_id} and {config.src_pad_id}; the folder mixes two models")
+    return tokenizer.to_dict()
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     if (path / "model.safetensors").exists():
-        from safetensors.torch import load_file
-
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise ConfigError("reading model.safetensors needs safetensors: "
+                              "pip install 'tfm-export[sentencepiece]'") from None
         try:
             return load_file(str(path / "model.safetensors"))
         except Exception as exc:  # safetensors raises its own error types for corrupt files
             raise CheckpointError(f"{path}/model.safetensors is corrupt ({exc}); re-download it") from None
     if (path / "pytorch_model.bin").exists():
-        return read_file(path / "pytorch_model.bin")
-    raise CheckpointError(f"{path} has neither model.safetensors nor pytorch_model.bin")
-
-
-def _tokenizer(path: Path, hf: dict[str, Any]) -> dict[str, Any] | None:
-    if not all((path / name).exists() for name in TOKENIZER_FILES):
-        return None
-    from ..marian_tokenizer import MarianTokenizer
-
-    return MarianTokenizer.from_folder(path, eos_id=hf["eos_token_id"], pad_id=hf["pad_token_id"]).to_dict()
+        state = read_file(path / "pytorch_model.bin")
+        if isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
+            return state
+        raise CheckpointError(f"{path}/pytorch_model.bin holds no state_dict of tensors; re-download it")
+    raise CheckpointError(f"{path} has neither model.safetensors nor pytorch_model.bin "
+                          f"(sharded weights are not supported)")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path} is missing; a Hugging Face model folder needs it")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.shape == b.shape and bool(torch.equal(a, b)))
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _single_eos(value: int | list[int]) -> int:
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise ConfigError(f"several EOS ids {value} are not supported; the export stops on one id")
+        value = value[0]
+    return int(value)
