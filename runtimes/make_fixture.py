@@ -1,34 +1,87 @@
-"""Write runtimes/fixtures/expected.json: the Python runtime's output that Node and the browser must match.
+"""runtimes/fixtures/expected.json: the Python runtime's output that Node and the browser must match.
 
-    .venv/bin/python runtimes/make_fixture.py EXPORT_DIR
-The test suite (tests/test_runtimes.py) checks the committed file against a fresh export.
+    .venv/bin/python runtimes/make_fixture.py             # check the committed fixture (exit 1 if stale)
+    .venv/bin/python runtimes/make_fixture.py --update    # rewrite it
+    ... [--export-dir DIR]                                # use an existing export of the bundled model
+
+Without --export-dir the bundled model (models/num2words-de) is exported to a temporary folder first.
+The fixture holds only export-independent data: inputs, their source ids, and the torch-free runtime's
+output ids and texts. tests/test_runtimes_fixture.py checks the committed file on every test run.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 FIXTURE = HERE / "fixtures" / "expected.json"
-HELDOUT = HERE.parent / "models" / "num2words-de" / "heldout.tsv"
+BUNDLED = ROOT / "models" / "num2words-de"
+COUNT = 8  # held-out inputs: different lengths, so batches are padded
+TRUNCATE_AT = 7  # a max_new_tokens case: rows cut before their EOS
 
 
-def build(export_dir: str | Path, count: int = 8) -> dict:
+def build(export_dir: str | Path, count: int = COUNT) -> dict:
     """Inputs from the held-out set, with the torch-free Python runtime's ids and texts."""
     from tfm_export.demo import read_heldout
     from tfm_export.runtime import open_export
 
     model = open_export(export_dir, device="cpu")
-    inputs = [source for source, _ in read_heldout(HELDOUT, count)]
+    inputs = [source for source, _ in read_heldout(BUNDLED / "heldout.tsv", count)]
     sources = [model.tokenizer.encode(text) for text in inputs]
-    ids = model.generate_ids(sources)
-    return {"model": "models/num2words-de", "cases": [
-        {"input": text, "source_ids": src, "ids": row, "text": model.tokenizer.decode(row)}
-        for text, src, row in zip(inputs, sources, ids)]}
+    ids = model.generate_ids(sources)  # one padded batch
+    short = model.generate_ids(sources[:3], max_new_tokens=TRUNCATE_AT)
+    return {
+        "model": "models/num2words-de",
+        "made_by": "runtimes/make_fixture.py (tfm_export.runtime, device cpu)",
+        "cases": [{"input": text, "source_ids": src, "ids": row, "text": model.tokenizer.decode(row)}
+                  for text, src, row in zip(inputs, sources, ids)],
+        "truncated": {"max_new_tokens": TRUNCATE_AT, "inputs": inputs[:3], "ids": short,
+                      "texts": [model.tokenizer.decode(row) for row in short]},
+    }
+
+
+def load() -> dict:
+    """The committed fixture."""
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+def dumps(fixture: dict) -> str:
+    return json.dumps(fixture, ensure_ascii=False, indent=1) + "\n"
+
+
+def export_bundled(out: Path) -> Path:
+    """Export the bundled model to `out` (no validation: the test suite validates it elsewhere)."""
+    from tfm_export.checkpoint import load_checkpoint
+    from tfm_export.export import ExportOptions, export_model
+
+    export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(validate=False))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", action="store_true", help="rewrite the fixture instead of checking it")
+    parser.add_argument("--export-dir", type=Path, help="an existing export of the bundled model")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = build(args.export_dir or export_bundled(Path(tmp) / "model_onnx"))
+    if args.update:
+        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        FIXTURE.write_text(dumps(fresh), encoding="utf-8")
+        print(f"wrote {FIXTURE}")
+        return 0
+    if FIXTURE.exists() and load() == fresh:
+        print(f"{FIXTURE} is up to date")
+        return 0
+    print(f"{FIXTURE} is stale or missing: run `python runtimes/make_fixture.py --update`", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
-    FIXTURE.write_text(json.dumps(build(sys.argv[1]), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {FIXTURE}")
+    sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+    sys.exit(main())

@@ -1,44 +1,89 @@
-// Greedy decoding of a tfm-export folder with onnxruntime-node.
-// Reads manifest.json (checks the graphs' sha256), tokenises with its "chars" vocabulary, runs the
-// encoder once and the KV-cache decoder per step, and returns exactly the Python runtime's ids.
+// Run a tfm-export folder from Node.js with onnxruntime-node.
+// Reads manifest.json, checks the graphs' sha256 (like the Python runtime), tokenises with its
+// "chars" vocabulary, runs the encoder once and the KV-cache decoder once per token, and returns
+// exactly the Python runtime's tokens.
+//
+//   import { translate, generateIds, openExport } from './translate.mjs';
+//   await translate('model_onnx', ['4718']);                  // opens the folder for this call
+//   const model = await openExport('model_onnx');            // or open once, call many times
+//   await generateIds(model, [[7, 4, 8, 11, 2]], { maxNewTokens: 20 });
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { generateIds as greedy, makeTokenizer } from '../core/greedy.mjs';
-
-const MANIFEST_FORMAT = 'tfm-export-manifest/1';
+import { checkManifest, generateIds as greedy, graphFiles, makeTokenizer } from './greedy.mjs';
 
 async function sha256(file) {
-  return createHash('sha256').update(await readFile(file)).digest('hex');
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(file)) hash.update(chunk); // graphs can be gigabytes
+  return hash.digest('hex');
 }
 
-/** Open an export folder: manifest checks, hash checks, and the two sessions. */
-export async function openExport(exportDir, { verify = true } = {}) {
-  const manifest = JSON.parse(await readFile(path.join(exportDir, 'manifest.json'), 'utf8'));
-  if (manifest.format !== MANIFEST_FORMAT) {
-    throw new Error(`${exportDir}: manifest format ${manifest.format}, expected ${MANIFEST_FORMAT}`);
+async function readManifest(exportDir) {
+  const file = path.join(exportDir, 'manifest.json');
+  if (!(await stat(exportDir).catch(() => null))?.isDirectory()) {
+    throw new Error(`export folder not found: ${exportDir}; run \`tfm-export MODEL.pt -o ${exportDir}\` first`);
   }
-  const sessions = {};
+  let text;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch {
+    throw new Error(`${exportDir} has no manifest.json; it is not a (complete) tfm-export folder — re-run the export`);
+  }
+  try {
+    return checkManifest(JSON.parse(text), file);
+  } catch (err) {
+    throw err instanceof SyntaxError ? new Error(`${file} is not valid JSON (${err.message}); re-run the export`) : err;
+  }
+}
+
+/**
+ * Open an export folder: manifest checks, sha256 of every graph file (unless `verify: false`),
+ * and one ONNX Runtime session per graph. `sessionOptions` go to ort.InferenceSession.create.
+ */
+export async function openExport(exportDir, { verify = true, sessionOptions = {} } = {}) {
+  const manifest = await readManifest(exportDir);
+  const options = { logSeverityLevel: 3, ...sessionOptions }; // keep ORT's C++ warnings quiet
+  const model = { folder: exportDir, manifest, tokenizer: makeTokenizer(manifest.tokenizer) };
   for (const name of ['encoder', 'decoder']) {
-    const file = path.join(exportDir, manifest.graphs[name].file);
-    if (verify && (await sha256(file)) !== manifest.graphs[name].sha256) {
-      throw new Error(`${file} does not match the sha256 in manifest.json; re-run the export`);
+    for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
+      const full = path.join(exportDir, file);
+      if (!(await stat(full).catch(() => null))) throw new Error(`${name} graph file ${full} is missing; re-run the export`);
+      if (verify && (await sha256(full)) !== expected) {
+        throw new Error(`${full} does not match the sha256 in manifest.json (changed, corrupt, or from another ` +
+          'export); re-run the export or restore the file');
+      }
     }
-    sessions[name] = await ort.InferenceSession.create(file);
+    model[name] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
   }
-  return { manifest, ...sessions, tokenizer: makeTokenizer(manifest.tokenizer) };
+  model.release = async () => { await model.encoder.release(); await model.decoder.release(); };
+  return model;
 }
 
-/** Greedy decoding of token id lists; rows without BOS/EOS. */
-export function generateIds(model, sources, options = {}) {
-  return greedy(ort, model, sources, options);
+async function withModel(exportDirOrModel, fn) {
+  if (typeof exportDirOrModel !== 'string') return fn(exportDirOrModel);
+  const model = await openExport(exportDirOrModel);
+  try {
+    return await fn(model);
+  } finally {
+    await model.release();
+  }
 }
 
-/** Translate texts with an export folder (opened once per call). */
-export async function translate(exportDir, texts, { maxNewTokens } = {}) {
-  const model = await openExport(exportDir);
-  if (!model.tokenizer) throw new Error('this export has no tokenizer; use generateIds with token ids');
-  const ids = await generateIds(model, texts.map((t) => model.tokenizer.encode(t)), { maxNewTokens });
-  return ids.map((row) => model.tokenizer.decode(row));
+/**
+ * Greedy decoding of token id lists (an export folder path or an opened model); rows come back
+ * without BOS and EOS. `opts`: `maxNewTokens` (default: the model's max_len), `timings`.
+ */
+export function generateIds(exportDirOrModel, idLists, opts = {}) {
+  return withModel(exportDirOrModel, (model) => greedy(ort, model, idLists, opts));
+}
+
+/** Translate texts with the manifest's tokenizer (an export folder path or an opened model). */
+export function translate(exportDirOrModel, texts, { maxNewTokens } = {}) {
+  return withModel(exportDirOrModel, async (model) => {
+    if (!model.tokenizer) throw new Error('this export has no tokenizer; pass token ids (generateIds, --ids) instead of text');
+    const ids = await greedy(ort, model, texts.map((t) => model.tokenizer.encode(t)), { maxNewTokens });
+    return ids.map((row) => model.tokenizer.decode(row));
+  });
 }

@@ -10,18 +10,23 @@ from .common import library_errors, main_group
 
 
 @main_group.command("serve-web")
-@click.argument("folder", type=click.Path(path_type=Path))
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep it local).")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port; 0 picks a free one.")
+@click.argument("folder", metavar="OUT", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; keep it local (anything else is reachable from other machines).")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on; 0 picks a free one.")
 @click.option("--web-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The runtimes/web folder (default: the one in this checkout).")
+              help="The runtimes/web folder, after `npm ci` there (default: the one in this checkout).")
 @library_errors
 def serve_web_command(folder: Path, host: str, port: int, web_dir: Path | None) -> None:
-    """Serve the browser page for the export in FOLDER until interrupted."""
+    """Serve the browser page (onnxruntime-web, WASM) for the export in OUT until Ctrl+C.
+
+    The page loads OUT from /export/, translates what you type and shows the per-token latency.
+    """
     from ..serve_web import WEB_DIR, make_server
 
     server = make_server(folder, host, port, web_dir or WEB_DIR)
-    click.echo(f"serving {folder} on http://{server.server_address[0]}:{server.server_address[1]}/", err=True)
+    click.echo(f"serving {folder} on http://{server.server_address[0]}:{server.server_address[1]}/ "
+               f"(Ctrl+C stops)", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -1,9 +1,13 @@
-// Headless Chromium drives the page: translate the fixture's inputs, compare with the Python
-// runtime, and fail on any console error, page error or failed request. Needs TFM_EXPORT_DIR,
-// TFM_PYTHON (a Python with tfm_export) and CHROMIUM (default /usr/bin/chromium).
+// node --test runtimes/web/test/
+// Headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core) opens the page served by
+// `tfm-export serve-web`, translates the fixture's inputs, compares them with the Python runtime's
+// output and fails on any console error, page error, failed request or HTTP error.
+// Environment: TFM_EXPORT_DIR (an export of the bundled model), TFM_PYTHON (a Python with tfm_export,
+// default python3), CHROMIUM (default /usr/bin/chromium). Screenshot: runtimes/web/test-output/.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -12,16 +16,20 @@ import { chromium } from 'playwright-core';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const exportDir = process.env.TFM_EXPORT_DIR;
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const skip = !exportDir ? 'TFM_EXPORT_DIR is not set' : !existsSync(browserPath) ? `${browserPath} not found` : false;
+const skip = !exportDir ? 'TFM_EXPORT_DIR is not set (export the bundled model first: runtimes/run-tests.sh)'
+  : !existsSync(browserPath) ? `SKIPPED: chromium not found at ${browserPath}` : false;
 const fixture = JSON.parse(readFileSync(path.join(here, '..', '..', 'fixtures', 'expected.json'), 'utf8'));
+const outDir = path.join(here, '..', 'test-output');
 let server;
 let url;
+let context;
+let profile;
 
-before(async () => {
-  if (skip) return;
+/** `tfm-export serve-web EXPORT --port 0` on 127.0.0.1; resolves with the URL it prints. */
+function startServer() {
   server = spawn(process.env.TFM_PYTHON ?? 'python3', ['-m', 'tfm_export', 'serve-web', exportDir, '--port', '0'],
     { stdio: ['ignore', 'ignore', 'pipe'] });
-  url = await new Promise((resolve, reject) => {
+  return new Promise((resolve, reject) => {
     let text = '';
     server.stderr.on('data', (chunk) => {
       text += chunk;
@@ -30,41 +38,72 @@ before(async () => {
     });
     server.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
   });
+}
+
+/** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
+async function openPage(problems) {
+  const page = await context.newPage();
+  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
+  page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
+  await page.goto(url);
+  await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
+  assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
+  return page;
+}
+
+async function translate(page, lines) {
+  await page.fill('#source', lines.join('\n'));
+  await page.click('#translate');
+  await page.waitForFunction(() => window.tfmResults || window.tfmLastError, null, { timeout: 60_000 });
+  return page.evaluate(() => ({ rows: window.tfmResults, error: window.tfmLastError }));
+}
+
+before(async () => {
+  if (skip) return;
+  url = await startServer();
+  profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-')); // a fresh --user-data-dir
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: browserPath,
+    headless: true, // adds --headless
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
 });
 
-after(() => server?.kill());
+after(async () => {
+  await context?.close();
+  server?.kill();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
 
-test('the page translates the samples exactly like the Python runtime', { skip, timeout: 120_000 }, async () => {
-  const browser = await chromium.launch({
-    executablePath: browserPath,
-    headless: true, // playwright gives every launch a fresh, empty profile
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+test('the page translates the inputs exactly like the Python runtime', { skip, timeout: 120_000 }, async () => {
   const problems = [];
-  try {
-    const page = await browser.newPage();
-    page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-    page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-    page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()}`));
-    page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-    await page.goto(url);
-    await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
-    assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
-    await page.fill('#source', fixture.cases.map((c) => c.input).join('\n'));
-    await page.click('#translate');
-    await page.waitForFunction(() => window.tfmResults, null, { timeout: 60_000 });
-    const rows = await page.evaluate(() => window.tfmResults);
-    assert.deepEqual(rows.map((r) => r.output), fixture.cases.map((c) => c.text));
-    assert.deepEqual(rows.map((r) => r.ids), fixture.cases.map((c) => c.ids));
-    assert.ok(rows.every((r) => r.msPerToken > 0));
-    const cells = await page.$$eval('#results tr td:nth-child(2)', (tds) => tds.map((td) => td.textContent));
-    assert.deepEqual(cells, fixture.cases.map((c) => c.text));
-    const outDir = path.join(here, '..', 'test-output');
-    mkdirSync(outDir, { recursive: true });
-    await page.screenshot({ path: path.join(outDir, 'screenshot.png'), fullPage: true });
-  } finally {
-    await browser.close();
-  }
+  const page = await openPage(problems);
+  assert.match(await page.textContent('#status'), /^ready: /);
+  const { rows, error } = await translate(page, fixture.cases.map((c) => c.input));
+  assert.equal(error, null);
+  assert.deepEqual(rows.map((r) => r.output), fixture.cases.map((c) => c.text));
+  assert.deepEqual(rows.map((r) => r.ids), fixture.cases.map((c) => c.ids));
+  assert.ok(rows.every((r) => r.msPerToken > 0), 'every row has a per-token latency');
+  const cells = await page.$$eval('#results tr', (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+  assert.deepEqual(cells.map((c) => c[1]), fixture.cases.map((c) => c.text));
+  assert.deepEqual(cells.map((c) => Number(c[2])), fixture.cases.map((c) => c.ids.length));
+  assert.ok(cells.every((c) => Number(c[3]) > 0));
+  assert.match(await page.textContent('#status'), /8 translated: [\d.]+ ms per token/);
+  mkdirSync(outDir, { recursive: true });
+  await page.screenshot({ path: path.join(outDir, 'screenshot.png'), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+test('an unknown character is shown as an error, not thrown', { skip, timeout: 60_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  const { rows, error } = await translate(page, ['12x']);
+  assert.equal(rows, null);
+  assert.match(error, /cannot encode "x" in "12x"/);
+  assert.match(await page.textContent('#status'), /^error: cannot encode/);
+  assert.equal(await page.isEnabled('#translate'), true);
   assert.deepEqual(problems, []);
 });
