@@ -8,7 +8,7 @@ from tfm_export.checkpoint import load_checkpoint
 from tfm_export.demo import read_heldout
 from tfm_export.eager import EagerModel
 from tfm_export.export import ExportOptions, export_model
-from tfm_export.runtime import open_export
+from tfm_export.runtime import RuntimeOptions, open_export
 
 from conftest import BUNDLED
 
@@ -59,3 +59,18 @@ def test_int8_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     float32 = accuracy(open_export(bundled_export, device="cpu").translate(sources), HELDOUT)
     int8 = accuracy(open_export(out, device="cpu").translate(sources), HELDOUT)
     assert int8 >= float32 - 0.01, f"int8 {int8:.3f} vs float32 {float32:.3f}"
+
+
+def test_float16_keeps_accuracy_within_one_point(bundled_export, tmp_path):
+    """--dtype float16 (with the --cuda-graph decoder) on the trained model: same held-out accuracy."""
+    out = tmp_path / "f16"
+    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out,
+                            ExportOptions(dtype="float16", static_cache=True))
+    assert manifest["validation"]["mode"] == "tolerance"
+    assert manifest["validation"]["greedy"]["equal"]  # trained logits are far from ties
+    sources = [s for s, _ in HELDOUT]
+    float32 = accuracy(open_export(bundled_export, device="cpu").translate(sources), HELDOUT)
+    float16 = accuracy(open_export(out, device="cpu").translate(sources), HELDOUT)
+    assert float16 >= float32 - 0.01, f"float16 {float16:.3f} vs float32 {float32:.3f}"
+    static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))
+    assert static.translate(sources[:20]) == [t for _, t in HELDOUT[:20]]

@@ -1,18 +1,38 @@
-"""--optimize and --quantize int8: graphs rewritten, contract kept, validated, visible in the manifest."""
+"""Export variants: --optimize, --quantize int8, --dtype float16 and the --cuda-graph static-cache decoder.
+
+Each is rewritten or added after the float32 export, keeps the I/O contract its specs describe,
+is validated, and is visible in the manifest.
+"""
 
 import json
 
+import numpy as np
 import onnx
 import pytest
+import torch
 from click.testing import CliRunner
 
 from tfm_export.checkpoint import load_checkpoint
 from tfm_export.cli import cli
-from tfm_export.errors import ExportError
+from tfm_export.errors import DeviceError, ExportError
 from tfm_export.export import ExportOptions, export_model
-from tfm_export.runtime import open_export
+from tfm_export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
+from tfm_export.presets import init_model
+from tfm_export.runtime import Device, RuntimeOptions, open_export
+from tfm_export.runtime.static import cuda_graph_device
 
 SOURCES = [[5, 9, 13, 7], [40, 41], [3, 60, 12]]
+ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT64: "int64",
+        onnx.TensorProto.BOOL: "bool"}
+
+
+def has_cuda_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def graph_io_dtypes(path):
+    graph = onnx.load(str(path)).graph
+    return {v.name: ELEM[v.type.tensor_type.elem_type] for v in (*graph.input, *graph.output)}
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +40,21 @@ def optimized(tiny_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("opt") / "out"
     manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(optimize=True))
     return out, manifest
+
+
+@pytest.fixture(scope="module")
+def float16_static(tiny_checkpoint, tmp_path_factory):
+    """--dtype float16 --cuda-graph through the CLI (validated on CPU here: no GPU)."""
+    out = tmp_path_factory.mktemp("f16") / "out"
+    result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(out), "--dtype", "float16", "--cuda-graph"])
+    assert result.exit_code == 0, result.output
+    return out, json.loads((out / "manifest.json").read_text()), result.output
+
+
+@pytest.fixture(scope="module")
+def static32(tiny_checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("static") / "out"
+    return out, export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True))
 
 
 def test_optimized_export_is_fused_and_still_exact(optimized, tiny_export):
@@ -51,6 +86,125 @@ def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):
 
 
 def test_unsupported_variants_fail_before_writing(tiny_checkpoint, tmp_path):
-    with pytest.raises(ExportError, match="--dtype float16 is not supported yet"):
-        export_model(load_checkpoint(tiny_checkpoint), tmp_path / "f16", ExportOptions(dtype="float16"))
-    assert not (tmp_path / "f16").exists()
+    checkpoint = load_checkpoint(tiny_checkpoint)
+    with pytest.raises(ExportError, match="cannot be combined"):
+        export_model(checkpoint, tmp_path / "x", ExportOptions(dtype="float16", quantize="int8"))
+    with pytest.raises(ExportError, match="--dtype bfloat16 is not supported"):
+        export_model(checkpoint, tmp_path / "x", ExportOptions(dtype="bfloat16"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_float16_graphs_follow_their_specs(float16_static):
+    out, manifest, _ = float16_static
+    variant = manifest["variant"]
+    assert variant["dtype"] == "float16" and variant["io"]["float32"] == ["logits"]
+    for name in ("encoder", "decoder", "decoder_static"):
+        entry = manifest["graphs"][name]
+        declared = {t["name"]: t["dtype"] for t in entry["inputs"] + entry["outputs"]}
+        assert graph_io_dtypes(out / entry["file"]) == declared
+        assert variant["transforms"]["float16"][name]["float16_initializers"] > 0
+    declared = {t["name"]: t["dtype"] for t in manifest["graphs"]["decoder"]["outputs"]}
+    assert declared["logits"] == "float32" and declared["present.0.self.key"] == "float16"
+
+
+def test_float16_keeps_softmax_and_layer_norm_in_float32(float16_static):
+    out, _, _ = float16_static
+    graph = onnx.load(str(out / "decoder.onnx")).graph
+    produced_by = {o: n for n in graph.node for o in n.output}
+    guarded = [n for n in graph.node if n.op_type in ("Softmax", "LayerNormalization")]
+    assert guarded
+    for node in guarded:  # fed by a Cast to float32
+        cast = produced_by[node.input[0]]
+        assert cast.op_type == "Cast" and cast.attribute[0].i == onnx.TensorProto.FLOAT
+    for init in graph.initializer:  # the -3.4e38 mask floor was clipped to float16's range, not -inf
+        if init.data_type == onnx.TensorProto.FLOAT16:
+            assert np.isfinite(onnx.numpy_helper.to_array(init)).all()
+
+
+def test_float16_validation_uses_a_float16_tolerance(float16_static):
+    _, manifest, output = float16_static
+    report = manifest["validation"]
+    assert report["mode"] == "tolerance" and report["atol"] >= 1e-2 and report["rtol"] > 0
+    assert all(row["ok"] for row in report["outputs"].values())
+    assert report["device"] == ("cuda:0" if has_cuda_gpu() else "cpu")
+    assert "tolerance" in output and "static-cache decoder (--cuda-graph):" in output
+    # A random model has near-tie logits, where float16 rounding may flip a token: reported, not failed.
+    assert report["greedy"]["token_agreement"] >= 0.9
+
+
+def test_static_decoder_module_equals_the_growing_cache_decoder():
+    model = init_model("tiny", seed=3).eval()
+    cfg = model.config
+    src = torch.randint(3, 60, (2, 7), generator=torch.Generator().manual_seed(0))
+    src[1, 4:] = cfg.src_pad_id
+    mask, *cross = EncoderGraph(model)(src)
+    past_len, shape = 5, (2, cfg.n_heads, 5, cfg.head_dim)
+    past = [torch.randn(shape) for _ in range(2 * cfg.n_decoder_layers)]
+    ids = torch.tensor([[7], [9]])
+    with torch.no_grad():
+        ref = DecoderGraph(model)(ids, mask, *past, *cross)
+        noise = [torch.randn(2, cfg.n_heads, cfg.max_len - past_len, cfg.head_dim) * 100 for _ in past]
+        caches = [torch.cat([p, n], dim=2) for p, n in zip(past, noise)]
+        got = StaticDecoderGraph(model)(ids, mask, torch.tensor([past_len]), *caches, *cross)
+    torch.testing.assert_close(got[0], ref[0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[1], ref[1])
+    for r, g, n in zip(ref[2:], got[2:], noise):  # slot past_len written, later slots untouched
+        torch.testing.assert_close(g[:, :, : past_len + 1], r, atol=1e-5, rtol=1e-5)
+        assert torch.equal(g[:, :, past_len + 1:], n[:, :, 1:])
+
+
+def test_static_cache_export_is_validated_and_decodes_the_same(static32, tiny_export):
+    out, manifest = static32
+    report = manifest["validation"]
+    assert report["mode"] == "parity" and report["greedy"]["static_cache_mismatched_rows"] == []
+    assert report["outputs"]["decoder_static:logits"]["ok"]
+    entry = manifest["graphs"]["decoder_static"]
+    assert [t["name"] for t in entry["inputs"][:3]] == ["input_ids", "src_mask", "cache_len"]
+    assert entry["inputs"][3]["shape"] == ["batch", 4, 64, 8]  # max_len slots
+    plain = json.loads((tiny_export / "manifest.json").read_text())
+    assert manifest["graphs"]["decoder"]["inputs"] == plain["graphs"]["decoder"]["inputs"]
+    dynamic = open_export(out, device="cpu")
+    static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))
+    assert static.static is not None and dynamic.static is None
+    for sources, steps, eos in ((SOURCES, 12, True), (SOURCES, 20, False), (SOURCES[:1], 64, False),
+                                (SOURCES, 12, True)):  # the last call reuses the first call's buffers
+        assert static.generate_ids(sources, steps, eos) == dynamic.generate_ids(sources, steps, eos)
+
+
+def test_cuda_graph_runtime_needs_a_static_export(tiny_export):
+    with pytest.raises(DeviceError, match="re-export with --cuda-graph"):
+        open_export(tiny_export, device="cpu", options=RuntimeOptions(cuda_graph=True))
+
+
+def test_cuda_graph_provider_option():
+    cuda = Device("cuda:1", (("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"), "cuda", 1)
+    providers = cuda_graph_device(cuda).providers
+    assert providers[0] == ("CUDAExecutionProvider", {"device_id": 1, "enable_cuda_graph": "1"})
+    assert providers[1:] == ("CPUExecutionProvider",)
+    cpu = Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
+    assert cuda_graph_device(cpu) == cpu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU")
+def test_cuda_graph_float16_decoding_matches_cpu(float16_static):
+    out = float16_static[0]
+    cpu = open_export(out, device="cpu").generate_ids(SOURCES, 16)
+    graphs = open_export(out, device="cuda", options=RuntimeOptions(cuda_graph=True))
+    assert graphs.generate_ids(SOURCES, 16) == cpu
+    assert graphs.generate_ids(SOURCES, 16) == cpu  # replayed graphs
+
+
+def test_thread_settings_reach_the_session():
+    opts = RuntimeOptions(intra_op_threads=2, inter_op_threads=1, spin_wait=False).session_options()
+    assert opts.intra_op_num_threads == 2 and opts.inter_op_num_threads == 1
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_generate_cli_with_cuda_graph_and_no_spin(static32):
+    out = static32[0]
+    args = ["generate", str(out), "--ids", "5 9 13 7", "--device", "cpu", "--max-new-tokens", "10"]
+    plain = CliRunner().invoke(cli, args)
+    graphs = CliRunner().invoke(cli, [*args, "--cuda-graph", "--no-spin"])
+    assert plain.exit_code == 0 and graphs.exit_code == 0, graphs.output
+    assert graphs.output == plain.output

@@ -40,6 +40,7 @@ class BenchSettings:
     repeat: int = 5  # timed runs per backend (interleaved)
     warmup: int = 1  # untimed runs per backend first
     threads: int | None = None  # intra-op threads for torch and ORT (None: library defaults)
+    spin_wait: bool = True  # ORT's idle intra-op threads spin (RuntimeOptions.spin_wait); off on busy machines
     seed: int = 0  # source ids
 
 
@@ -63,7 +64,16 @@ def _eager(ctx: BenchContext, device: str) -> Runner | None:
 def _ort(ctx: BenchContext, device: str) -> Runner | None:
     if ctx.export_dir is None:
         return None
-    return open_export(ctx.export_dir, device, RuntimeOptions(intra_op_threads=ctx.settings.threads), verify=False)
+    options = RuntimeOptions(intra_op_threads=ctx.settings.threads, spin_wait=ctx.settings.spin_wait)
+    return open_export(ctx.export_dir, device, options, verify=False)
+
+
+def _ort_cuda_graph(ctx: BenchContext, device: str) -> Runner | None:
+    """ORT replaying CUDA graphs of the static-cache decoder: CUDA and a --cuda-graph export only."""
+    if ctx.export_dir is None or not device.startswith("cuda") or "decoder_static" not in _manifest(ctx)["graphs"]:
+        return None
+    options = RuntimeOptions(intra_op_threads=ctx.settings.threads, cuda_graph=True)
+    return open_export(ctx.export_dir, device, options, verify=False)
 
 
 def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | None]:
@@ -81,16 +91,19 @@ def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | No
     return factory
 
 
+def _manifest(ctx: BenchContext) -> dict[str, Any]:
+    return json.loads((ctx.export_dir / "manifest.json").read_text(encoding="utf-8"))
+
+
 def _ort_quantize(ctx: BenchContext) -> str | None:
     if ctx.export_dir is None:
         return None
-    manifest = json.loads((ctx.export_dir / "manifest.json").read_text(encoding="utf-8"))
-    return manifest.get("variant", {}).get("quantize")
+    return _manifest(ctx).get("variant", {}).get("quantize")
 
 
 # name -> factory; a factory returns None when it cannot run with this context (e.g. no weights).
 BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {
-    "eager": _eager, "ort": _ort, "ctranslate2": _ctranslate2("float32"),
+    "eager": _eager, "ort": _ort, "ort-cuda-graph": _ort_cuda_graph, "ctranslate2": _ctranslate2("float32"),
     "ctranslate2-int8": _ctranslate2("int8")}
 
 

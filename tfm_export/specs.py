@@ -88,3 +88,31 @@ def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
 
 
 GRAPH_SPECS = {"encoder": encoder_spec, "decoder": decoder_spec}
+
+
+def static_decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
+    """One step of the decoder over a pre-allocated cache of `max_len` slots (for CUDA graphs).
+
+    Every shape is fixed by (batch, src_len), so a captured CUDA graph can be replayed each step:
+    `cache_len` (the number of slots already filled, on the device) says where this step's keys and
+    values go and which slots attention may see. `present.*` is the whole cache with slot
+    `cache_len` written; the runtime feeds it back as the next step's `past.*` (two buffers, swapped).
+    """
+    h, d, n, layers = config.n_heads, config.head_dim, config.max_len, range(config.n_decoder_layers)
+    inputs = [TensorSpec("input_ids", "int64", ("batch", 1)),
+              TensorSpec("src_mask", "bool", ("batch", "src_len")),
+              TensorSpec("cache_len", "int64", (1,))]
+    for i in layers:
+        inputs += _kv(past_names(i), h, n, d, dtype)
+    for i in layers:
+        inputs += _kv(cross_names(i), h, "src_len", d, dtype)
+    outputs = [TensorSpec("logits", "float32", ("batch", config.tgt_vocab_size)),
+               TensorSpec("next_ids", "int64", ("batch",))]
+    for i in layers:
+        outputs += _kv(present_names(i), h, n, d, dtype)
+    return GraphSpec("decoder_static", "decoder_static.onnx", tuple(inputs), tuple(outputs))
+
+
+# Graphs exported only on request (ExportOptions.static_cache / --cuda-graph).
+EXTRA_GRAPH_SPECS = {"decoder_static": static_decoder_spec}
+ALL_GRAPH_SPECS = {**GRAPH_SPECS, **EXTRA_GRAPH_SPECS}

@@ -69,10 +69,14 @@ def _echo_stage(name: str, seconds: float) -> None:
 @click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (skip-layer-norm, fused MatMul).")
 @click.option("--quantize", type=click.Choice(["int8"]), default=None,
               help="Dynamic int8 weights for CPU; validation reports token agreement with float32.")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
+@click.option("--cuda-graph", is_flag=True,
+              help="Also export decoder_static.onnx (pre-allocated cache) so CUDA can replay each step as a graph.")
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
-                   optimize: bool, quantize: str | None, **load_opts: Any) -> None:
+                   optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     from ..export import ExportOptions, default_out_dir, export_model
     from ..validate import format_report
@@ -84,7 +88,7 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     checkpoint = load_model_file(model, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
-                            quantize=quantize)
+                            quantize=quantize, dtype=dtype, static_cache=cuda_graph)
     try:
         manifest = export_model(checkpoint, out, options, on_stage=_echo_stage)
     except ValidationError as exc:
@@ -92,7 +96,7 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
         raise
     if manifest.get("validation"):
         click.echo(format_report(manifest["validation"]))
-    click.echo(f"wrote {out} (encoder.onnx, decoder.onnx, manifest.json)")
+    click.echo(f"wrote {out} ({', '.join(g['file'] for g in manifest['graphs'].values())}, manifest.json)")
 
 
 def _echo_detected(checkpoint: Any) -> None:

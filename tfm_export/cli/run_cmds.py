@@ -44,18 +44,23 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--max-new-tokens", type=int, default=None, help="Most tokens per source (default: max_len).")
 @click.option("--batch-size", type=int, default=16, show_default=True, help="Sources decoded together.")
 @click.option("--threads", type=int, default=None, help="ONNX Runtime intra-op threads (default: all cores).")
+@click.option("--spin/--no-spin", default=True, show_default=True,
+              help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
+@click.option("--cuda-graph", is_flag=True, help="Replay decoder steps as CUDA graphs (needs an export made "
+                                                  "with --cuda-graph; on CPU it runs the same loop uncaptured).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per source: ids (and text).")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
-                     threads: int | None, as_json: bool) -> None:
+                     threads: int | None, spin: bool, cuda_graph: bool, as_json: bool) -> None:
     """Greedy decoding with the export in FOLDER on ONNX Runtime."""
     from ..runtime import RuntimeOptions, open_export
 
     kind, sources = _sources(text, ids, input_file, input_format)
     if batch_size < 1:
         raise click.BadParameter("--batch-size must be at least 1")
-    model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads))
+    options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
+    model = open_export(folder, device, options)
     has_tokenizer = bool(model.manifest.get("tokenizer"))
     encoded = [model.tokenizer.encode(s) for s in sources] if kind == "text" else sources
     with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
@@ -87,11 +92,13 @@ def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
 @click.option("--repeat", type=int, default=5, show_default=True, help="Timed runs per backend, interleaved.")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per backend first.")
 @click.option("--threads", type=int, default=None, help="Intra-op threads for PyTorch and ORT.")
+@click.option("--spin/--no-spin", default=True, show_default=True,
+              help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a bar chart (PNG).")
 @library_errors
 def bench_command(target: Path, model_path: Path | None, device: str, batch: str, src_len: int, new_tokens: int,
-                  repeat: int, warmup: int, threads: int | None, json_file: Path | None,
+                  repeat: int, warmup: int, threads: int | None, spin: bool, json_file: Path | None,
                   plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
     from ..bench import BenchSettings, format_table, plot, run_benchmark
@@ -99,7 +106,8 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
 
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
                              batches=tuple(parse_int_list(batch, "--batch")), src_len=src_len,
-                             new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads)
+                             new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
+                             spin_wait=spin)
     export_dir = target if target.is_dir() and (target / "manifest.json").exists() else None
     weights = model_path or (None if export_dir else target)
     checkpoint = load_any(weights) if weights else None

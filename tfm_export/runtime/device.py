@@ -31,6 +31,9 @@ class RuntimeOptions:
     log_severity: int = 3  # 0 verbose .. 4 fatal; 3 keeps ORT's C++ warnings off the terminal
     profile_prefix: str | None = None  # write ORT's JSON profile with this file prefix
     cuda_graph: bool = False  # capture the decoder step in a CUDA graph (needs a static-cache export)
+    # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
+    # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
+    spin_wait: bool = True
 
     def session_options(self) -> ort.SessionOptions:
         """The ort.SessionOptions these settings describe."""
@@ -44,6 +47,8 @@ class RuntimeOptions:
             opts.intra_op_num_threads = self.intra_op_threads
         if self.inter_op_threads:
             opts.inter_op_num_threads = self.inter_op_threads
+        if not self.spin_wait:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self.parallel_execution:
             opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         if self.profile_prefix:

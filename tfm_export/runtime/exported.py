@@ -47,6 +47,7 @@ class ExportedModel:
         self._past_names = [f"past.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
         self._cross_names = [f"cross.{i}.{kv}" for i in layers for kv in ("key", "value")]
         self._present_names = [f"present.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
+        self.static: Any = None  # a runtime.static.StaticDecoder when open_export(cuda_graph=True) set one
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -69,6 +70,9 @@ class ExportedModel:
         src = np.asarray(pad_batch(sources, cfg.src_pad_id), dtype=np.int64)  # (batch, src_len)
         self._check_source(src)
         steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
+        if self.static is not None:
+            rows = self.static.generate(self.encoder, src, steps, stop_at_eos, timings)
+            return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
         start = time.perf_counter()
         state = self._encode(src)
         if timings is not None:
@@ -147,6 +151,12 @@ def open_export(folder: str | os.PathLike, device: str = "auto", options: Runtim
     folder = Path(folder)
     manifest = load_manifest(folder, verify_hashes=verify)
     paths = {name: folder / g["file"] for name, g in manifest["graphs"].items() if name in ("encoder", "decoder")}
-    chosen, sessions = open_sessions(paths, device, options or RuntimeOptions())
+    options = options or RuntimeOptions()
+    chosen, sessions = open_sessions(paths, device, options)
     log.info("opened %s on %s", folder, chosen.name)
-    return ExportedModel(folder, manifest, chosen, sessions)
+    model = ExportedModel(folder, manifest, chosen, sessions)
+    if options.cuda_graph:
+        from .static import open_static
+
+        model.static = open_static(folder, manifest, model.config, chosen, options)
+    return model

@@ -1,0 +1,179 @@
+"""Greedy decoding with the static-cache decoder (decoder_static.onnx), replayable as CUDA graphs.
+
+Every buffer the decoder reads or writes is allocated once per (batch, src_len) and bound once:
+the caches (two sets of max_len slots, swapped every step: step s reads set s % 2 and writes the
+other), `input_ids`, `cache_len`, `logits` and `next_ids`. Only `input_ids` and `cache_len` are
+refreshed in place (a few bytes) and only `next_ids` is read back, so on CUDA ORT can capture each
+of the two bindings once as a CUDA graph (`enable_cuda_graph`, one `gpu_graph_id` per binding) and
+replay it for every later step. On CPU the same loop runs without capture. Torch-free.
+
+Exported with `tfm-export MODEL --cuda-graph`; used when `RuntimeOptions(cuda_graph=True)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..config import TransformerConfig
+from ..errors import InputError
+from .device import Device, RuntimeOptions, create_session
+
+log = logging.getLogger(__name__)
+
+GRAPH_NAME = "decoder_static"
+# Sources are padded up to a multiple of this when graphs are captured: one capture serves every
+# source length in the bucket (padding is masked, so the tokens do not change).
+SRC_BUCKET = 16
+
+
+def cuda_graph_device(device: Device) -> Device:
+    """`device` with ORT's CUDA-graph capture switched on (CPU is returned unchanged)."""
+    if device.ort_type != "cuda":
+        return device
+    cuda = ("CUDAExecutionProvider", {"device_id": device.index, "enable_cuda_graph": "1"})
+    return Device(device.name, (cuda, *device.providers[1:]), device.ort_type, device.index)
+
+
+@dataclass
+class _Slots:
+    """The bound buffers of one (batch, src_len): two bindings that swap the cache sets."""
+
+    encoder_outputs: dict[str, ort.OrtValue]
+    input_ids: ort.OrtValue  # (batch, 1) int64
+    cache_len: ort.OrtValue  # (1,) int64
+    next_ids: ort.OrtValue  # (batch,) int64
+    bindings: tuple[Any, Any]
+    run_options: tuple[ort.RunOptions | None, ort.RunOptions | None]
+
+
+class StaticDecoder:
+    """The decode loop over decoder_static.onnx; see the module docstring."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any], config: TransformerConfig, device: Device,
+                 options: RuntimeOptions):
+        entry = manifest["graphs"][GRAPH_NAME]
+        self.config, self.device = config, device
+        self.capture = device.ort_type == "cuda"  # CUDA graphs exist only there; CPU runs the same loop
+        self.session = create_session(folder / entry["file"], cuda_graph_device(device) if self.capture else device,
+                                      options)
+        self._inputs = [t["name"] for t in entry["inputs"]]
+        self._outputs = [t["name"] for t in entry["outputs"]]
+        self._specs = {t["name"]: t for t in (*entry["inputs"], *entry["outputs"])}  # no name is both
+        self._slots: dict[tuple[int, int], _Slots] = {}
+        self._next_graph_id = 0
+        self._lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
+        if not self.capture:
+            log.info("static-cache decoder on %s: no CUDA graphs there, decoding without capture", device.name)
+
+    def generate(self, encoder: ort.InferenceSession, src: np.ndarray, steps: int, stop_at_eos: bool,
+                 timings: Any | None) -> list[list[int]]:
+        """Encode `src` (batch, src_len) into the bound buffers, then decode `steps` tokens greedily."""
+        cfg = self.config
+        if steps > cfg.max_len:
+            raise InputError(f"max_new_tokens {steps} exceeds the static cache of {cfg.max_len} slots")
+        src = self._bucket(src)
+        with self._lock:
+            start = time.perf_counter()
+            slots = self._slots_for(*src.shape)
+            self._encode(encoder, src, slots)
+            if timings is not None:
+                timings.encoder_s = time.perf_counter() - start
+            return self._loop(slots, src.shape[0], steps, stop_at_eos, timings)
+
+    def _bucket(self, src: np.ndarray) -> np.ndarray:
+        if not self.capture:
+            return src
+        width = min(self.config.max_len, -(-src.shape[1] // SRC_BUCKET) * SRC_BUCKET)
+        return np.pad(src, ((0, 0), (0, width - src.shape[1])), constant_values=self.config.src_pad_id)
+
+    def _value(self, array: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(array, self.device.ort_type, self.device.index)
+
+    def _zeros(self, name: str, batch: int, src_len: int) -> ort.OrtValue:
+        """A zero-filled buffer in a spec's shape (zeros: never-written cache slots must be finite)."""
+        dims = {"batch": batch, "src_len": src_len}
+        spec = self._specs[name]
+        return self._value(np.zeros([dims.get(d, d) for d in spec["shape"]], dtype=spec["dtype"]))
+
+    def _slots_for(self, batch: int, src_len: int) -> _Slots:
+        key = (batch, src_len)
+        if key not in self._slots:
+            self._slots[key] = self._allocate(batch, src_len)
+            log.info("static cache allocated for batch %d, src_len %d", batch, src_len)
+        return self._slots[key]
+
+    def _allocate(self, batch: int, src_len: int) -> _Slots:
+        past = [name for name in self._inputs if name.startswith("past.")]
+        present = [name for name in self._outputs if name.startswith("present.")]
+        shared = {name: self._zeros(name, batch, src_len) for name in self._inputs if not name.startswith("past.")}
+        outs = {name: self._zeros(name, batch, src_len) for name in ("logits", "next_ids")}
+        caches = [[self._zeros(name, batch, src_len) for name in past] for _ in range(2)]
+        bindings = []
+        for reads, writes in ((caches[0], caches[1]), (caches[1], caches[0])):
+            binding = self.session.io_binding()
+            for name, value in [*shared.items(), *zip(past, reads)]:
+                binding.bind_ortvalue_input(name, value)
+            for name, value in [*outs.items(), *zip(present, writes)]:
+                binding.bind_ortvalue_output(name, value)
+            bindings.append(binding)
+        encoder_outputs = {k: v for k, v in shared.items() if k == "src_mask" or k.startswith("cross.")}
+        return _Slots(encoder_outputs, shared["input_ids"], shared["cache_len"], outs["next_ids"],
+                      (bindings[0], bindings[1]), (self._run_options(), self._run_options()))
+
+    def _run_options(self) -> ort.RunOptions | None:
+        """One CUDA graph per binding: ORT captures each gpu_graph_id on its first runs, then replays."""
+        if not self.capture:
+            return None
+        options = ort.RunOptions()
+        options.add_run_config_entry("gpu_graph_id", str(self._next_graph_id))
+        self._next_graph_id += 1
+        return options
+
+    def _encode(self, encoder: ort.InferenceSession, src: np.ndarray, slots: _Slots) -> None:
+        binding = encoder.io_binding()
+        binding.bind_ortvalue_input("src_ids", self._value(src))
+        for name, value in slots.encoder_outputs.items():
+            binding.bind_ortvalue_output(name, value)  # written straight into the decoder's bound inputs
+        encoder.run_with_iobinding(binding)
+
+    def _loop(self, slots: _Slots, batch: int, steps: int, stop_at_eos: bool, timings: Any | None
+              ) -> list[list[int]]:
+        cfg = self.config
+        tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, 1)
+        done = np.zeros(batch, dtype=bool)
+        out = np.empty((batch, steps), dtype=np.int64)
+        for step in range(steps):
+            start = time.perf_counter() if timings is not None else 0.0
+            slots.input_ids.update_inplace(tokens)
+            slots.cache_len.update_inplace(np.array([step], dtype=np.int64))
+            self.session.run_with_iobinding(slots.bindings[step % 2], slots.run_options[step % 2])
+            next_ids = slots.next_ids.numpy()  # (batch,): the one tensor that crosses to the host
+            if stop_at_eos:
+                next_ids = np.where(done, cfg.tgt_pad_id, next_ids)
+                done |= next_ids == cfg.eos_id
+            out[:, step] = next_ids
+            if timings is not None:
+                timings.steps_s.append(time.perf_counter() - start)
+            if stop_at_eos and done.all():
+                return out[:, : step + 1].tolist()
+            tokens = next_ids.reshape(batch, 1).astype(np.int64)
+        return out.tolist()
+
+
+def open_static(folder: Path, manifest: dict[str, Any], config: TransformerConfig, device: Device,
+                options: RuntimeOptions) -> StaticDecoder:
+    """The static-cache decoder of an export folder (DeviceError when it was exported without one)."""
+    from ..errors import DeviceError
+
+    if GRAPH_NAME not in manifest["graphs"]:
+        raise DeviceError(f"{folder} has no {GRAPH_NAME}.onnx for CUDA graphs; re-export with --cuda-graph "
+                          f"or run without cuda_graph")
+    return StaticDecoder(folder, manifest, config, device, options)
