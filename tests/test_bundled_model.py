@@ -44,6 +44,19 @@ def test_export_validates_and_ort_gives_the_expected_strings(bundled_export):
     assert accuracy(outputs, HELDOUT) >= 0.95
 
 
+def test_short_numbers_are_spelled_correctly(bundled_export):
+    """Every number below 1000 (a model trained on the uniform 0..99999 mix got "12" wrong)."""
+    short = read_heldout(BUNDLED / "short.tsv")
+    assert [s for s, _ in short] == [str(n) for n in range(1000)]
+    runtime = open_export(bundled_export, device="cpu")
+    outputs = [out for i in range(0, len(short), 250) for out in runtime.translate([s for s, _ in short[i:i + 250]])]
+    wrong = [(s, o) for (s, expected), o in zip(short, outputs) if o != expected]
+    assert len(wrong) <= 5, wrong[:10]
+    assert all(o == expected for (_, expected), o in zip(short[:100], outputs[:100])), "0..99 must all be right"
+    metrics = json.loads((BUNDLED / "metrics.json").read_text())
+    assert metrics["exact_match_0_to_999"] == pytest.approx(1 - len(wrong) / 1000)
+
+
 def test_unknown_characters_are_refused_clearly(bundled_export):
     from tfm_export.errors import InputError
 

@@ -1,6 +1,7 @@
 """`generate` and `bench` through Click."""
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -74,3 +75,25 @@ def test_bench_export_folder_alone_gives_ort_rows(tiny_export):
     result = run("bench", tiny_export, "--batch", "1", "--new-tokens", "3", "--repeat", "1")
     assert result.exit_code == 0, result.output
     assert "ORT rows only" in result.output and " eager " not in result.output
+
+
+def test_bench_also_adds_a_row_per_peer_export(tiny_checkpoint, tiny_export, tmp_path):
+    peer = tmp_path / "opt"
+    assert run(tiny_checkpoint, "-o", peer, "--optimize", "--no-validate").exit_code == 0
+    out = tmp_path / "bench.json"
+    result = run("bench", tiny_export, "--also", peer, "--batch", "1", "--src-len", "5", "--new-tokens", "3",
+                 "--repeat", "1", "--json", out)
+    assert result.exit_code == 0, result.output
+    backends = [r["backend"] for r in json.loads(out.read_text())["rows"]]
+    assert backends == ["ort", "ort:opt"]
+
+
+def test_bench_refuses_a_peer_of_another_model(tiny_export, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(tiny_export, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["config"]["tgt_vocab_size"] += 1
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    result = run("bench", tiny_export, "--also", other, "--batch", "1", "--repeat", "1")
+    assert result.exit_code == 1 and "holds a different model" in result.output
+    assert "Traceback" not in result.output

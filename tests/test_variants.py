@@ -63,6 +63,13 @@ def test_optimized_export_is_fused_and_still_exact(optimized, tiny_export):
     assert manifest["variant"]["optimized"] and fused["skip_layer_normalization"] > 0
     ops = {n.op_type for n in onnx.load(str(out / "decoder.onnx")).graph.node}
     assert "SkipLayerNormalization" in ops and "LayerNormalization" not in ops
+    # Attention fused: self attention with its past (mha1) and cross attention reading the
+    # precomputed (batch, heads, src_len, head_dim) keys/values without per-step transposes.
+    layers = manifest["config"]["n_decoder_layers"]
+    assert fused["mha1"] == layers and fused["cross_kv_bnsh"] == layers
+    assert {"MultiHeadAttention"} <= ops and not ops & {"Softmax", "Transpose"}
+    encoder_ops = {n.op_type for n in onnx.load(str(out / "encoder.onnx")).graph.node}
+    assert "MultiHeadAttention" in encoder_ops and "Softmax" not in encoder_ops
     assert manifest["validation"]["mode"] == "parity" and manifest["validation"]["greedy"]["equal"]
     reference = open_export(tiny_export, device="cpu").generate_ids(SOURCES, 12)
     assert open_export(out, device="cpu").generate_ids(SOURCES, 12) == reference

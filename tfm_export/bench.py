@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 import torch
 
 from .checkpoint import Checkpoint
+from .errors import InputError
 from .runtime import DecodeTimings, RuntimeOptions, open_export
 
 
@@ -51,6 +52,7 @@ class BenchContext:
     checkpoint: Checkpoint | None  # eager needs the weights
     export_dir: Path | None  # ORT needs the export folder
     settings: BenchSettings
+    peers: tuple[Path, ...] = ()  # more export folders (e.g. --optimize, int8), each an "ort:<folder>" row
 
 
 def _eager(ctx: BenchContext, device: str) -> Runner | None:
@@ -107,9 +109,32 @@ BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {
     "ctranslate2-int8": _ctranslate2("int8")}
 
 
+def _peer_backends(ctx: BenchContext) -> dict[str, Callable[[BenchContext, str], Runner | None]]:
+    """One ORT row per extra export folder, named after the folder."""
+    def factory(folder: Path) -> Callable[[BenchContext, str], Runner | None]:
+        return lambda c, device: _ort(BenchContext(c.checkpoint, folder, c.settings), device)
+
+    return {f"ort:{folder.name}": factory(folder) for folder in ctx.peers}
+
+
+def _check_peers(ctx: BenchContext) -> None:
+    """Every peer folder must hold the same model as the main export (else the rows do not compare)."""
+    config = _manifest(ctx)["config"] if ctx.export_dir else None
+    for folder in ctx.peers:
+        if not (folder / "manifest.json").is_file():
+            raise InputError(f"{folder} is not an export folder (no manifest.json); pass a tfm-export output")
+        peer = _manifest(BenchContext(None, folder, ctx.settings))["config"]
+        if config is not None and peer != config:
+            raise InputError(f"{folder} holds a different model than {ctx.export_dir}; compare exports of one checkpoint")
+
+
 def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike | None,
-                  settings: BenchSettings = BenchSettings()) -> dict[str, Any]:
-    """Measure every available backend on every device and batch; returns the JSON-ready report."""
+                  settings: BenchSettings = BenchSettings(),
+                  peers: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
+    """Measure every available backend on every device and batch; returns the JSON-ready report.
+
+    `peers` are more export folders of the same model, measured as extra ORT rows in the same run.
+    """
     if settings.threads:
         torch.set_num_threads(settings.threads)
     with tempfile.TemporaryDirectory(prefix="tfm-bench-") as tmp:
@@ -118,7 +143,9 @@ def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike |
 
             export_dir = Path(tmp) / "export"
             export_model(checkpoint, export_dir, ExportOptions(validate=False))
-        ctx = BenchContext(checkpoint, Path(export_dir) if export_dir else None, settings)
+        ctx = BenchContext(checkpoint, Path(export_dir) if export_dir else None, settings,
+                           tuple(Path(p) for p in peers))
+        _check_peers(ctx)
         rows = [row for device in settings.devices for batch in settings.batches
                 for row in _measure(ctx, device, batch)]
     _add_speedups(rows)
@@ -128,7 +155,7 @@ def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike |
 def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]:
     s = ctx.settings
     runners = {}
-    for name, factory in BACKENDS.items():
+    for name, factory in {**BACKENDS, **_peer_backends(ctx)}.items():
         before = _rss_mb()
         runner = factory(ctx, device)
         if runner is None:

@@ -85,8 +85,10 @@ class MultiHeadAttention(nn.Module):
         """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores."""
         q = self.split_heads(self.q_proj(x))  # (batch, heads, tgt_len, head_dim)
         scores = torch.matmul(q, key.transpose(-1, -2)) * self.scale  # (batch, heads, tgt_len, key_len)
-        # A finite floor rather than -inf: a fully masked row gives uniform weights, not NaN.
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
+        # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
+        # rounds back to the floor, so the weights equal masked_fill's.
+        scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
         weights = self.dropout(torch.softmax(scores, dim=-1))
         out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
         b, _, t, _ = out.shape
@@ -149,8 +151,9 @@ class DecoderLayer(Block):
 
         def attend_self(h: Tensor) -> Tensor:
             k, v = self.self_attn.project_kv(h)  # (batch, heads, tgt_len, head_dim)
-            k = torch.cat([past[0], k], dim=2)  # (batch, heads, past_len + tgt_len, head_dim)
-            v = torch.cat([past[1], v], dim=2)
+            # dim=-2, not 2: ORT's attention-with-past fusion matches Concat(axis=-2) only.
+            k = torch.cat([past[0], k], dim=-2)  # (batch, heads, past_len + tgt_len, head_dim)
+            v = torch.cat([past[1], v], dim=-2)
             present.extend((k, v))
             return self.self_attn(h, k, v, causal)
 

@@ -40,10 +40,49 @@ def optimize_graph(path: Path, spec: GraphSpec) -> dict[str, int]:
     model = ir.load(str(path))
     before = sum(1 for _ in model.graph)
     model, counts = ort_fusions.optimize_for_ort(model)
+    counts["cross_kv_bnsh"] = _cross_kv_as_bnsh(model)
     ir.save(model, str(path))
     fused = {name: count for name, count in counts.items() if count}
     fused["nodes_before"], fused["nodes_after"] = before, sum(1 for _ in model.graph)
     return fused
+
+
+def _cross_kv_as_bnsh(model: Any) -> int:
+    """Feed precomputed cross keys/values to MultiHeadAttention as they are, (batch, heads, src_len, head_dim).
+
+    onnxscript's rule turns them back into (batch, src_len, d_model) with a Transpose and a Reshape,
+    which the decoder would repeat at every step; MultiHeadAttention takes the 4-D layout directly.
+    Returns how many attention nodes were rewired.
+    """
+    from onnxscript import optimizer
+
+    rewired = 0
+    for node in model.graph:
+        has_past = len(node.inputs) > 6 and node.inputs[6] is not None
+        if node.op_type != "MultiHeadAttention" or has_past:
+            continue  # self attention with past keeps its (batch, tgt_len, d_model) keys
+        sources = [_untransposed(node.inputs[i]) for i in (1, 2)]
+        if all(v is not None for v in sources):
+            node.replace_input_with(1, sources[0])
+            node.replace_input_with(2, sources[1])
+            rewired += 1
+    optimizer.remove_unused_nodes(model)
+    return rewired
+
+
+def _untransposed(value: Any) -> Any:
+    """X when `value` is Reshape(Transpose(X, perm=[0, 2, 1, 3])) with X 4-D, else None."""
+    reshape = value.producer() if value is not None else None
+    if reshape is None or reshape.op_type != "Reshape":
+        return None
+    transpose = reshape.inputs[0].producer()
+    if transpose is None or transpose.op_type != "Transpose":
+        return None
+    perm = transpose.attributes.get("perm")
+    source = transpose.inputs[0]
+    if perm is None or list(perm.value) != [0, 2, 1, 3] or source.shape is None or source.shape.rank() != 4:
+        return None
+    return source
 
 
 def float16_graph(path: Path, spec: GraphSpec) -> dict[str, int]:

@@ -66,7 +66,7 @@ def _echo_stage(name: str, seconds: float) -> None:
               help="Validation tolerance: max abs difference between ORT and eager outputs.")
 @click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
 @click.option("--force", is_flag=True, help="Replace the output folder if it exists.")
-@click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (skip-layer-norm, fused MatMul).")
+@click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (attention with past, skip-layer-norm, GELU).")
 @click.option("--quantize", type=click.Choice(["int8"]), default=None,
               help="Dynamic int8 weights for CPU; validation reports token agreement with float32.")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,

@@ -94,12 +94,15 @@ def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
 @click.option("--threads", type=int, default=None, help="Intra-op threads for PyTorch and ORT.")
 @click.option("--spin/--no-spin", default=True, show_default=True,
               help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
+@click.option("--also", "peers", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Another export folder of the same model (e.g. --optimize or int8), measured as an extra "
+                   "'ort:<folder>' row in the same run; repeatable.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a bar chart (PNG).")
 @library_errors
 def bench_command(target: Path, model_path: Path | None, device: str, batch: str, src_len: int, new_tokens: int,
-                  repeat: int, warmup: int, threads: int | None, spin: bool, json_file: Path | None,
-                  plot_file: Path | None) -> None:
+                  repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
+                  json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
     from ..bench import BenchSettings, format_table, plot, run_benchmark
     from ..importers import load_any
@@ -113,7 +116,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
     checkpoint = load_any(weights) if weights else None
     if checkpoint is None:
         click.echo("no checkpoint given (--model): ORT rows only", err=True)
-    report = run_benchmark(checkpoint, export_dir, settings)
+    report = run_benchmark(checkpoint, export_dir, settings, peers)
     click.echo(format_table(report))
     if json_file:
         json_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
