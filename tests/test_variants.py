@@ -123,9 +123,15 @@ def test_float16_keeps_softmax_and_layer_norm_in_float32(float16_static):
     for node in guarded:  # fed by a Cast to float32
         cast = produced_by[node.input[0]]
         assert cast.op_type == "Cast" and cast.attribute[0].i == onnx.TensorProto.FLOAT
-    for init in graph.initializer:  # the -3.4e38 mask floor was clipped to float16's range, not -inf
+    floors = []
+    for init in graph.initializer:  # the -3.4e38 mask floor was clipped, not turned into -inf
         if init.data_type == onnx.TensorProto.FLOAT16:
-            assert np.isfinite(onnx.numpy_helper.to_array(init)).all()
+            values = onnx.numpy_helper.to_array(init).astype(np.float32)
+            assert np.isfinite(values).all() and np.abs(values).max(initial=0) <= 2**15
+            floors += [v for v in values.ravel() if v <= -2**14]
+    assert floors and max(floors) == -2**15
+    # Adding a large negative score to the floor stays finite in float16 (at -65504 it would be -inf).
+    assert np.isfinite(np.float16(-2**15) + np.float16(-1000))
 
 
 def test_float16_validation_uses_a_float16_tolerance(float16_static):

@@ -30,6 +30,7 @@ FLOAT32_OPS = ("Softmax", "LayerNormalization", "SkipLayerNormalization", "Simpl
 #   tolerance  every output within atol + rtol * max|eager| (float16 rounding), greedy agreement reported;
 #   agreement  differences and greedy agreement reported, nothing fails (int8: near-tie argmaxes flip).
 FLOAT16_ATOL, FLOAT16_RTOL = 1e-2, 1e-2
+FLOAT16_CLIP = 2.0**15  # largest constant magnitude in a float16 graph (see float16_graph)
 
 
 def optimize_graph(path: Path, spec: GraphSpec) -> dict[str, int]:
@@ -91,9 +92,11 @@ def float16_graph(path: Path, spec: GraphSpec) -> dict[str, int]:
 
     model = onnx.load(str(path))
     keep = [t.name for t in (*spec.inputs, *spec.outputs) if t.dtype == "float32"]
-    # Constants beyond float16's range (the -3.4e38 attention mask floor) are clipped to -65504,
-    # still far below any real score, so masked weights stay exactly 0 after the float32 softmax.
-    model = convert_float_to_float16(model, keep_io_types=keep, op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FLOAT32_OPS])
+    # Constants beyond FLOAT16_CLIP (the -3.4e38 attention mask floor) are clipped to it: far below any
+    # real score, so masked weights stay 0, and half float16's range, so `score + floor` (the mask is
+    # added in float16) cannot overflow to -inf, which would make a fully masked row NaN.
+    model = convert_float_to_float16(model, keep_io_types=keep, max_finite_val=FLOAT16_CLIP,
+                                     op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FLOAT32_OPS])
     _repair(model)
     onnx.save(model, str(path))
     nodes = model.graph.node
