@@ -189,6 +189,20 @@ def test_cuda_graph_runtime_needs_a_static_export(tiny_export):
         open_export(tiny_export, device="cpu", options=RuntimeOptions(cuda_graph=True))
 
 
+def test_static_decoder_is_used_on_cuda_by_default(static32, tiny_export):
+    from tfm_export.runtime.device import Device
+    from tfm_export.runtime.exported import uses_static_decoder
+
+    cuda = Device("cuda:0", (("CUDAExecutionProvider", {"device_id": 0}),), "cuda", 0)
+    cpu = Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
+    static = static32[1]
+    plain = json.loads((tiny_export / "manifest.json").read_text())
+    auto, on, off = RuntimeOptions(), RuntimeOptions(cuda_graph=True), RuntimeOptions(cuda_graph=False)
+    assert uses_static_decoder(auto, cuda, static) and not uses_static_decoder(auto, cpu, static)
+    assert not uses_static_decoder(auto, cuda, plain) and not uses_static_decoder(off, cuda, static)
+    assert uses_static_decoder(on, cpu, static)
+
+
 def test_cuda_graph_provider_option():
     cuda = Device("cuda:1", (("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"), "cuda", 1)
     providers = cuda_graph_device(cuda).providers

@@ -66,7 +66,9 @@ def _eager(ctx: BenchContext, device: str) -> Runner | None:
 def _ort(ctx: BenchContext, device: str) -> Runner | None:
     if ctx.export_dir is None:
         return None
-    options = RuntimeOptions(intra_op_threads=ctx.settings.threads, spin_wait=ctx.settings.spin_wait)
+    # cuda_graph=False: the growing-cache decoder; its CUDA-graph twin is the ort-cuda-graph row.
+    options = RuntimeOptions(intra_op_threads=ctx.settings.threads, spin_wait=ctx.settings.spin_wait,
+                             cuda_graph=False)
     return open_export(ctx.export_dir, device, options, verify=False)
 
 

@@ -46,13 +46,14 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--threads", type=int, default=None, help="ONNX Runtime intra-op threads (default: all cores).")
 @click.option("--spin/--no-spin", default=True, show_default=True,
               help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
-@click.option("--cuda-graph", is_flag=True, help="Replay decoder steps as CUDA graphs (needs an export made "
-                                                  "with --cuda-graph; on CPU it runs the same loop uncaptured).")
+@click.option("--cuda-graph/--no-cuda-graph", default=None,
+              help="Replay decoder steps as CUDA graphs (needs an export made with --cuda-graph; on CPU the "
+                   "same loop runs uncaptured). Default: on when the device is CUDA and the export has one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per source: ids (and text).")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
-                     threads: int | None, spin: bool, cuda_graph: bool, as_json: bool) -> None:
+                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool) -> None:
     """Greedy decoding with the export in FOLDER on ONNX Runtime."""
     from ..runtime import RuntimeOptions, open_export
 

@@ -30,7 +30,9 @@ class RuntimeOptions:
     parallel_execution: bool = False  # run independent graph branches concurrently
     log_severity: int = 3  # 0 verbose .. 4 fatal; 3 keeps ORT's C++ warnings off the terminal
     profile_prefix: str | None = None  # write ORT's JSON profile with this file prefix
-    cuda_graph: bool = False  # capture the decoder step in a CUDA graph (needs a static-cache export)
+    # Decode with the static-cache decoder, captured as CUDA graphs on CUDA. None: when the device is
+    # CUDA and the export has one (--cuda-graph); True: always (on CPU uncaptured; error without one).
+    cuda_graph: bool | None = None
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
     spin_wait: bool = True

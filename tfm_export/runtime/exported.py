@@ -22,6 +22,8 @@ from ..decoding import pad_batch, resolve_max_new_tokens, trim
 from ..errors import InputError
 from ..manifest import load_manifest, manifest_config
 from .device import Device, RuntimeOptions, open_sessions
+from .static import GRAPH_NAME as STATIC_GRAPH
+from .static import open_static
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,13 @@ class ExportedModel:
         return out.tolist()
 
 
+def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: dict[str, Any]) -> bool:
+    """RuntimeOptions.cuda_graph, with None resolved: on CUDA when the export has a static decoder."""
+    if options.cuda_graph is None:
+        return device.ort_type == "cuda" and STATIC_GRAPH in manifest["graphs"]
+    return options.cuda_graph
+
+
 def open_export(folder: str | os.PathLike, device: str = "auto", options: RuntimeOptions | None = None,
                 verify: bool = True) -> ExportedModel:
     """Open an export folder (manifest and hashes checked unless `verify=False`) on `device`.
@@ -155,8 +164,6 @@ def open_export(folder: str | os.PathLike, device: str = "auto", options: Runtim
     chosen, sessions = open_sessions(paths, device, options)
     log.info("opened %s on %s", folder, chosen.name)
     model = ExportedModel(folder, manifest, chosen, sessions)
-    if options.cuda_graph:
-        from .static import open_static
-
+    if uses_static_decoder(options, chosen, manifest):
         model.static = open_static(folder, manifest, model.config, chosen, options)
     return model
