@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tfm_export.checkpoint import load_checkpoint
+from tfm_export.export import ExportOptions, export_model
+
+from conftest import BUNDLED
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ROOT / "runtimes"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -36,6 +41,14 @@ def run_node_tests(folder: Path, export_dir: Path) -> str:
 
 def test_node_runtime(bundled_export):
     run_node_tests(RUNTIMES / "node", bundled_export)
+
+
+def test_node_runtime_runs_the_fused_export(tmp_path):
+    """--optimize graphs use com.microsoft ops (MultiHeadAttention, SkipLayerNormalization): Node has them too."""
+    out = tmp_path / "opt"
+    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(optimize=True))
+    assert manifest["variant"]["transforms"]["optimize"]["decoder"]["mha1"] > 0
+    run_node_tests(RUNTIMES / "node", out)
 
 
 def test_browser_runtime(bundled_export):
