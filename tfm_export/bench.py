@@ -112,11 +112,13 @@ BACKENDS: dict[str, Callable[[BenchContext, str], Runner | None]] = {
 
 
 def _peer_backends(ctx: BenchContext) -> dict[str, Callable[[BenchContext, str], Runner | None]]:
-    """One ORT row per extra export folder, named after the folder."""
-    def factory(folder: Path) -> Callable[[BenchContext, str], Runner | None]:
-        return lambda c, device: _ort(BenchContext(c.checkpoint, folder, c.settings), device)
+    """The ORT rows (and CUDA-graph rows, where they apply) of each extra export folder, named after it."""
+    def on(folder: Path, base: Callable[[BenchContext, str], Runner | None]
+           ) -> Callable[[BenchContext, str], Runner | None]:
+        return lambda c, device: base(BenchContext(c.checkpoint, folder, c.settings), device)
 
-    return {f"ort:{folder.name}": factory(folder) for folder in ctx.peers}
+    return {f"{name}:{folder.name}": on(folder, base) for folder in ctx.peers
+            for name, base in (("ort", _ort), ("ort-cuda-graph", _ort_cuda_graph))}
 
 
 def _check_peers(ctx: BenchContext) -> None:

@@ -140,7 +140,7 @@ class ExportedModel:
                 timings.steps_s.append(time.perf_counter() - start)
             if stop_at_eos and done.all():
                 return out[:, : step + 1].tolist()
-            tokens = next_ids.reshape(batch, 1)
+            tokens = next_ids.reshape(batch, 1)  # (batch, tgt_len=1)
         return out.tolist()
 
 

@@ -164,7 +164,7 @@ class StaticDecoder:
                 timings.steps_s.append(time.perf_counter() - start)
             if stop_at_eos and done.all():
                 return out[:, : step + 1].tolist()
-            tokens = next_ids.reshape(batch, 1).astype(np.int64)
+            tokens = next_ids.reshape(batch, 1).astype(np.int64)  # (batch, tgt_len=1)
         return out.tolist()
 
 
