@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .errors import InputError
 
 
@@ -33,3 +35,33 @@ def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len:
 def trim(row: list[int], eos_id: int) -> list[int]:
     """Cut a generated row at its first EOS (exclusive)."""
     return row[: row.index(eos_id)] if eos_id in row else row
+
+
+class GreedyRows:
+    """The ids chosen so far by a batched greedy loop over numpy next_ids.
+
+    With `stop_at_eos`, a row that has emitted EOS gets `pad_id` from then on and the loop can stop
+    once every row has ended (`finished`).
+    """
+
+    def __init__(self, batch: int, steps: int, eos_id: int, pad_id: int, stop_at_eos: bool):
+        self.out = np.empty((batch, steps), dtype=np.int64)  # (batch, steps)
+        self.done = np.zeros(batch, dtype=bool)
+        self.eos_id, self.pad_id, self.stop_at_eos = eos_id, pad_id, stop_at_eos
+        self.taken = 0
+
+    def add(self, next_ids: np.ndarray) -> np.ndarray:
+        """Record one step's (batch,) ids; returns them as fed back (finished rows padded)."""
+        if self.stop_at_eos:
+            next_ids = np.where(self.done, self.pad_id, next_ids)
+            self.done |= next_ids == self.eos_id
+        self.out[:, self.taken] = next_ids
+        self.taken += 1
+        return next_ids
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_at_eos and bool(self.done.all())
+
+    def rows(self) -> list[list[int]]:
+        return self.out[:, : self.taken].tolist()

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
-from ..decoding import pad_batch, resolve_max_new_tokens, trim
+from ..decoding import GreedyRows, pad_batch, resolve_max_new_tokens, trim
 from ..errors import InputError
 from ..manifest import load_manifest, manifest_config
 from .device import Device, RuntimeOptions, open_sessions
@@ -116,9 +116,8 @@ class ExportedModel:
         empty = self._value(np.zeros((batch, cfg.n_heads, 0, cfg.head_dim), self._cache_dtype))
         past = [empty] * len(self._past_names)  # (batch, heads, past_len=0, head_dim)
         tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
-        done = np.zeros(batch, dtype=bool)
-        out = np.empty((batch, steps), dtype=np.int64)
-        for step in range(steps):
+        rows = GreedyRows(batch, steps, cfg.eos_id, cfg.tgt_pad_id, stop_at_eos)
+        for _ in range(steps):
             start = time.perf_counter() if timings is not None else 0.0
             binding.bind_ortvalue_input("input_ids", self._value(tokens))
             for name, value in zip(self._past_names, past):
@@ -130,18 +129,14 @@ class ExportedModel:
                 binding.bind_output(name, self.device.ort_type, self.device.index)
             self.decoder.run_with_iobinding(binding)
             outputs = binding.get_outputs()
-            next_ids = outputs[1].numpy()  # (batch,)
+            next_ids = rows.add(outputs[1].numpy())  # (batch,)
             past = outputs[2:]
-            if stop_at_eos:
-                next_ids = np.where(done, cfg.tgt_pad_id, next_ids)
-                done |= next_ids == cfg.eos_id
-            out[:, step] = next_ids
             if timings is not None:
                 timings.steps_s.append(time.perf_counter() - start)
-            if stop_at_eos and done.all():
-                return out[:, : step + 1].tolist()
+            if rows.finished:
+                break
             tokens = next_ids.reshape(batch, 1)  # (batch, tgt_len=1)
-        return out.tolist()
+        return rows.rows()
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: dict[str, Any]) -> bool:

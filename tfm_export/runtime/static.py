@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
+from ..decoding import GreedyRows
 from ..errors import InputError
 from .device import Device, RuntimeOptions, create_session
 
@@ -147,25 +148,21 @@ class StaticDecoder:
     def _loop(self, slots: _Slots, batch: int, steps: int, stop_at_eos: bool, timings: Any | None
               ) -> list[list[int]]:
         cfg = self.config
-        tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, 1)
-        done = np.zeros(batch, dtype=bool)
-        out = np.empty((batch, steps), dtype=np.int64)
+        tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
+        rows = GreedyRows(batch, steps, cfg.eos_id, cfg.tgt_pad_id, stop_at_eos)
         for step in range(steps):
             start = time.perf_counter() if timings is not None else 0.0
             slots.input_ids.update_inplace(tokens)
             slots.cache_len.update_inplace(np.array([step], dtype=np.int64))
             self.session.run_with_iobinding(slots.bindings[step % 2], slots.run_options[step % 2])
-            next_ids = slots.next_ids.numpy()  # (batch,): the one tensor that crosses to the host
-            if stop_at_eos:
-                next_ids = np.where(done, cfg.tgt_pad_id, next_ids)
-                done |= next_ids == cfg.eos_id
-            out[:, step] = next_ids
+            # (batch,): the one tensor that crosses to the host
+            next_ids = rows.add(slots.next_ids.numpy())
             if timings is not None:
                 timings.steps_s.append(time.perf_counter() - start)
-            if stop_at_eos and done.all():
-                return out[:, : step + 1].tolist()
+            if rows.finished:
+                break
             tokens = next_ids.reshape(batch, 1).astype(np.int64)  # (batch, tgt_len=1)
-        return out.tolist()
+        return rows.rows()
 
 
 def open_static(folder: Path, manifest: dict[str, Any], config: TransformerConfig, device: Device,
