@@ -178,7 +178,8 @@ def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_
     from .runtime import RuntimeOptions, open_export  # the torch-free runtime is what apps will use
 
     cfg = model.config
-    runtime = open_export(folder, device=device, verify=False)
+    # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.
+    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), verify=False)
     sources = _greedy_sources(runtime, cfg, gen)
     steps = min(max_new_tokens, cfg.max_len)
     got = runtime.generate_ids(sources, max_new_tokens=steps)

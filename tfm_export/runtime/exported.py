@@ -49,7 +49,7 @@ class ExportedModel:
         self._past_names = [f"past.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
         self._cross_names = [f"cross.{i}.{kv}" for i in layers for kv in ("key", "value")]
         self._present_names = [f"present.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
-        self.static: Any = None  # a runtime.static.StaticDecoder when open_export(cuda_graph=True) set one
+        self.static: Any = None  # a runtime.static.StaticDecoder when open_export chose it (RuntimeOptions.cuda_graph)
 
     @cached_property
     def tokenizer(self) -> Any:
