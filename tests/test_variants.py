@@ -184,6 +184,19 @@ def test_static_cache_export_is_validated_and_decodes_the_same(static32, tiny_ex
         assert static.generate_ids(sources, steps, eos) == dynamic.generate_ids(sources, steps, eos)
 
 
+def test_static_decoder_keeps_a_bounded_number_of_buffer_sets(static32):
+    from tfm_export.runtime.static import MAX_SLOT_SETS
+
+    out = static32[0]
+    static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))
+    dynamic = open_export(out, device="cpu")
+    for width in range(1, MAX_SLOT_SETS + 3):  # one more (batch, src_len) than is kept, then some
+        sources = [[5 + i for i in range(width)]]
+        assert static.generate_ids(sources, 8) == dynamic.generate_ids(sources, 8)
+    assert len(static.static._slots) == MAX_SLOT_SETS
+    assert static.generate_ids([[5]], 8) == dynamic.generate_ids([[5]], 8)  # evicted, rebuilt
+
+
 def test_cuda_graph_runtime_needs_a_static_export(tiny_export):
     with pytest.raises(DeviceError, match="re-export with --cuda-graph"):
         open_export(tiny_export, device="cpu", options=RuntimeOptions(cuda_graph=True))

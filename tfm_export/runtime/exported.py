@@ -74,12 +74,12 @@ class ExportedModel:
         steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
         if self.static is not None:
             rows = self.static.generate(self.encoder, src, steps, stop_at_eos, timings)
-            return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
-        start = time.perf_counter()
-        state = self._encode(src)
-        if timings is not None:
-            timings.encoder_s = time.perf_counter() - start
-        rows = self._decode_loop(state, src.shape[0], steps, stop_at_eos, timings)
+        else:
+            start = time.perf_counter()
+            state = self._encode(src)
+            if timings is not None:
+                timings.encoder_s = time.perf_counter() - start
+            rows = self._decode_loop(state, src.shape[0], steps, stop_at_eos, timings)
         return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
 
     def _check_source(self, src: np.ndarray) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,6 @@ import onnxruntime as ort
 
 from ..config import TransformerConfig
 from ..decoding import GreedyRows
-from ..errors import InputError
 from .device import Device, RuntimeOptions, create_session
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,9 @@ GRAPH_NAME = "decoder_static"
 # Sources are padded up to a multiple of this when graphs are captured: one capture serves every
 # source length in the bucket (padding is masked, so the tokens do not change).
 SRC_BUCKET = 16
+# Buffer sets kept, least recently used dropped first: each holds two max_len caches, so keeping one
+# per (batch, src_len) ever seen would grow without bound in a long-running server.
+MAX_SLOT_SETS = 4
 
 
 def cuda_graph_device(device: Device) -> Device:
@@ -68,7 +71,7 @@ class StaticDecoder:
         self._inputs = [t["name"] for t in entry["inputs"]]
         self._outputs = [t["name"] for t in entry["outputs"]]
         self._specs = {t["name"]: t for t in (*entry["inputs"], *entry["outputs"])}  # no name is both
-        self._slots: dict[tuple[int, int], _Slots] = {}
+        self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
         self._lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
         if not self.capture:
@@ -76,10 +79,8 @@ class StaticDecoder:
 
     def generate(self, encoder: ort.InferenceSession, src: np.ndarray, steps: int, stop_at_eos: bool,
                  timings: Any | None) -> list[list[int]]:
-        """Encode `src` (batch, src_len) into the bound buffers, then decode `steps` tokens greedily."""
-        cfg = self.config
-        if steps > cfg.max_len:
-            raise InputError(f"max_new_tokens {steps} exceeds the static cache of {cfg.max_len} slots")
+        """Encode `src` (batch, src_len) into the bound buffers, then decode `steps` (<= max_len,
+        checked by ExportedModel.generate_ids) tokens greedily."""
         src = self._bucket(src)
         with self._lock:
             start = time.perf_counter()
@@ -106,7 +107,11 @@ class StaticDecoder:
 
     def _slots_for(self, batch: int, src_len: int) -> _Slots:
         key = (batch, src_len)
-        if key not in self._slots:
+        if key in self._slots:
+            self._slots.move_to_end(key)
+        else:
+            if len(self._slots) == MAX_SLOT_SETS:
+                self._slots.popitem(last=False)
             self._slots[key] = self._allocate(batch, src_len)
             log.info("static cache allocated for batch %d, src_len %d", batch, src_len)
         return self._slots[key]
