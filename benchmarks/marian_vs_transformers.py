@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from tfm_export.export import ExportOptions, export_model
+from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.importers import load_any
 from tfm_export.runtime import RuntimeOptions, open_export
 

@@ -56,8 +56,8 @@ def dumps(fixture: dict) -> str:
 
 def export_bundled(out: Path) -> Path:
     """Export the bundled model to `out` (no validation: the test suite validates it elsewhere)."""
-    from tfm_export.checkpoint import load_checkpoint
-    from tfm_export.export import ExportOptions, export_model
+    from tfm_export.model.checkpoint import load_checkpoint
+    from tfm_export.export.exporter import ExportOptions, export_model
 
     export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(validate=False))
     return out

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tfm_export.checkpoint import load_checkpoint
-from tfm_export.export import ExportOptions, export_model
-from tfm_export.presets import init_checkpoint
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.model.presets import init_checkpoint
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de"
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from tfm_export.checkpoint import load_checkpoint
+from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.demo import read_heldout
-from tfm_export.eager import EagerModel
-from tfm_export.export import ExportOptions, export_model
+from tfm_export.model.eager import EagerModel
+from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.runtime import RuntimeOptions, open_export
 
 from conftest import BUNDLED

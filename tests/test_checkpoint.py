@@ -5,9 +5,9 @@ import collections
 import pytest
 import torch
 
-from tfm_export.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from tfm_export.model.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 from tfm_export.errors import CheckpointError
-from tfm_export.presets import init_model
+from tfm_export.model.presets import init_model
 
 
 @pytest.fixture()

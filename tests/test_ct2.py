@@ -3,12 +3,12 @@
 import pytest
 
 from tfm_export.config import PRESETS
-from tfm_export.eager import EagerModel
-from tfm_export.presets import init_model
+from tfm_export.model.eager import EagerModel
+from tfm_export.model.presets import init_model
 
 pytest.importorskip("ctranslate2")
 
-from tfm_export.ct2 import CT2Runner  # noqa: E402
+from tfm_export.bench.ct2 import CT2Runner  # noqa: E402
 
 SOURCES = [[5, 6, 7, 8], [9, 10, 11, 12], [30, 31]]
 

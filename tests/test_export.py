@@ -9,12 +9,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tfm_export.checkpoint import Checkpoint
+from tfm_export.model.checkpoint import Checkpoint
 from tfm_export.errors import ExportError, ManifestError, ValidationError
-from tfm_export.export import ExportOptions, export_model
-from tfm_export.graphs import DecoderGraph, EncoderGraph
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.export.graphs import DecoderGraph, EncoderGraph
 from tfm_export.manifest import load_manifest
-from tfm_export.presets import init_model
+from tfm_export.model.presets import init_model
 
 VARIANTS = {
     "post_ln_sinusoidal": {"norm_first": False, "positions": "sinusoidal"},

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import reference_models as ref
 from tfm_export.cli import cli
 from tfm_export.errors import CheckpointError, ConfigError
-from tfm_export.generate import greedy_decode
+from tfm_export.model.generate import greedy_decode
 from tfm_export.importers import load_any
 from tfm_export.runtime import open_export
 

@@ -16,11 +16,11 @@ spm = pytest.importorskip("sentencepiece")
 from marian_fixtures import EOS, hf_greedy, marian, marian_folder, padded_batch, save  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noqa: E402
-from tfm_export.generate import greedy_decode  # noqa: E402
+from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.importers.marian import _generation_report, import_marian  # noqa: E402
-from tfm_export.marian_tokenizer import MarianTokenizer  # noqa: E402
-from tfm_export.model import sinusoidal_table  # noqa: E402
+from tfm_export.text.marian import MarianTokenizer  # noqa: E402
+from tfm_export.model.transformer import sinusoidal_table  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -214,7 +214,7 @@ def test_weights_that_do_not_fit(tmp_path):
 
 
 def test_library_does_not_import_transformers():
-    code = ("import sys, tfm_export.importers.marian, tfm_export.marian_tokenizer; "
+    code = ("import sys, tfm_export.importers.marian, tfm_export.text.marian; "
             "sys.exit('transformers' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

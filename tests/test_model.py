@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tfm_export.config import PRESETS
-from tfm_export.generate import greedy_decode, greedy_decode_full
-from tfm_export.model import Transformer
+from tfm_export.model.generate import greedy_decode, greedy_decode_full
+from tfm_export.model.transformer import Transformer
 
 VARIANTS = list(itertools.product([False, True], ["sinusoidal", "learned", "sinusoidal_concat"]))
 

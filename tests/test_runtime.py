@@ -8,14 +8,14 @@ import threading
 import onnxruntime as ort
 import pytest
 
-from tfm_export.checkpoint import load_checkpoint
+from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.config import PRESETS
-from tfm_export.eager import EagerModel
+from tfm_export.model.eager import EagerModel
 from tfm_export.errors import DeviceError, InputError
-from tfm_export.export import ExportOptions, export_model
-from tfm_export.presets import init_model
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.model.presets import init_model
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.checkpoint import Checkpoint
+from tfm_export.model.checkpoint import Checkpoint
 
 SOURCES = [[5, 9, 13, 7, 22, 31, 8], [40], [3, 3, 60, 2 + 10], [17, 18]]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tfm_export.checkpoint import load_checkpoint
-from tfm_export.export import ExportOptions, export_model
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.export.exporter import ExportOptions, export_model
 
 from conftest import BUNDLED
 

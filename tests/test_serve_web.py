@@ -1,4 +1,4 @@
-"""tfm_export.serve_web and `tfm-export serve-web`: what the browser page is served (no browser here)."""
+"""tfm_export.serve.web and `tfm-export serve-web`: what the browser page is served (no browser here)."""
 
 import http.client
 import shutil
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from tfm_export.cli import cli
 from tfm_export.errors import InputError, ManifestError
-from tfm_export.serve_web import is_loopback, make_server
+from tfm_export.serve.web import is_loopback, make_server
 
 
 @pytest.fixture

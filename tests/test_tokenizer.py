@@ -3,7 +3,7 @@
 import pytest
 
 from tfm_export.errors import InputError, ManifestError
-from tfm_export.tokenizer import EOS, CharTokenizer, tokenizer_from_dict
+from tfm_export.text.tokenizer import EOS, CharTokenizer, tokenizer_from_dict
 
 
 @pytest.fixture()
@@ -58,7 +58,7 @@ def test_long_input_error_stays_one_short_line(tok):
 
 def test_registry_resolves_every_type_and_rejects_repeats(tok):
     from tfm_export.errors import load_object
-    from tfm_export.tokenizer import TOKENIZER_TYPES
+    from tfm_export.text.tokenizer import TOKENIZER_TYPES
 
     for kind, reference in TOKENIZER_TYPES.items():
         assert load_object(reference, ManifestError, kind).kind == kind

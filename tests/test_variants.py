@@ -12,12 +12,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tfm_export.checkpoint import load_checkpoint
+from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.cli import cli
 from tfm_export.errors import DeviceError, ExportError
-from tfm_export.export import ExportOptions, export_model
-from tfm_export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
-from tfm_export.presets import init_model
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
+from tfm_export.model.presets import init_model
 from tfm_export.runtime import Device, RuntimeOptions, open_export
 from tfm_export.runtime.static import cuda_graph_device
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .config import TransformerConfig
 from .errors import ManifestError
-from .specs import GraphSpec
+from .export.specs import GraphSpec
 
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"

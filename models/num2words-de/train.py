@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from num2words import num2words
 
-from tfm_export.checkpoint import save_checkpoint
+from tfm_export.model.checkpoint import save_checkpoint
 from tfm_export.config import TransformerConfig
-from tfm_export.generate import greedy_decode
-from tfm_export.model import Transformer
-from tfm_export.tokenizer import PAD, CharTokenizer
+from tfm_export.model.generate import greedy_decode
+from tfm_export.model.transformer import Transformer
+from tfm_export.text.tokenizer import PAD, CharTokenizer
 
 HERE = Path(__file__).resolve().parent
 SEED, MAX_NUMBER, HELDOUT, SHIPPED_HELDOUT, ALWAYS_TRAINED = 1234, 99_999, 2000, 200, 100

@@ -23,13 +23,13 @@ BUNDLED = Path("models/num2words-de")
 @library_errors
 def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threads: int) -> None:
     """Export, validate, translate samples with ONNX Runtime, and compare latency with eager."""
-    from ..bench import BenchSettings, format_table, run_benchmark
+    from ..bench.bench import BenchSettings, format_table, run_benchmark
     from ..demo import compare_samples, format_samples, read_heldout
-    from ..eager import EagerModel
-    from ..export import ExportOptions, export_model
+    from ..model.eager import EagerModel
+    from ..export.exporter import ExportOptions, export_model
     from ..importers import load_any
     from ..runtime import open_export
-    from ..validate import format_report
+    from ..export.validate import format_report
 
     click.secho(f"1. export {model_path} -> {out} (with validation)", bold=True)
     checkpoint = load_any(model_path)

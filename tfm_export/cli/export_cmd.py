@@ -78,8 +78,8 @@ def _echo_stage(name: str, seconds: float) -> None:
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
-    from ..export import ExportOptions, default_out_dir, export_model
-    from ..validate import format_report
+    from ..export.exporter import ExportOptions, default_out_dir, export_model
+    from ..export.validate import format_report
 
     out = out or default_out_dir(model)
     if out.exists() and not force:
@@ -123,7 +123,7 @@ def _echo_detected(checkpoint: Any) -> None:
 def validate_command(folder: Path, model_path: Path | None, atol: float, **load_opts: Any) -> None:
     """Check an export FOLDER against the eager model; stores the report in its manifest."""
     from ..manifest import load_manifest, write_manifest
-    from ..validate import format_report, validate_export
+    from ..export.validate import format_report, validate_export
 
     manifest = load_manifest(folder)
     model_path = model_path or _recorded_checkpoint(folder, manifest)

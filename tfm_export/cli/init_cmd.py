@@ -18,7 +18,7 @@ from .common import library_errors, main_group
 @library_errors
 def init_command(out: Path, preset: str, seed: int, force: bool) -> None:
     """Write a randomly initialised checkpoint to OUT."""
-    from ..presets import init_checkpoint
+    from ..model.presets import init_checkpoint
 
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; pass --force to overwrite it")

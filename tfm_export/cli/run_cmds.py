@@ -105,7 +105,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                   repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
                   json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
-    from ..bench import BenchSettings, format_table, plot, run_benchmark
+    from ..bench.bench import BenchSettings, format_table, plot, run_benchmark
     from ..importers import load_any
 
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),

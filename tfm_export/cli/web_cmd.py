@@ -22,7 +22,7 @@ def serve_web_command(folder: Path, host: str, port: int, web_dir: Path | None) 
 
     The page loads OUT from /export/, translates what you type and shows the per-token latency.
     """
-    from ..serve_web import WEB_DIR, make_server
+    from ..serve.web import WEB_DIR, make_server
 
     server = make_server(folder, host, port, web_dir or WEB_DIR)
     click.echo(f"serving {folder} on http://{server.server_address[0]}:{server.server_address[1]}/ "

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..checkpoint import FORMAT, RESAVE_HINT, Checkpoint, load_checkpoint, read_file
+from ..model.checkpoint import FORMAT, RESAVE_HINT, Checkpoint, load_checkpoint, read_file
 from ..config import TransformerConfig
 from ..errors import CheckpointError, ConfigError, load_object, problem_list, shorten
-from ..model import Transformer
+from ..model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 

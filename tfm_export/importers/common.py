@@ -10,7 +10,7 @@ import torch
 
 from ..config import POSITIONS
 from ..errors import CheckpointError, ConfigError, problem_list
-from ..model import sinusoidal_table
+from ..model.transformer import sinusoidal_table
 
 # The CLI spelling of each option, for error messages.
 CLI_NAMES = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",

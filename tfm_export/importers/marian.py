@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import Checkpoint, read_file
+from ..model.checkpoint import Checkpoint, read_file
 from ..config import TransformerConfig
 from ..errors import CheckpointError, ConfigError, problem_list
-from ..model import Transformer, sinusoidal_table
+from ..model.transformer import Transformer, sinusoidal_table
 from .common import CLI_NAMES, KeyMap, max_len_for_table
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def _tokenizer(path: Path, config: TransformerConfig) -> dict[str, Any] | None:
     if not all((path / name).exists() for name in TOKENIZER_FILES):
         log.warning("%s has no %s: the export will take token ids only", path, ", ".join(TOKENIZER_FILES))
         return None
-    from ..marian_tokenizer import MarianTokenizer
+    from ..text.marian import MarianTokenizer
 
     tokenizer = MarianTokenizer.from_folder(path)
     if (tokenizer.eos_id, tokenizer.pad_id) != (config.eos_id, config.src_pad_id):

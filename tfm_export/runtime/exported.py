@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
-from ..decoding import GreedyRows, pad_batch, resolve_max_new_tokens, trim
+from .decoding import GreedyRows, pad_batch, resolve_max_new_tokens, trim
 from ..errors import InputError
 from ..manifest import load_manifest, manifest_config
 from .device import Device, RuntimeOptions, open_sessions
@@ -56,7 +56,7 @@ class ExportedModel:
         """The manifest's tokenizer (InputError when the export has none)."""
         if not self.manifest.get("tokenizer"):
             raise InputError("this export has no tokenizer; pass token ids (--ids) instead of text")
-        from ..tokenizer import tokenizer_from_dict
+        from ..text.tokenizer import tokenizer_from_dict
 
         return tokenizer_from_dict(self.manifest["tokenizer"], self.folder)
 

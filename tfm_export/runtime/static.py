@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
-from ..decoding import GreedyRows
+from .decoding import GreedyRows
 from .device import Device, RuntimeOptions, create_session
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from .config import TransformerConfig
-from .errors import CheckpointError, problem_list
-from .model import Transformer
+from ..config import TransformerConfig
+from ..errors import CheckpointError, problem_list
+from .transformer import Transformer
 
 log = logging.getLogger(__name__)
 

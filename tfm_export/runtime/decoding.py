@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def pad_batch(sources: Sequence[Sequence[int]], pad_id: int) -> list[list[int]]:

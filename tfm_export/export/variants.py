@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import onnx
 
-from .errors import ExportError
-from .manifest import manifest_config, sha256_file
+from ..errors import ExportError
+from ..manifest import manifest_config, sha256_file
 from .specs import ALL_GRAPH_SPECS, GraphSpec
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import ConfigError
-from .model import Transformer
-from .runtime.exported import DecodeTimings
+from ..errors import ConfigError
+from ..model.transformer import Transformer
+from ..runtime.exported import DecodeTimings
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 

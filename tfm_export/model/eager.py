@@ -11,11 +11,11 @@ from typing import Any, Sequence
 import torch
 
 from .checkpoint import Checkpoint
-from .decoding import pad_batch
-from .errors import DeviceError
+from ..runtime.decoding import pad_batch
+from ..errors import DeviceError
 from .generate import greedy_decode
-from .model import Transformer
-from .runtime.exported import DecodeTimings
+from .transformer import Transformer
+from ..runtime.exported import DecodeTimings
 
 
 def torch_device(spec: str) -> torch.device:
@@ -45,15 +45,15 @@ class EagerModel:
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":
         if not isinstance(checkpoint, Checkpoint):
-            from .importers import load_any
+            from ..importers import load_any
 
             checkpoint = load_any(checkpoint)
         return cls(checkpoint.build_model(), device, checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"))
 
     @cached_property
     def tokenizer(self) -> Any:
-        from .errors import InputError
-        from .tokenizer import tokenizer_from_dict
+        from ..errors import InputError
+        from ..text.tokenizer import tokenizer_from_dict
 
         if not self._tokenizer:
             raise InputError("this checkpoint has no tokenizer; pass token ids instead of text")

@@ -7,8 +7,8 @@ import os
 import torch
 
 from .checkpoint import save_checkpoint
-from .config import PRESETS, TransformerConfig
-from .model import Transformer
+from ..config import PRESETS, TransformerConfig
+from .transformer import Transformer
 
 
 def init_model(preset: str | TransformerConfig, seed: int = 0) -> Transformer:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import TransformerConfig
+from ..config import TransformerConfig
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
 DYNAMIC_AXES = ("batch", "src_len", "tgt_len", "past_len")

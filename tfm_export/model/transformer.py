@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .config import TransformerConfig
+from ..config import TransformerConfig
 
 KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .model import KV, Transformer
+from ..model.transformer import KV, Transformer
 from .specs import EXAMPLE_SIZES, GraphSpec
 
 

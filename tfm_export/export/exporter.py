@@ -20,12 +20,12 @@ from typing import Any, Callable, Iterator
 import onnx
 import torch
 
-from . import __version__
-from .checkpoint import Checkpoint
-from .errors import ExportError, TfmExportError
+from .. import __version__
+from ..model.checkpoint import Checkpoint
+from ..errors import ExportError, TfmExportError
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
-from .manifest import FORMAT, graph_entry, write_manifest
-from .model import Transformer
+from ..manifest import FORMAT, graph_entry, write_manifest
+from ..model.transformer import Transformer
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
         return None
     source = checkpoint.meta.get("tokenizer_folder")
     if source:
-        from .tokenizer import tokenizer_from_dict
+        from ..text.tokenizer import tokenizer_from_dict
 
         for path in tokenizer_from_dict(checkpoint.tokenizer, Path(source)).files():
             shutil.copy2(path, folder / Path(path).name)

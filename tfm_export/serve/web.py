@@ -18,12 +18,12 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from .errors import InputError
-from .manifest import load_manifest
+from ..errors import InputError
+from ..manifest import load_manifest
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WEB_DIR = REPO / "runtimes" / "web"
 FLAT = ("/", "/lib/")  # mounts that serve only their folder's top-level files (not node_modules/)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",

@@ -13,11 +13,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from .errors import ValidationError
-from .generate import greedy_decode
+from ..errors import ValidationError
+from ..model.generate import greedy_decode
 from .graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
-from .manifest import load_manifest
-from .model import Transformer
+from ..manifest import load_manifest
+from ..model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class _Stat:
 
 def _sessions(folder: Path, manifest: dict, device: str) -> tuple[str, dict[str, ort.InferenceSession]]:
     """Sessions for every graph on `device` (auto: CUDA when usable, else CPU); returns the device used."""
-    from .runtime.device import RuntimeOptions, open_sessions
+    from ..runtime.device import RuntimeOptions, open_sessions
 
     paths = {name: folder / g["file"] for name, g in manifest["graphs"].items()}
     chosen, sessions = open_sessions(paths, device, RuntimeOptions())
@@ -175,7 +175,7 @@ def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_
 
     With a static-cache decoder, its rows must also equal the growing-cache decoder's exactly.
     """
-    from .runtime import RuntimeOptions, open_export  # the torch-free runtime is what apps will use
+    from ..runtime import RuntimeOptions, open_export  # the torch-free runtime is what apps will use
 
     cfg = model.config
     # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import ConfigError, ManifestError
+from ..errors import ConfigError, ManifestError
 
 WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
 SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}

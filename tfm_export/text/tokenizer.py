@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-from .errors import InputError, ManifestError, load_object
+from ..errors import InputError, ManifestError, load_object
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PAD, BOS, EOS = 0, 1, 2
@@ -101,8 +101,8 @@ class CharTokenizer:
 
 # Lazily imported so optional dependencies (sentencepiece) load only when used.
 TOKENIZER_TYPES = {
-    "chars": "tfm_export.tokenizer:CharTokenizer",
-    "marian": "tfm_export.marian_tokenizer:MarianTokenizer",
+    "chars": "tfm_export.text.tokenizer:CharTokenizer",
+    "marian": "tfm_export.text.marian:MarianTokenizer",
 }
 
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from .checkpoint import Checkpoint
-from .errors import InputError
-from .runtime import DecodeTimings, RuntimeOptions, open_export
+from ..model.checkpoint import Checkpoint
+from ..errors import InputError
+from ..runtime import DecodeTimings, RuntimeOptions, open_export
 
 
 class Runner(Protocol):
@@ -58,7 +58,7 @@ class BenchContext:
 def _eager(ctx: BenchContext, device: str) -> Runner | None:
     if ctx.checkpoint is None:
         return None
-    from .eager import EagerModel
+    from ..model.eager import EagerModel
 
     return EagerModel(ctx.checkpoint.build_model(), device)
 
@@ -145,7 +145,7 @@ def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike |
         torch.set_num_threads(settings.threads)
     with tempfile.TemporaryDirectory(prefix="tfm-bench-") as tmp:
         if export_dir is None and checkpoint is not None:
-            from .export import ExportOptions, export_model
+            from ..export.exporter import ExportOptions, export_model
 
             export_dir = Path(tmp) / "export"
             export_model(checkpoint, export_dir, ExportOptions(validate=False))
@@ -264,7 +264,7 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError("--plot needs matplotlib: pip install 'tfm-export[plot]'") from None
     rows = report["rows"]

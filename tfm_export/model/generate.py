@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .decoding import resolve_max_new_tokens, trim
-from .errors import InputError
-from .model import Transformer
+from ..runtime.decoding import resolve_max_new_tokens, trim
+from ..errors import InputError
+from .transformer import Transformer
 
 
 def check_ids(ids: Tensor, vocab_size: int, what: str) -> None:
