@@ -66,7 +66,7 @@ def test_unknown_characters_are_refused_clearly(bundled_export):
 
 def test_int8_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     out = tmp_path / "int8"
-    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(quantize="int8"))
+    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(quantize="int8")).to_dict()
     assert manifest["validation"]["mode"] == "agreement"
     sources = [s for s, _ in HELDOUT]
     float32 = accuracy(open_export(bundled_export, device="cpu").translate(sources), HELDOUT)
@@ -78,7 +78,7 @@ def test_float16_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     """--dtype float16 (with the --cuda-graph decoder) on the trained model: same held-out accuracy."""
     out = tmp_path / "f16"
     manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out,
-                            ExportOptions(dtype="float16", static_cache=True))
+                            ExportOptions(dtype="float16", static_cache=True)).to_dict()
     assert manifest["validation"]["mode"] == "tolerance"
     assert manifest["validation"]["greedy"]["equal"]  # trained logits are far from ties
     sources = [s for s, _ in HELDOUT]

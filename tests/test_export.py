@@ -38,9 +38,11 @@ def exported(request, tmp_path_factory):
 
 
 def test_folder_contents_and_manifest(exported):
-    ckpt, out, manifest = exported
+    ckpt, out, typed = exported
     assert sorted(p.name for p in out.iterdir()) == ["decoder.onnx", "encoder.onnx", "manifest.json"]
-    assert load_manifest(out) == json.loads((out / "manifest.json").read_text())
+    assert load_manifest(out) == typed  # the typed manifest round-trips through manifest.json
+    manifest = typed.to_dict()
+    assert manifest == json.loads((out / "manifest.json").read_text())
     assert manifest["special_ids"] == {"src_pad": 0, "tgt_pad": 0, "bos": 1, "eos": 2}
     assert manifest["created_by"]["torch"] == torch.__version__
     dec = manifest["graphs"]["decoder"]
@@ -134,7 +136,7 @@ def test_truncated_graph_is_detected(copy_of):
 
 
 def test_decoder_from_another_export_is_detected(copy_of, tmp_path):
-    other = export_model(checkpoint_for(d_ff=96), tmp_path / "other", ExportOptions(validate=False))
+    other = export_model(checkpoint_for(d_ff=96), tmp_path / "other", ExportOptions(validate=False)).to_dict()
     assert other["graphs"]["decoder"]["sha256"]
     shutil.copy(tmp_path / "other" / "decoder.onnx", copy_of / "decoder.onnx")
     with pytest.raises(ManifestError, match="from another export"):

@@ -46,7 +46,7 @@ def test_node_runtime(bundled_export):
 def test_node_runtime_runs_the_fused_export(tmp_path):
     """--optimize graphs use com.microsoft ops (MultiHeadAttention, SkipLayerNormalization): Node has them too."""
     out = tmp_path / "opt"
-    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(optimize=True))
+    manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(optimize=True)).to_dict()
     assert manifest["variant"]["transforms"]["optimize"]["decoder"]["mha1"] > 0
     run_node_tests(RUNTIMES / "node", out)
 

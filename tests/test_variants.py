@@ -38,7 +38,7 @@ def graph_io_dtypes(path):
 @pytest.fixture(scope="module")
 def optimized(tiny_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("opt") / "out"
-    manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(optimize=True))
+    manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(optimize=True)).to_dict()
     return out, manifest
 
 
@@ -54,7 +54,7 @@ def float16_static(tiny_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="module")
 def static32(tiny_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("static") / "out"
-    return out, export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True))
+    return out, export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True)).to_dict()
 
 
 def test_optimized_export_is_fused_and_still_exact(optimized, tiny_export):

@@ -63,3 +63,11 @@ def load_object(reference: str, error: type[TfmExportError], what: str):
 def problem_list(*groups: tuple[str, list[str], int]) -> str:
     """`label: a, b, ...` for each non-empty (label, names, limit) group, joined by '; '."""
     return "; ".join(f"{label}: {shorten(names, limit)}" for label, names, limit in groups if names)
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an exception's message (the tools raise pages of text)."""
+    if isinstance(exc, TfmExportError):
+        return str(exc)
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]

@@ -1,24 +1,163 @@
 """manifest.json: the contract between an export folder and the apps that use it. Torch-free.
 
-Writing happens in export.py; loading here checks the JSON Schema (manifest.schema.json, shipped
-in the package), that every graph file exists, and (by default) that its sha256 matches.
+The typed form (`Manifest`, `GraphEntry`, `TensorSpec`, `Variant`) is what every module passes
+around; this module is the only one that reads or writes `manifest.json`. Writing checks the JSON
+Schema (manifest.schema.json, shipped in the package) and replaces the file atomically; reading
+checks the schema, the config, that every graph file exists and (by default) its sha256.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import uuid
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .config import TransformerConfig
 from .errors import ManifestError
-from .export.specs import GraphSpec
 
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"
+# Key of the config copy each graph carries in its ONNX metadata: opening an export compares it with
+# the manifest's config, so a manifest edited to describe another model is refused.
+CONFIG_METADATA_KEY = "tfm_export.config"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output."""
+
+    name: str  # ONNX value name
+    dtype: str  # numpy-style dtype name: int64, bool, float32, float16
+    shape: tuple[str | int, ...]  # symbolic dims are strings: batch, src_len, tgt_len, past_len, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TensorSpec":
+        return cls(data["name"], data["dtype"], tuple(data["shape"]))
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """A graph to export: its file and its ordered inputs/outputs (export.specs builds them)."""
+
+    name: str  # encoder | decoder | decoder_static
+    file: str  # file name inside the export folder
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    def tensor(self, name: str) -> TensorSpec:
+        """The input or output called `name` (no name is both)."""
+        for t in (*self.inputs, *self.outputs):
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class GraphEntry:
+    """An exported graph as the manifest records it: its spec, opset and file hashes."""
+
+    spec: GraphSpec
+    sha256: str  # of the graph file, after its last transform
+    opset: int  # the default-domain opset the graph file really has
+    external_data: dict[str, str] = field(default_factory=dict)  # external-data file -> sha256
+
+    @property
+    def file(self) -> str:
+        return self.spec.file
+
+    def files(self) -> dict[str, str]:
+        """Every file of this graph -> its sha256."""
+        return {self.spec.file: self.sha256, **self.external_data}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.spec.file, "sha256": self.sha256, "external_data": dict(self.external_data),
+                "opset": self.opset, "inputs": [t.to_dict() for t in self.spec.inputs],
+                "outputs": [t.to_dict() for t in self.spec.outputs]}
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> "GraphEntry":
+        spec = GraphSpec(name, data["file"], tuple(TensorSpec.from_dict(t) for t in data["inputs"]),
+                         tuple(TensorSpec.from_dict(t) for t in data["outputs"]))
+        return cls(spec, data["sha256"], int(data["opset"]), dict(data.get("external_data", {})))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the float32 graphs were transformed after export (export.variants)."""
+
+    dtype: str = "float32"  # weights/compute dtype: float32 | float16
+    io_dtype: str = "float32"  # dtype of the cache tensors between graphs
+    optimized: bool = False  # ORT fusions applied (--optimize)
+    quantize: str | None = None  # "int8": dynamic int8 MatMul weights
+    transforms: dict[str, Any] = field(default_factory=dict)  # transform -> graph -> counts
+    extra: dict[str, Any] = field(default_factory=dict)  # documentation fields (float16's io, float32_ops)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"dtype": self.dtype, "io_dtype": self.io_dtype, "optimized": self.optimized,
+                "quantize": self.quantize, **self.extra}
+        return {**data, "transforms": self.transforms} if self.transforms else data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Variant":
+        known = {"dtype", "io_dtype", "optimized", "quantize", "transforms"}
+        return cls(data.get("dtype", "float32"), data.get("io_dtype", data.get("dtype", "float32")),
+                   bool(data.get("optimized", False)), data.get("quantize"), dict(data.get("transforms", {})),
+                   {k: v for k, v in data.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything an app needs to run an export: graphs, config, tokenizer, variant, validation."""
+
+    config: TransformerConfig
+    graphs: dict[str, GraphEntry]  # encoder, decoder, and decoder_static when exported
+    variant: Variant = Variant()
+    tokenizer: dict[str, Any] | None = None  # text.tokenizer's dict form
+    samples: list[str] | None = None  # sample source texts
+    source: dict[str, Any] = field(default_factory=dict)  # checkpoint file name, layout, options
+    created_by: dict[str, str | None] = field(default_factory=dict)  # package versions
+    validation: dict[str, Any] | None = None  # export.validate's report
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        cfg = self.config
+        return {"src_pad": cfg.src_pad_id, "tgt_pad": cfg.tgt_pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id}
+
+    @property
+    def cache_dtype(self) -> str:
+        """dtype of the self-attention caches (float16 exports keep them float16)."""
+        return self.graphs["decoder"].spec.tensor("past.0.self.key").dtype
+
+    def replace(self, **changes: Any) -> "Manifest":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "created_by": dict(self.created_by), "config": self.config.to_dict(),
+                "special_ids": self.special_ids, "tokenizer": self.tokenizer, "samples": self.samples,
+                "source": dict(self.source), "variant": self.variant.to_dict(),
+                "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
+        return cls(TransformerConfig.from_dict(data["config"]),
+                   {name: GraphEntry.from_dict(name, g) for name, g in data["graphs"].items()},
+                   Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
+                   dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -36,60 +175,65 @@ def schema() -> dict[str, Any]:
     return json.loads(text)
 
 
-def graph_entry(spec: GraphSpec, folder: Path, opset: int, extra_files: list[str] | None = None) -> dict:
-    """The manifest entry of one exported graph (hashes of the graph and its external data)."""
-    files = [spec.file, *(extra_files or [])]
-    return {
-        "file": spec.file,
-        "sha256": sha256_file(folder / spec.file),
-        "external_data": {name: sha256_file(folder / name) for name in files[1:]},
-        "opset": opset,
-        "inputs": [t.to_dict() for t in spec.inputs],
-        "outputs": [t.to_dict() for t in spec.outputs],
-    }
-
-
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
-    """Validate against the schema, then write `folder/manifest.json`."""
-    _check_schema(manifest, folder)
+def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> Path:
+    """Check against the schema, then replace `folder/manifest.json` atomically (temp file, rename)."""
+    folder = Path(folder)
+    data = manifest.to_dict()
+    _check_schema(data, folder)
     path = folder / MANIFEST_NAME
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp = folder / f".{MANIFEST_NAME}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
-def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> dict[str, Any]:
-    """Read and check an export folder's manifest; raises ManifestError with the fix."""
+def read_manifest_data(folder: str | os.PathLike) -> dict[str, Any]:
+    """The raw JSON of an export folder's manifest (ManifestError when it is missing or not JSON)."""
     folder = Path(folder)
     path = folder / MANIFEST_NAME
     if not folder.is_dir():
         raise ManifestError(f"export folder not found: {folder}; run `tfm-export MODEL.pt -o {folder}` first")
-    if not path.exists():
+    if not path.is_file():
         raise ManifestError(f"{folder} has no {MANIFEST_NAME}; it is not a (complete) tfm-export folder — "
                             f"re-run the export")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path} is not valid JSON ({exc}); re-run the export") from None
-    _check_schema(manifest, folder)
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ManifestError(f"{path} is not valid JSON ({type(exc).__name__}); re-run the export") from None
+    except OSError as exc:
+        raise ManifestError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions") from None
+
+
+def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> Manifest:
+    """Read and check an export folder's manifest; raises ManifestError with the fix."""
+    folder = Path(folder)
+    data = read_manifest_data(folder)
+    _check_schema(data, folder)
     try:
-        TransformerConfig.from_dict(manifest["config"])
-    except (TypeError, ValueError) as exc:
-        raise ManifestError(f"{path} has an invalid config: {exc}") from None
-    for name, graph in manifest["graphs"].items():
+        manifest = Manifest.from_dict(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ManifestError(f"{folder / MANIFEST_NAME} has an invalid config or graph entry: {exc}") from None
+    for name, graph in manifest.graphs.items():
         _check_graph_files(folder, name, graph, verify_hashes)
     return manifest
 
 
-def manifest_config(manifest: dict[str, Any]) -> TransformerConfig:
-    """The model config recorded in a manifest."""
-    return TransformerConfig.from_dict(manifest["config"])
+def is_export_folder(folder: str | os.PathLike) -> bool:
+    """True when `folder` has a manifest.json of this format (its graphs are not checked)."""
+    try:
+        data = read_manifest_data(folder)
+    except ManifestError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
-def _check_graph_files(folder: Path, name: str, graph: dict, verify_hashes: bool) -> None:
-    files = {graph["file"]: graph["sha256"], **graph.get("external_data", {})}
-    for file, expected in files.items():
+def _check_graph_files(folder: Path, name: str, graph: GraphEntry, verify_hashes: bool) -> None:
+    for file, expected in graph.files().items():
         path = folder / file
-        if not path.exists():
+        if Path(file).name != file or not path.is_file():
             raise ManifestError(f"{name} graph file {path} is missing; re-run the export")
         if verify_hashes and sha256_file(path) != expected:
             raise ManifestError(f"{path} does not match the sha256 in {MANIFEST_NAME} (changed, corrupt, or "
@@ -104,7 +248,7 @@ def _check_schema(manifest: Any, folder: Path) -> None:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
         raise ManifestError(f"{folder / MANIFEST_NAME} does not follow the manifest schema at {where}: "
-                            f"{exc.message}") from None
+                            f"{exc.message[:200]}") from None
     if manifest.get("format") != FORMAT:
         raise ManifestError(f"{folder / MANIFEST_NAME} has format {manifest.get('format')!r}; this version "
                             f"reads {FORMAT!r} — re-export with this version of tfm-export")

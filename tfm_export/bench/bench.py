@@ -22,6 +22,7 @@ import torch
 
 from ..model.checkpoint import Checkpoint
 from ..errors import InputError
+from ..manifest import Manifest, load_manifest
 from ..runtime import DecodeTimings, RuntimeOptions, open_export
 
 
@@ -76,7 +77,7 @@ def _ort_cuda_graph(ctx: BenchContext, device: str) -> Runner | None:
     """ORT replaying CUDA graphs of the static-cache decoder: CUDA and a --cuda-graph export only."""
     if ctx.export_dir is None or not device.startswith("cuda"):
         return None
-    if "decoder_static" not in _manifest(ctx.export_dir)["graphs"]:
+    if "decoder_static" not in _manifest(ctx.export_dir).graphs:
         return None
     options = RuntimeOptions(intra_op_threads=ctx.settings.threads, cuda_graph=True)
     return open_export(ctx.export_dir, device, options, verify=False)
@@ -97,14 +98,14 @@ def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | No
     return factory
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+def _manifest(folder: Path) -> Manifest:
+    return load_manifest(folder, verify_hashes=False)  # bench reads the manifest often; hashes once, at open
 
 
 def _ort_quantize(ctx: BenchContext) -> str | None:
     if ctx.export_dir is None:
         return None
-    return _manifest(ctx.export_dir).get("variant", {}).get("quantize")
+    return _manifest(ctx.export_dir).variant.quantize
 
 
 # name -> factory; a factory returns None when it cannot run with this context (e.g. no weights).
@@ -125,11 +126,9 @@ def _peer_backends(ctx: BenchContext) -> dict[str, Callable[[BenchContext, str],
 
 def _check_peers(ctx: BenchContext) -> None:
     """Every peer folder must hold the same model as the main export (else the rows do not compare)."""
-    config = _manifest(ctx.export_dir)["config"] if ctx.export_dir else None
+    config = _manifest(ctx.export_dir).config if ctx.export_dir else None
     for folder in ctx.peers:
-        if not (folder / "manifest.json").is_file():
-            raise InputError(f"{folder} is not an export folder (no manifest.json); pass a tfm-export output")
-        peer = _manifest(folder)["config"]
+        peer = _manifest(folder).config
         if config is not None and peer != config:
             raise InputError(f"{folder} holds a different model than {ctx.export_dir}; compare exports of one checkpoint")
 
@@ -264,8 +263,6 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from ..errors import InputError
-
         raise InputError("--plot needs matplotlib: pip install 'tfm-export[plot]'") from None
     rows = report["rows"]
     labels = [f"{r['backend']}\n{r['device']} b{r['batch']}" for r in rows]

@@ -35,7 +35,7 @@ def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threa
     checkpoint = load_any(model_path)
     manifest = export_model(checkpoint, out, ExportOptions(force=True),
                             on_stage=lambda name, s: click.echo(f"  {name:<16} {s:6.1f} s"))
-    click.echo(format_report(manifest["validation"]))
+    click.echo(format_report(manifest.validation))
 
     click.secho("\n2. translate with ONNX Runtime (CPU), next to eager PyTorch", bold=True)
     pairs = read_heldout(heldout, samples) if heldout.exists() else [(s, None) for s in checkpoint.samples or []]

@@ -94,9 +94,9 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     except ValidationError as exc:
         click.echo(format_report(exc.report), err=True)
         raise
-    if manifest.get("validation"):
-        click.echo(format_report(manifest["validation"]))
-    click.echo(f"wrote {out} ({', '.join(g['file'] for g in manifest['graphs'].values())}, manifest.json)")
+    if manifest.validation:
+        click.echo(format_report(manifest.validation))
+    click.echo(f"wrote {out} ({', '.join(g.file for g in manifest.graphs.values())}, manifest.json)")
 
 
 def _echo_detected(checkpoint: Any) -> None:
@@ -129,18 +129,17 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, **load_
     model_path = model_path or _recorded_checkpoint(folder, manifest)
     model = load_model_file(model_path, **load_opts).build_model()
     try:
-        report = validate_export(folder, model, atol=atol)
+        report = validate_export(folder, model, atol=atol, manifest=manifest)
     except ValidationError as exc:
         click.echo(format_report(exc.report), err=True)
         raise
-    manifest["validation"] = report
-    write_manifest(folder, manifest)
+    write_manifest(folder, manifest.replace(validation=report))
     click.echo(format_report(report))
     click.echo(f"{folder}: validation passed")
 
 
-def _recorded_checkpoint(folder: Path, manifest: dict) -> Path:
-    name = (manifest.get("source") or {}).get("checkpoint")
+def _recorded_checkpoint(folder: Path, manifest: Any) -> Path:
+    name = manifest.source.get("checkpoint")
     candidate = folder.resolve().parent / name if name else None
     if candidate is None or not candidate.exists():
         raise click.ClickException(f"cannot find the checkpoint {folder} was exported from; pass --model MODEL.pt")

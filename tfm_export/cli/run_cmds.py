@@ -62,7 +62,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         raise click.BadParameter("--batch-size must be at least 1")
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
-    has_tokenizer = bool(model.manifest.get("tokenizer"))
+    has_tokenizer = bool(model.manifest.tokenizer)
     encoded = [model.tokenizer.encode(s) for s in sources] if kind == "text" else sources
     with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
                            hidden=input_file is None) as bar:
@@ -106,13 +106,14 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                   json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
     from ..bench.bench import BenchSettings, format_table, plot, run_benchmark
+    from ..manifest import is_export_folder
     from ..importers import load_any
 
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
                              batches=tuple(parse_int_list(batch, "--batch")), src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
                              spin_wait=spin)
-    export_dir = target if target.is_dir() and (target / "manifest.json").exists() else None
+    export_dir = target if is_export_folder(target) else None
     weights = model_path or (None if export_dir else target)
     checkpoint = load_any(weights) if weights else None
     if checkpoint is None:

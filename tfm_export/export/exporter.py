@@ -22,9 +22,11 @@ import torch
 
 from .. import __version__
 from ..model.checkpoint import Checkpoint
-from ..errors import ExportError, TfmExportError
+from ..errors import ExportError, first_line
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
-from ..manifest import FORMAT, graph_entry, write_manifest
+from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
+from .checks import check_graph, finish_graph
+from .variants import transform_graphs, variant_of
 from ..model.transformer import Transformer
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec
 
@@ -75,28 +77,14 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
                 dynamic_shapes=dynamic_shapes(spec, module.n_named_args),
                 input_names=spec.input_names(), output_names=spec.output_names(), verbose=False)
         except Exception as exc:  # the exporter raises many types; keep its first line
-            raise ExportError(f"torch.onnx could not export the {spec.name}: {_first_line(exc)}") from exc
+            raise ExportError(f"torch.onnx could not export the {spec.name}: {first_line(exc)}") from exc
         program.save(str(path), external_data=big)
     check_graph(path, spec)
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(spec.file) and p.name != spec.file)
 
 
-def check_graph(path: Path, spec: GraphSpec) -> None:
-    """Full onnx.checker (with strict shape inference) and the spec's I/O names, in order."""
-    try:
-        onnx.checker.check_model(str(path), full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise ExportError(f"{path.name} failed onnx.checker: {_first_line(exc)}") from exc
-    proto = onnx.load(str(path), load_external_data=False)
-    got_in = [v.name for v in proto.graph.input]
-    got_out = [v.name for v in proto.graph.output]
-    if got_in != spec.input_names() or got_out != spec.output_names():
-        raise ExportError(f"{path.name} has inputs {got_in[:3]}... outputs {got_out[:3]}..., not the "
-                          f"spec's; this is a bug in tfm-export, please report it")
-
-
 def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
-                 on_stage: StageCallback | None = None) -> dict[str, Any]:
+                 on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not options.force:
@@ -108,26 +96,14 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        graphs = {}
-        for name, make_spec in _graph_specs(options).items():
-            spec = make_spec(model.config)
-            with stage(f"export {name}"):
-                extra = export_graph(model, spec, tmp, options.opset)
-            graphs[name] = graph_entry(spec, tmp, options.opset, extra)
-        manifest = _manifest(checkpoint, model, graphs, options, _copy_tokenizer_files(checkpoint, tmp))
-        if options.is_variant:
-            from .variants import apply_variants
-
-            with stage("transform"):
-                apply_variants(tmp, manifest, model, options)
-        write_manifest(tmp, manifest)
+        manifest = _write_graphs(checkpoint, model, tmp, options, stage)
         if options.validate:
             from .validate import validate_export
 
             with stage("validate"):
                 # The manifest's variant decides the checks (parity, float16 tolerance, int8 agreement).
-                manifest["validation"] = validate_export(tmp, model, atol=options.atol)
-            write_manifest(tmp, manifest)
+                manifest = manifest.replace(validation=validate_export(tmp, model, options.atol, manifest=manifest))
+        write_manifest(tmp, manifest)  # once, after the last transform and the validation
         _replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -136,29 +112,34 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     return manifest
 
 
+def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,
+                  stage: "_Stages") -> Manifest:
+    """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`."""
+    specs, extra = {}, {}
+    for name, make_spec in _graph_specs(options).items():
+        spec = make_spec(model.config)
+        with stage(f"export {name}"):
+            extra[name] = export_graph(model, spec, folder, options.opset)
+        specs[name] = make_spec(model.config, options.dtype)  # the I/O after the variant's transforms
+    transforms = {}
+    if options.is_variant:
+        with stage("transform"):
+            transforms = transform_graphs(folder, specs, options)
+    graphs = {}
+    for name, spec in specs.items():
+        path = folder / spec.file
+        opset = finish_graph(path, model.config)  # the file's last write: hashed once, after it
+        graphs[name] = GraphEntry(spec, sha256_file(path), opset, {f: sha256_file(folder / f) for f in extra[name]})
+    return Manifest(config=model.config, graphs=graphs, variant=variant_of(options, transforms),
+                    tokenizer=_copy_tokenizer_files(checkpoint, folder), samples=checkpoint.samples,
+                    source={"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
+                    created_by=_versions())
+
+
 def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
     wanted = {"decoder_static": options.static_cache}
     return {**GRAPH_SPECS, **{k: v for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}}
-
-
-def _manifest(checkpoint: Checkpoint, model: Transformer, graphs: dict, options: ExportOptions,
-              tokenizer: dict | None) -> dict[str, Any]:
-    cfg = model.config
-    return {
-        "format": FORMAT,
-        "created_by": _versions(),
-        "config": cfg.to_dict(),
-        "special_ids": {"src_pad": cfg.src_pad_id, "tgt_pad": cfg.tgt_pad_id, "bos": cfg.bos_id,
-                        "eos": cfg.eos_id},
-        "tokenizer": tokenizer,
-        "samples": checkpoint.samples,
-        "source": {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
-        # apply_variants() rewrites this when the graphs are transformed after export.
-        "variant": {"dtype": "float32", "io_dtype": "float32", "optimized": False, "quantize": None},
-        "graphs": graphs,
-        "validation": None,
-    }
 
 
 def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
@@ -229,9 +210,3 @@ def _quiet_exporter() -> Iterator[None]:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
 
-
-def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, TfmExportError):
-        return str(exc)
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]

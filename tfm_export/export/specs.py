@@ -6,43 +6,14 @@ Axis names are the ONNX dimension names: batch, src_len, tgt_len, past_len.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..config import TransformerConfig
+from ..manifest import GraphSpec, TensorSpec
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
 DYNAMIC_AXES = ("batch", "src_len", "tgt_len", "past_len")
 # Example sizes for tracing: never 0 or 1 on a dynamic axis (torch.export would specialise them),
 # and all different so no two axes get unified by accident.
 EXAMPLE_SIZES = {"batch": 2, "src_len": 5, "tgt_len": 3, "past_len": 4}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One graph input or output."""
-
-    name: str  # ONNX value name
-    dtype: str  # numpy-style dtype name: int64, bool, float32, float16
-    shape: tuple[str | int, ...]  # symbolic dims are strings
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    """A graph to export: its file and its ordered inputs/outputs."""
-
-    name: str  # encoder | decoder
-    file: str  # file name inside the export folder
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def input_names(self) -> list[str]:
-        return [t.name for t in self.inputs]
-
-    def output_names(self) -> list[str]:
-        return [t.name for t in self.outputs]
 
 
 def cross_names(i: int) -> tuple[str, str]:

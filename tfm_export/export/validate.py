@@ -13,10 +13,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from ..errors import ValidationError
+from ..config import TransformerConfig
+from ..errors import ValidationError, shorten
 from ..model.generate import greedy_decode
 from .graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
-from ..manifest import load_manifest
+from ..manifest import Manifest, load_manifest
 from ..model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -30,19 +31,21 @@ GREEDY_SOURCES = 16
 
 
 def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, seed: int = 0,
-                    max_new_tokens: int = 32, mode: str | None = None, device: str | None = None
-                    ) -> dict[str, Any]:
+                    max_new_tokens: int = 32, mode: str | None = None, device: str | None = None,
+                    manifest: Manifest | None = None) -> dict[str, Any]:
     """Compare the graphs in `folder` with `model`; returns the report or raises ValidationError.
 
     `mode` (default: from the manifest's variant, see variants.validation_settings): `parity` fails
     on any output beyond `atol` or unequal greedy tokens; `tolerance` (float16) fails on outputs
     beyond atol + rtol * max|eager| and reports greedy agreement; `agreement` (int8) fails on nothing.
+    `manifest`: the folder's, when the caller has it in hand (the exporter, before writing it).
     """
     from .variants import validation_settings
 
     folder = Path(folder)
-    manifest = load_manifest(folder)
-    settings = validation_settings(manifest.get("variant"), atol)
+    manifest = manifest or load_manifest(folder)
+    check_same_model(manifest.config, model.config, folder)
+    settings = validation_settings(manifest.variant, atol)
     mode, atol, rtol = mode or settings["mode"], settings["atol"], settings["rtol"]
     device, sessions = _sessions(folder, manifest, device or settings["device"])
     gen = torch.Generator().manual_seed(seed)
@@ -59,7 +62,7 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
             if "decoder_static" in sessions and tgt_len == 1:
                 args = _static_inputs(model, args, gen)
                 _compare(stats, "decoder_static", sessions["decoder_static"], StaticDecoderGraph(model), args, tol)
-    greedy = _compare_greedy(folder, model, gen, max_new_tokens, device, "decoder_static" in sessions)
+    greedy = _compare_greedy(folder, manifest, model, gen, max_new_tokens, device)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()}, "greedy": greedy}
     failed = [k for k, s in stats.items() if not s.ok]
@@ -107,11 +110,20 @@ class _Stat:
                 "worst_shape": self.shape, "mismatches": self.mismatches, "ok": self.ok}
 
 
-def _sessions(folder: Path, manifest: dict, device: str) -> tuple[str, dict[str, ort.InferenceSession]]:
+def check_same_model(exported: TransformerConfig, given: TransformerConfig, folder: Path) -> None:
+    """Refuse to compare an export with the weights of another model (sizes, vocabularies, ids)."""
+    ours, theirs = exported.to_dict(), given.to_dict()
+    differ = [f"{k} {theirs[k]} != {ours[k]}" for k in ours if k != "dropout" and ours[k] != theirs.get(k)]
+    if differ:
+        raise ValidationError(f"the checkpoint does not match the export in {folder}: {shorten(differ, 4)} "
+                              f"(checkpoint != export); pass the checkpoint this folder was exported from")
+
+
+def _sessions(folder: Path, manifest: Manifest, device: str) -> tuple[str, dict[str, ort.InferenceSession]]:
     """Sessions for every graph on `device` (auto: CUDA when usable, else CPU); returns the device used."""
     from ..runtime.device import RuntimeOptions, open_sessions
 
-    paths = {name: folder / g["file"] for name, g in manifest["graphs"].items()}
+    paths = {name: folder / g.file for name, g in manifest.graphs.items()}
     chosen, sessions = open_sessions(paths, device, RuntimeOptions())
     return chosen.name, sessions
 
@@ -169,8 +181,8 @@ def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], pas
     return (ids, src_mask, *past, *cross)
 
 
-def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_new_tokens: int, device: str,
-                    static: bool) -> dict:
+def _compare_greedy(folder: Path, manifest: Manifest, model: Transformer, gen: torch.Generator,
+                    max_new_tokens: int, device: str) -> dict:
     """Greedy tokens from the ORT runtime and from eager PyTorch on the same sources.
 
     With a static-cache decoder, its rows must also equal the growing-cache decoder's exactly.
@@ -179,13 +191,13 @@ def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_
 
     cfg = model.config
     # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.
-    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), verify=False)
+    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), manifest=manifest)
     sources = _greedy_sources(runtime, cfg, gen)
     steps = min(max_new_tokens, cfg.max_len)
     got = runtime.generate_ids(sources, max_new_tokens=steps)
     extra = {}
-    if static:  # the static-cache loop (CUDA-graph form) must give the growing cache's rows
-        static_runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=True), verify=False)
+    if "decoder_static" in manifest.graphs:  # the static-cache loop (CUDA-graph form) must give the growing cache's rows
+        static_runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=True), manifest=manifest)
         rows = static_runtime.generate_ids(sources, max_new_tokens=steps)
         extra["static_cache_mismatched_rows"] = [i for i, (a, b) in enumerate(zip(rows, got)) if a != b][:10]
     width = max(len(s) for s in sources)
@@ -196,13 +208,13 @@ def _compare_greedy(folder: Path, model: Transformer, gen: torch.Generator, max_
     total = sum(max(len(a), len(b)) for a, b in zip(got, ref)) or 1
     return {"sources": len(sources), "max_new_tokens": steps, "equal": not bad, "mismatched_rows": bad[:10],
             "row_agreement": 1 - len(bad) / len(sources), "token_agreement": same / total,
-            "from": "sample" if runtime.manifest.get("samples") else "random",
+            "from": "sample" if manifest.samples and manifest.tokenizer else "random",
             **extra}
 
 
 def _greedy_sources(runtime: Any, cfg: Any, gen: torch.Generator) -> list[list[int]]:
-    samples = runtime.manifest.get("samples")
-    if samples and runtime.manifest.get("tokenizer"):
+    samples = runtime.manifest.samples
+    if samples and runtime.manifest.tokenizer:
         return [runtime.tokenizer.encode(text) for text in samples]
     lengths = torch.randint(1, min(cfg.max_len, 12) + 1, (GREEDY_SOURCES,), generator=gen).tolist()
     rows = [torch.randint(0, cfg.src_vocab_size, (n,), generator=gen).tolist() for n in lengths]

@@ -2,7 +2,7 @@
 (`--dtype float16`, for CUDA) and int8 weights (`--quantize int8`, for CPU).
 
 Each transform rewrites the graph files in the temporary export folder before validation and
-records what it did in `manifest["variant"]`; the graphs' input and output names never change
+reports what it did (the exporter records it as the manifest's Variant); the graphs' input and output names never change
 (float16 changes the cache tensors' dtype, as its specs say). `validation_settings` tells
 validate.py how each variant is checked.
 """
@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import onnx
 
-from ..errors import ExportError
-from ..manifest import manifest_config, sha256_file
-from .specs import ALL_GRAPH_SPECS, GraphSpec
+from ..errors import ExportError, first_line
+from ..manifest import GraphSpec, Variant
+from .checks import check_graph
 
 log = logging.getLogger(__name__)
 
@@ -159,35 +159,31 @@ def requested(options: Any) -> list[str]:
     return [name for name in TRANSFORMS if wanted[name]]
 
 
-def apply_variants(folder: Path, manifest: dict[str, Any], model: Any, options: Any) -> None:
-    """Rewrite every graph in `folder`; update its manifest entry (I/O dtypes, hash) and `variant`."""
+def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) -> dict[str, dict[str, dict[str, int]]]:
+    """Rewrite each graph file in `folder`; `specs` are the graphs' final specs (in `options.dtype`).
+    Returns transform -> graph -> counts; each result is checked against its spec."""
     names = requested(options)
-    config = manifest_config(manifest)
     report: dict[str, dict[str, dict[str, int]]] = {}
-    for graph_name, entry in manifest["graphs"].items():
-        if entry.get("external_data"):
+    for graph_name, spec in specs.items():
+        path = folder / spec.file
+        if any(p.name.startswith(spec.file) and p.name != spec.file for p in folder.iterdir()):
             raise ExportError("--optimize/--quantize/--dtype do not support models over 2 GB yet")
-        path = folder / entry["file"]
-        spec = ALL_GRAPH_SPECS[graph_name](config, options.dtype)
         for name in names:
             report.setdefault(name, {})[graph_name] = _run(name, path, spec)
-        check_io(path, spec)
-        entry.update(sha256=sha256_file(path), inputs=[t.to_dict() for t in spec.inputs],
-                     outputs=[t.to_dict() for t in spec.outputs])
+        check_graph(path, spec)
         log.info("%s: %s", graph_name, {n: report[n][graph_name] for n in names})
-    manifest["variant"].update(variant_fields(options), transforms=report)
+    return report
 
 
-def variant_fields(options: Any) -> dict[str, Any]:
-    """manifest["variant"] for these options; `io` says which graph I/O is float16 and why."""
-    fields: dict[str, Any] = {"dtype": options.dtype, "io_dtype": options.dtype, "optimized": options.optimize,
-                              "quantize": options.quantize}
+def variant_of(options: Any, transforms: dict[str, Any] | None = None) -> Variant:
+    """The manifest's Variant for these options; `extra.io` says which graph I/O is float16 and why."""
+    extra: dict[str, Any] = {}
     if options.dtype == "float16":
-        fields["io"] = {"float16": ["cross.*", "past.*", "present.*"], "float32": ["logits"],
-                        "why": "caches stay on the GPU between steps: float16 halves their traffic and "
-                               "needs no Casts; logits stay float32 for apps that read them"}
-        fields["float32_ops"] = list(FLOAT32_OPS)
-    return fields
+        extra["io"] = {"float16": ["cross.*", "past.*", "present.*"], "float32": ["logits"],
+                       "why": "caches stay on the GPU between steps: float16 halves their traffic and "
+                              "needs no Casts; logits stay float32 for apps that read them"}
+        extra["float32_ops"] = list(FLOAT32_OPS)
+    return Variant(options.dtype, options.dtype, options.optimize, options.quantize, dict(transforms or {}), extra)
 
 
 def _run(name: str, path: Path, spec: GraphSpec) -> dict[str, int]:
@@ -196,32 +192,14 @@ def _run(name: str, path: Path, spec: GraphSpec) -> dict[str, int]:
     except ExportError:
         raise
     except Exception as exc:  # the tools raise many types; keep the first line
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"{name} failed on {path.name}: {first}") from exc
+        raise ExportError(f"{name} failed on {path.name}: {first_line(exc, 200)}") from exc
 
 
-_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
-               "int64": onnx.TensorProto.INT64, "bool": onnx.TensorProto.BOOL}
-
-
-def check_io(path: Path, spec: GraphSpec) -> None:
-    """onnx.checker, and the graph's I/O names and element types exactly as the spec says."""
-    onnx.checker.check_model(str(path), full_check=True)
-    graph = onnx.load(str(path), load_external_data=False).graph
-    got = [(v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output)]
-    want = [(t.name, _ELEM_TYPES[t.dtype]) for t in (*spec.inputs, *spec.outputs)]
-    if got != want:
-        first = next((f"{g} != {w}" for g, w in zip(got, want) if g != w), f"{len(got)} != {len(want)} values")
-        raise ExportError(f"{path.name} I/O (name, ONNX type) changed by a transform: {first}; this is a bug "
-                          f"in tfm-export, please report it")
-
-
-def validation_settings(variant: dict[str, Any] | None, atol: float = 1e-4) -> dict[str, Any]:
+def validation_settings(variant: Variant, atol: float = 1e-4) -> dict[str, Any]:
     """How validate.py checks an export with this manifest variant: mode, atol, rtol."""
-    variant = variant or {}
-    if variant.get("quantize"):
+    if variant.quantize:
         return {"mode": "agreement", "atol": atol, "rtol": 0.0, "device": "cpu"}
-    if variant.get("dtype") == "float16":
+    if variant.dtype == "float16":
         # On the GPU it is built for when one is usable. ORT's CPU provider runs float16 graphs too,
         # but computes most nodes in float32 behind inserted Casts, so a CPU run checks the graph,
         # the float16 weights and I/O, not the CUDA kernels' float16 arithmetic.

@@ -20,7 +20,8 @@ import onnxruntime as ort
 from ..config import TransformerConfig
 from .decoding import GreedyRows, pad_batch, resolve_max_new_tokens, trim
 from ..errors import InputError
-from ..manifest import load_manifest, manifest_config
+from ..manifest import Manifest, load_manifest
+from .checks import check_sessions
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import open_static
@@ -39,12 +40,12 @@ class DecodeTimings:
 class ExportedModel:
     """An opened export folder: `generate_ids` for token ids, `translate` for text."""
 
-    def __init__(self, folder: Path, manifest: dict[str, Any], device: Device,
+    def __init__(self, folder: Path, manifest: Manifest, device: Device,
                  sessions: dict[str, ort.InferenceSession]):
         self.folder, self.manifest, self.device = folder, manifest, device
-        self.config: TransformerConfig = manifest_config(manifest)
+        self.config: TransformerConfig = manifest.config
         self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
-        self._cache_dtype = np.dtype(manifest["graphs"]["decoder"]["inputs"][2]["dtype"])
+        self._cache_dtype = np.dtype(manifest.cache_dtype)
         layers = range(self.config.n_decoder_layers)
         self._past_names = [f"past.{i}.self.{kv}" for i in layers for kv in ("key", "value")]
         self._cross_names = [f"cross.{i}.{kv}" for i in layers for kv in ("key", "value")]
@@ -54,11 +55,11 @@ class ExportedModel:
     @cached_property
     def tokenizer(self) -> Any:
         """The manifest's tokenizer (InputError when the export has none)."""
-        if not self.manifest.get("tokenizer"):
+        if not self.manifest.tokenizer:
             raise InputError("this export has no tokenizer; pass token ids (--ids) instead of text")
         from ..text.tokenizer import tokenizer_from_dict
 
-        return tokenizer_from_dict(self.manifest["tokenizer"], self.folder)
+        return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
         """Encode texts with the manifest's tokenizer, decode greedily, return texts."""
@@ -139,24 +140,26 @@ class ExportedModel:
         return rows.rows()
 
 
-def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: dict[str, Any]) -> bool:
+def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:
     """RuntimeOptions.cuda_graph, with None resolved: on CUDA when the export has a static decoder."""
     if options.cuda_graph is None:
-        return device.ort_type == "cuda" and STATIC_GRAPH in manifest["graphs"]
+        return device.ort_type == "cuda" and STATIC_GRAPH in manifest.graphs
     return options.cuda_graph
 
 
 def open_export(folder: str | os.PathLike, device: str = "auto", options: RuntimeOptions | None = None,
-                verify: bool = True) -> ExportedModel:
+                verify: bool = True, manifest: Manifest | None = None) -> ExportedModel:
     """Open an export folder (manifest and hashes checked unless `verify=False`) on `device`.
 
-    `device`: cpu, cuda, cuda:N or auto (CUDA when usable, else CPU).
+    `device`: cpu, cuda, cuda:N or auto (CUDA when usable, else CPU). `manifest`: the folder's, when the
+    caller holds it already (the exporter validates before writing it); then nothing is re-read.
     """
     folder = Path(folder)
-    manifest = load_manifest(folder, verify_hashes=verify)
-    paths = {name: folder / g["file"] for name, g in manifest["graphs"].items() if name in ("encoder", "decoder")}
+    manifest = manifest or load_manifest(folder, verify_hashes=verify)
+    paths = {name: folder / g.file for name, g in manifest.graphs.items() if name in ("encoder", "decoder")}
     options = options or RuntimeOptions()
     chosen, sessions = open_sessions(paths, device, options)
+    check_sessions(manifest, sessions)
     log.info("opened %s on %s", folder, chosen.name)
     model = ExportedModel(folder, manifest, chosen, sessions)
     if uses_static_decoder(options, chosen, manifest):

@@ -25,6 +25,8 @@ import onnxruntime as ort
 
 from ..config import TransformerConfig
 from .decoding import GreedyRows
+from ..manifest import Manifest
+from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
 
 log = logging.getLogger(__name__)
@@ -61,16 +63,17 @@ class _Slots:
 class StaticDecoder:
     """The decode loop over decoder_static.onnx; see the module docstring."""
 
-    def __init__(self, folder: Path, manifest: dict[str, Any], config: TransformerConfig, device: Device,
+    def __init__(self, folder: Path, manifest: Manifest, config: TransformerConfig, device: Device,
                  options: RuntimeOptions):
-        entry = manifest["graphs"][GRAPH_NAME]
+        entry = manifest.graphs[GRAPH_NAME]
         self.config, self.device = config, device
         self.capture = device.ort_type == "cuda"  # CUDA graphs exist only there; CPU runs the same loop
-        self.session = create_session(folder / entry["file"], cuda_graph_device(device) if self.capture else device,
+        self.session = create_session(folder / entry.file, cuda_graph_device(device) if self.capture else device,
                                       options)
-        self._inputs = [t["name"] for t in entry["inputs"]]
-        self._outputs = [t["name"] for t in entry["outputs"]]
-        self._specs = {t["name"]: t for t in (*entry["inputs"], *entry["outputs"])}  # no name is both
+        self._inputs = entry.spec.input_names()
+        self._outputs = entry.spec.output_names()
+        self._spec = entry.spec
+        check_sessions(manifest, {GRAPH_NAME: self.session})
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
         self._lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
@@ -102,8 +105,8 @@ class StaticDecoder:
     def _zeros(self, name: str, batch: int, src_len: int) -> ort.OrtValue:
         """A zero-filled buffer in a spec's shape (zeros: never-written cache slots must be finite)."""
         dims = {"batch": batch, "src_len": src_len}
-        spec = self._specs[name]
-        return self._value(np.zeros([dims.get(d, d) for d in spec["shape"]], dtype=spec["dtype"]))
+        spec = self._spec.tensor(name)
+        return self._value(np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype))
 
     def _slots_for(self, batch: int, src_len: int) -> _Slots:
         key = (batch, src_len)
@@ -170,12 +173,12 @@ class StaticDecoder:
         return rows.rows()
 
 
-def open_static(folder: Path, manifest: dict[str, Any], config: TransformerConfig, device: Device,
+def open_static(folder: Path, manifest: Manifest, config: TransformerConfig, device: Device,
                 options: RuntimeOptions) -> StaticDecoder:
     """The static-cache decoder of an export folder (DeviceError when it was exported without one)."""
     from ..errors import DeviceError
 
-    if GRAPH_NAME not in manifest["graphs"]:
+    if GRAPH_NAME not in manifest.graphs:
         raise DeviceError(f"{folder} has no {GRAPH_NAME}.onnx for CUDA graphs; re-export with --cuda-graph "
                           f"or run without cuda_graph")
     return StaticDecoder(folder, manifest, config, device, options)

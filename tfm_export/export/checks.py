@@ -1,0 +1,45 @@
+"""What every written graph file goes through: onnx.checker, its I/O against its spec, its real opset,
+and the model config stamped into its metadata (so a manifest edited to describe another model is
+caught when the export is opened)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+
+from ..config import TransformerConfig
+from ..errors import ExportError, first_line
+from ..manifest import CONFIG_METADATA_KEY, GraphSpec
+
+ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
+              "int64": onnx.TensorProto.INT64, "bool": onnx.TensorProto.BOOL}
+
+
+def check_graph(path: Path, spec: GraphSpec) -> None:
+    """Full onnx.checker (strict shape inference), and the I/O names and element types the spec says."""
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        raise ExportError(f"{path.name} failed onnx.checker: {first_line(exc)}") from exc
+    graph = onnx.load(str(path), load_external_data=False).graph
+    got = [(v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output)]
+    want = [(t.name, ELEM_TYPES[t.dtype]) for t in (*spec.inputs, *spec.outputs)]
+    if got != want:
+        first = next((f"{g} != {w}" for g, w in zip(got, want) if g != w), f"{len(got)} != {len(want)} values")
+        raise ExportError(f"{path.name} I/O (name, ONNX type) differs from its spec: {first}; this is a bug "
+                          f"in tfm-export, please report it")
+
+
+def finish_graph(path: Path, config: TransformerConfig) -> int:
+    """Stamp the config into the graph's metadata; returns the default-domain opset the file really has."""
+    proto = onnx.load(str(path), load_external_data=False)
+    props = {p.key: p.value for p in proto.metadata_props}
+    props[CONFIG_METADATA_KEY] = json.dumps(config.to_dict(), sort_keys=True)
+    del proto.metadata_props[:]
+    for key, value in props.items():
+        proto.metadata_props.add(key=key, value=value)
+    onnx.save(proto, str(path))  # external data stays in its files: only the references are re-written
+    return next(op.version for op in proto.opset_import if op.domain in ("", "ai.onnx"))
+
