@@ -1,5 +1,5 @@
 """Shared machinery of the importers: option look-up, position tables, and a key map that
-tracks consumption so that no weight is silently dropped or left unset."""
+tracks which source weights were used so that none is silently dropped or left unset."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from ..config import POSITIONS
-from ..errors import CheckpointError, ConfigError, problem_list
+from ..errors import CheckpointError, ConfigError
+from ..model.checkpoint import key_problems
 from ..model.transformer import sinusoidal_table
 
 # The CLI spelling of each option, for error messages.
@@ -72,7 +73,7 @@ def count_layers(state: dict[str, torch.Tensor], prefix: str) -> int:
 
 
 class KeyMap:
-    """Copies source tensors to target names, remembering what was consumed.
+    """Copies source tensors to target names, remembering which source names were asked for.
 
     `zero_bias`: a missing `.bias` becomes zeros, which is exact for models built with
     `bias=False` (nn.Transformer's option); otherwise a missing bias is a missing key.
@@ -81,16 +82,12 @@ class KeyMap:
     def __init__(self, source: dict[str, torch.Tensor], layout: str, zero_bias: bool = False):
         self.source, self.layout, self.zero_bias = source, layout, zero_bias
         self.target: dict[str, torch.Tensor] = {}
-        self.consumed: set[str] = set()
-        self.missing: list[str] = []
+        self.requested: dict[str, None] = {}  # source names asked for, in order (a dict as an ordered set)
 
     def get(self, key: str) -> torch.Tensor | None:
-        """A source tensor (consumed), or None with the key recorded as missing."""
-        if key not in self.source:
-            self.missing.append(key)
-            return None
-        self.consumed.add(key)
-        return self.source[key]
+        """A source tensor, or None when the source lacks it (`finish` then reports it)."""
+        self.requested[key] = None
+        return self.source.get(key)
 
     def copy(self, target: str, key: str) -> None:
         tensor = self.get(key)
@@ -122,9 +119,10 @@ class KeyMap:
         self.linear(f"{target}.out_proj", f"{key}.out_proj")
 
     def finish(self, ignored: set[str] = frozenset()) -> dict[str, torch.Tensor]:
-        """The target state dict; every source key must have been consumed (or ignored on purpose)."""
-        leftover = sorted(set(self.source) - self.consumed - set(ignored))
-        problems = problem_list(("missing source keys", self.missing, 5), ("keys left over", leftover, 5))
+        """The target state dict; every source name asked for must exist, and every source weight
+        must have been asked for (or be `ignored` on purpose)."""
+        used = {k: v for k, v in self.source.items() if k in self.requested or k not in ignored}
+        problems = key_problems(self.requested, used, labels=("missing source keys", "keys left over"))
         if problems:
             raise CheckpointError(f"cannot convert this {self.layout} checkpoint: {problems}; "
                                   f"check --layout or the model definition")

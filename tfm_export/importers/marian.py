@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..model.checkpoint import Checkpoint, read_file
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError, problem_list
-from ..model.transformer import Transformer, sinusoidal_table
+from ..errors import CheckpointError, ConfigError
+from ..model.checkpoint import Checkpoint, read_file
+from ..model.transformer import sinusoidal_table
+from .base import run
 from .common import CLI_NAMES, KeyMap, max_len_for_table
+from .source import Source
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,10 @@ MARIAN_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, 
                    "forced_eos_token_id": 0, "tie_word_embeddings": True}
 ATTENTION = ("q_proj", "k_proj", "v_proj", "out_proj")
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+# Other embedding copies are either equal to the ones used, or unused (model.shared when untied);
+# final_logits_bias is read directly (it may be absent).
+UNUSED_KEYS = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+               "lm_head.weight", "final_logits_bias"}
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 # Generation settings that would change greedy tokens but are not part of our decoding:
 # name -> the value at which they do nothing.
@@ -52,29 +59,41 @@ UNSUPPORTED_GENERATION = {
 }
 
 
-def import_marian(path: Path, options: dict[str, Any] | None = None) -> Checkpoint:
-    """Read a MarianMT folder (config.json + safetensors or .bin weights) as a Checkpoint.
+@dataclass(frozen=True)
+class MarianImporter:
+    """A Hugging Face MarianMT folder: config.json + model.safetensors or pytorch_model.bin."""
 
-    `options` may shorten `max_len`; any other option must agree with config.json.
-    """
-    path, options = Path(path), dict(options or {})
-    hf = {**MARIAN_DEFAULTS, **_read_json(path / "config.json")}
-    _check_hf_config(hf, path)  # before reading weights that may be large
-    generation = _generation_settings(path, hf)
-    state = _read_weights(path)
-    embeddings = _embedding_names(state, hf)
-    config = _apply_options(marian_config(hf, generation, state, embeddings), options)
-    converted = _convert(state, config, embeddings)
-    _check_complete(config, converted)
-    tokenizer = _tokenizer(path, config)
-    meta = {"layout": "marian", "tokenizer_folder": str(path) if tokenizer else None,
-            "options": {k: v for k, v in options.items() if v is not None},
-            "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
-                         config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
-                         "shared": config.share_embeddings, "tied": config.tie_output},
-            "generation": _generation_report(generation),
-            "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
-    return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
+    name: str = "marian"
+    reads: str = "folder"
+    hint: str = "check config.json"
+
+    def detect(self, source: Source) -> bool:
+        return (source.path / "config.json").is_file()
+
+    def load(self, source: Source, options: dict[str, Any]) -> Checkpoint:
+        """`options` may shorten `max_len`; any other option must agree with config.json."""
+        path = source.path
+        hf = {**MARIAN_DEFAULTS, **_read_json(path / "config.json")}
+        _check_hf_config(hf, path)  # before reading weights that may be large
+        generation = _generation_settings(path, hf)
+        state = _read_weights(path)
+        embeddings = _embedding_names(state, hf)
+        config = _apply_options(marian_config(hf, generation, state, embeddings), options)
+        converted = _convert(state, config, embeddings)
+        tokenizer = _tokenizer(path, config)
+        meta = {"layout": "marian", "tokenizer_folder": str(path) if tokenizer else None,
+                "options": {k: v for k, v in options.items() if v is not None},
+                "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
+                             config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
+                             "shared": config.share_embeddings, "tied": config.tie_output},
+                "generation": _generation_report(generation),
+                "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
+        return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
+
+
+def import_marian(path: str | Path, options: dict[str, Any] | None = None) -> Checkpoint:
+    """Read and check a MarianMT folder as a Checkpoint (what `load_any` does for a folder)."""
+    return run(MarianImporter(), Source(Path(path)), dict(options or {}))
 
 
 def marian_config(hf: dict[str, Any], generation: dict[str, Any], state: dict[str, torch.Tensor],
@@ -141,12 +160,8 @@ def _convert(state: dict[str, torch.Tensor], config: TransformerConfig, embeddin
     for target, role in (("src_embed.tokens.weight", "src"), ("tgt_embed.tokens.weight", "tgt"),
                          ("lm_head.weight", "out")):
         keys.copy(target, embeddings[role])
-    # Other embedding copies are either equal to the ones used, or unused (model.shared when untied).
-    keys.consumed.update({"model.shared.weight", "model.encoder.embed_tokens.weight",
-                          "model.decoder.embed_tokens.weight", "lm_head.weight"} & set(state))
     # transformers starts a missing final_logits_bias at zeros.
     bias = state.get("final_logits_bias", torch.zeros(1, config.tgt_vocab_size))
-    keys.consumed.add("final_logits_bias")
     keys.target["lm_head.bias"] = bias.reshape(-1).clone()  # (1, tgt_vocab) -> (tgt_vocab,)
     for side, ours, layer_map, n in (("encoder", "encoder_layers", ENCODER_LAYER, config.n_encoder_layers),
                                      ("decoder", "decoder_layers", DECODER_LAYER, config.n_decoder_layers)):
@@ -160,7 +175,7 @@ def _convert(state: dict[str, torch.Tensor], config: TransformerConfig, embeddin
                     keys.linear(dst, src)
     for key in POSITION_KEYS:
         _check_positions(state, key, config)
-    return keys.finish(ignored=set(POSITION_KEYS))
+    return keys.finish(ignored=set(POSITION_KEYS) | UNUSED_KEYS)
 
 
 def _check_positions(state: dict[str, torch.Tensor], key: str, config: TransformerConfig) -> None:
@@ -171,18 +186,6 @@ def _check_positions(state: dict[str, torch.Tensor], key: str, config: Transform
     ours = sinusoidal_table(table.shape[0], config.d_model, config.positions)
     if table.shape != ours.shape or (table - ours).abs().max() > 1e-4:
         raise CheckpointError(f"{key} is not Marian's sinusoidal table; this checkpoint is not supported")
-
-
-def _check_complete(config: TransformerConfig, state: dict[str, torch.Tensor]) -> None:
-    """Every weight of our model is set with the right shape, and nothing else is."""
-    with torch.device("meta"):  # names and shapes without allocating anything
-        expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
-    misshaped = [f"{k} {tuple(state[k].shape)} != {shape}" for k, shape in expected.items()
-                 if k in state and tuple(state[k].shape) != shape]
-    problems = problem_list(("weights not set", sorted(set(expected) - set(state)), 5),
-                            ("unexpected weights", sorted(set(state) - set(expected)), 5), ("mis-shaped", misshaped, 3))
-    if problems:
-        raise CheckpointError(f"the marian weights do not fit the model config.json describes: {problems}")
 
 
 def _apply_options(config: TransformerConfig, options: dict[str, Any]) -> TransformerConfig:

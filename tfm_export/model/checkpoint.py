@@ -1,6 +1,8 @@
 """Checkpoint I/O: `{"format": "tfm-export/1", "config": {...}, "state_dict": {...}}` plus extras.
 
-Loading always uses `torch.load(weights_only=True)`: a checkpoint can never run code.
+Loading always uses `torch.load(weights_only=True)`: a checkpoint can never run code. Every loaded
+checkpoint, whatever its layout, ends with `check_checkpoint`: its weights fit its config
+(`check_fits`) and are finite (`check_finite`).
 """
 
 from __future__ import annotations
@@ -8,15 +10,17 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, problem_list
+from ..errors import CheckpointError, problem_list, shorten
 from .transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -24,6 +28,14 @@ log = logging.getLogger(__name__)
 FORMAT = "tfm-export/1"
 RESAVE_HINT = ("re-save it as plain tensors: torch.save(model.state_dict(), 'model.pt'), "
                "or tfm_export.checkpoint.save_checkpoint(model, 'model.pt')")
+FIT_HINT = "check the config saved with the weights"
+# The weights_only refusals that mean "this pickle names code" (torch 2.6+ wording); any other
+# refusal (e.g. "Unsupported operand 209") is a damaged file that happens to start like a pickle.
+CODE_REFUSAL = re.compile(r"GLOBAL (\S+) (?:was not an allowed global|whose module)|(\S+) must be imported to load")
+
+
+class CodePickleError(CheckpointError):
+    """A real pickle that references classes or functions: loading it would run code."""
 
 
 @dataclass
@@ -39,8 +51,9 @@ class Checkpoint:
 
     def build_model(self) -> Transformer:
         """A Transformer in eval mode with these weights (strict: every key must fit)."""
+        check_fits(self.config, self.state_dict, self.path or "checkpoint", FIT_HINT)
         model = Transformer(self.config)
-        load_weights(model, self.state_dict, self.path)
+        model.load_state_dict(self.state_dict, strict=True)
         return model.eval()
 
 
@@ -64,7 +77,8 @@ def save_checkpoint(model: Transformer, path: str | os.PathLike, tokenizer: dict
 
 
 def read_file(path: str | os.PathLike) -> Any:
-    """`torch.load(weights_only=True)` with each failure turned into a one-line CheckpointError."""
+    """`torch.load(weights_only=True)` with each failure turned into a one-line CheckpointError
+    (CodePickleError when the file is a real pickle that needs code to load)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}; check the path")
@@ -74,25 +88,30 @@ def read_file(path: str | os.PathLike) -> Any:
         head = f.read(4)
     if not head:
         raise CheckpointError(f"{path} is empty; re-save the checkpoint")
-    is_zip = head.startswith(b"PK")
-    if not is_zip and head[:1] != b"\x80":
+    if not head.startswith(b"PK") and head[:1] != b"\x80":
         raise CheckpointError(f"{path} is not a PyTorch checkpoint (expected a file written by torch.save)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # random bytes after b"\x80" read as an odd pickle protocol
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
-            raise CheckpointError(
-                f"{path} is a pickle that needs code to load (a whole module or custom classes), which "
-                f"could run anything; {RESAVE_HINT}") from None
-        raise CheckpointError(f"{path} is corrupt ({_first_line(exc)}); re-save the checkpoint") from None
+        code = CODE_REFUSAL.search(str(exc))
+        if code:
+            raise CodePickleError(
+                f"{path} is a pickle that needs code to load (it references {code.group(1) or code.group(2)}: "
+                f"a whole module or custom classes), which could run anything; {RESAVE_HINT}") from None
+        raise _corrupt(path, exc) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path} is truncated or corrupt ({_first_line(exc)}); "
-                              f"re-save or re-download it") from None
+        raise _corrupt(path, exc) from None
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read a tfm-export checkpoint. A bare state_dict needs an importer (tfm_export.importers)."""
-    data = read_file(path)
+    """Read and check a tfm-export checkpoint. A bare state_dict needs an importer (tfm_export.importers)."""
+    return check_checkpoint(checkpoint_from(read_file(path), path), str(path), FIT_HINT)
+
+
+def checkpoint_from(data: Any, path: str | os.PathLike) -> Checkpoint:
+    """The Checkpoint that `data`, a loaded tfm-export file, holds (not yet checked)."""
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} holds a {type(data).__name__}, not a dict of weights; {RESAVE_HINT}")
     if data.get("format") != FORMAT:
@@ -105,29 +124,61 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     try:
         config = TransformerConfig.from_dict(data["config"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path} has an invalid config: {_first_line(exc)}") from None
+        raise CheckpointError(f"{path} has an invalid config: {first_line(exc)}") from None
     state = data.get("state_dict")
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} has no state_dict; re-save the checkpoint")
+    if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        raise CheckpointError(f"{path} has no state_dict of tensors; re-save the checkpoint")
     return Checkpoint(config=config, state_dict=state, tokenizer=data.get("tokenizer"),
                       samples=data.get("samples"), path=str(path))
 
 
-def load_weights(model: Transformer, state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    """Strictly load `state` into `model`, listing missing, unexpected and mis-shaped keys."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    misshaped = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
-                 if k in state and tuple(state[k].shape) != tuple(v.shape)]
-    problems = problem_list(("missing keys", missing, 5), ("unexpected keys", unexpected, 5),
-                            ("mis-shaped", misshaped, 3))
+def check_checkpoint(checkpoint: Checkpoint, what: str, hint: str) -> Checkpoint:
+    """The final check of every loaded checkpoint, before anything is built or exported."""
+    check_fits(checkpoint.config, checkpoint.state_dict, what, hint)
+    check_finite(checkpoint.state_dict, checkpoint.path or what)
+    return checkpoint
+
+
+def check_fits(config: TransformerConfig, state: Mapping[str, torch.Tensor], what: str = "checkpoint",
+               hint: str = FIT_HINT) -> None:
+    """Every weight of the model `config` describes is in `state` with its shape, and nothing else is."""
+    with torch.device("meta"):  # names and shapes without allocating anything
+        expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    problems = key_problems(expected, state)
     if problems:
-        raise CheckpointError(f"{source} does not fit the model config: {problems}; "
-                              f"check the config saved with the weights")
-    model.load_state_dict(state, strict=True)
+        raise CheckpointError(f"{what} does not fit the model config: {problems}; {hint}")
 
 
-def _first_line(exc: BaseException) -> str:
+def key_problems(expected: Mapping[str, tuple[int, ...] | None], found: Mapping[str, Any],
+                 labels: tuple[str, str] = ("missing keys", "unexpected keys")) -> str:
+    """`missing keys: ...; unexpected keys: ...; mis-shaped: ...`, or '' when `found` has exactly
+    the `expected` names (and shapes, where one is given)."""
+    misshaped = [f"{k} {tuple(found[k].shape)} != {shape}" for k, shape in expected.items()
+                 if shape is not None and k in found and tuple(found[k].shape) != shape]
+    return problem_list((labels[0], sorted(set(expected) - set(found)), 5),
+                        (labels[1], sorted(set(found) - set(expected)), 5), ("mis-shaped", misshaped, 3))
+
+
+def check_finite(state: Mapping[str, torch.Tensor], source: str) -> None:
+    """NaN or infinite weights turn every output into NaN; name them before anything is exported."""
+    bad = []
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            nan = int(torch.isnan(tensor).sum())
+            inf = int(torch.isinf(tensor).sum())
+            bad.append(f"{name} ({', '.join(f'{n} {label}' for n, label in ((nan, 'NaN'), (inf, 'inf')) if n)})")
+    if bad:
+        raise CheckpointError(f"{source} has non-finite weights: {shorten(bad, 3)}; fix or retrain the model")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (torch's run to several paragraphs)."""
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
+
+
+def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
+    # weights_only refusals bury the reason after "WeightsUnpickler error:".
+    reason = str(exc).partition("WeightsUnpickler error:")[2].strip().splitlines()
+    return CheckpointError(f"{path} is truncated or corrupt ({reason[0][:200] if reason else first_line(exc)}); "
+                           f"re-save or re-download it")
