@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from ..resources import bundled
 from .common import library_errors, main_group
 
-BUNDLED = Path("models/num2words-de")
+BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checkout's models/num2words-de
 
 
 @main_group.command("demo")

@@ -15,16 +15,16 @@ from .common import library_errors, main_group
               help="Address to bind; keep it local (anything else is reachable from other machines).")
 @click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on; 0 picks a free one.")
 @click.option("--web-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The runtimes/web folder, after `npm ci` there (default: the one in this checkout).")
+              help="A runtimes/web folder, after `npm ci` there (default: the page installed with tfm-export).")
 @library_errors
 def serve_web_command(folder: Path, host: str, port: int, web_dir: Path | None) -> None:
     """Serve the browser page (onnxruntime-web, WASM) for the export in OUT until Ctrl+C.
 
     The page loads OUT from /export/, translates what you type and shows the per-token latency.
     """
-    from ..serve.web import WEB_DIR, make_server
+    from ..serve.web import make_server
 
-    server = make_server(folder, host, port, web_dir or WEB_DIR)
+    server = make_server(folder, host, port, web_dir)
     click.echo(f"serving {folder} on http://{server.server_address[0]}:{server.server_address[1]}/ "
                f"(Ctrl+C stops)", err=True)
     try:

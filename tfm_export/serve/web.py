@@ -6,6 +6,9 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
     /lib/        runtimes/node/greedy.mjs (the decoding loop shared with Node; top-level files only)
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx)
+
+Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or
+the checkout's folders); with it, from that runtimes/web folder and its ../node.
 """
 
 from __future__ import annotations
@@ -20,27 +23,37 @@ from urllib.parse import unquote, urlparse
 
 from ..errors import InputError
 from ..manifest import load_manifest
+from ..resources import bundled
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
-WEB_DIR = REPO / "runtimes" / "web"
+ORT_DIST = Path("node_modules", "onnxruntime-web", "dist")  # inside a runtimes/web folder, after `npm ci`
+NO_ORT_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web and pass it as --web-dir"
 FLAT = ("/", "/lib/")  # mounts that serve only their folder's top-level files (not node_modules/)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",
         ".onnx": "application/octet-stream", ".data": "application/octet-stream",
         ".spm": "application/octet-stream", ".json": "application/json", ".map": "application/json"}
 
 
-def routes(export_dir: Path, web_dir: Path = WEB_DIR) -> dict[str, Path]:
+def asset_folders(web_dir: Path | None) -> tuple[Path, Path, Path]:
+    """(page, lib, ort) folders: the installed package's, or those of the runtimes/web folder given."""
+    if web_dir is None:
+        return bundled("web"), bundled("lib"), bundled("ort")
+    return web_dir, web_dir.parent / "node", web_dir / ORT_DIST
+
+
+def routes(export_dir: Path, web_dir: Path | None = None) -> dict[str, Path]:
     """URL prefix -> folder (longest prefixes first); checks that everything needed is there."""
-    ort_dist = web_dir / "node_modules" / "onnxruntime-web" / "dist"
-    if not (web_dir / "index.html").exists():
-        raise InputError(f"{web_dir} has no index.html; run from a tfm-export checkout or pass --web-dir")
+    page, lib, ort_dist = asset_folders(web_dir)
+    if not (page / "index.html").exists():
+        raise InputError(f"{page} has no index.html; pass a tfm-export checkout's runtimes/web as --web-dir")
     if not ort_dist.is_dir():
-        raise InputError(f"{ort_dist} is missing; run `npm ci` in {web_dir}")
+        # npm's files are not in git: a checkout needs `npm ci`, a wheel built without it has no copy
+        fix = f"run `npm ci` in {page}" if (page / "package.json").exists() else NO_ORT_COPY
+        raise InputError(f"onnxruntime-web not found in {ort_dist}; {fix}")
     load_manifest(export_dir)  # a clear error now rather than a broken page later
     return {"/export/": export_dir.resolve(), "/ort/": ort_dist.resolve(),
-            "/lib/": (web_dir.parent / "node").resolve(), "/": web_dir.resolve()}
+            "/lib/": lib.resolve(), "/": page.resolve()}
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -84,9 +97,9 @@ def is_loopback(host: str) -> bool:
 
 
 def make_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000,
-                web_dir: str | os.PathLike = WEB_DIR) -> http.server.ThreadingHTTPServer:
+                web_dir: str | os.PathLike | None = None) -> http.server.ThreadingHTTPServer:
     """A server ready to `serve_forever()`; port 0 picks a free port (see `server_address`)."""
-    mounts = routes(Path(export_dir), Path(web_dir))
+    mounts = routes(Path(export_dir), None if web_dir is None else Path(web_dir))
     if not is_loopback(host):
         log.warning("serving on %s: other machines can reach this demo server", host)
     try:

@@ -1,0 +1,128 @@
+"""A wheel of tfm-export in a fresh venv, run outside the checkout: `demo` and `serve-web` find their files.
+
+Builds the wheel from this checkout, installs it with its dependencies (pinned by constraints.txt) into a
+new venv under tmp_path, then runs the console script from another folder, so nothing comes from the
+checkout. Takes minutes (torch and onnxruntime are installed afresh).
+"""
+
+import http.client
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tfm_export.resources import BUNDLES, DATA
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = [line.split("\t") for line in (ROOT / "models/num2words-de/heldout.tsv").read_text().splitlines()]
+
+
+def ort_in_checkout() -> bool:
+    """Whether `npm ci` ran in runtimes/web (the wheel then carries onnxruntime-web's files)."""
+    ort = BUNDLES["ort"]
+    return all((ROOT / ort.checkout / name).is_file() for name in ort.files)
+
+
+def clean_env() -> dict[str, str]:
+    """This environment minus what would point Python at the checkout or at the test venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def run(cmd: list, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Runs cmd in cwd with clean_env(); fails the test with its output."""
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=clean_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"{cmd[:3]} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("pip") is None:
+        pytest.skip("cannot build a wheel here: this Python has no pip")
+    out = tmp_path_factory.mktemp("wheel")
+    # With setuptools here already, build without an isolated env: no index needed, and faster.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", out, ROOT], cwd=out)
+    (path,) = out.glob("tfm_export-*.whl")
+    print(f"\nwheel: {path.name}, {path.stat().st_size / 2**20:.1f} MiB")
+    return path
+
+
+@pytest.fixture(scope="module")
+def scripts(wheel, tmp_path_factory) -> Path:
+    """The bin folder of a fresh venv with the wheel and its dependencies installed."""
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    start = time.perf_counter()
+    run([bin_dir / "python", "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", wheel], cwd=env_dir)
+    print(f"\ninstall into a fresh venv: {time.perf_counter() - start:.0f} s")
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def demo(scripts, tmp_path_factory) -> tuple[Path, str]:
+    """`tfm-export demo` run from an empty folder: (the export folder, what it printed)."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    out = elsewhere / "demo_onnx"
+    done = run([scripts / "tfm-export", "demo", "--out", out, "--samples", "3", "--threads", "1"], cwd=elsewhere)
+    return out, done.stdout
+
+
+def test_wheel_carries_the_page_and_the_model(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name, bundle in BUNDLES.items():
+        expected = {f"tfm_export/{DATA}/{bundle.packaged}/{f}" for f in bundle.files}
+        shipped = expected <= names
+        assert shipped == (not bundle.optional or ort_in_checkout()), (name, sorted(expected - names))
+    assert not any(n.startswith(("models/", "runtimes/")) for n in names)  # no top-level import packages
+    assert wheel.stat().st_size < 30 * 2**20
+
+
+def test_demo_uses_the_installed_model(demo, scripts):
+    out, printed = demo
+    assert f"export {scripts.parent}" in printed  # the venv's copy, not the checkout's
+    assert f"/site-packages/tfm_export/{DATA}/models/num2words-de/model.pt -> {out}" in printed
+    for source, expected in HELDOUT[:3]:  # the inputs, their translations, "yes" for ORT==eager and correct
+        assert re.search(rf"^{source} +{expected} +yes +yes$", printed, re.MULTILINE), (source, printed)
+    assert (out / "manifest.json").is_file()
+
+
+def get(port: int, path: str) -> tuple[int, str, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", path)
+    res = conn.getresponse()
+    body = res.read()
+    conn.close()
+    return res.status, res.getheader("Content-Type", "").split(";")[0], body
+
+
+def test_serve_web_serves_the_installed_page(demo, scripts, tmp_path):
+    out, _ = demo
+    server = subprocess.Popen([str(scripts / "tfm-export"), "serve-web", str(out), "--port", "0"], cwd=tmp_path,
+                              env=clean_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()  # "serving OUT on http://127.0.0.1:PORT/ (Ctrl+C stops)", or the error
+        if not ort_in_checkout():
+            assert server.wait(timeout=30) == 1 and "onnxruntime-web not found" in line, line
+            return
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", line).group(1))
+        assert get(port, "/")[:2] == (200, "text/html") and b"<title>tfm-export" in get(port, "/")[2]
+        assert get(port, "/app.mjs") == (200, "text/javascript", (ROOT / "runtimes/web/app.mjs").read_bytes())
+        assert get(port, "/lib/greedy.mjs")[:2] == (200, "text/javascript")
+        assert get(port, "/ort/ort.wasm.min.mjs")[:2] == (200, "text/javascript")
+        assert get(port, "/ort/ort-wasm-simd-threaded.wasm")[:2] == (200, "application/wasm")
+        assert get(port, "/export/manifest.json")[:2] == (200, "application/json")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,45 @@
+"""The files tfm-export ships besides its code: the browser page and the bundled demo model.
+
+A wheel carries them under tfm_export/_data/ (setup.py copies them there at build time); a checkout or an
+editable install keeps them in the repository's runtimes/ and models/ folders, where users edit them.
+`bundled(name)` finds either. Standard library only: setup.py loads this file to learn what to copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository root when running from a checkout
+DATA = "_data"  # the folder inside the installed package
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One folder of shipped files: where it sits in the wheel and in a checkout, and what the wheel takes."""
+
+    packaged: str  # relative to tfm_export/_data/
+    checkout: str  # relative to the repository root
+    files: tuple[str, ...]
+    optional: bool = False  # the build goes on without it (npm's files are not in git)
+
+
+BUNDLES = {
+    "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs")),
+    "lib": Bundle("lib", "runtimes/node", ("greedy.mjs",)),  # the decoding loop the page shares with Node
+    # What app.mjs loads from onnxruntime-web (the WASM build, no proxy worker); ~14 MB, ~4 MB zipped.
+    "ort": Bundle("ort", "runtimes/web/node_modules/onnxruntime-web/dist",
+                  ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),
+    "num2words-de": Bundle("models/num2words-de", "models/num2words-de",
+                           ("model.pt", "heldout.tsv", "short.tsv", "README.md")),
+}
+
+
+def bundled(name: str) -> Path:
+    """The folder holding bundle `name`: in the installed package if it has _data/ (a wheel), else the checkout's.
+
+    The path may not exist (a wheel built without `npm ci`); callers say what is missing.
+    """
+    data = Path(str(resources.files("tfm_export").joinpath(DATA)))
+    return data / BUNDLES[name].packaged if data.is_dir() else CHECKOUT / BUNDLES[name].checkout
