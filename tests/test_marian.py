@@ -18,6 +18,7 @@ from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noqa: E402
 from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
+from tfm_export.cli.common import cli_option
 from tfm_export.importers.marian import _generation_report, import_marian  # noqa: E402
 from tfm_export.text.marian import MarianTokenizer  # noqa: E402
 from tfm_export.model.transformer import sinusoidal_table  # noqa: E402
@@ -158,8 +159,9 @@ def test_options(tmp_path):
     assert import_marian(tmp_path, {"max_len": 32, "heads": 4, "eos_id": EOS, "activation": None}).config.max_len == 32
     for options, message in (({"max_len": 65}, "--max-len 65 does not fit"), ({"heads": 8}, "--heads 8 does not apply"),
                              ({"norm_first": True}, "--norm-first"), ({"config": {}}, "--config does not apply")):
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError) as info:  # the CLI's rendering of the option named in the error
             import_marian(tmp_path, options)
+        assert message in info.value.render(cli_option)
 
 
 def _edit(path, change):

@@ -5,9 +5,31 @@ The CLI turns any TfmExportError into a click.ClickException (no traceback). Tor
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 
 class TfmExportError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """Base class of every error this library raises on purpose.
+
+    A message that names options the caller passed keeps them as data: `{name}` fields in the
+    template and `options={name: value}` (value None: the option in general). `str()` names them
+    in the library's terms (`options["heads"]`); the CLI renders its own flags (`--heads N`).
+    """
+
+    def __init__(self, message: str = "", options: dict[str, Any] | None = None):
+        self.template, self.options = message, dict(options or {})
+        super().__init__(self.render(api_option) if self.options else message)
+
+    def render(self, name_option: Callable[[str, Any], str]) -> str:
+        """The message with each option named by `name_option(key, value)`."""
+        if not self.options:
+            return str(self)
+        return self.template.format(**{k: name_option(k, v) for k, v in self.options.items()})
+
+
+def api_option(key: str, value: Any = None) -> str:
+    """How the Python API names an option: the `options` dict of `importers.load_any`."""
+    return f'options["{key}"]' if value is None else f'options["{key}"]={value!r}'
 
 
 class CheckpointError(TfmExportError):

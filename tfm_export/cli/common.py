@@ -32,6 +32,22 @@ def main_group(verbose: int) -> None:
     logging.getLogger("tfm_export").setLevel(level)
 
 
+# How the CLI spells the library's option keys (errors.TfmExportError.options) in messages.
+CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
+             "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
+             "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
+             "config": "--config CONFIG.json"}
+CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
+
+
+def cli_option(key: str, value: Any = None) -> str:
+    """`heads` -> `--heads N`; with a value, the flag as the user typed it (`--max-len 31`)."""
+    flag = CLI_FLAGS.get(key, f"--{key.replace('_', '-')}")
+    if value is None:
+        return flag
+    return CLI_VALUES.get((key, value), f"{flag.split()[0]} {value}")
+
+
 def library_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn library errors into one-line ClickExceptions (exit code 1, no traceback)."""
 
@@ -40,7 +56,7 @@ def library_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except TfmExportError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(exc.render(cli_option)) from None
 
     return wrapper
 

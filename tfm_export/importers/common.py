@@ -13,13 +13,6 @@ from ..errors import CheckpointError, ConfigError
 from ..model.checkpoint import key_problems
 from ..model.transformer import sinusoidal_table
 
-# The CLI spelling of each option, for error messages.
-CLI_NAMES = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
-             "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
-             "activation": "--activation NAME", "max_len": "--max-len N"}
-CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
-
-
 def option(options: dict[str, Any], name: str, default: Any) -> Any:
     """An optional option; None counts as not given (the CLI passes None for absent flags)."""
     value = options.get(name)
@@ -27,10 +20,10 @@ def option(options: dict[str, Any], name: str, default: Any) -> Any:
 
 
 def require(options: dict[str, Any], name: str, what: str) -> Any:
-    """An option the weights cannot tell; a ConfigError names the CLI flag when it is missing."""
+    """An option the weights cannot tell; a ConfigError names the option when it is missing."""
     value = options.get(name)
     if value is None:
-        raise ConfigError(f"{what} cannot be read from the weights; pass {CLI_NAMES[name]}")
+        raise ConfigError(f"{what} cannot be read from the weights; pass {{{name}}}", options={name: None})
     return value
 
 
@@ -39,15 +32,16 @@ def check_fixed(options: dict[str, Any], fixed: dict[str, Any], layout: str) -> 
     for name, value in fixed.items():
         given = options.get(name)
         if given is not None and given != value:
-            flag = CLI_VALUES.get((name, given), f"{CLI_NAMES[name].split()[0]} {given}")
-            raise ConfigError(f"{flag} does not apply: the {layout} layout's code fixes {name}={value!r}")
+            raise ConfigError(f"{{{name}}} does not apply: the {layout} layout's code fixes {name}={value!r}",
+                              options={name: given})
 
 
 def max_len_for_table(options: dict[str, Any], rows: int, what: str) -> int:
     """The table's length, or a shorter --max-len (a smaller exported table); longer is an error."""
     max_len = option(options, "max_len", rows)
     if not 0 < max_len <= rows:
-        raise ConfigError(f"--max-len {max_len} does not fit {what} of {rows} positions; pass 1..{rows}")
+        raise ConfigError(f"{{max_len}} does not fit {what} of {rows} positions; pass 1..{rows}",
+                          options={"max_len": max_len})
     return int(max_len)
 
 

@@ -26,7 +26,7 @@ from ..errors import CheckpointError, ConfigError
 from ..model.checkpoint import Checkpoint, read_file
 from ..model.transformer import sinusoidal_table
 from .base import run
-from .common import CLI_NAMES, KeyMap, max_len_for_table
+from .common import KeyMap, max_len_for_table
 from .source import Source
 
 log = logging.getLogger(__name__)
@@ -194,13 +194,14 @@ def _apply_options(config: TransformerConfig, options: dict[str, Any]) -> Transf
             "bos_id": config.bos_id, "eos_id": config.eos_id, "norm_first": config.norm_first,
             "activation": config.activation}
     for name, value in options.items():
-        flag = CLI_NAMES.get(name, f"--{name.replace('_', '-')}").split()[0]
         if value is None or name == "max_len":
             continue
         if name not in ours:
-            raise ConfigError(f"{flag} does not apply to a marian folder: its config.json describes the model")
+            raise ConfigError(f"{{{name}}} does not apply to a marian folder: its config.json describes the model",
+                              options={name: None})
         if ours[name] != value:
-            raise ConfigError(f"{flag} {value} does not apply: this marian folder's config.json sets {ours[name]!r}")
+            raise ConfigError(f"{{{name}}} does not apply: this marian folder's config.json sets {ours[name]!r}",
+                              options={name: value})
     return config.replace(max_len=max_len_for_table(options, config.max_len, "Marian's position table"))
 
 
