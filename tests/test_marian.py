@@ -158,7 +158,7 @@ def test_options(tmp_path):
     marian().save_pretrained(tmp_path)
     assert import_marian(tmp_path, {"max_len": 32, "heads": 4, "eos_id": EOS, "activation": None}).config.max_len == 32
     for options, message in (({"max_len": 65}, "--max-len 65 does not fit"), ({"heads": 8}, "--heads 8 does not apply"),
-                             ({"norm_first": True}, "--norm-first"), ({"config": {}}, "--config does not apply")):
+                             ({"norm_first": True}, "--norm-first"), ({"config": {}}, "--config CONFIG.json does not apply")):
         with pytest.raises(ConfigError) as info:  # the CLI's rendering of the option named in the error
             import_marian(tmp_path, options)
         assert message in info.value.render(cli_option)
