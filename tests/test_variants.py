@@ -158,7 +158,7 @@ def test_static_decoder_module_equals_the_growing_cache_decoder():
         ref = DecoderGraph(model)(ids, mask, *past, *cross)
         noise = [torch.randn(2, cfg.n_heads, cfg.max_len - past_len, cfg.head_dim) * 100 for _ in past]
         caches = [torch.cat([p, n], dim=2) for p, n in zip(past, noise)]
-        got = StaticDecoderGraph(model)(ids, mask, torch.tensor([past_len]), *caches, *cross)
+        got = StaticDecoderGraph(model)(ids, mask, torch.tensor([past_len] * 2), *caches, *cross)
     torch.testing.assert_close(got[0], ref[0], atol=1e-5, rtol=1e-5)
     assert torch.equal(got[1], ref[1])
     for r, g, n in zip(ref[2:], got[2:], noise):  # slot past_len written, later slots untouched
