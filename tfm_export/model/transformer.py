@@ -1,8 +1,8 @@
 """The encoder-decoder Transformer in PyTorch, with a KV cache.
 
 One set of weights runs two ways: teacher-forced over a whole target (an empty past) and
-incrementally (a growing self-attention past, or a pre-allocated one: model.kv_cache). Cross-attention keys/values are computed once
-per source. Everything is plain tensor ops with no data-dependent Python branches on shapes,
+incrementally (a growing self-attention past, or a pre-allocated one: see model.kv_cache).
+Cross-attention keys/values are computed once per source. Everything is plain tensor ops with no data-dependent Python branches on shapes,
 so torch.export traces one graph for every batch size and length.
 """
 
