@@ -39,7 +39,7 @@ class _EagerState:
         self.cross = model.cross_kv(memory)
         self.past = model.empty_cache(src_ids.shape[0], src_ids.device, memory.dtype)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # the encoder's time is counted as the encoder's
+            torch.cuda.synchronize(self.device)  # CUDA runs async: the queued encoder work belongs to encoder_s
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
