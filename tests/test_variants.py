@@ -19,7 +19,8 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
 from tfm_export.model.presets import init_model
 from tfm_export.runtime import Device, RuntimeOptions, open_export
-from tfm_export.runtime.static import cuda_graph_device
+from tfm_export.runtime.cache import GrowingCache
+from tfm_export.runtime.static import StaticCache, cuda_graph_device
 
 SOURCES = [[5, 9, 13, 7], [40, 41], [3, 60, 12]]
 ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT64: "int64",
@@ -158,12 +159,66 @@ def test_static_decoder_module_equals_the_growing_cache_decoder():
         ref = DecoderGraph(model)(ids, mask, *past, *cross)
         noise = [torch.randn(2, cfg.n_heads, cfg.max_len - past_len, cfg.head_dim) * 100 for _ in past]
         caches = [torch.cat([p, n], dim=2) for p, n in zip(past, noise)]
-        got = StaticDecoderGraph(model)(ids, mask, torch.tensor([past_len]), *caches, *cross)
+        got = StaticDecoderGraph(model)(ids, mask, torch.tensor([past_len] * 2), *caches, *cross)
     torch.testing.assert_close(got[0], ref[0], atol=1e-5, rtol=1e-5)
     assert torch.equal(got[1], ref[1])
     for r, g, n in zip(ref[2:], got[2:], noise):  # slot past_len written, later slots untouched
         torch.testing.assert_close(g[:, :, : past_len + 1], r, atol=1e-5, rtol=1e-5)
         assert torch.equal(g[:, :, past_len + 1:], n[:, :, 1:])
+
+
+def rows_at_different_steps(model, cache_len):
+    """Static-decoder inputs for a batch whose row b has filled `cache_len[b]` slots (noise beyond)."""
+    cfg, batch = model.config, len(cache_len)
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(3, 60, (batch, 7), generator=gen)
+    src[1, 4:] = cfg.src_pad_id
+    with torch.no_grad():
+        mask, *cross = EncoderGraph(model)(src)
+    shape = (batch, cfg.n_heads, cfg.max_len, cfg.head_dim)  # (batch, heads, max_len, head_dim)
+    caches = [torch.randn(shape, generator=gen) * 10 for _ in range(2 * cfg.n_decoder_layers)]
+    ids = torch.randint(3, 60, (batch, 1), generator=gen)
+    return (ids, mask, torch.tensor(cache_len), *caches, *cross)
+
+
+def assert_each_row_is_the_growing_decoder_alone(model, inputs, got):
+    """Row b of the static step equals the growing-cache decoder on row b with a past of cache_len[b]."""
+    ids, mask, cache_len = inputs[:3]
+    n = 2 * model.config.n_decoder_layers
+    caches, cross = inputs[3:3 + n], inputs[3 + n:]
+    got = [torch.as_tensor(np.asarray(g)) for g in got]
+    for b, filled in enumerate(cache_len.tolist()):
+        row = slice(b, b + 1)
+        with torch.no_grad():
+            ref = DecoderGraph(model)(ids[row], mask[row], *(c[row, :, :filled] for c in caches),
+                                      *(c[row] for c in cross))
+        torch.testing.assert_close(got[0][row], ref[0], atol=1e-4, rtol=1e-4)
+        assert torch.equal(got[1][row], ref[1])
+        for g, r, c in zip(got[2:], ref[2:], caches):  # slot `filled` written, later slots untouched
+            torch.testing.assert_close(g[row, :, : filled + 1], r, atol=1e-4, rtol=1e-4)
+            assert torch.equal(g[row, :, filled + 1:], c[row, :, filled + 1:])
+
+
+PER_ROW_CACHE_LEN = [0, 5, 23]  # three rows, each at its own step
+
+
+def test_static_decoder_rows_at_different_steps_eager():
+    model = init_model("tiny", seed=3).eval()
+    inputs = rows_at_different_steps(model, PER_ROW_CACHE_LEN)
+    with torch.no_grad():
+        got = StaticDecoderGraph(model)(*inputs)
+    assert_each_row_is_the_growing_decoder_alone(model, inputs, got)
+
+
+def test_static_decoder_rows_at_different_steps_onnx(static32, tiny_checkpoint):
+    import onnxruntime as ort
+
+    model = load_checkpoint(tiny_checkpoint).build_model().eval()
+    inputs = rows_at_different_steps(model, PER_ROW_CACHE_LEN)
+    session = ort.InferenceSession(str(static32[0] / "decoder_static.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.shape for i in session.get_inputs()[:3]] == [["batch", 1], ["batch", "src_len"], ["batch"]]
+    got = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)})
+    assert_each_row_is_the_growing_decoder_alone(model, inputs, got)
 
 
 def test_static_cache_export_is_validated_and_decodes_the_same(static32, tiny_export):
@@ -178,7 +233,7 @@ def test_static_cache_export_is_validated_and_decodes_the_same(static32, tiny_ex
     assert manifest["graphs"]["decoder"]["inputs"] == plain["graphs"]["decoder"]["inputs"]
     dynamic = open_export(out, device="cpu")
     static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))
-    assert static.static is not None and dynamic.static is None
+    assert isinstance(static.cache, StaticCache) and isinstance(dynamic.cache, GrowingCache)
     for sources, steps, eos in ((SOURCES, 12, True), (SOURCES, 20, False), (SOURCES[:1], 64, False),
                                 (SOURCES, 12, True)):  # the last call reuses the first call's buffers
         assert static.generate_ids(sources, steps, eos) == dynamic.generate_ids(sources, steps, eos)
@@ -193,7 +248,7 @@ def test_static_decoder_keeps_a_bounded_number_of_buffer_sets(static32):
     for width in range(1, MAX_SLOT_SETS + 3):  # one more (batch, src_len) than is kept, then some
         sources = [[5 + i for i in range(width)]]
         assert static.generate_ids(sources, 8) == dynamic.generate_ids(sources, 8)
-    assert len(static.static._slots) == MAX_SLOT_SETS
+    assert len(static.cache._slots) == MAX_SLOT_SETS
     assert static.generate_ids([[5]], 8) == dynamic.generate_ids([[5]], 8)  # evicted, rebuilt
 
 

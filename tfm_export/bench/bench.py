@@ -7,7 +7,6 @@ so machine noise hits them alike; quote the ratios, not the absolute times.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import platform
 import random

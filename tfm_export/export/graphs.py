@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..model.kv_cache import CachePolicy, SlotCache
 from ..model.transformer import KV, Transformer
 from .specs import EXAMPLE_SIZES, GraphSpec
 
@@ -31,7 +32,7 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present...)."""
+    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present...): the growing cache."""
 
     n_named_args = 2  # input_ids, src_mask; the caches come as *varargs
 
@@ -41,9 +42,14 @@ class DecoderGraph(nn.Module):
         self.n_layers = model.config.n_decoder_layers
 
     def forward(self, input_ids: Tensor, src_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
+        return self.step(input_ids, src_mask, caches, None)
+
+    def step(self, input_ids: Tensor, src_mask: Tensor, caches: tuple[Tensor, ...], cache: CachePolicy | None
+             ) -> tuple[Tensor, ...]:
+        """One decoder call under the `cache` policy (None: growing), flattened in the specs' order."""
         n = 2 * self.n_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
-        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=True)
+        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=True, cache=cache)
         last = logits[:, -1].float()  # (batch, tgt_vocab): only the last position is ever needed
         next_ids = last.argmax(-1)  # (batch,)
         flat = [last, next_ids]
@@ -52,49 +58,19 @@ class DecoderGraph(nn.Module):
         return tuple(flat)
 
 
-class StaticDecoderGraph(nn.Module):
-    """(input_ids (batch, 1), src_mask, cache_len (1,), cache..., cross...) -> (logits, next_ids, cache'...).
+class StaticDecoderGraph(DecoderGraph):
+    """(input_ids (batch, 1), src_mask, cache_len (batch,), cache..., cross...) -> (logits, next_ids, cache'...).
 
     The decoder step over a pre-allocated cache of max_len slots (specs.static_decoder_spec): no
-    shape depends on how many tokens were decoded, so a CUDA graph of it can be replayed.
+    shape depends on how many tokens were decoded, so a CUDA graph of it can be replayed. Row b
+    writes slot cache_len[b], so the rows of a batch may be at different steps.
     """
 
     n_named_args = 3  # input_ids, src_mask, cache_len; the caches come as *varargs
 
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.model = model
-        self.n_layers = model.config.n_decoder_layers
-
     def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
                 ) -> tuple[Tensor, ...]:
-        model, n = self.model, 2 * self.n_layers
-        slots = torch.arange(model.config.max_len, device=input_ids.device)  # (max_len,)
-        write = (slots == cache_len)[None, None, :, None]  # (1, 1, max_len, 1): this step's slot
-        visible = (slots <= cache_len)[None, None, None, :]  # (1, 1, 1, max_len): filled slots and this one
-        src_allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = model.tgt_embed(input_ids, offset=cache_len)  # (batch, 1, d_model)
-        flat: list[Tensor] = []
-        for layer, past, cross in zip(model.decoder_layers, _pairs(caches[:n]), _pairs(caches[n:])):
-            x = _static_layer(layer, x, past, cross, write, visible, src_allowed, flat)
-        last = model.project(model.decoder_norm(x))[:, -1].float()  # (batch, tgt_vocab)
-        return (last, last.argmax(-1), *flat)
-
-
-def _static_layer(layer: nn.Module, x: Tensor, past: KV, cross: KV, write: Tensor, visible: Tensor,
-                  src_allowed: Tensor, present: list[Tensor]) -> Tensor:
-    """DecoderLayer.forward with the cache written in place of concatenated (same weights, same wiring)."""
-
-    def attend_self(h: Tensor) -> Tensor:
-        k, v = layer.self_attn.project_kv(h)  # (batch, heads, 1, head_dim)
-        # A select rather than a scatter: elementwise, so it exports and runs the same everywhere.
-        k, v = torch.where(write, k, past[0]), torch.where(write, v, past[1])  # (batch, heads, max_len, hd)
-        present.extend((k, v))
-        return layer.self_attn(h, k, v, visible)
-
-    x = layer.residual(x, layer.norm1, attend_self)
-    x = layer.residual(x, layer.norm2, lambda h: layer.cross_attn(h, cross[0], cross[1], src_allowed))
-    return layer.residual(x, layer.norm3, layer.ffn)
+        return self.step(input_ids, src_mask, caches, SlotCache.at(cache_len, self.model.config.max_len))
 
 
 GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph}

@@ -65,14 +65,15 @@ def static_decoder_spec(config: TransformerConfig, dtype: str = "float32") -> Gr
     """One step of the decoder over a pre-allocated cache of `max_len` slots (for CUDA graphs).
 
     Every shape is fixed by (batch, src_len), so a captured CUDA graph can be replayed each step:
-    `cache_len` (the number of slots already filled, on the device) says where this step's keys and
-    values go and which slots attention may see. `present.*` is the whole cache with slot
-    `cache_len` written; the runtime feeds it back as the next step's `past.*` (two buffers, swapped).
+    `cache_len[b]` (the number of slots row b has filled, on the device) says where row b's keys and
+    values go, which slots it may see and its position, so rows may be at different steps.
+    `present.*` is the whole cache with each row's slot written; the runtime feeds it back as the
+    next step's `past.*` (two buffers, swapped).
     """
     h, d, n, layers = config.n_heads, config.head_dim, config.max_len, range(config.n_decoder_layers)
     inputs = [TensorSpec("input_ids", "int64", ("batch", 1)),
               TensorSpec("src_mask", "bool", ("batch", "src_len")),
-              TensorSpec("cache_len", "int64", (1,))]
+              TensorSpec("cache_len", "int64", ("batch",))]
     for i in layers:
         inputs += _kv(past_names(i), h, n, d, dtype)
     for i in layers:

@@ -151,13 +151,19 @@ _NUMPY_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 def _static_inputs(model: Transformer, args: tuple[torch.Tensor, ...], gen: torch.Generator
                    ) -> tuple[torch.Tensor, ...]:
-    """The decoder's step inputs in the static-cache form: past padded to max_len with noise slots."""
+    """The decoder's step inputs in the static-cache form: past padded to max_len with noise slots.
+
+    Rows are at different steps: row b has filled past_len - b slots (wrapping at 0), so its later
+    past slots are unfilled noise the graph must not see.
+    """
     n = 2 * model.config.n_decoder_layers
     ids, src_mask, past, cross = args[0], args[1], args[2:2 + n], args[2 + n:]
-    past_len = past[0].shape[2]
+    batch, past_len = ids.shape[0], past[0].shape[2]
     caches = [torch.cat([p, 100 * torch.randn(*p.shape[:2], model.config.max_len - past_len, p.shape[3],
                                               generator=gen)], dim=2) for p in past]
-    return (ids, src_mask, torch.tensor([past_len]), *caches, *cross)
+    # Not drawn from `gen`: another draw would change the greedy comparison's random sources.
+    cache_len = past_len - torch.arange(batch) % (past_len + 1)  # (batch,)
+    return (ids, src_mask, cache_len, *caches, *cross)
 
 
 def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,7 +14,7 @@ from ..runtime.decoding import pad_batch
 from ..errors import DeviceError
 from .generate import greedy_decode
 from .transformer import Transformer
-from ..runtime.exported import DecodeTimings
+from ..runtime.decoding import DecodeTimings
 
 
 def torch_device(spec: str) -> torch.device:
@@ -68,48 +67,4 @@ class EagerModel:
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
         """Greedy decoding with the KV cache; `timings` collects per-step times (benchmarks)."""
         src = torch.tensor(pad_batch(sources, self.config.src_pad_id), device=self.device)
-        if timings is None:
-            return greedy_decode(self.model, src, max_new_tokens, stop_at_eos)
-        return self._timed(src, max_new_tokens, stop_at_eos, timings)
-
-    def _timed(self, src: torch.Tensor, max_new_tokens: int | None, stop_at_eos: bool,
-               timings: DecodeTimings) -> list[list[int]]:
-        # Timing wraps the model's own methods, so the timed loop is greedy_decode itself.
-        model, clock = self.model, _Clock(self.device)
-        encode, decode = model.encode, model.decode
-
-        def timed_encode(*args: Any, **kwargs: Any) -> Any:
-            with clock as c:
-                out = encode(*args, **kwargs)
-            timings.encoder_s = c.seconds
-            return out
-
-        def timed_decode(*args: Any, **kwargs: Any) -> Any:
-            with clock as c:
-                out = decode(*args, **kwargs)
-            timings.steps_s.append(c.seconds)
-            return out
-
-        model.encode, model.decode = timed_encode, timed_decode
-        try:
-            return greedy_decode(model, src, max_new_tokens, stop_at_eos)
-        finally:
-            del model.encode, model.decode
-
-
-class _Clock:
-    """perf_counter around a block, synchronising CUDA so GPU work is counted."""
-
-    def __init__(self, device: torch.device):
-        self.cuda, self.seconds, self._start = device.type == "cuda", 0.0, 0.0
-
-    def __enter__(self) -> "_Clock":
-        if self.cuda:
-            torch.cuda.synchronize()
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - self._start
+        return greedy_decode(self.model, src, max_new_tokens, stop_at_eos, timings)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
+import numpy as np
 import torch
 from torch import Tensor
 
-from ..runtime.decoding import resolve_max_new_tokens, trim
+from ..runtime.decoding import DecodeTimings, greedy_loop, resolve_max_new_tokens, trim
 from ..errors import InputError
 from .transformer import Transformer
 
@@ -17,13 +20,41 @@ def check_ids(ids: Tensor, vocab_size: int, what: str) -> None:
         raise InputError(f"{what} id {bad} is out of range for a vocabulary of {vocab_size} ids")
 
 
+class EagerCache:
+    """The eager model's growing KV cache as a runtime.decoding.DecoderCache (on the model's device)."""
+
+    lock = nullcontext()  # each call keeps its own cache
+
+    def __init__(self, model: Transformer):
+        self.model = model
+
+    def start(self, src_ids: Tensor) -> "_EagerState":
+        return _EagerState(self.model, src_ids)
+
+
+class _EagerState:
+    def __init__(self, model: Transformer, src_ids: Tensor):
+        self.model, self.device = model, src_ids.device
+        memory, self.src_mask = model.encode(src_ids)
+        self.cross = model.cross_kv(memory)
+        self.past = model.empty_cache(src_ids.shape[0], src_ids.device, memory.dtype)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # CUDA runs async: the queued encoder work belongs to encoder_s
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
+        logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
+        return logits[:, -1].argmax(-1).cpu().numpy()  # (batch,): waits for the step on CUDA
+
+
 @torch.no_grad()
 def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | None = None,
-                  stop_at_eos: bool = True) -> list[list[int]]:
+                  stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
     """Greedy decoding of a padded (batch, src_len) id tensor; returns each row's ids without BOS/EOS.
 
     Rows stop at EOS (`stop_at_eos`); the batch stops when every row has. With
-    `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks).
+    `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks, which pass `timings`).
+    The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.greedy_loop).
     """
     cfg = model.config
     check_ids(src_ids, cfg.src_vocab_size, "source")
@@ -31,24 +62,8 @@ def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | Non
         raise InputError(f"source length {src_ids.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
                          f"shorten or split the input")
     steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
-    batch = src_ids.shape[0]
-    memory, src_mask = model.encode(src_ids)
-    cross = model.cross_kv(memory)
-    past = model.empty_cache(batch, src_ids.device, memory.dtype)
-    tokens = torch.full((batch, 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)
-    done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
-    out = torch.empty(batch, 0, dtype=torch.long, device=src_ids.device)
-    for _ in range(steps):
-        logits, past = model.decode(tokens, src_mask, cross, past, last_only=True)
-        next_ids = logits[:, -1].argmax(-1)  # (batch,)
-        if stop_at_eos:
-            next_ids = next_ids.masked_fill(done, cfg.tgt_pad_id)
-            done = done | (next_ids == cfg.eos_id)
-        out = torch.cat([out, next_ids[:, None]], dim=1)  # (batch, steps so far)
-        if stop_at_eos and bool(done.all()):
-            break
-        tokens = next_ids[:, None]  # (batch, 1)
-    return [trim(row, cfg.eos_id) if stop_at_eos else row for row in out.tolist()]
+    rows = greedy_loop(EagerCache(model), src_ids, steps, cfg, stop_at_eos, timings)
+    return [trim(row, cfg.eos_id) if stop_at_eos else row for row in rows]
 
 
 @torch.no_grad()

@@ -1,8 +1,8 @@
 """The encoder-decoder Transformer in PyTorch, with a KV cache.
 
 One set of weights runs two ways: teacher-forced over a whole target (an empty past) and
-incrementally (a growing self-attention past). Cross-attention keys/values are computed once
-per source. Everything is plain tensor ops with no data-dependent Python branches on shapes,
+incrementally (a growing self-attention past, or a pre-allocated one: see model.kv_cache).
+Cross-attention keys/values are computed once per source. Everything is plain tensor ops with no data-dependent Python branches on shapes,
 so torch.export traces one graph for every batch size and length.
 """
 
@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
+from .kv_cache import AppendCache, CachePolicy
 
 KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 
@@ -56,7 +57,8 @@ class Embeddings(nn.Module):
         return self.positions.weight if self.positions is not None else self.table
 
     def forward(self, ids: Tensor, offset: Tensor | int = 0) -> Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device) + offset  # (len,)
+        """`offset`: the first position, one for all rows (int) or per row (batch, 1)."""
+        positions = torch.arange(ids.shape[1], device=ids.device) + offset  # (len,) or (batch, len)
         x = self.tokens(ids) * self.scale  # (batch, len, d_model)
         # F.embedding exports as a plain Gather (indexing would give GatherND).
         return self.dropout(x + nn.functional.embedding(positions, self.position_table()))
@@ -145,17 +147,16 @@ class DecoderLayer(Block):
         self.ffn = FeedForward(config)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d, eps) for _ in range(3))
 
-    def forward(self, x: Tensor, causal: Tensor, past: KV, cross: KV, src_allowed: Tensor
+    def forward(self, x: Tensor, cache: CachePolicy, past: KV, cross: KV, src_allowed: Tensor
                 ) -> tuple[Tensor, KV]:
+        """One layer over new positions x (batch, tgt_len, d_model); `cache` says how the past takes them."""
         present: list[Tensor] = []
 
         def attend_self(h: Tensor) -> Tensor:
             k, v = self.self_attn.project_kv(h)  # (batch, heads, tgt_len, head_dim)
-            # dim=-2, not 2: ORT's attention-with-past fusion matches Concat(axis=-2) only.
-            k = torch.cat([past[0], k], dim=-2)  # (batch, heads, past_len + tgt_len, head_dim)
-            v = torch.cat([past[1], v], dim=-2)
+            k, v = cache.update(past[0], k), cache.update(past[1], v)  # (batch, heads, key_len, head_dim)
             present.extend((k, v))
-            return self.self_attn(h, k, v, causal)
+            return self.self_attn(h, k, v, cache.allowed)
 
         x = self.residual(x, self.norm1, attend_self)
         x = self.residual(x, self.norm2, lambda h: self.cross_attn(h, cross[0], cross[1], src_allowed))
@@ -206,21 +207,19 @@ class Transformer(nn.Module):
         return [(torch.zeros(shape, device=device, dtype=dtype),) * 2 for _ in self.decoder_layers]
 
     def decode(self, tgt_ids: Tensor, src_mask: Tensor, cross: list[KV], past: list[KV],
-               last_only: bool = False) -> tuple[Tensor, list[KV]]:
+               last_only: bool = False, cache: CachePolicy | None = None) -> tuple[Tensor, list[KV]]:
         """Run the decoder on new ids (batch, tgt_len) after `past`; returns logits and the present cache.
 
         `last_only` projects only the last position (batch, 1, tgt_vocab): all greedy decoding needs.
+        `cache` defaults to the growing cache (AppendCache after `past`); SlotCache writes in place.
         """
-        past_len = past[0][0].shape[2]
-        t = tgt_ids.shape[1]
-        query_pos = torch.arange(t, device=tgt_ids.device) + past_len  # (tgt_len,)
-        key_pos = torch.arange(t + past_len, device=tgt_ids.device)  # (past_len + tgt_len,)
-        causal = key_pos[None, :] <= query_pos[:, None]  # (tgt_len, past_len + tgt_len)
+        if cache is None:
+            cache = AppendCache.after(past[0][0].shape[2], tgt_ids.shape[1], tgt_ids.device)
         src_allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = self.tgt_embed(tgt_ids, offset=past_len)
+        x = self.tgt_embed(tgt_ids, offset=cache.offset)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder_layers, past, cross):
-            x, kv = layer(x, causal, layer_past, layer_cross, src_allowed)
+            x, kv = layer(x, cache, layer_past, layer_cross, src_allowed)
             present.append(kv)
         if last_only:
             x = x[:, -1:]  # (batch, 1, d_model)

@@ -1,11 +1,19 @@
-"""Torch-free pieces of greedy decoding shared by the eager runner and the ONNX runtime."""
+"""Torch-free greedy decoding shared by the eager runner and the ONNX runtime: one loop, one bookkeeping.
+
+`greedy_loop` drives a `DecoderCache` (how a backend keeps its decoder state: the growing and the
+static ORT caches in runtime.cache / runtime.static, the eager model in model.generate) and records
+the chosen ids with `GreedyRows`.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ..config import TransformerConfig
 from ..errors import InputError
 
 
@@ -65,3 +73,54 @@ class GreedyRows:
 
     def rows(self) -> list[list[int]]:
         return self.out[:, : self.taken].tolist()
+
+
+class DecodeTimings:
+    """Wall-clock times of one generate call (benchmarks pass one in; normal calls do not)."""
+
+    def __init__(self) -> None:
+        self.encoder_s = 0.0
+        self.steps_s: list[float] = []
+
+
+class DecoderState(Protocol):
+    """One generate call's decoder state, after its sources were encoded."""
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Feed (batch, 1) int64 ids; returns the step's next_ids (batch,) on the host."""
+        ...
+
+
+class DecoderCache(Protocol):
+    """A decoder with its cache policy: `start` encodes a batch; `lock` guards shared buffers."""
+
+    lock: AbstractContextManager[Any]
+
+    def start(self, src: Any) -> DecoderState:
+        """Encode padded source ids (batch, src_len) and return the state to step."""
+        ...
+
+
+def greedy_loop(cache: DecoderCache, src: Any, steps: int, config: TransformerConfig, stop_at_eos: bool,
+                timings: DecodeTimings | None = None) -> list[list[int]]:
+    """Greedy decoding of `src` (batch, src_len) for up to `steps` tokens; rows as generated (EOS kept).
+
+    Rows start from config.bos_id; `timings` gets the encoder's time and each step's.
+    """
+    batch = src.shape[0]
+    with cache.lock:
+        start = time.perf_counter()
+        state = cache.start(src)
+        if timings is not None:
+            timings.encoder_s = time.perf_counter() - start
+        tokens = np.full((batch, 1), config.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
+        rows = GreedyRows(batch, steps, config.eos_id, config.tgt_pad_id, stop_at_eos)
+        for _ in range(steps):
+            start = time.perf_counter() if timings is not None else 0.0
+            next_ids = rows.add(state.step(tokens))  # (batch,)
+            if timings is not None:
+                timings.steps_s.append(time.perf_counter() - start)
+            if rows.finished:
+                break
+            tokens = next_ids.reshape(batch, 1).astype(np.int64)  # (batch, tgt_len=1)
+        return rows.rows()

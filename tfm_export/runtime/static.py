@@ -1,11 +1,14 @@
-"""Greedy decoding with the static-cache decoder (decoder_static.onnx), replayable as CUDA graphs.
+"""The static-cache decoder (decoder_static.onnx) as a runtime.decoding.DecoderCache, replayable as CUDA graphs.
 
 Every buffer the decoder reads or writes is allocated once per (batch, src_len) and bound once:
 the caches (two sets of max_len slots, swapped every step: step s reads set s % 2 and writes the
 other), `input_ids`, `cache_len`, `logits` and `next_ids`. Only `input_ids` and `cache_len` are
 refreshed in place (a few bytes) and only `next_ids` is read back, so on CUDA ORT can capture each
 of the two bindings once as a CUDA graph (`enable_cuda_graph`, one `gpu_graph_id` per binding) and
-replay it for every later step. On CPU the same loop runs without capture. Torch-free.
+replay it for every later step. On CPU the same steps run without capture. Torch-free.
+
+`cache_len` is per row (batch,); greedy_loop starts every row together, so all rows hold the step
+index, but the graph lets rows of one batch be at different steps (an in-flight batching server).
 
 Exported with `tfm-export MODEL --cuda-graph`; used when `RuntimeOptions(cuda_graph=True)`.
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +25,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..config import TransformerConfig
-from .decoding import GreedyRows
+from .cache import device_value
 from ..manifest import Manifest
 from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
@@ -54,44 +55,40 @@ class _Slots:
 
     encoder_outputs: dict[str, ort.OrtValue]
     input_ids: ort.OrtValue  # (batch, 1) int64
-    cache_len: ort.OrtValue  # (1,) int64
+    cache_len: ort.OrtValue  # (batch,) int64: each row's filled slots
     next_ids: ort.OrtValue  # (batch,) int64
     bindings: tuple[Any, Any]
     run_options: tuple[ort.RunOptions | None, ort.RunOptions | None]
 
 
-class StaticDecoder:
-    """The decode loop over decoder_static.onnx; see the module docstring."""
+class StaticCache:
+    """decoder_static.onnx as a runtime.decoding.DecoderCache; see the module docstring."""
 
-    def __init__(self, folder: Path, manifest: Manifest, config: TransformerConfig, device: Device,
-                 options: RuntimeOptions):
-        entry = manifest.graphs[GRAPH_NAME]
-        self.config, self.device = config, device
+    def __init__(self, folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,
+                 encoder: ort.InferenceSession):
+        entry, config = manifest.graphs[GRAPH_NAME], manifest.config
+        self.config, self.device, self.encoder = config, device, encoder
         self.capture = device.ort_type == "cuda"  # CUDA graphs exist only there; CPU runs the same loop
         self.session = create_session(folder / entry.file, cuda_graph_device(device) if self.capture else device,
                                       options)
-        self._inputs = entry.spec.input_names()
-        self._outputs = entry.spec.output_names()
-        self._spec = entry.spec
         check_sessions(manifest, {GRAPH_NAME: self.session})
+        self._inputs, self._outputs, self._spec = entry.spec.input_names(), entry.spec.output_names(), entry.spec
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
-        self._lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
+        self.lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
         if not self.capture:
             log.info("static-cache decoder on %s: no CUDA graphs there, decoding without capture", device.name)
 
-    def generate(self, encoder: ort.InferenceSession, src: np.ndarray, steps: int, stop_at_eos: bool,
-                 timings: Any | None) -> list[list[int]]:
-        """Encode `src` (batch, src_len) into the bound buffers, then decode `steps` (<= max_len,
-        checked by ExportedModel.generate_ids) tokens greedily."""
+    def start(self, src: np.ndarray) -> "_StaticState":
+        """Encode `src` (batch, src_len) into the bound buffers of its (bucketed) shape."""
         src = self._bucket(src)
-        with self._lock:
-            start = time.perf_counter()
-            slots = self._slots_for(*src.shape)
-            self._encode(encoder, src, slots)
-            if timings is not None:
-                timings.encoder_s = time.perf_counter() - start
-            return self._loop(slots, src.shape[0], steps, stop_at_eos, timings)
+        slots = self._slots_for(*src.shape)
+        binding = self.encoder.io_binding()
+        binding.bind_ortvalue_input("src_ids", device_value(self.device, src))
+        for name, value in slots.encoder_outputs.items():
+            binding.bind_ortvalue_output(name, value)  # written straight into the decoder's bound inputs
+        self.encoder.run_with_iobinding(binding)
+        return _StaticState(self.session, slots, self._zeros_host("cache_len", src.shape[0]))
 
     def _bucket(self, src: np.ndarray) -> np.ndarray:
         if not self.capture:
@@ -99,14 +96,14 @@ class StaticDecoder:
         width = min(self.config.max_len, -(-src.shape[1] // SRC_BUCKET) * SRC_BUCKET)
         return np.pad(src, ((0, 0), (0, width - src.shape[1])), constant_values=self.config.src_pad_id)
 
-    def _value(self, array: np.ndarray) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(array, self.device.ort_type, self.device.index)
-
-    def _zeros(self, name: str, batch: int, src_len: int) -> ort.OrtValue:
-        """A zero-filled buffer in a spec's shape (zeros: never-written cache slots must be finite)."""
+    def _zeros_host(self, name: str, batch: int, src_len: int = 0) -> np.ndarray:
+        """Zeros in a spec's shape (zeros: never-written cache slots must be finite)."""
         dims = {"batch": batch, "src_len": src_len}
         spec = self._spec.tensor(name)
-        return self._value(np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype))
+        return np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype)
+
+    def _zeros(self, name: str, batch: int, src_len: int) -> ort.OrtValue:
+        return device_value(self.device, self._zeros_host(name, batch, src_len))
 
     def _slots_for(self, batch: int, src_len: int) -> _Slots:
         key = (batch, src_len)
@@ -146,39 +143,30 @@ class StaticDecoder:
         self._next_graph_id += 1
         return options
 
-    def _encode(self, encoder: ort.InferenceSession, src: np.ndarray, slots: _Slots) -> None:
-        binding = encoder.io_binding()
-        binding.bind_ortvalue_input("src_ids", self._value(src))
-        for name, value in slots.encoder_outputs.items():
-            binding.bind_ortvalue_output(name, value)  # written straight into the decoder's bound inputs
-        encoder.run_with_iobinding(binding)
 
-    def _loop(self, slots: _Slots, batch: int, steps: int, stop_at_eos: bool, timings: Any | None
-              ) -> list[list[int]]:
-        cfg = self.config
-        tokens = np.full((batch, 1), cfg.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
-        rows = GreedyRows(batch, steps, cfg.eos_id, cfg.tgt_pad_id, stop_at_eos)
-        for step in range(steps):
-            start = time.perf_counter() if timings is not None else 0.0
-            slots.input_ids.update_inplace(tokens)
-            slots.cache_len.update_inplace(np.array([step], dtype=np.int64))
-            self.session.run_with_iobinding(slots.bindings[step % 2], slots.run_options[step % 2])
-            # (batch,): the one tensor that crosses to the host
-            next_ids = rows.add(slots.next_ids.numpy())
-            if timings is not None:
-                timings.steps_s.append(time.perf_counter() - start)
-            if rows.finished:
-                break
-            tokens = next_ids.reshape(batch, 1).astype(np.int64)  # (batch, tgt_len=1)
-        return rows.rows()
+class _StaticState:
+    """One call's steps: step s reads cache set s % 2 and writes the other; every row is at step s."""
+
+    def __init__(self, session: ort.InferenceSession, slots: _Slots, cache_len: np.ndarray):
+        self.session, self.slots, self.cache_len, self.index = session, slots, cache_len, 0
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        slots, parity = self.slots, self.index % 2
+        slots.input_ids.update_inplace(tokens)
+        # (batch,) in the spec's shape: exports from before per-row positions have (1,)
+        self.cache_len.fill(self.index)
+        slots.cache_len.update_inplace(self.cache_len)
+        self.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
+        self.index += 1
+        return slots.next_ids.numpy()  # (batch,): the one tensor that crosses to the host
 
 
-def open_static(folder: Path, manifest: Manifest, config: TransformerConfig, device: Device,
-                options: RuntimeOptions) -> StaticDecoder:
+def open_static(folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,
+                encoder: ort.InferenceSession) -> StaticCache:
     """The static-cache decoder of an export folder (DeviceError when it was exported without one)."""
     from ..errors import DeviceError
 
     if GRAPH_NAME not in manifest.graphs:
         raise DeviceError(f"{folder} has no {GRAPH_NAME}.onnx for CUDA graphs; re-export with --cuda-graph "
                           f"or run without cuda_graph")
-    return StaticDecoder(folder, manifest, config, device, options)
+    return StaticCache(folder, manifest, device, options, encoder)

@@ -1,0 +1,82 @@
+"""The growing-cache decoder (decoder.onnx) on ONNX Runtime, as a runtime.decoding.DecoderCache.
+
+Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the past/present
+caches, the cross keys/values and the logits stay on the GPU and only `next_ids` (batch,) crosses
+to the host each step. Each step's `present.*` is rebound as the next step's `past.*`. Torch-free.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import onnxruntime as ort
+
+from ..config import TransformerConfig
+from .device import Device
+
+
+def device_value(device: Device, array: np.ndarray) -> ort.OrtValue:
+    """`array` copied into an OrtValue on `device`."""
+    return ort.OrtValue.ortvalue_from_numpy(array, device.ort_type, device.index)
+
+
+def kv_names(prefix: str, config: TransformerConfig, suffix: str = "") -> list[str]:
+    """past.0.self.key, past.0.self.value, past.1.self.key, ... in the specs' order."""
+    return [f"{prefix}.{i}.{suffix}{kv}" for i in range(config.n_decoder_layers) for kv in ("key", "value")]
+
+
+class GrowingCache:
+    """decoder.onnx: the past grows by one slot a step, rebound from the previous step's present."""
+
+    lock = nullcontext()  # nothing is shared between calls: each has its own binding
+
+    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, device: Device,
+                 config: TransformerConfig, cache_dtype: str):
+        self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config
+        self.cache_dtype = np.dtype(cache_dtype)
+        self.past_names = kv_names("past", config, "self.")
+        self.present_names = kv_names("present", config, "self.")
+        self.cross_names = kv_names("cross", config)
+
+    def start(self, src: np.ndarray) -> "_GrowingState":
+        return _GrowingState(self, self._encode(src), src.shape[0])
+
+    def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
+        """Run the encoder once; its outputs stay on the device as OrtValues."""
+        binding = self.encoder.io_binding()
+        binding.bind_ortvalue_input("src_ids", device_value(self.device, src))
+        names = [o.name for o in self.encoder.get_outputs()]
+        for name in names:
+            binding.bind_output(name, self.device.ort_type, self.device.index)
+        self.encoder.run_with_iobinding(binding)
+        return dict(zip(names, binding.get_outputs()))
+
+
+class _GrowingState:
+    """One call's binding: encoder outputs bound once, past/present rebound every step."""
+
+    def __init__(self, cache: GrowingCache, encoded: dict[str, ort.OrtValue], batch: int):
+        cfg, self.cache = cache.config, cache
+        # A per-call binding keeps concurrent requests on one session independent.
+        self.binding = cache.decoder.io_binding()
+        self.binding.bind_ortvalue_input("src_mask", encoded["src_mask"])
+        for name in cache.cross_names:
+            self.binding.bind_ortvalue_input(name, encoded[name])
+        empty = np.zeros((batch, cfg.n_heads, 0, cfg.head_dim), cache.cache_dtype)  # past_len = 0
+        self.past = [device_value(cache.device, empty)] * len(cache.past_names)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        cache, binding, device = self.cache, self.binding, self.cache.device
+        binding.bind_ortvalue_input("input_ids", device_value(device, tokens))
+        for name, value in zip(cache.past_names, self.past):
+            binding.bind_ortvalue_input(name, value)
+        binding.clear_binding_outputs()
+        binding.bind_output("logits", device.ort_type, device.index)
+        binding.bind_output("next_ids", "cpu")  # the one tensor that crosses to the host
+        for name in cache.present_names:
+            binding.bind_output(name, device.ort_type, device.index)
+        cache.decoder.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        self.past = outputs[2:]  # present.* of this step: the next step's past.*
+        return outputs[1].numpy()  # (batch,)
