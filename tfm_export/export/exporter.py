@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,8 @@ import torch
 
 from .. import __version__
 from ..model.checkpoint import Checkpoint
-from ..errors import ExportError, TfmExportError
+from ..errors import ExportError, OutputError, TfmExportError
+from ..files import os_error_message, prepare_output_dir
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import FORMAT, graph_entry, write_manifest
 from ..model.transformer import Transformer
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 # Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files.
 EXTERNAL_DATA_BYTES = 1_500_000_000
-StageCallback = Callable[[str, float], None]
+# on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
+StageCallback = Callable[[str, "float | None"], None]
 
 
 @dataclass(frozen=True)
@@ -99,15 +100,13 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                  on_stage: StageCallback | None = None) -> dict[str, Any]:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not options.force:
-        raise ExportError(f"{out_dir} already exists; pass --force to replace it or -o to choose another folder")
+    # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
+    target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint))
+    tmp = target.tmp
     stage = _Stages(on_stage)
-    with stage("load"):
-        model = checkpoint.build_model()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
+        with stage("load"):
+            model = checkpoint.build_model()
         graphs = {}
         for name, make_spec in _graph_specs(options).items():
             spec = make_spec(model.config)
@@ -128,9 +127,11 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                 # The manifest's variant decides the checks (parity, float16 tolerance, int8 agreement).
                 manifest["validation"] = validate_export(tmp, model, atol=options.atol)
             write_manifest(tmp, manifest)
-        _replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        target.commit()
+    except BaseException as exc:
+        target.discard()
+        if isinstance(exc, OSError):  # a full disk or a vanished folder mid-export: one line
+            raise OutputError(os_error_message(exc, out_dir)) from exc
         raise
     log.info("exported %s to %s", checkpoint.path or "model", out_dir)
     return manifest
@@ -174,15 +175,9 @@ def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
     return checkpoint.tokenizer
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Rename `tmp` to `out_dir`; an existing `out_dir` (only with --force) is removed after."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _inputs(checkpoint: Checkpoint) -> list[str | None]:
+    """What the export reads: never inside the folder it replaces."""
+    return [checkpoint.path, checkpoint.meta.get("tokenizer_folder")]
 
 
 def _versions() -> dict[str, str | None]:
@@ -206,6 +201,8 @@ class _Stages:
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.callback:
+            self.callback(name, None)
         start = time.perf_counter()
         yield
         seconds = time.perf_counter() - start

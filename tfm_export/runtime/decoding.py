@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -9,14 +10,31 @@ import numpy as np
 from ..errors import InputError
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def pad_batch(sources: Sequence[Sequence[int]], pad_id: int) -> list[list[int]]:
-    """Right-pad id lists to one length."""
-    if not sources:
+    """Right-pad id lists to one length; anything but lists of int64 ids is an InputError."""
+    if len(sources) == 0:
         raise InputError("no sources given; pass at least one sequence of token ids")
-    width = max(len(s) for s in sources)
+    rows = [_ids(source, n) for n, source in enumerate(sources, 1)]
+    width = max(len(r) for r in rows)
     if width == 0:
         raise InputError("every source is empty; pass at least one token id")
-    return [list(s) + [pad_id] * (width - len(s)) for s in sources]
+    return [r + [pad_id] * (width - len(r)) for r in rows]
+
+
+def _ids(source: Sequence[int], n: int) -> list[int]:
+    """One source as Python ints (numpy cannot hold ids beyond int64: OverflowError otherwise)."""
+    try:
+        ids = [operator.index(i) for i in source]
+    except TypeError:
+        raise InputError(f"source {n} is not a list of integer token ids") from None
+    bad = next((i for i in ids if not INT64_MIN <= i <= INT64_MAX), None)
+    if bad is not None:
+        shown = str(bad) if len(str(bad)) <= 24 else str(bad)[:21] + "..."
+        raise InputError(f"source id {shown} is out of range for any vocabulary")
+    return ids
 
 
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int) -> int:
