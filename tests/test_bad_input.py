@@ -74,7 +74,7 @@ def assert_clean_failure(result, before: dict[str, str], roots: tuple[Path, ...]
 CASES = {
     # Output folders: never lose a user's file, refuse before any work.
     "out holds the input": (["{p}/proj/model.pt", "-o", "{p}/proj", "--force"], "holds the input"),
-    "out is the input": (["{p}/proj/model.pt", "-o", "{p}/proj/model.pt", "--force"], "holds the input"),
+    "out is the input": (["{p}/proj/model.pt", "-o", "{p}/proj/model.pt", "--force"], "is a file"),
     "out has user files": (["{p}/proj/model.pt", "-o", "{p}/other", "--force"], "not a tfm-export export (a.txt)"),
     "out has user files, no force": (["{p}/proj/model.pt", "-o", "{p}/other"], "not a tfm-export export"),
     "demo into user files": (["demo", "--model", "{p}/proj/model.pt", "--out", "{p}/other"],
@@ -91,10 +91,10 @@ CASES = {
     "opset too old": (["{p}/proj/model.pt", "-o", "{p}/new", "--opset", "16"], "17<=x<=25"),
     # Checkpoints.
     "missing checkpoint": (["{p}/nothing.pt"], "checkpoint not found"),
-    "empty checkpoint": (["{p}/empty.pt"], "not a PyTorch checkpoint"),
+    "empty checkpoint": (["{p}/empty.pt"], "is empty"),
     "truncated checkpoint": (["{p}/truncated.pt"], "truncated or corrupt"),
     "random checkpoint": (["{p}/binary.txt"], "not a PyTorch checkpoint"),
-    "code pickle": (["{p}/module.pt"], "--trust-pickle"),
+    "code pickle": (["{p}/module.pt"], "needs code to load"),
     "misspelled command": (["genrate", "{e}", "--ids", "5"], "no such command 'genrate'; did you mean 'generate'?"),
     # init.
     "init existing": (["init", "{p}/proj/model.pt"], "exists"),
