@@ -218,7 +218,7 @@ def test_force_replaces_a_previous_export_only(project, tiny_export):
                          "not a tfm-export export (extra.txt)")
 
 
-def test_empty_folder_is_used(project, tmp_path):
+def test_empty_folder_is_used(project):
     (project / "empty").mkdir()
     result = run(project / "proj" / "model.pt", "-o", project / "empty", "--no-validate")
     assert result.exit_code == 0, result.output

@@ -19,7 +19,8 @@ BUNDLED = Path("models/num2words-de")
 @click.option("--heldout", type=click.Path(path_type=Path), default=BUNDLED / "heldout.tsv", show_default=True,
               help="source<TAB>expected lines; the first --samples are translated.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo_out/num2words-de_onnx"),
-              show_default=True, help="Export folder (replaced if it exists).")
+              show_default=True, help="Export folder (replaced if it holds a previous export; never if it holds "
+                                      "other files).")
 @click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True,
               help="How many inputs to translate.")
 @click.option("--threads", type=int, default=2, show_default=True, callback=check_threads,

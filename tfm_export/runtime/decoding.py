@@ -30,10 +30,8 @@ def _ids(source: Sequence[int], n: int) -> list[int]:
         ids = [operator.index(i) for i in source]
     except TypeError:
         raise InputError(f"source {n} is not a list of integer token ids") from None
-    bad = next((i for i in ids if not INT64_MIN <= i <= INT64_MAX), None)
-    if bad is not None:
-        shown = str(bad) if len(str(bad)) <= 24 else str(bad)[:21] + "..."
-        raise InputError(f"source id {shown} is out of range for any vocabulary")
+    if any(not INT64_MIN <= i <= INT64_MAX for i in ids):  # no str(id): huge ints cannot be printed
+        raise InputError(f"source {n} has a token id out of range (beyond 64-bit integers)")
     return ids
 
 
