@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tfm_export.model.checkpoint import Checkpoint
-from tfm_export.errors import ExportError, ManifestError, ValidationError
+from tfm_export.errors import ManifestError, OutputError, ValidationError
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.graphs import DecoderGraph, EncoderGraph
 from tfm_export.manifest import load_manifest
@@ -89,17 +89,25 @@ def test_new_shapes_after_export_match_eager(exported):
     assert got[2].shape == (3, 4, 15, 8)
 
 
-def test_existing_output_is_refused_then_replaced_with_force(tmp_path):
+def test_existing_output_is_refused_then_replaced_with_force(tmp_path, tiny_export):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)  # a previous export
+    ckpt = checkpoint_for()
+    with pytest.raises(OutputError, match="already exists; pass --force"):
+        export_model(ckpt, out)
+    export_model(ckpt, out, ExportOptions(force=True, validate=False))
+    assert load_manifest(out)["config"] == ckpt.config.to_dict()
+    assert leftovers(out) == []
+
+
+def test_a_folder_with_other_files_is_never_replaced(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    ckpt = checkpoint_for()
-    with pytest.raises(ExportError, match="already exists; pass --force"):
-        export_model(ckpt, out)
-    assert (out / "keep.txt").read_text() == "mine"
-    export_model(ckpt, out, ExportOptions(force=True, validate=False))
-    assert (out / "manifest.json").exists() and not (out / "keep.txt").exists()
-    assert leftovers(out) == []
+    for force in (False, True):
+        with pytest.raises(OutputError, match=r"not a tfm-export export \(keep.txt\)"):
+            export_model(checkpoint_for(), out, ExportOptions(force=force))
+    assert (out / "keep.txt").read_text() == "mine" and leftovers(out) == []
 
 
 def test_failed_validation_leaves_nothing_behind(tmp_path):
@@ -111,13 +119,13 @@ def test_failed_validation_leaves_nothing_behind(tmp_path):
     assert not out.exists() and leftovers(out) == []
 
 
-def test_failed_validation_keeps_the_previous_folder(tmp_path):
+def test_failed_validation_keeps_the_previous_folder(tmp_path, tiny_export):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    shutil.copytree(tiny_export, out)
+    before = (out / "manifest.json").read_text()
     with pytest.raises(ValidationError):
         export_model(checkpoint_for(), out, ExportOptions(atol=1e-15, force=True))
-    assert (out / "keep.txt").read_text() == "mine" and leftovers(out) == []
+    assert (out / "manifest.json").read_text() == before and leftovers(out) == []
 
 
 @pytest.fixture()

@@ -9,6 +9,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+
+from tfm_export.manifest import Manifest, load_manifest
 import torch
 from click.testing import CliRunner
 
@@ -263,8 +265,8 @@ def test_static_decoder_is_used_on_cuda_by_default(static32, tiny_export):
 
     cuda = Device("cuda:0", (("CUDAExecutionProvider", {"device_id": 0}),), "cuda", 0)
     cpu = Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
-    static = static32[1]
-    plain = json.loads((tiny_export / "manifest.json").read_text())
+    static = Manifest.from_dict(static32[1])
+    plain = load_manifest(tiny_export)
     auto, on, off = RuntimeOptions(), RuntimeOptions(cuda_graph=True), RuntimeOptions(cuda_graph=False)
     assert uses_static_decoder(auto, cuda, static) and not uses_static_decoder(auto, cpu, static)
     assert not uses_static_decoder(auto, cuda, plain) and not uses_static_decoder(off, cuda, static)

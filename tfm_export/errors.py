@@ -52,6 +52,10 @@ class InputError(TfmExportError):
     """Inputs do not fit the model (token ids out of range, sequences too long, ...)."""
 
 
+class OutputError(TfmExportError):
+    """An output folder or file cannot (or must not) be written: it holds user files, no space, ..."""
+
+
 class DeviceError(TfmExportError):
     """The requested device is not available."""
 

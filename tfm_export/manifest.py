@@ -221,6 +221,24 @@ def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> Mani
     return manifest
 
 
+def export_files(folder: str | os.PathLike) -> set[str] | None:
+    """The file names a previous export in `folder` consists of (manifest, graphs, external data,
+    tokenizer files); None when `folder` holds no readable manifest of this format. Hashes unchecked:
+    this only says which files replacing the folder would remove."""
+    try:
+        data = read_manifest_data(folder)
+        manifest = Manifest.from_dict(data) if data.get("format") == FORMAT else None
+    except (ManifestError, TypeError, ValueError, KeyError, AttributeError):
+        return None
+    if manifest is None:
+        return None
+    names = {MANIFEST_NAME, *(f for g in manifest.graphs.values() for f in g.files())}
+    # Tokenizer files (e.g. Marian's source.spm) are plain file names among its dict's values.
+    tokenizer = manifest.tokenizer if isinstance(manifest.tokenizer, dict) else {}
+    names.update(v for v in tokenizer.values() if isinstance(v, str) and "." in v and "/" not in v)
+    return names
+
+
 def is_export_folder(folder: str | os.PathLike) -> bool:
     """True when `folder` has a manifest.json of this format (its graphs are not checked)."""
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-
+import signal
 
 from .common import main_group
 
@@ -27,4 +27,10 @@ cli = main_group
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # SIGTERM (kill, a CI timeout) unwinds like Ctrl+C, so the exporter removes its .partial-* folder.
+    signal.signal(signal.SIGTERM, _terminate)
     main_group(prog_name="tfm-export")
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
+import os
 from typing import Any, Callable
 
 import click
@@ -16,8 +18,18 @@ class RoutingGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
+            _refuse_misspelled_command(args[0], list(self.commands))
             args = ["export", *args]
         return super().resolve_command(ctx, args)
+
+
+def _refuse_misspelled_command(word: str, commands: list[str]) -> None:
+    """`genrate` is a typo, not a checkpoint: a bare word, no such path, close to a command name."""
+    if any(ch in word for ch in "./\\") or os.path.lexists(word):
+        return
+    close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+    if close:
+        raise click.UsageError(f"no such command {word!r}; did you mean {close[0]!r}?")
 
 
 @click.group(cls=RoutingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,6 +69,9 @@ def library_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except TfmExportError as exc:
             raise click.ClickException(exc.render(cli_option)) from None
+        except OSError as exc:  # reading or writing a user's file: the reason, not a traceback
+            where = f": {exc.filename}" if exc.filename else ""
+            raise click.ClickException(f"{exc.strerror or exc}{where}") from None
 
     return wrapper
 
@@ -66,4 +81,18 @@ def parse_int_list(text: str, what: str) -> list[int]:
     try:
         return [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
-        raise click.BadParameter(f"{what} must be integers separated by spaces or commas, got {text!r}")
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise click.BadParameter(f"{what} must be integers separated by spaces or commas, got {shown!r}")
+
+
+def check_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Click callback: a thread count the runtime accepts (RuntimeOptions' limits), or None."""
+    if value is None:
+        return None
+    from ..runtime.device import check_thread_count
+    from ..errors import DeviceError
+
+    try:
+        return check_thread_count(value, "the thread count")
+    except DeviceError as exc:
+        raise click.BadParameter(str(exc)) from None

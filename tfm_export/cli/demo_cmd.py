@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
 from ..resources import bundled
-from .common import library_errors, main_group
+from .common import check_threads, library_errors, main_group
+from .progress import StageDisplay
 
 BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checkout's models/num2words-de
 
@@ -18,9 +20,12 @@ BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checko
 @click.option("--heldout", type=click.Path(path_type=Path), default=BUNDLED / "heldout.tsv", show_default=True,
               help="source<TAB>expected lines; the first --samples are translated.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo_out/num2words-de_onnx"),
-              show_default=True, help="Export folder (replaced if it exists).")
-@click.option("--samples", type=int, default=8, show_default=True, help="How many inputs to translate.")
-@click.option("--threads", type=int, default=2, show_default=True, help="Threads for the latency table.")
+              show_default=True, help="Export folder (replaced if it holds a previous export; never if it holds "
+                                      "other files).")
+@click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True,
+              help="How many inputs to translate.")
+@click.option("--threads", type=int, default=2, show_default=True, callback=check_threads,
+              help="Threads for the latency table.")
 @library_errors
 def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threads: int) -> None:
     """Export, validate, translate samples with ONNX Runtime, and compare latency with eager."""
@@ -31,11 +36,14 @@ def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threa
     from ..importers import load_any
     from ..runtime import open_export
     from ..export.validate import format_report
+    from ..files import check_output_dir
 
+    # --out is replaced when it holds a previous export, never when it holds anything else.
+    check_output_dir(out, True, [model_path])
     click.secho(f"1. export {model_path} -> {out} (with validation)", bold=True)
     checkpoint = load_any(model_path)
-    manifest = export_model(checkpoint, out, ExportOptions(force=True),
-                            on_stage=lambda name, s: click.echo(f"  {name:<16} {s:6.1f} s"))
+    with StageDisplay(sys.stdout) as show:
+        manifest = export_model(checkpoint, out, ExportOptions(force=True), on_stage=show)
     click.echo(format_report(manifest.validation))
 
     click.secho("\n2. translate with ONNX Runtime (CPU), next to eager PyTorch", bold=True)

@@ -10,6 +10,7 @@ import click
 
 from ..errors import ValidationError
 from .common import library_errors, main_group
+from .progress import StageDisplay
 
 # Import options that cannot be read from the weights of other layouts (see tfm_export.importers).
 IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation",
@@ -53,19 +54,22 @@ def load_model_file(path: Path, layout: str | None = None, config_file: Path | N
     return load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)
 
 
-def _echo_stage(name: str, seconds: float) -> None:
-    click.echo(f"  {name:<16} {seconds:6.1f} s", err=True)
+# Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
+# end to end): below 17 it silently writes 18, so a manifest would claim an opset the graphs lack.
+OPSETS = click.IntRange(17, 25)
 
 
 @main_group.command("export")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (default: MODEL_onnx/ next to the checkpoint).")
-@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset version.")
+@click.option("--opset", type=OPSETS, default=18, show_default=True,
+              help=f"ONNX opset version ({OPSETS.min}..{OPSETS.max}).")
 @click.option("--atol", type=float, default=1e-4, show_default=True,
               help="Validation tolerance: max abs difference between ORT and eager outputs.")
 @click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
-@click.option("--force", is_flag=True, help="Replace the output folder if it exists.")
+@click.option("--force", is_flag=True,
+              help="Replace the output folder if it holds a previous export (never a folder with other files).")
 @click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (attention with past, skip-layer-norm, GELU).")
 @click.option("--quantize", type=click.Choice(["int8"]), default=None,
               help="Dynamic int8 weights for CPU; validation reports token agreement with float32.")
@@ -80,17 +84,18 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     from ..export.exporter import ExportOptions, default_out_dir, export_model
     from ..export.validate import format_report
+    from ..files import check_output_dir
 
     out = out or default_out_dir(model)
-    if out.exists() and not force:
-        raise click.ClickException(f"{out} already exists; pass --force to replace it or -o to choose another")
+    check_output_dir(out, force, [model])  # before loading: never lose a user's file, fail fast
     click.echo(f"exporting {model} -> {out}", err=True)
     checkpoint = load_model_file(model, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, dtype=dtype, static_cache=cuda_graph)
     try:
-        manifest = export_model(checkpoint, out, options, on_stage=_echo_stage)
+        with StageDisplay() as show:
+            manifest = export_model(checkpoint, out, options, on_stage=show)
     except ValidationError as exc:
         click.echo(format_report(exc.report), err=True)
         raise
@@ -129,7 +134,8 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, **load_
     model_path = model_path or _recorded_checkpoint(folder, manifest)
     model = load_model_file(model_path, **load_opts).build_model()
     try:
-        report = validate_export(folder, model, atol=atol, manifest=manifest)
+        with StageDisplay() as show, show.stage("validate"):
+            report = validate_export(folder, model, atol=atol, manifest=manifest)
     except ValidationError as exc:
         click.echo(format_report(exc.report), err=True)
         raise

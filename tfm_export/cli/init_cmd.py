@@ -17,7 +17,10 @@ from .common import library_errors, main_group
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @library_errors
 def init_command(out: Path, preset: str, seed: int, force: bool) -> None:
-    """Write a randomly initialised checkpoint to OUT."""
+    """Write a randomly initialised checkpoint to OUT (missing parent folders are created).
+
+    OUT is written beside itself and renamed into place: a failure leaves no partial file.
+    """
     from ..model.presets import init_checkpoint
 
     if out.exists() and not force:

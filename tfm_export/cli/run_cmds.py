@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import click
 
-from .common import library_errors, main_group, parse_int_list
+from .common import check_threads, library_errors, main_group, parse_int_list
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str
@@ -18,13 +18,34 @@ def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | Non
     if given != 1:
         raise click.UsageError("give exactly one of --text, --ids or --input")
     if text:
-        return "text", list(text)
-    if ids:
-        return "ids", [parse_int_list(i, "--ids") for i in ids]
-    lines = [ln.rstrip("\n") for ln in input_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if input_format == "ids":
-        return "ids", [parse_int_list(ln, f"line of {input_file}") for ln in lines]
-    return "text", lines
+        kind, sources = "text", list(text)
+    elif ids:
+        kind, sources = "ids", [parse_int_list(i, "--ids") for i in ids]
+    else:
+        lines = [ln for ln in _read_text(input_file).splitlines() if ln.strip()]
+        kind = input_format
+        sources = [parse_int_list(ln, f"line of {input_file}") for ln in lines] if kind == "ids" else lines
+    # One rule for text and ids: an empty source has nothing to translate.
+    empty = next((n for n, s in enumerate(sources, 1) if not s), None)
+    if empty is not None:
+        raise click.ClickException(f"source {empty} is empty; give at least one character or token id")
+    return kind, sources
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{path} is not UTF-8 text (byte {exc.start}); pass a text file, one "
+                                   f"source per line") from None
+
+
+def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
+    """--ids follow the tokenizer's convention: when encoding appends EOS, append it if missing."""
+    suffix = tokenizer.encode("")  # [eos] for tokenizers that end every source with it, else []
+    if not suffix:
+        return sources
+    return [s if s[-len(suffix):] == suffix else s + suffix for s in sources]
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -35,15 +56,20 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @main_group.command("generate")
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--text", multiple=True, help="Source text (repeatable); needs a tokenizer in the manifest.")
-@click.option("--ids", multiple=True, help='Source token ids, e.g. "3 17 9" (repeatable).')
+@click.option("--ids", multiple=True,
+              help='Source token ids, e.g. "3 17 9" (repeatable). When the export\'s tokenizer ends sources '
+                   'with EOS, EOS is appended unless the ids end with it, so ids match --text.')
 @click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file with one source per line; results stream with a progress bar.")
 @click.option("--input-format", type=click.Choice(["text", "ids"]), default="text", show_default=True,
               help="How --input lines are read.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
-@click.option("--max-new-tokens", type=int, default=None, help="Most tokens per source (default: max_len).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Sources decoded together.")
-@click.option("--threads", type=int, default=None, help="ONNX Runtime intra-op threads (default: all cores).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
+              help="Most tokens per source (default: max_len).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Sources decoded together.")
+@click.option("--threads", type=int, default=None, callback=check_threads,
+              help="ONNX Runtime intra-op threads (default: all cores).")
 @click.option("--spin/--no-spin", default=True, show_default=True,
               help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
 @click.option("--cuda-graph/--no-cuda-graph", default=None,
@@ -58,12 +84,13 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     from ..runtime import RuntimeOptions, open_export
 
     kind, sources = _sources(text, ids, input_file, input_format)
-    if batch_size < 1:
-        raise click.BadParameter("--batch-size must be at least 1")
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
     has_tokenizer = bool(model.manifest.tokenizer)
-    encoded = [model.tokenizer.encode(s) for s in sources] if kind == "text" else sources
+    if kind == "text":
+        encoded = [model.tokenizer.encode(s) for s in sources]
+    else:
+        encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
     with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
                            hidden=input_file is None) as bar:
         for chunk, chunk_src in zip(_batches(encoded, batch_size), _batches(sources, batch_size)):
@@ -88,11 +115,15 @@ def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
               help="Checkpoint for the eager rows when TARGET is an export folder.")
 @click.option("--device", default="cpu", show_default=True, help="Devices, comma-separated: cpu,cuda.")
 @click.option("--batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
-@click.option("--src-len", type=int, default=32, show_default=True, help="Source tokens per row.")
-@click.option("--new-tokens", type=int, default=64, show_default=True, help="Tokens generated per row (EOS ignored).")
-@click.option("--repeat", type=int, default=5, show_default=True, help="Timed runs per backend, interleaved.")
-@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per backend first.")
-@click.option("--threads", type=int, default=None, help="Intra-op threads for PyTorch and ORT.")
+@click.option("--src-len", type=click.IntRange(min=1), default=32, show_default=True, help="Source tokens per row.")
+@click.option("--new-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Tokens generated per row (EOS ignored).")
+@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed runs per backend, interleaved.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed runs per backend first.")
+@click.option("--threads", type=int, default=None, callback=check_threads,
+              help="Intra-op threads for PyTorch and ORT.")
 @click.option("--spin/--no-spin", default=True, show_default=True,
               help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
 @click.option("--also", "peers", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -109,8 +140,11 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
     from ..manifest import is_export_folder
     from ..importers import load_any
 
+    batches = tuple(parse_int_list(batch, "--batch"))
+    if not batches or min(batches) < 1:
+        raise click.BadParameter(f"--batch must be sizes of at least 1, got {batch!r}")
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
-                             batches=tuple(parse_int_list(batch, "--batch")), src_len=src_len,
+                             batches=batches, src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
                              spin_wait=spin)
     export_dir = target if is_export_folder(target) else None
@@ -118,6 +152,8 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
     checkpoint = load_any(weights) if weights else None
     if checkpoint is None:
         click.echo("no checkpoint given (--model): ORT rows only", err=True)
+    click.echo(f"measuring {', '.join(settings.devices)} x batch {batch}: {warmup} warm-up + {repeat} timed "
+               f"runs per backend ...", err=True)
     report = run_benchmark(checkpoint, export_dir, settings, peers)
     click.echo(format_table(report))
     if json_file:

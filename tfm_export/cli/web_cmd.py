@@ -13,7 +13,8 @@ from .common import library_errors, main_group
 @click.argument("folder", metavar="OUT", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; keep it local (anything else is reachable from other machines).")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on; 0 picks a free one.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on; 0 picks a free one.")
 @click.option("--web-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A runtimes/web folder, after `npm ci` there (default: the page installed with tfm-export).")
 @library_errors

@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,8 @@ import torch
 
 from .. import __version__
 from ..model.checkpoint import Checkpoint
-from ..errors import ExportError, first_line
+from ..errors import ExportError, OutputError, first_line
+from ..files import os_error_message, prepare_output_dir
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 # Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files.
 EXTERNAL_DATA_BYTES = 1_500_000_000
-StageCallback = Callable[[str, float], None]
+# on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
+StageCallback = Callable[[str, "float | None"], None]
 
 
 @dataclass(frozen=True)
@@ -87,26 +88,26 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not options.force:
-        raise ExportError(f"{out_dir} already exists; pass --force to replace it or -o to choose another folder")
+    # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
+    target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint))
     stage = _Stages(on_stage)
-    with stage("load"):
-        model = checkpoint.build_model()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
-        manifest = _write_graphs(checkpoint, model, tmp, options, stage)
+        with stage("load"):
+            model = checkpoint.build_model()
+        manifest = _write_graphs(checkpoint, model, target.tmp, options, stage)
         if options.validate:
             from .validate import validate_export
 
             with stage("validate"):
                 # The manifest's variant decides the checks (parity, float16 tolerance, int8 agreement).
-                manifest = manifest.replace(validation=validate_export(tmp, model, options.atol, manifest=manifest))
-        write_manifest(tmp, manifest)  # once, after the last transform and the validation
-        _replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+                report = validate_export(target.tmp, model, options.atol, manifest=manifest)
+            manifest = manifest.replace(validation=report)
+        write_manifest(target.tmp, manifest)  # once, after the last transform and the validation
+        target.commit()
+    except BaseException as exc:
+        target.discard()
+        if isinstance(exc, OSError):  # a full disk or a vanished folder mid-export: one line
+            raise OutputError(os_error_message(exc, out_dir)) from exc
         raise
     log.info("exported %s to %s", checkpoint.path or "model", out_dir)
     return manifest
@@ -155,15 +156,9 @@ def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
     return checkpoint.tokenizer
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Rename `tmp` to `out_dir`; an existing `out_dir` (only with --force) is removed after."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _inputs(checkpoint: Checkpoint) -> list[str | None]:
+    """What the export reads: never inside the folder it replaces."""
+    return [checkpoint.path, checkpoint.meta.get("tokenizer_folder")]
 
 
 def _versions() -> dict[str, str | None]:
@@ -187,6 +182,8 @@ class _Stages:
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.callback:
+            self.callback(name, None)
         start = time.perf_counter()
         yield
         seconds = time.perf_counter() - start

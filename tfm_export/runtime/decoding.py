@@ -7,6 +7,7 @@ the chosen ids with `GreedyRows`.
 
 from __future__ import annotations
 
+import operator
 import time
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, Sequence
@@ -17,14 +18,29 @@ from ..config import TransformerConfig
 from ..errors import InputError
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def pad_batch(sources: Sequence[Sequence[int]], pad_id: int) -> list[list[int]]:
-    """Right-pad id lists to one length."""
-    if not sources:
+    """Right-pad id lists to one length; anything but lists of int64 ids is an InputError."""
+    if len(sources) == 0:
         raise InputError("no sources given; pass at least one sequence of token ids")
-    width = max(len(s) for s in sources)
+    rows = [_ids(source, n) for n, source in enumerate(sources, 1)]
+    width = max(len(r) for r in rows)
     if width == 0:
         raise InputError("every source is empty; pass at least one token id")
-    return [list(s) + [pad_id] * (width - len(s)) for s in sources]
+    return [r + [pad_id] * (width - len(r)) for r in rows]
+
+
+def _ids(source: Sequence[int], n: int) -> list[int]:
+    """One source as Python ints (numpy cannot hold ids beyond int64: OverflowError otherwise)."""
+    try:
+        ids = [operator.index(i) for i in source]
+    except TypeError:
+        raise InputError(f"source {n} is not a list of integer token ids") from None
+    if any(not INT64_MIN <= i <= INT64_MAX for i in ids):  # no str(id): huge ints cannot be printed
+        raise InputError(f"source {n} has a token id out of range (beyond 64-bit integers)")
+    return ids
 
 
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,21 @@ GRAPH_OPTIMIZATION = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+
+
+def max_threads() -> int:
+    """The most threads a session may ask for: more only thrash (100000 hangs ORT while it allocates)."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
+def check_thread_count(value: int | None, what: str = "threads") -> int | None:
+    """None (the default) or an int in 1..max_threads(); DeviceError otherwise."""
+    if value is None:
+        return None
+    limit = max_threads()
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise DeviceError(f"{what} must be between 1 and {limit} (or left out for the default), got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,10 @@ class RuntimeOptions:
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
     spin_wait: bool = True
+
+    def __post_init__(self) -> None:
+        check_thread_count(self.intra_op_threads, "intra_op_threads")
+        check_thread_count(self.inter_op_threads, "inter_op_threads")
 
     def session_options(self) -> ort.SessionOptions:
         """The ort.SessionOptions these settings describe."""

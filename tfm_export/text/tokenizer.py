@@ -108,8 +108,8 @@ TOKENIZER_TYPES = {
 
 def tokenizer_from_dict(data: dict[str, Any], folder: Path | None = None) -> Tokenizer:
     """Rebuild a tokenizer from its dict form; `folder` holds its extra files, if any."""
-    kind = data.get("type")
-    if kind not in TOKENIZER_TYPES:
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind not in TOKENIZER_TYPES:
         raise ManifestError(f"unknown tokenizer type {kind!r}; this version knows {', '.join(TOKENIZER_TYPES)}")
     cls = load_object(TOKENIZER_TYPES[kind], ManifestError, f"{kind} tokenizer")
     return cls.from_dict(data, folder)

@@ -1,0 +1,188 @@
+"""Safe output folders and files: what may be replaced, checked before any long work. Torch-free.
+
+An export folder is written to a hidden temporary folder beside OUT and renamed into place at the
+end. Before that, `check_output_dir` refuses every OUT whose replacement could lose a user's file:
+a folder holding anything but a previous export, the folder of the input model, the current, home
+or root folder, a mount point. `prepare_output_dir` then creates the temporary folder (which proves
+OUT's parent is writable) and returns an `OutputDir` that commits or discards it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import OutputError
+from .manifest import export_files
+
+def os_error_message(exc: OSError, target: Path) -> str:
+    """One line for a failed write: the full-disk case named plainly, others with their reason."""
+    if exc.errno == errno.ENOSPC:
+        return f"no space left on device while writing {target}; free some space or choose another -o folder"
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
+    return f"cannot write {target}: {exc.strerror or exc}{where}"
+
+
+def _special_folder(resolved: Path) -> str | None:
+    """Why `resolved` must never be replaced, or None."""
+    named = {Path.cwd().resolve(): "the current directory", Path.home().resolve(): "your home directory",
+             Path(resolved.anchor): "the root folder"}
+    if resolved in named:
+        return named[resolved]
+    if resolved.parent == Path("/home"):
+        return "a home directory"
+    return "a mount point" if os.path.ismount(resolved) else None
+
+
+def _check_inputs(out: Path, resolved: Path, inputs: Iterable[str | os.PathLike | None]) -> None:
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        if source == resolved or resolved in source.parents:
+            raise OutputError(f"{out} holds the input {given}; choose another -o folder")
+        if source.is_dir() and source in resolved.parents:
+            raise OutputError(f"{out} is inside the input folder {given}; choose another -o folder")
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    return Path(path.anchor)
+
+
+def check_output_dir(out: str | os.PathLike, force: bool = False,
+                     inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Refuse (OutputError) an OUT whose replacement could lose a file that is not a previous export."""
+    out = Path(out)
+    resolved = out.resolve()
+    special = _special_folder(resolved)
+    if special:
+        raise OutputError(f"refusing to write the export to {out} ({special}); choose a new folder with -o")
+    _check_inputs(out, resolved, inputs)
+    existing = _nearest_existing(resolved)
+    if existing != resolved and not existing.is_dir():
+        raise OutputError(f"cannot create {out}: {existing} is not a folder")
+    _check_writable(out, existing if existing != resolved else resolved.parent)
+    if existing != resolved:
+        return
+    if not resolved.is_dir():
+        raise OutputError(f"{out} exists and is not a folder; choose another -o folder")
+    entries = sorted(p.name for p in resolved.iterdir())
+    if not entries:
+        return  # an empty folder: nothing to lose
+    listing = export_files(resolved)
+    foreign = [n for n in entries if listing is None or n not in listing]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f", ... (+{len(foreign) - 5} more)" if len(foreign) > 5 else "")
+        raise OutputError(f"{out} holds files that are not a tfm-export export ({shown}); "
+                          f"choose another -o folder")
+    if not force:
+        raise OutputError(f"{out} already exists; pass --force to replace it or -o to choose another folder")
+
+
+def _check_writable(out: Path, folder: Path) -> None:
+    """Make and remove a hidden folder in `folder`: the one sure test (read-only mounts, /proc, EACCES)."""
+    probe = folder / f".tfm-export-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise OutputError(os_error_message(exc, out)) from None
+        raise OutputError(f"cannot write {out}: {folder} is not writable ({exc.strerror or exc})") from None
+
+
+@dataclass(frozen=True)
+class OutputDir:
+    """A checked OUT and the hidden temporary folder the export is written to."""
+
+    out: Path
+    tmp: Path  # .NAME.partial-XXXXXXXX beside OUT
+    created: tuple[Path, ...]  # parent folders made for OUT (deepest first), removed again on failure
+
+    def commit(self) -> None:
+        """Rename the temporary folder to OUT; a previous export there is removed after."""
+        old = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(self.out, old)
+        os.replace(self.tmp, self.out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self) -> None:
+        """Remove the temporary folder and the parents created for OUT (when still empty)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        _remove_empty(self.created)
+
+
+def _remove_empty(folders: Iterable[Path]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _make_parents(folder: Path) -> tuple[Path, ...]:
+    """mkdir -p `folder`; returns the folders it created, deepest first."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return tuple(missing)
+
+
+def prepare_output_dir(out: str | os.PathLike, force: bool = False,
+                       inputs: Iterable[str | os.PathLike | None] = ()) -> OutputDir:
+    """Check OUT (`check_output_dir`), then create its parents and the temporary folder beside it."""
+    out = Path(out)
+    check_output_dir(out, force, inputs)
+    created: tuple[Path, ...] = ()
+    try:
+        created = _make_parents(out.parent)
+        tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+    except OSError as exc:
+        _remove_empty(created)
+        raise OutputError(os_error_message(exc, out)) from None
+    return OutputDir(out, tmp, created)
+
+
+def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """`write(tmp)` to a temporary file beside `path` (parents created), then rename it to `path`.
+
+    On any failure the temporary file, anything `write` made beside it, and the created parents are
+    removed; OSErrors become one-line OutputErrors.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path} is a folder; give a file name")
+    existing = _nearest_existing(path.parent)
+    if not existing.is_dir():
+        raise OutputError(f"cannot create {path}: {existing} is not a folder")
+    _check_writable(path, existing)
+    prefix = f".{path.name}.{uuid.uuid4().hex[:8]}"
+    created: tuple[Path, ...] = ()
+    try:
+        created = _make_parents(path.parent)
+        tmp = path.parent / f"{prefix}.partial"
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _remove_prefixed(path.parent, prefix)
+        _remove_empty(created)
+        if isinstance(exc, OSError):
+            raise OutputError(os_error_message(exc, path)) from None
+        raise
+
+
+def _remove_prefixed(folder: Path, prefix: str) -> None:
+    with contextlib.suppress(OSError):
+        for leftover in folder.iterdir():
+            if leftover.name.startswith(prefix):
+                leftover.unlink()
