@@ -229,15 +229,14 @@ def test_empty_folder_is_used(project):
 
 def _tokenizer_export(tiny_export: Path, folder: Path) -> Path:
     shutil.copytree(tiny_export, folder)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["tokenizer"] = CharTokenizer([*SPECIALS, *"0123456789"], [*SPECIALS, *"abcdefghij"]).to_dict()
-    write_manifest(folder, manifest)
+    tokenizer = CharTokenizer([*SPECIALS, *"0123456789"], [*SPECIALS, *"abcdefghij"]).to_dict()
+    write_manifest(folder, load_manifest(folder).replace(tokenizer=tokenizer))
     return folder
 
 
 def test_ids_follow_the_tokenizers_eos_convention(tiny_export, tmp_path):
     folder = _tokenizer_export(tiny_export, tmp_path / "chars")
-    encoded = CharTokenizer.from_dict(load_manifest(folder)["tokenizer"]).encode("4718")
+    encoded = CharTokenizer.from_dict(load_manifest(folder).tokenizer).encode("4718")
     assert encoded[-1] == 2  # the chars tokenizer ends sources with EOS
     outputs = [json.loads(run("generate", folder, *args, "--json", "--device", "cpu").output)["ids"]
                for args in (["--text", "4718"], ["--ids", " ".join(map(str, encoded[:-1]))],

@@ -96,7 +96,7 @@ def test_existing_output_is_refused_then_replaced_with_force(tmp_path, tiny_expo
     with pytest.raises(OutputError, match="already exists; pass --force"):
         export_model(ckpt, out)
     export_model(ckpt, out, ExportOptions(force=True, validate=False))
-    assert load_manifest(out)["config"] == ckpt.config.to_dict()
+    assert load_manifest(out).config == ckpt.config
     assert leftovers(out) == []
 
 

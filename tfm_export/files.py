@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import uuid
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import OutputError
+from .errors import OutputError, TfmExportError
 from .manifest import export_files
 
 def os_error_message(exc: OSError, target: Path) -> str:
@@ -186,3 +187,17 @@ def _remove_prefixed(folder: Path, prefix: str) -> None:
         for leftover in folder.iterdir():
             if leftover.name.startswith(prefix):
                 leftover.unlink()
+
+
+def read_json_object(path: Path, error: type[TfmExportError], missing: str, hint: str) -> dict:
+    """A JSON object from `path`; `error` names what is wrong (`missing`: why the file must exist,
+    `hint`: what to do about a broken one)."""
+    if not path.exists():
+        raise error(f"{path} is missing; {missing}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise error(f"{path} is not valid JSON ({type(exc).__name__}); {hint}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} must hold a JSON object; {hint}")
+    return data

@@ -132,6 +132,18 @@ def _check_peers(ctx: BenchContext) -> None:
             raise InputError(f"{folder} holds a different model than {ctx.export_dir}; compare exports of one checkpoint")
 
 
+def bench_target(target: str | os.PathLike, model: str | os.PathLike | None = None
+                 ) -> tuple[Checkpoint | None, Path | None]:
+    """What `tfm-export bench TARGET [--model MODEL]` measures: TARGET is an export folder (its ORT rows;
+    eager rows only with `model`) or a checkpoint (exported to a temporary folder by run_benchmark)."""
+    from ..importers import load_any
+    from ..manifest import is_export_folder
+
+    export_dir = Path(target) if is_export_folder(target) else None
+    weights = model or (None if export_dir else target)
+    return (load_any(weights) if weights else None), export_dir
+
+
 def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike | None,
                   settings: BenchSettings = BenchSettings(),
                   peers: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:

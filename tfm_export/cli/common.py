@@ -48,7 +48,7 @@ def main_group(verbose: int) -> None:
 CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
-             "config": "--config CONFIG.json"}
+             "config": "--config CONFIG.json", "model": "--model MODEL.pt"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
 
 
@@ -96,3 +96,11 @@ def check_threads(ctx: click.Context, param: click.Parameter, value: int | None)
         return check_thread_count(value, "the thread count")
     except DeviceError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def ort_thread_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--threads and --spin/--no-spin, shared by the commands that run ONNX Runtime."""
+    fn = click.option("--spin/--no-spin", default=True, show_default=True,
+                      help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
+    return click.option("--threads", type=int, default=None, callback=check_threads,
+                        help="Intra-op threads for ONNX Runtime (and PyTorch in bench); default: all cores.")(fn)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +10,6 @@ import click
 from ..errors import ValidationError
 from .common import library_errors, main_group
 from .progress import StageDisplay
-
-# Import options that cannot be read from the weights of other layouts (see tfm_export.importers).
-IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation",
-                  "max_len")
-
 
 def import_options(fn):
     """The options shared by every command that loads a checkpoint of any layout."""
@@ -43,19 +37,7 @@ def import_options(fn):
     return fn
 
 
-def load_model_file(path: Path, layout: str | None = None, config_file: Path | None = None,
-                    trust_pickle: bool = False, **options: Any):
-    """Load any supported checkpoint as a tfm_export Checkpoint (the library does the work)."""
-    from ..importers import load_any
-
-    given = {k: v for k, v in options.items() if k in IMPORT_OPTIONS and v is not None}
-    if config_file is not None:
-        given["config"] = json.loads(config_file.read_text(encoding="utf-8"))
-    return load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)
-
-
-# Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
-# end to end): below 17 it silently writes 18, so a manifest would claim an opset the graphs lack.
+# The library's range (export.exporter.OPSETS), checked by click before any work.
 OPSETS = click.IntRange(17, 25)
 
 
@@ -84,12 +66,13 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     from ..export.exporter import ExportOptions, default_out_dir, export_model
     from ..export.validate import format_report
+    from ..importers import load_model
     from ..files import check_output_dir
 
     out = out or default_out_dir(model)
     check_output_dir(out, force, [model])  # before loading: never lose a user's file, fail fast
     click.echo(f"exporting {model} -> {out}", err=True)
-    checkpoint = load_model_file(model, **load_opts)
+    checkpoint = load_model(model, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, dtype=dtype, static_cache=cuda_graph)
@@ -128,11 +111,12 @@ def _echo_detected(checkpoint: Any) -> None:
 def validate_command(folder: Path, model_path: Path | None, atol: float, **load_opts: Any) -> None:
     """Check an export FOLDER against the eager model; stores the report in its manifest."""
     from ..manifest import load_manifest, write_manifest
-    from ..export.validate import format_report, validate_export
+    from ..export.validate import format_report, recorded_checkpoint, validate_export
+    from ..importers import load_model
 
     manifest = load_manifest(folder)
-    model_path = model_path or _recorded_checkpoint(folder, manifest)
-    model = load_model_file(model_path, **load_opts).build_model()
+    model_path = model_path or recorded_checkpoint(folder, manifest)
+    model = load_model(model_path, **load_opts).build_model()
     try:
         with StageDisplay() as show, show.stage("validate"):
             report = validate_export(folder, model, atol=atol, manifest=manifest)
@@ -143,10 +127,3 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, **load_
     click.echo(format_report(report))
     click.echo(f"{folder}: validation passed")
 
-
-def _recorded_checkpoint(folder: Path, manifest: Any) -> Path:
-    name = manifest.source.get("checkpoint")
-    candidate = folder.resolve().parent / name if name else None
-    if candidate is None or not candidate.exists():
-        raise click.ClickException(f"cannot find the checkpoint {folder} was exported from; pass --model MODEL.pt")
-    return candidate

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import click
 
-from .common import check_threads, library_errors, main_group, parse_int_list
+from .common import ort_thread_options, library_errors, main_group, parse_int_list
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str
@@ -68,10 +68,7 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
               help="Most tokens per source (default: max_len).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sources decoded together.")
-@click.option("--threads", type=int, default=None, callback=check_threads,
-              help="ONNX Runtime intra-op threads (default: all cores).")
-@click.option("--spin/--no-spin", default=True, show_default=True,
-              help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
+@ort_thread_options
 @click.option("--cuda-graph/--no-cuda-graph", default=None,
               help="Replay decoder steps as CUDA graphs (needs an export made with --cuda-graph; on CPU the "
                    "same loop runs uncaptured). Default: on when the device is CUDA and the export has one.")
@@ -122,10 +119,7 @@ def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
               help="Timed runs per backend, interleaved.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Untimed runs per backend first.")
-@click.option("--threads", type=int, default=None, callback=check_threads,
-              help="Intra-op threads for PyTorch and ORT.")
-@click.option("--spin/--no-spin", default=True, show_default=True,
-              help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")
+@ort_thread_options
 @click.option("--also", "peers", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Another export folder of the same model (e.g. --optimize or int8), measured as an extra "
                    "'ort:<folder>' row in the same run; repeatable.")
@@ -136,9 +130,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                   repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
                   json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
-    from ..bench.bench import BenchSettings, format_table, plot, run_benchmark
-    from ..manifest import is_export_folder
-    from ..importers import load_any
+    from ..bench.bench import BenchSettings, bench_target, format_table, plot, run_benchmark
 
     batches = tuple(parse_int_list(batch, "--batch"))
     if not batches or min(batches) < 1:
@@ -147,9 +139,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                              batches=batches, src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
                              spin_wait=spin)
-    export_dir = target if is_export_folder(target) else None
-    weights = model_path or (None if export_dir else target)
-    checkpoint = load_any(weights) if weights else None
+    checkpoint, export_dir = bench_target(target, model_path)
     if checkpoint is None:
         click.echo("no checkpoint given (--model): ORT rows only", err=True)
     click.echo(f"measuring {', '.join(settings.devices)} x batch {batch}: {warmup} warm-up + {repeat} timed "

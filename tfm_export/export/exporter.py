@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 # Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files.
 EXTERNAL_DATA_BYTES = 1_500_000_000
 # on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
+# Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
+# end to end): below 17 it silently writes 18, so a manifest would claim an opset the graphs lack.
+OPSETS = (17, 25)
 StageCallback = Callable[[str, "float | None"], None]
 
 
@@ -88,6 +91,9 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
+    if not OPSETS[0] <= options.opset <= OPSETS[1]:
+        raise ExportError(f"{{opset}} is not supported: the exporter writes opsets {OPSETS[0]}..{OPSETS[1]}",
+                          options={"opset": options.opset})
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
     target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint))
     stage = _Stages(on_stage)

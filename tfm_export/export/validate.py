@@ -110,6 +110,16 @@ class _Stat:
                 "worst_shape": self.shape, "mismatches": self.mismatches, "ok": self.ok}
 
 
+def recorded_checkpoint(folder: str | Path, manifest: Manifest) -> Path:
+    """The checkpoint an export was made from, when it still sits where the manifest says (beside the folder)."""
+    name = manifest.source.get("checkpoint")
+    candidate = Path(folder).resolve().parent / name if name else None
+    if candidate is None or not candidate.is_file():
+        raise ValidationError(f"cannot find the checkpoint {folder} was exported from; pass {{model}}",
+                              options={"model": None})
+    return candidate
+
+
 def check_same_model(exported: TransformerConfig, given: TransformerConfig, folder: Path) -> None:
     """Refuse to compare an export with the weights of another model (sizes, vocabularies, ids)."""
     ours, theirs = exported.to_dict(), given.to_dict()

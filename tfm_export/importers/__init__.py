@@ -35,6 +35,8 @@ IMPORTERS: dict[str, Importer] = {importer.name: importer for importer in (
     NativeImporter(), StateDictImporter("tutorial", tutorial), StateDictImporter("nn_transformer", nn_transformer),
     MarianImporter())}
 LAYOUTS = tuple(IMPORTERS)
+# Options that the weights of other layouts cannot tell (keys of load_any's `options`).
+IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation", "max_len")
 # Key signatures we recognise but cannot convert -> why, and what to do instead.
 RECOGNISED_UNSUPPORTED = {
     "encoder_layers.0.self_attn.q_proj.weight":
@@ -83,3 +85,16 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
     converters = [i.name for i in IMPORTERS.values() if isinstance(i, StateDictImporter)]
     raise CheckpointError(f"cannot tell the layout of {source.path} from its keys "
                           f"({shorten(sorted(source.state), 3)}); pass --layout, one of {', '.join(converters)}")
+
+
+def load_model(path: str | os.PathLike, layout: str | None = None, config_file: str | os.PathLike | None = None,
+               trust_pickle: bool = False, **options: Any) -> Checkpoint:
+    """`load_any` with its options as keywords (None: not given) and a TransformerConfig JSON file for a
+    bare state_dict of our own model (`config_file`): what every command that loads a model calls."""
+    from ..files import read_json_object
+
+    given = {k: v for k, v in options.items() if k in IMPORT_OPTIONS and v is not None}
+    if config_file is not None:
+        given["config"] = read_json_object(Path(config_file), ConfigError, "pass the model's config JSON file",
+                                           "write the model's TransformerConfig as a JSON object")
+    return load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)

@@ -13,7 +13,6 @@ Generation settings that we do not reproduce are logged and listed in `meta["gen
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from ..errors import CheckpointError, ConfigError
 from ..model.checkpoint import Checkpoint, read_file
 from ..model.transformer import sinusoidal_table
 from .base import run
+from ..files import read_json_object
 from .common import KeyMap, max_len_for_table
 from .source import Source
 
@@ -267,15 +267,7 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise CheckpointError(f"{path} is missing; a Hugging Face model folder needs it")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object")
-    return data
+    return read_json_object(path, CheckpointError, "a Hugging Face model folder needs it", "re-download it")
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

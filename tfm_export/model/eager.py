@@ -10,7 +10,8 @@ from typing import Any, Sequence
 import torch
 
 from .checkpoint import Checkpoint
-from ..runtime.decoding import pad_batch
+from ..runtime.decoding import source_batch
+from ..runtime.device import device_kind
 from ..errors import DeviceError
 from .generate import greedy_decode
 from .transformer import Transformer
@@ -19,16 +20,12 @@ from ..runtime.decoding import DecodeTimings
 
 def torch_device(spec: str) -> torch.device:
     """`cpu`, `cuda`, `cuda:N`, `auto` -> a torch device; CUDA without a GPU is a DeviceError."""
-    spec = spec.strip().lower()
-    if spec == "auto":
+    kind = device_kind(spec)
+    if kind is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise DeviceError("CUDA requested but PyTorch sees no GPU (or is a CPU build); use --device cpu")
-        return torch.device(spec)
-    if spec != "cpu":
-        raise DeviceError(f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto")
-    return torch.device("cpu")
+    if kind[0] == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("CUDA requested but PyTorch sees no GPU (or is a CPU build); use --device cpu")
+    return torch.device(kind[0], kind[1])
 
 
 class EagerModel:
@@ -66,5 +63,5 @@ class EagerModel:
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
         """Greedy decoding with the KV cache; `timings` collects per-step times (benchmarks)."""
-        src = torch.tensor(pad_batch(sources, self.config.src_pad_id), device=self.device)
+        src = torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
         return greedy_decode(self.model, src, max_new_tokens, stop_at_eos, timings)

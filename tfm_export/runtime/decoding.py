@@ -43,6 +43,20 @@ def _ids(source: Sequence[int], n: int) -> list[int]:
     return ids
 
 
+def source_batch(sources: Sequence[Sequence[int]], config: Any) -> np.ndarray:
+    """Sources padded into one (batch, src_len) int64 array, checked against the model's vocabulary and
+    max_len: the one source check of every runner (ONNX Runtime and eager)."""
+    src = np.asarray(pad_batch(sources, config.src_pad_id), dtype=np.int64)  # (batch, src_len)
+    bad = src[(src < 0) | (src >= config.src_vocab_size)]
+    if bad.size:
+        raise InputError(f"source id {int(bad[0])} is out of range for a vocabulary of "
+                         f"{config.src_vocab_size} ids")
+    if src.shape[1] > config.max_len:
+        raise InputError(f"source length {src.shape[1]} exceeds the model's max_len ({config.max_len}); "
+                         f"shorten or split the input")
+    return src
+
+
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int) -> int:
     """Default to filling the position table; refuse a request that cannot fit."""
     room = max_len - prefix_len + 1  # the last generated token is never fed back

@@ -89,22 +89,33 @@ class Device:
     index: int  # device id
 
 
+def device_kind(spec: str) -> tuple[str, int] | None:
+    """`cpu` -> ("cpu", 0), `cuda`/`cuda:N` -> ("cuda", N), `auto` -> None: the one parser of device
+    names, for ONNX Runtime here and for PyTorch (model.eager)."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return None
+    kind, _, index = spec.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu", 0
+    if kind == "cuda" and (index.isdigit() or not index) and ":" not in index:
+        return "cuda", int(index or 0)
+    raise DeviceError(f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto")
+
+
 def parse_device(spec: str) -> Device:
     """`cpu`, `cuda`, `cuda:N` -> Device (CUDA needs the CUDA provider in this onnxruntime build)."""
-    spec = spec.strip().lower()
-    if spec == "cpu":
+    kind = device_kind(spec)
+    if kind is None:
+        raise DeviceError("device auto is resolved when sessions open; pass cpu, cuda or cuda:N here")
+    if kind[0] == "cpu":
         return Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
-    if spec == "cuda" or spec.startswith("cuda:"):
-        index_text = spec.partition(":")[2] or "0"
-        if not index_text.isdigit():
-            raise DeviceError(f"bad device {spec!r}; use cpu, cuda, cuda:N or auto")
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise DeviceError("CUDA requested but this onnxruntime has no CUDA provider; install "
-                              "onnxruntime-gpu or use --device cpu")
-        index = int(index_text)
-        providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
-        return Device(f"cuda:{index}", providers, "cuda", index)
-    raise DeviceError(f"unknown device {spec!r}; use cpu, cuda, cuda:N or auto")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise DeviceError("CUDA requested but this onnxruntime has no CUDA provider; install "
+                          "onnxruntime-gpu or use --device cpu")
+    index = kind[1]
+    providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
+    return Device(f"cuda:{index}", providers, "cuda", index)
 
 
 def create_session(path: Path, device: Device, options: RuntimeOptions) -> ort.InferenceSession:

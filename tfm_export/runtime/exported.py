@@ -13,7 +13,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
@@ -21,7 +20,7 @@ from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
-from .decoding import DecodeTimings, DecoderCache, greedy_loop, pad_batch, resolve_max_new_tokens, trim
+from .decoding import DecodeTimings, DecoderCache, greedy_loop, resolve_max_new_tokens, source_batch, trim
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import open_static
@@ -60,21 +59,10 @@ class ExportedModel:
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
         """Greedy decoding of a batch of id lists (padded here); rows come back without BOS/EOS."""
         cfg = self.config
-        src = np.asarray(pad_batch(sources, cfg.src_pad_id), dtype=np.int64)  # (batch, src_len)
-        self._check_source(src)
+        src = source_batch(sources, cfg)  # (batch, src_len)
         steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
         rows = greedy_loop(self.cache, src, steps, cfg, stop_at_eos, timings)
         return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
-
-    def _check_source(self, src: np.ndarray) -> None:
-        cfg = self.config
-        bad = src[(src < 0) | (src >= cfg.src_vocab_size)]
-        if bad.size:
-            raise InputError(f"source id {int(bad[0])} is out of range for a vocabulary of "
-                             f"{cfg.src_vocab_size} ids")
-        if src.shape[1] > cfg.max_len:
-            raise InputError(f"source length {src.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
-                             f"shorten or split the input")
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..files import read_json_object
 from ..errors import ConfigError, ManifestError
 
 WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
@@ -44,13 +45,8 @@ def _spm(path: Path) -> Any:
 
 
 def _vocab(path: Path) -> dict[str, int]:
-    if not path.exists():
-        raise ManifestError(f"{path} is missing; it belongs to the Marian tokenizer")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path} is not valid JSON ({exc}); re-download it") from None
-    if not isinstance(data, dict) or not all(isinstance(i, int) for i in data.values()):
+    data = read_json_object(path, ManifestError, "it belongs to the Marian tokenizer", "re-download it")
+    if not all(isinstance(i, int) for i in data.values()):
         raise ManifestError(f"{path} must map pieces to integer ids")
     return data
 

@@ -1,0 +1,106 @@
+"""The seams between modules: one manifest reader, graphs checked against their manifest on open,
+one device parser, one source check, library errors in the library's terms."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tfm_export.cli import cli
+from tfm_export.cli.common import cli_option
+from tfm_export.errors import DeviceError, ExportError, InputError, ManifestError, ValidationError
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.export.validate import validate_export
+from tfm_export.manifest import Manifest, load_manifest, write_manifest
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.model.eager import EagerModel, torch_device
+from tfm_export.model.presets import init_checkpoint
+from tfm_export.runtime import open_export
+from tfm_export.runtime.device import device_kind
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tfm_export"
+
+
+def test_only_manifest_py_reads_or_writes_manifest_json():
+    users = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+             if "manifest.json" in p.read_text() and p.name != "manifest.py"]
+    # Docstrings and help texts may name the file; none of these modules opens it.
+    for rel in users:
+        text = (PACKAGE / rel).read_text()
+        assert "/ \"manifest.json\"" not in text and "MANIFEST_NAME" not in text, rel
+
+
+def _edited(tiny_export: Path, folder: Path, change) -> Path:
+    shutil.copytree(tiny_export, folder)
+    data = json.loads((folder / "manifest.json").read_text())
+    change(data)
+    (folder / "manifest.json").write_text(json.dumps(data))  # schema-valid, hashes of the graphs intact
+    return folder
+
+
+@pytest.mark.parametrize("field, value", [("tgt_vocab_size", 65), ("max_len", 32), ("n_heads", 8),
+                                          ("src_vocab_size", 100)])
+def test_a_manifest_that_disagrees_with_its_graphs_is_refused(tiny_export, tmp_path, field, value):
+    folder = _edited(tiny_export, tmp_path / "edited", lambda d: d["config"].update({field: value}))
+    with pytest.raises(ManifestError, match="does not describe encoder.onnx|does not describe decoder.onnx"):
+        open_export(folder, device="cpu")
+    result = CliRunner().invoke(cli, ["generate", str(folder), "--ids", "5 6", "--device", "cpu"])
+    assert result.exit_code == 1 and "does not describe" in result.output and "Traceback" not in result.output
+
+
+def test_edited_graph_io_in_the_manifest_is_refused(tiny_export, tmp_path):
+    def change(data):
+        data["graphs"]["decoder"]["outputs"][0]["shape"] = ["batch", 65]
+
+    with pytest.raises(ManifestError, match="logits has shape"):
+        open_export(_edited(tiny_export, tmp_path / "io", change), device="cpu")
+
+
+def test_validate_refuses_another_models_checkpoint(tiny_export, tmp_path):
+    other = tmp_path / "other.pt"
+    init_checkpoint(other, "base", seed=1)
+    with pytest.raises(ValidationError, match="the checkpoint does not match the export"):
+        validate_export(tiny_export, load_checkpoint(other).build_model())
+    result = CliRunner().invoke(cli, ["validate", str(tiny_export), "--model", str(other)])
+    assert result.exit_code == 1 and "does not match the export" in result.output
+
+
+def test_typed_manifest_round_trip_and_atomic_rewrite(tiny_export, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(tiny_export, folder)
+    manifest = load_manifest(folder)
+    assert Manifest.from_dict(manifest.to_dict()) == manifest
+    assert manifest.graphs["decoder"].opset == 18 and manifest.cache_dtype == "float32"
+    write_manifest(folder, manifest.replace(samples=["x"]))
+    assert load_manifest(folder).samples == ["x"]
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temp file left
+
+
+def test_library_refuses_an_opset_it_cannot_write(tiny_checkpoint, tmp_path):
+    with pytest.raises(ExportError, match=r'options\["opset"\]=99 is not supported') as info:
+        export_model(load_checkpoint(tiny_checkpoint), tmp_path / "x", ExportOptions(opset=99))
+    assert info.value.render(cli_option).startswith("--opset 99 is not supported")
+    assert not (tmp_path / "x").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_one_device_parser_for_eager_and_ort():
+    assert device_kind("CUDA:2") == ("cuda", 2) and device_kind("cpu") == ("cpu", 0) and device_kind("auto") is None
+    for bad in ("cpu:1", "cuda:x", "tpu", ""):
+        with pytest.raises(DeviceError, match="unknown device"):
+            device_kind(bad)
+        with pytest.raises(DeviceError, match="unknown device"):
+            torch_device(bad)
+    assert str(torch_device("cpu")) == "cpu"
+
+
+def test_eager_and_ort_share_the_source_check(tiny_checkpoint, tiny_export):
+    eager = EagerModel.from_checkpoint(tiny_checkpoint)
+    ort_model = open_export(tiny_export, device="cpu")
+    for runner in (eager, ort_model):
+        with pytest.raises(InputError, match="source id 64 is out of range"):
+            runner.generate_ids([[5, 64]], max_new_tokens=2)
+        with pytest.raises(InputError, match="exceeds the model's max_len"):
+            runner.generate_ids([[5] * 65], max_new_tokens=2)
+    assert eager.generate_ids([[5, 6, 7]], 6) == ort_model.generate_ids([[5, 6, 7]], 6)
