@@ -69,6 +69,7 @@ def test_bench_json_rows(tiny_checkpoint, tiny_export, tmp_path):
     assert ort_row["speedup_vs_eager"] == pytest.approx(
         eager_row["per_token_ms_p50"] / ort_row["per_token_ms_p50"], rel=1e-2)
     assert report["machine"]["threads"] == 1 and "speedup_vs_eager" in result.output
+    assert "cpu b1: repeat 1/2" in result.output and "cpu b2: repeat 2/2" in result.output  # live progress
 
 
 def test_bench_export_folder_alone_gives_ort_rows(tiny_export):

@@ -53,6 +53,7 @@ class BenchContext:
     export_dir: Path | None  # ORT needs the export folder
     settings: BenchSettings
     peers: tuple[Path, ...] = ()  # more export folders (e.g. --optimize, int8), each an "ort:<folder>" row
+    progress: Callable[[str], None] | None = None  # told "device b<batch>: repeat i/n" as the run goes
 
 
 def _eager(ctx: BenchContext, device: str) -> Runner | None:
@@ -146,10 +147,12 @@ def bench_target(target: str | os.PathLike, model: str | os.PathLike | None = No
 
 def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike | None,
                   settings: BenchSettings = BenchSettings(),
-                  peers: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
+                  peers: Sequence[str | os.PathLike] = (), progress: Callable[[str], None] | None = None
+                  ) -> dict[str, Any]:
     """Measure every available backend on every device and batch; returns the JSON-ready report.
 
-    `peers` are more export folders of the same model, measured as extra ORT rows in the same run.
+    `peers` are more export folders of the same model, measured as extra ORT rows in the same run;
+    `progress` is told where the run is after each repeat (the CLI shows it).
     """
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -160,7 +163,7 @@ def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike |
             export_dir = Path(tmp) / "export"
             export_model(checkpoint, export_dir, ExportOptions(validate=False))
         ctx = BenchContext(checkpoint, Path(export_dir) if export_dir else None, settings,
-                           tuple(Path(p) for p in peers))
+                           tuple(Path(p) for p in peers), progress)
         _check_peers(ctx)
         rows = [row for device in settings.devices for batch in settings.batches
                 for row in _measure(ctx, device, batch)]
@@ -181,11 +184,13 @@ def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]
             runner.generate_ids(sources, s.new_tokens, stop_at_eos=False)
         runners[name] = (runner, sources, _rss_mb() - before)
     timings: dict[str, list[DecodeTimings]] = {name: [] for name in runners}
-    for _ in range(s.repeat):
+    for i in range(s.repeat):
         for name, (runner, sources, _) in runners.items():
             t = DecodeTimings()
             runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t)
             timings[name].append(t)
+        if ctx.progress:
+            ctx.progress(f"{device} b{batch}: repeat {i + 1}/{s.repeat} ({len(runners)} backends)")
     return [_row(name, device, batch, s, timings[name], mem) for name, (_, _, mem) in runners.items()]
 
 

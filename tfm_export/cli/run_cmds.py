@@ -144,7 +144,8 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
         click.echo("no checkpoint given (--model): ORT rows only", err=True)
     click.echo(f"measuring {', '.join(settings.devices)} x batch {batch}: {warmup} warm-up + {repeat} timed "
                f"runs per backend ...", err=True)
-    report = run_benchmark(checkpoint, export_dir, settings, peers)
+    report = run_benchmark(checkpoint, export_dir, settings, peers,
+                           progress=lambda where: click.echo(f"  {where}", err=True))
     click.echo(format_table(report))
     if json_file:
         json_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
