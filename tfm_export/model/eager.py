@@ -25,7 +25,7 @@ def torch_device(spec: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if kind[0] == "cuda" and not torch.cuda.is_available():
         raise DeviceError("CUDA requested but PyTorch sees no GPU (or is a CPU build); use --device cpu")
-    return torch.device(kind[0], kind[1])
+    return torch.device("cpu") if kind[0] == "cpu" else torch.device("cuda", kind[1])
 
 
 class EagerModel:
