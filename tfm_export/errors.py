@@ -27,8 +27,14 @@ class TfmExportError(Exception):
         return self.template.format(**{k: name_option(k, v) for k, v in self.options.items()})
 
 
+# Options that are keyword arguments or fields in the Python API rather than keys of load_any's `options`.
+API_NAMES = {"trust_pickle": "trust_pickle=True", "opset": "ExportOptions.opset", "model": "the model argument"}
+
+
 def api_option(key: str, value: Any = None) -> str:
-    """How the Python API names an option: the `options` dict of `importers.load_any`."""
+    """How the Python API names an option: mostly the `options` dict of `importers.load_any`."""
+    if key in API_NAMES:
+        return API_NAMES[key] if value is None else f"{API_NAMES[key]} {value!r}"
     return f'options["{key}"]' if value is None else f'options["{key}"]={value!r}'
 
 

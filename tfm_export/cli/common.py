@@ -48,7 +48,8 @@ def main_group(verbose: int) -> None:
 CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
-             "config": "--config CONFIG.json", "model": "--model MODEL.pt"}
+             "config": "--config CONFIG.json", "model": "--model MODEL.pt",
+             "trust_pickle": "--trust-pickle"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
 
 

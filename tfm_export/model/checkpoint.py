@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "tfm-export/1"
 RESAVE_HINT = ("re-save it as plain tensors: torch.save(model.state_dict(), 'model.pt'), "
-               "or tfm_export.checkpoint.save_checkpoint(model, 'model.pt')")
+               "or tfm_export.model.checkpoint.save_checkpoint(model, 'model.pt')")
 FIT_HINT = "check the config saved with the weights"
 # The weights_only refusals that mean "this pickle names code" (torch 2.6+ wording); any other
 # refusal (e.g. "Unsupported operand 209") is a damaged file that happens to start like a pickle.
@@ -97,9 +97,12 @@ def read_file(path: str | os.PathLike) -> Any:
     except pickle.UnpicklingError as exc:
         code = CODE_REFUSAL.search(str(exc))
         if code:
+            names = (code.group(1) or code.group(2)).replace("{", "{{").replace("}", "}}")
+            where = str(path).replace("{", "{{").replace("}", "}}")
             raise CodePickleError(
-                f"{path} is a pickle that needs code to load (it references {code.group(1) or code.group(2)}: "
-                f"a whole module or custom classes), which could run anything; {RESAVE_HINT}") from None
+                f"{where} is a pickle that needs code to load (it references {names}: a whole module or custom "
+                f"classes), which could run anything; {RESAVE_HINT}, or pass {{trust_pickle}} if you trust "
+                f"the file and have its code", options={"trust_pickle": None}) from None
         raise _corrupt(path, exc) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         raise _corrupt(path, exc) from None
