@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..errors import TfmExportError
 from .batcher import Closed, Job, QueueFull
-from .engine import ServeSettings, open_engine, prepare_sources
+from .engine import LimitError, ServeSettings, open_engine, prepare_sources
 from .metrics import CONTENT_TYPE, ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -58,19 +58,22 @@ class HTTPFailure(Exception):
         self.status, self.headers, self.body = status, headers, {"error": message, **extra}
 
 
+# Library errors as HTTP answers: (status, Retry-After?); anything else is bad input (422).
+STATUS = {QueueFull: (429, True), Closed: (503, True), LimitError: (413, False)}
+
+
 def failure_from(exc: TfmExportError) -> HTTPFailure:
-    """Library errors as HTTP answers: a full queue 429, shutting down 503, bad input 422."""
-    if isinstance(exc, QueueFull):
-        return HTTPFailure(429, str(exc), {"Retry-After": RETRY_AFTER_S}, limit="max_queue")
-    if isinstance(exc, Closed):
-        return HTTPFailure(503, str(exc), {"Retry-After": RETRY_AFTER_S})
-    return HTTPFailure(422, str(exc), **({"limit": next(iter(exc.options))} if exc.options else {}))
+    """A library error as JSON naming the option or limit by its request/settings name."""
+    status, retry = STATUS.get(type(exc), (422, False))
+    extra = {"limit": next(iter(exc.options))} if exc.options else {}
+    return HTTPFailure(status, exc.render(lambda key, value=None: key),
+                       {"Retry-After": RETRY_AFTER_S} if retry else None, **extra)
 
 
 def validation_failure(exc: RequestValidationError) -> HTTPFailure:
     """pydantic's error list as one line: unknown options by name, else the first bad field."""
     errors = exc.errors()
-    if any(e["type"] in ("json_invalid", "model_attributes_type") for e in errors):
+    if any(e["type"] == "json_invalid" or tuple(e["loc"]) == ("body",) for e in errors):  # not an object
         return HTTPFailure(400, "the request body must be a JSON object, e.g. {\"texts\": [\"...\"]}")
     unknown = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden"]
     if unknown:

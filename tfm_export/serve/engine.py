@@ -18,6 +18,12 @@ from .web import is_loopback
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "TFM_EXPORT_API_KEY"
+
+
+class LimitError(InputError):
+    """A request over one of the server's size limits (HTTP 413); `options` names the limit."""
+
+
 # batching -> (engine, whether it needs the static-cache decoder); "single" is one request at a time
 BATCHING = {"inflight": ("inflight", True), "request": ("request", False), "single": ("request", False)}
 
@@ -71,13 +77,13 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
     if not given:
         raise InputError("{texts} is empty; send at least one source", options={"texts": None})
     if len(given) > settings.max_texts:
-        raise InputError(f"{len(given)} sources exceed the limit of {settings.max_texts} per request "
+        raise LimitError(f"{len(given)} sources exceed the limit of {settings.max_texts} per request "
                          f"({{max_texts}}); split the request", options={"max_texts": None})
     sources = [model.tokenizer.encode(t) for t in texts] if texts is not None else [list(s) for s in ids]
     cfg = model.config
     for n, source in enumerate(sources, 1):
         if len(source) > cfg.max_len:
-            raise InputError(f"source {n} has {len(source)} tokens, more than the model's {{max_len}} of "
+            raise LimitError(f"source {n} has {len(source)} tokens, more than the model's {{max_len}} of "
                              f"{cfg.max_len}; shorten or split it", options={"max_len": None})
         source_batch([source], cfg)  # empty, out-of-vocabulary or non-int64 ids: InputError
     return sources, resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
