@@ -58,7 +58,8 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
 @click.option("--cuda-graph", is_flag=True,
-              help="Also export decoder_static.onnx (pre-allocated cache) so CUDA can replay each step as a graph.")
+              help="Also export decoder_static.onnx (pre-allocated cache): CUDA replays each step as a graph, and "
+                   "`tfm-export serve` batches requests in flight with it.")
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,

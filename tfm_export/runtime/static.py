@@ -8,7 +8,8 @@ of the two bindings once as a CUDA graph (`enable_cuda_graph`, one `gpu_graph_id
 replay it for every later step. On CPU the same steps run without capture. Torch-free.
 
 `cache_len` is per row (batch,); greedy_loop starts every row together, so all rows hold the step
-index, but the graph lets rows of one batch be at different steps (an in-flight batching server).
+index, but the graph lets rows of one batch be at different steps: `RowBatch` binds one request at a
+time into a free row of a running batch (serve.batcher's in-flight batching).
 
 Exported with `tfm-export MODEL --cuda-graph`; used when `RuntimeOptions(cuda_graph=True)`.
 """
@@ -54,6 +55,9 @@ class _Slots:
     """The bound buffers of one (batch, src_len): two bindings that swap the cache sets."""
 
     encoder_outputs: dict[str, ort.OrtValue]
+    # The same tensors on the host: on CPU the OrtValues wrap these arrays (rows are written in place);
+    # on CUDA they are copies, pushed with update_inplace after a row is written.
+    encoder_host: dict[str, np.ndarray]
     input_ids: ort.OrtValue  # (batch, 1) int64
     cache_len: ort.OrtValue  # (batch,) int64: each row's filled slots
     next_ids: ort.OrtValue  # (batch,) int64
@@ -119,7 +123,8 @@ class StaticCache:
     def _allocate(self, batch: int, src_len: int) -> _Slots:
         past = [name for name in self._inputs if name.startswith("past.")]
         present = [name for name in self._outputs if name.startswith("present.")]
-        shared = {name: self._zeros(name, batch, src_len) for name in self._inputs if not name.startswith("past.")}
+        host = {name: self._zeros_host(name, batch, src_len) for name in self._inputs if not name.startswith("past.")}
+        shared = {name: device_value(self.device, array) for name, array in host.items()}
         outs = {name: self._zeros(name, batch, src_len) for name in ("logits", "next_ids")}
         caches = [[self._zeros(name, batch, src_len) for name in past] for _ in range(2)]
         bindings = []
@@ -130,8 +135,8 @@ class StaticCache:
             for name, value in [*outs.items(), *zip(present, writes)]:
                 binding.bind_ortvalue_output(name, value)
             bindings.append(binding)
-        encoder_outputs = {k: v for k, v in shared.items() if k == "src_mask" or k.startswith("cross.")}
-        return _Slots(encoder_outputs, shared["input_ids"], shared["cache_len"], outs["next_ids"],
+        encoded = [k for k in shared if k == "src_mask" or k.startswith("cross.")]
+        return _Slots({k: shared[k] for k in encoded}, {k: host[k] for k in encoded}, shared["input_ids"], shared["cache_len"], outs["next_ids"],
                       (bindings[0], bindings[1]), (self._run_options(), self._run_options()))
 
     def _run_options(self) -> ort.RunOptions | None:
@@ -159,6 +164,48 @@ class _StaticState:
         self.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
         self.index += 1
         return slots.next_ids.numpy()  # (batch,): the one tensor that crosses to the host
+
+
+class RowBatch:
+    """`batch` rows of one bound buffer set (src_len fixed) that requests join and leave one at a time.
+
+    The caller (serve.batcher's decode thread, the only user of these buffers) binds a request into a
+    free row with `bind`, then steps every row together with per-row `cache_len`: a row that just
+    joined is at 0 while its neighbours are deep into their targets. Slots a new row has not written
+    yet still hold the previous request's values; the graph masks every slot past `cache_len[row]`.
+    """
+
+    def __init__(self, cache: StaticCache, batch: int, src_len: int):
+        self.cache, self.batch, self.src_len = cache, batch, src_len
+        self.slots = cache._allocate(batch, src_len)  # owned here, outside the call-level LRU
+        self.slots.encoder_host["src_mask"][:, 0] = True  # idle rows attend to one (zero) position
+        self._push(list(self.slots.encoder_host))
+        self.index = 0  # steps run: step s reads cache set s % 2 and writes the other
+
+    def bind(self, rows: list[int], src: np.ndarray) -> None:
+        """Encode `src` (len(rows), <= src_len) and write it into `rows` of the bound decoder inputs."""
+        src = np.pad(src, ((0, 0), (0, self.src_len - src.shape[1])), constant_values=self.cache.config.src_pad_id)
+        names = list(self.slots.encoder_host)
+        encoded = self.cache.encoder.run(names, {"src_ids": src})  # (rows, ...) on the host
+        for name, value in zip(names, encoded):
+            self.slots.encoder_host[name][rows] = value
+        self._push(names)
+
+    def _push(self, names: list[str]) -> None:
+        """Make host writes visible to the decoder: nothing to do where the OrtValue wraps the array."""
+        for name in names:
+            value, array = self.slots.encoder_outputs[name], self.slots.encoder_host[name]
+            if value.data_ptr() != array.ctypes.data:
+                value.update_inplace(array)
+
+    def step(self, tokens: np.ndarray, cache_len: np.ndarray) -> np.ndarray:
+        """One decoder step of every row: tokens (batch,) at positions cache_len (batch,); next_ids (batch,)."""
+        slots, parity = self.slots, self.index % 2
+        slots.input_ids.update_inplace(tokens.reshape(self.batch, 1))
+        slots.cache_len.update_inplace(cache_len)
+        self.cache.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
+        self.index += 1
+        return slots.next_ids.numpy()
 
 
 def open_static(folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,

@@ -1,0 +1,142 @@
+"""Open-loop load test of `tfm-export serve`: one request at a time vs request-level vs in-flight batching.
+
+For each batching mode a server is started on a free loopback port (a subprocess, so client and
+server do not share a GIL); for each arrival rate, requests arrive as a Poisson process (open loop:
+arrivals never wait for answers), bounded by --duration seconds and --max-requests. Each request
+streams, so time to first token is measured as well as latency. Prints one row per (mode, rate):
+throughput (tokens/s), p50/p99 latency, p50/p99 time to first token, refused (429) requests.
+
+    python benchmarks/load.py EXPORT_FOLDER --rates 5,20,50 --duration 10
+
+EXPORT_FOLDER must have decoder_static.onnx (`tfm-export MODEL -o EXPORT_FOLDER --cuda-graph`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tfm_export.manifest import load_manifest
+
+MODES = ("single", "request", "inflight")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(folder: Path, mode: str, args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder), "--port", str(port), "--batching", mode,
+           "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue),
+           "--window-ms", str(args.window_ms), *(["--threads", str(args.threads)] if args.threads else [])]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/healthz", timeout=1)
+            return proc, url
+        except httpx.TransportError:
+            if proc.poll() is not None:
+                raise SystemExit(f"the {mode} server exited with {proc.returncode}")
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"the {mode} server did not start in 120 s")
+
+
+def sources(folder: Path, count: int, seed: int) -> list[list[int]]:
+    """Varied sources: random in-vocabulary ids of 4..max_len/2 tokens (the same for every mode)."""
+    config = load_manifest(folder, verify_hashes=False).config
+    rng = random.Random(seed)
+    low = max(config.src_pad_id, config.bos_id, config.eos_id) + 1
+    return [[rng.randrange(low, config.src_vocab_size) for _ in range(rng.randrange(4, config.max_len // 2))]
+            for _ in range(count)]
+
+
+async def one_request(http: httpx.AsyncClient, url: str, ids: list[int], steps: int) -> dict:
+    start = time.perf_counter()
+    first, tokens = None, 0
+    async with http.stream("POST", f"{url}/v1/translate", json={"ids": [ids], "max_new_tokens": steps,
+                                                                   "stream": True}) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return {"status": response.status_code}
+        async for line in response.aiter_lines():
+            if line.startswith("event: token"):
+                first = first or time.perf_counter()
+                tokens += 1
+    end = time.perf_counter()
+    return {"status": 200, "start": start, "end": end, "latency": end - start,
+            "ttft": (first or end) - start, "tokens": tokens}
+
+
+async def run_rate(url: str, rate: float, pool: list[list[int]], args: argparse.Namespace) -> dict:
+    """Poisson arrivals at `rate`/s for --duration s (at most --max-requests), then wait for answers."""
+    rng = np.random.default_rng(args.seed)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=args.duration * 4 + 60, limits=limits) as http:
+        tasks, begin = [], time.perf_counter()
+        while len(tasks) < args.max_requests and time.perf_counter() - begin < args.duration:
+            tasks.append(asyncio.create_task(one_request(http, url, pool[len(tasks) % len(pool)], args.new_tokens)))
+            await asyncio.sleep(rng.exponential(1 / rate))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    done = [r for r in results if isinstance(r, dict) and r["status"] == 200]
+    span = max(r["end"] for r in done) - begin if done else float("nan")
+    pct = lambda key, q: float(np.percentile([r[key] for r in done], q)) if done else float("nan")  # noqa: E731
+    return {"rate": rate, "sent": len(tasks), "done": len(done),
+            "refused": sum(isinstance(r, dict) and r["status"] == 429 for r in results),
+            "failed": sum(not isinstance(r, dict) or r["status"] not in (200, 429) for r in results),
+            "tokens_per_s": sum(r["tokens"] for r in done) / span, "p50_s": pct("latency", 50),
+            "p99_s": pct("latency", 99), "ttft_p50_s": pct("ttft", 50), "ttft_p99_s": pct("ttft", 99)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="an export made with --cuda-graph")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: single,request,inflight")
+    parser.add_argument("--rates", default="5,20,50", help="arrival rates (requests/s), comma-separated")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of arrivals per rate")
+    parser.add_argument("--max-requests", type=int, default=800, help="most requests per rate")
+    parser.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens of every request")
+    parser.add_argument("--max-batch", type=int, default=8, help="rows decoded together (request, inflight)")
+    parser.add_argument("--max-queue", type=int, default=256, help="the servers' queue bound")
+    parser.add_argument("--window-ms", type=float, default=10.0, help="request-level batching's collect window")
+    parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads of the server")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    pool = sources(args.folder, 200, args.seed)
+    rows = []
+    print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
+          f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)
+    for mode in args.modes.split(","):
+        proc, url = start_server(args.folder, mode, args)
+        try:
+            for rate in [float(r) for r in args.rates.split(",")]:
+                row = {"mode": mode, **asyncio.run(run_rate(url, rate, pool, args))}
+                rows.append(row)
+                print(f"{mode:9} {rate:6.1f} {row['sent']:5d} {row['done']:5d} {row['refused']:4d} {row['failed']:4d} "
+                      f"{row['tokens_per_s']:8.1f} {row['p50_s']:7.3f} {row['p99_s']:7.3f} "
+                      f"{row['ttft_p50_s']:7.3f} {row['ttft_p99_s']:7.3f}", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""`tfm-export serve`: in-flight batching gives the tokens of serial decoding; every limit and error is
+answered as documented; SIGTERM finishes what is in flight. Servers run on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("fastapi")
+
+from click.testing import CliRunner  # noqa: E402
+
+from tfm_export.cli import cli  # noqa: E402
+from tfm_export.errors import InputError  # noqa: E402
+from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
+from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.serve.app import create_app  # noqa: E402
+from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402
+from tfm_export.serve.engine import ServeSettings, check_bind, open_engine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "models" / "num2words-de" / "model.pt"
+
+
+@pytest.fixture(scope="module")
+def static_export(tiny_checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serve") / "static"
+    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def serial(static_export):
+    """Serial greedy decoding of one source at a time: the reference every server answer must equal."""
+    model = open_export(static_export, "cpu")
+    return lambda ids, steps=None: model.generate_ids([ids], steps)[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(settings: ServeSettings, engine=None):
+    """A real uvicorn server in a thread on a free loopback port; yields its base URL and the engine."""
+    engine = engine or open_engine(settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}", engine
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def varied_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(4, 60) for _ in range(rng.randrange(1, 40))], rng.randrange(1, 65))
+            for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def server(static_export):
+    settings = ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, max_queue=256), max_texts=4)
+    with serving(settings) as (url, engine):
+        yield url, engine
+
+
+def test_concurrent_clients_get_exactly_the_serial_tokens(server, serial):
+    """8 clients x 100 requests of varied lengths and budgets through in-flight batching."""
+    url, engine = server
+    work = [varied_requests(100, seed) for seed in range(8)]
+
+    def client(requests):
+        with httpx.Client(base_url=url, timeout=60) as http:
+            return [http.post("/v1/translate", json={"ids": [ids], "max_new_tokens": n}).json() for ids, n in requests]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(client, work))
+    for requests, replies in zip(work, answers):
+        for (ids, n), reply in zip(requests, replies):
+            assert reply["translations"][0]["ids"] == serial(ids, n)
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'tfm_export_requests_total{status="200"}' in metrics and "tfm_export_batch_occupancy" in metrics
+    assert "tfm_export_request_seconds_bucket" in metrics and "tfm_export_tokens_per_second" in metrics
+
+
+def test_a_request_joins_the_running_batch_within_a_step(static_export, serial):
+    """A short job sent while a long one decodes finishes first: it did not wait for the batch to end."""
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=2)))
+    long_ids = next(ids for ids, _ in varied_requests(200, 3) if len(serial(ids, 64)) == 64)
+    events: list[tuple[str, str]] = []
+    started = threading.Event()
+
+    def recorder(name):
+        def emit(kind, value):
+            events.append((name, kind))
+            if name == "long" and len(events) == 5:
+                started.set()
+        return emit
+
+    engine.start()
+    engine.submit([Job(long_ids, 64, recorder("long"))])
+    assert started.wait(10)
+    engine.submit([Job([5, 6], 2, recorder("short"))])
+    engine.close(30)
+    done = [name for name, kind in events if kind == "done"]
+    assert done == ["short", "long"]
+    short = [n for n, event in enumerate(events) if event[0] == "short"]
+    assert short[0] < 40  # the long row was still decoding: the short one joined it
+    # the two rows stepped together: one long token between the short one's two tokens (then its end)
+    assert [events[n] for n in range(short[0], short[-1] + 1)] == [
+        ("short", "token"), ("long", "token"), ("short", "token"), ("short", "done")]
+
+
+def test_request_level_and_single_engines_match_serial(static_export, serial):
+    for batching in ("request", "single"):
+        engine = open_engine(ServeSettings(str(static_export), batching=batching)).start()
+        got: dict[int, list[int]] = {}
+        requests = varied_requests(12, 5)
+        jobs = [Job(ids, n, lambda kind, v, i=i: kind == "token" and got.setdefault(i, []).append(v))
+                for i, (ids, n) in enumerate(requests)]
+        engine.submit(jobs)
+        engine.close(30)
+        assert [got.get(i, []) for i in range(len(requests))] == [serial(ids, n) for ids, n in requests]
+
+
+@pytest.mark.parametrize("body, status, named", [
+    ({"ids": [[5]], "beam_size": 4, "top_k": 2}, 422, "beam_size, top_k"),
+    ({"ids": [[5]], "texts": ["x"]}, 422, "exactly one of"),
+    ({}, 422, "exactly one of"),
+    ({"ids": []}, 422, "empty"),
+    ({"ids": [[5]] * 5}, 413, "max_texts"),
+    ({"ids": [[5] * 65]}, 413, "max_len"),
+    ({"ids": [[5, 9999]]}, 422, "out of range"),
+    ({"ids": [["5"]]}, 422, "ids.0.0"),
+    ({"ids": [[5]], "max_new_tokens": 500}, 422, "max_new_tokens"),
+    ({"ids": [[5]], "max_new_tokens": 0}, 422, "max_new_tokens"),
+    ({"texts": ["hallo"]}, 422, "no tokenizer"),
+])
+def test_bad_requests_get_a_json_error_naming_the_problem(server, body, status, named):
+    reply = httpx.post(f"{server[0]}/v1/translate", json=body)
+    assert reply.status_code == status, reply.text
+    assert named in reply.json()["error"] or named == reply.json().get("limit")
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])
+def test_a_body_that_is_not_a_json_object_is_a_400(server, raw):
+    reply = httpx.post(f"{server[0]}/v1/translate", content=raw, headers={"content-type": "application/json"})
+    assert reply.status_code == 400 and "JSON object" in reply.json()["error"]
+
+
+def test_healthz_and_docs(server):
+    assert httpx.get(f"{server[0]}/healthz").json()["status"] == "ok"
+    assert "/v1/translate" in httpx.get(f"{server[0]}/openapi.json").json()["paths"]
+    assert httpx.get(f"{server[0]}/docs").status_code == 200
+
+
+def test_a_full_queue_answers_429_with_retry_after(static_export, serial):
+    settings = ServeSettings(str(static_export), engine=EngineConfig(max_batch=1, max_queue=2), max_texts=8)
+    with serving(settings) as (url, _):
+        reply = httpx.post(f"{url}/v1/translate", json={"ids": [[5]] * 3})
+        assert reply.status_code == 429 and reply.headers["Retry-After"] == "1"
+        assert reply.json()["limit"] == "max_queue"
+        requests = varied_requests(24, 11)
+        with ThreadPoolExecutor(12) as pool:
+            replies = list(pool.map(lambda r: httpx.post(f"{url}/v1/translate", timeout=60,
+                                                         json={"ids": [r[0]], "max_new_tokens": r[1]}), requests))
+    codes = {r.status_code for r in replies}
+    assert 429 in codes and codes <= {200, 429}
+    for (ids, n), reply in zip(requests, replies):
+        if reply.status_code == 200:
+            assert reply.json()["translations"][0]["ids"] == serial(ids, n)
+
+
+def stream_events(response) -> list[tuple[str, dict]]:
+    events, kind = [], None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            events.append((kind, json.loads(line[6:])))
+    return events
+
+
+def test_a_client_that_disconnects_frees_its_row(static_export, serial):
+    engine = open_engine(ServeSettings(str(static_export)))
+    step = engine.rows.step
+    engine.rows.step = lambda *a: (time.sleep(0.01), step(*a))[1]  # 64 steps take ~0.6 s: time to hang up
+    long_ids = next(ids for ids, _ in varied_requests(200, 3) if len(serial(ids, 64)) == 64)
+    with serving(ServeSettings(str(static_export)), engine) as (url, _):
+        with httpx.stream("POST", f"{url}/v1/translate", json={"ids": [long_ids], "stream": True}) as response:
+            next(response.iter_lines())  # the first event: decoding has started; then hang up
+        deadline = time.time() + 5
+        while engine.active and time.time() < deadline:
+            time.sleep(0.01)
+        assert engine.active == 0 and engine.tokens_total < 64
+
+
+@pytest.fixture(scope="module")
+def bundled_static(tmp_path_factory) -> Path:
+    if not BUNDLED.exists():
+        pytest.skip("the bundled model is not trained yet")
+    out = tmp_path_factory.mktemp("serve_bundled") / "static"
+    export_model(load_checkpoint(BUNDLED), out, ExportOptions(static_cache=True, validate=False))
+    return out
+
+
+def test_streamed_events_concatenate_to_the_translation(bundled_static):
+    texts = ["4718", "12", "990001"]
+    with serving(ServeSettings(str(bundled_static))) as (url, engine):
+        plain = httpx.post(f"{url}/v1/translate", json={"texts": texts}, timeout=60).json()["translations"]
+        with httpx.stream("POST", f"{url}/v1/translate", json={"texts": texts, "stream": True}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = stream_events(response)
+    expected = open_export(bundled_static, "cpu").translate(texts)
+    assert [row["text"] for row in plain] == expected
+    assert events[-1] == ("done", {"translations": plain})
+    for index, row in enumerate(plain):
+        tokens = [data for kind, data in events if kind == "token" and data["index"] == index]
+        assert "".join(t["text"] for t in tokens) == row["text"]
+        assert [t["id"] for t in tokens] == row["ids"]
+
+
+def test_api_key(static_export):
+    with serving(ServeSettings(str(static_export), api_key="s3cret")) as (url, _):
+        body = {"ids": [[5, 6]], "max_new_tokens": 3}
+        assert httpx.post(f"{url}/v1/translate", json=body).status_code == 401
+        wrong = httpx.post(f"{url}/v1/translate", json=body, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"] == "Bearer"
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        right = httpx.post(f"{url}/v1/translate", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert right.status_code == 200
+        assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no key
+    with pytest.raises(InputError, match="reachable from other machines"):
+        check_bind("0.0.0.0", None)
+    check_bind("0.0.0.0", "key")
+    check_bind("::1", None)
+
+
+def test_cli_refuses_an_export_without_the_static_decoder(tiny_export):
+    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--port", str(free_port())])
+    assert result.exit_code == 1 and "re-export with --cuda-graph" in result.output
+    assert "--batching request" in result.output
+    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "--api-key" in result.output
+
+
+def test_write_config(static_export, tmp_path):
+    yaml = pytest.importorskip("yaml")
+    from tfm_export.serve.ray_config import settings_from_dict
+
+    path = tmp_path / "serve.yaml"
+    result = CliRunner().invoke(cli, ["serve", str(static_export), "--write-config", str(path), "--replicas", "3",
+                                      "--max-batch", "4"])
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load(path.read_text())
+    app = config["applications"][0]
+    assert app["import_path"] == "tfm_export.serve.ray_app:app_builder"
+    assert app["deployments"][0]["num_replicas"] == 3
+    settings = settings_from_dict(app["args"])
+    assert settings.engine.max_batch == 4 and Path(settings.folder) == static_export.resolve()
+
+
+def post_or_refused(url: str, body: dict):
+    """The reply, or None when the connection was refused (never accepted: the server had stopped)."""
+    try:
+        return httpx.post(url, json=body, timeout=60)
+    except httpx.ConnectError:
+        return None
+
+
+def test_sigterm_finishes_what_is_in_flight_and_exits_0(static_export, serial):
+    port = free_port()
+    cmd = [sys.executable, "-m", "tfm_export", "serve", str(static_export), "--port", str(port), "--max-batch", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                httpx.get(f"{url}/healthz")
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.1)
+        requests = [(ids, 64) for ids, _ in varied_requests(32, 7)]
+        with ThreadPoolExecutor(32) as pool:
+            futures = [pool.submit(post_or_refused, f"{url}/v1/translate", {"ids": [ids], "max_new_tokens": n})
+                       for ids, n in requests]
+            deadline = time.time() + 20
+            while httpx.get(f"{url}/healthz").json()["queue_depth"] < 6:  # accepted, waiting for the one row
+                assert time.time() < deadline
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
+            replies = [f.result() for f in futures]
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    answered = [(r, reply) for r, reply in zip(requests, replies) if reply is not None]
+    assert len(answered) >= 7
+    for (ids, n), reply in answered:
+        assert reply.status_code == 200 and reply.json()["translations"][0]["ids"] == serial(ids, n)

@@ -1,0 +1,83 @@
+"""`tfm-export serve`: the HTTP translation server (in-flight batching), alone or on Ray Serve."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from .common import library_errors, main_group, ort_thread_options
+
+
+@main_group.command("serve")
+@click.argument("folder", required=False, type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback needs --api-key.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port to listen on.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--batching", type=click.Choice(["inflight", "request", "single"]), default="inflight",
+              show_default=True, help="inflight: requests join a running batch at the next step (needs an export "
+                                      "made with --cuda-graph); request: collect --window-ms, decode each batch "
+                                      "to its end; single: one request at a time.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Sources decoded together (rows of the running batch).")
+@click.option("--max-queue", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Sources waiting for a row; beyond it requests get 429 with Retry-After.")
+@click.option("--max-texts", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Sources per request; more get 413.")
+@click.option("--window-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="--batching request: how long the first request waits for others.")
+@click.option("--api-key", envvar="TFM_EXPORT_API_KEY", default=None,
+              help="Require `Authorization: Bearer KEY` (env TFM_EXPORT_API_KEY); needed to bind beyond loopback.")
+@ort_thread_options
+@click.option("--ray", "use_ray", is_flag=True, help="Deploy on Ray Serve (the `ray` extra) instead of one process.")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--ray: replicas, each with its own batcher.")
+@click.option("--write-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a Ray Serve config (for `serve deploy`) with these settings and exit.")
+@library_errors
+def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
+                  max_queue: int, max_texts: int, window_ms: float, api_key: str | None, threads: int | None,
+                  spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
+    """Serve the export in FOLDER over HTTP: POST /v1/translate, GET /healthz, /metrics, docs at /docs.
+
+    SIGTERM or Ctrl+C stops accepting, finishes the requests in flight and exits 0.
+    """
+    from ..serve.batcher import EngineConfig
+    from ..serve.engine import ServeSettings, check_bind, run_server
+
+    if folder is None and write_config is None:
+        raise click.UsageError("give the export FOLDER to serve")
+    settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
+                             EngineConfig(max_batch, max_queue, window_ms), max_texts, threads, spin, api_key)
+    if write_config is not None:
+        from ..serve.ray_config import write_config as write
+
+        write(write_config, settings, replicas, host, port)
+        click.echo(f"wrote {write_config}; edit replicas there, then `serve deploy {write_config}`", err=True)
+        return
+    check_bind(host, api_key)
+    if use_ray:
+        _run_ray(settings, replicas, host, port)
+        return
+    click.echo(f"serving {folder} on http://{host}:{port}/ (docs at /docs; Ctrl+C stops)", err=True)
+    run_server(settings, host, port)
+
+
+def _run_ray(settings, replicas: int, host: str, port: int) -> None:  # noqa: ANN001 (ServeSettings)
+    try:
+        from ..serve import ray_app
+    except ImportError as exc:
+        raise click.ClickException(f"--ray needs Ray Serve ({exc.name} is missing); "
+                                   f"pip install 'tfm-export[ray]'") from None
+    ray_app.run(settings, replicas, host, port)
+    click.echo(f"serving {settings.folder} on Ray Serve at http://{host}:{port}/ with {replicas} replica(s) "
+               f"(Ctrl+C stops)", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        from ray import serve
+
+        serve.shutdown()

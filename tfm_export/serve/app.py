@@ -1,0 +1,246 @@
+"""The translation server: FastAPI around one decode engine (serve.batcher). OpenAPI docs at /docs.
+
+    POST /v1/translate  {"texts": [...]} or {"ids": [[...]]}, "max_new_tokens"?, "stream"?
+    GET  /healthz       {"status": "ok", ...}
+    GET  /metrics       Prometheus text format (serve.metrics)
+
+Every error is JSON `{"error": one line, ...}`: unknown options and bad values 422 (naming them),
+a body that is not JSON 400, too many texts or too long a source 413 (naming the limit), a full
+queue 429 with Retry-After, shutting down 503, a missing or wrong API key 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from ..errors import TfmExportError
+from .batcher import Closed, Job, QueueFull
+from .engine import LimitError, ServeSettings, open_engine, prepare_sources
+from .metrics import CONTENT_TYPE, ServerMetrics
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # answered without the API key (probes, the schema)
+RETRY_AFTER_S = "1"  # a queue drains in about one request's decode time
+
+
+class TranslateRequest(BaseModel):
+    """One request: `texts` (needs the export's tokenizer) or `ids`. Unknown options are refused, so
+    decoding options can be added later without old servers silently ignoring them."""
+
+    model_config = ConfigDict(extra="forbid")
+    texts: list[str] | None = Field(None, description="Source texts, encoded with the export's tokenizer.")
+    ids: list[list[StrictInt]] | None = Field(None, description="Source token ids, used as given.")
+    max_new_tokens: StrictInt | None = Field(None, description="Most tokens per source (default: max_len).")
+    stream: bool = Field(False, description="Server-sent events: one `token` event per token, then `done`.")
+
+
+ACCEPTED = tuple(TranslateRequest.model_fields)
+
+
+class HTTPFailure(Exception):
+    """An error answered as JSON: status, one line, extra fields (e.g. the limit's name)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any):
+        super().__init__(message)
+        self.status, self.headers, self.body = status, headers, {"error": message, **extra}
+
+
+# Library errors as HTTP answers: (status, Retry-After?); anything else is bad input (422).
+STATUS = {QueueFull: (429, True), Closed: (503, True), LimitError: (413, False)}
+
+
+def failure_from(exc: TfmExportError) -> HTTPFailure:
+    """A library error as JSON naming the option or limit by its request/settings name."""
+    status, retry = STATUS.get(type(exc), (422, False))
+    extra = {"limit": next(iter(exc.options))} if exc.options else {}
+    return HTTPFailure(status, exc.render(lambda key, value=None: key),
+                       {"Retry-After": RETRY_AFTER_S} if retry else None, **extra)
+
+
+def validation_failure(exc: RequestValidationError) -> HTTPFailure:
+    """pydantic's error list as one line: unknown options by name, else the first bad field."""
+    errors = exc.errors()
+    if any(e["type"] == "json_invalid" or tuple(e["loc"]) == ("body",) for e in errors):  # not an object
+        return HTTPFailure(400, "the request body must be a JSON object, e.g. {\"texts\": [\"...\"]}")
+    unknown = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        return HTTPFailure(422, f"unknown option(s): {', '.join(unknown)}; this server accepts "
+                                f"{', '.join(ACCEPTED)}", fields=unknown)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"] if part != "body") or "body"
+    return HTTPFailure(422, f"{where}: {first['msg']}", fields=[where])
+
+
+class Translation:
+    """One request's jobs and the events the decode thread sends back to the event loop."""
+
+    def __init__(self, sources: list[list[int]], max_new_tokens: int):
+        loop, self.events = asyncio.get_running_loop(), asyncio.Queue()
+        self.jobs = [Job(ids, max_new_tokens, self._emitter(loop, n)) for n, ids in enumerate(sources)]
+        self.ids: list[list[int]] = [[] for _ in sources]
+        self.started, self.first_token = time.perf_counter(), None
+
+    def _emitter(self, loop: asyncio.AbstractEventLoop, index: int):
+        return lambda kind, value: loop.call_soon_threadsafe(self.events.put_nowait, (index, kind, value))
+
+    async def events_until_done(self) -> AsyncIterator[tuple[int, str, Any]]:
+        """(index, kind, value) until every job is done; raises HTTPFailure on an engine error."""
+        pending = len(self.jobs)
+        while pending:
+            index, kind, value = await self.events.get()
+            if kind == "error":
+                raise HTTPFailure(500, value)
+            if kind == "done":
+                pending -= 1
+            else:
+                self.first_token = self.first_token or time.perf_counter()
+                self.ids[index].append(value)
+            yield index, kind, value
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+
+def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
+    """The app; its lifespan opens the export and starts the engine (or starts `engine` given)."""
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state["engine"] = engine or open_engine(settings)
+        state["engine"].start()
+        state["metrics"] = ServerMetrics(state["engine"])
+        yield
+        # uvicorn has waited for the open requests; close() finishes whatever is still queued
+        await asyncio.to_thread(state["engine"].close)
+
+    app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
+
+    @app.exception_handler(HTTPFailure)
+    async def _failure(request: Request, exc: HTTPFailure) -> JSONResponse:
+        return JSONResponse(exc.body, exc.status, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await _failure(request, validation_failure(exc))
+
+    @app.middleware("http")
+    async def _auth_and_count(request: Request, call_next: Any) -> Response:
+        if settings.api_key and request.url.path not in OPEN_PATHS and not _authorized(request, settings.api_key):
+            response: Response = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"},
+                                              401, {"WWW-Authenticate": "Bearer"})
+        else:
+            response = await call_next(request)
+        if request.url.path.startswith("/v1/") and "metrics" in state:
+            state["metrics"].requests.labels(str(response.status_code)).inc()
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        """Liveness: the engine's kind, queue depth and busy rows."""
+        live = state["engine"]
+        return {"status": "ok", "batching": live.name, "queue_depth": live.queue_depth, "active": live.active}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(state["metrics"].render(), media_type=CONTENT_TYPE)
+
+    @app.post("/v1/translate")
+    async def translate(body: TranslateRequest, request: Request) -> Any:
+        """Translate `texts` (or decode `ids`); `"stream": true` answers with server-sent events."""
+        live = state["engine"]
+        try:
+            sources, steps = prepare_sources(live.model, settings, body.texts, body.ids, body.max_new_tokens)
+        except TfmExportError as exc:
+            raise failure_from(exc) from None
+        work = Translation(sources, steps)
+        try:
+            live.submit(work.jobs)
+        except TfmExportError as exc:
+            raise failure_from(exc) from None
+        if body.stream:
+            return StreamingResponse(_stream(work, live.model, state["metrics"]), media_type="text/event-stream")
+        return await _collect(work, live.model, state["metrics"], request)
+
+    return app
+
+
+def _authorized(request: Request, key: str) -> bool:
+    given = request.headers.get("authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+
+
+def _results(work: Translation, model: Any) -> dict[str, Any]:
+    tokenizer = model.tokenizer if model.manifest.tokenizer else None
+    rows = [{"ids": ids, **({"text": tokenizer.decode(ids)} if tokenizer else {})} for ids in work.ids]
+    return {"translations": rows}
+
+
+def _observe(work: Translation, metrics: ServerMetrics) -> None:
+    now = time.perf_counter()
+    metrics.latency.observe(now - work.started)
+    metrics.first_token.observe((work.first_token or now) - work.started)
+
+
+async def _collect(work: Translation, model: Any, metrics: ServerMetrics, request: Request) -> dict[str, Any]:
+    """Wait for every job; a client that disconnects meanwhile frees its rows."""
+    events = work.events_until_done()
+    waiting = asyncio.ensure_future(_drain(events))
+    try:
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=0.25)
+            if not waiting.done() and await request.is_disconnected():
+                work.cancel()
+                waiting.cancel()
+                return {}
+        waiting.result()
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    _observe(work, metrics)
+    return _results(work, model)
+
+
+async def _drain(events: AsyncIterator[Any]) -> None:
+    async for _ in events:
+        pass
+
+
+async def _stream(work: Translation, model: Any, metrics: ServerMetrics) -> AsyncIterator[str]:
+    """Server-sent events: `token` {index, id, text} per token (text: what it adds), then `done`."""
+    tokenizer = model.tokenizer if model.manifest.tokenizer else None
+    shown = [""] * len(work.jobs)  # text sent so far per source
+    try:
+        async for index, kind, value in work.events_until_done():
+            if kind != "token":
+                continue
+            event: dict[str, Any] = {"index": index, "id": value}
+            if tokenizer:
+                event["text"], shown[index] = _delta(tokenizer.decode(work.ids[index]), shown[index])
+            yield f"event: token\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+        _observe(work, metrics)
+        yield f"event: done\ndata: {json.dumps(_results(work, model), ensure_ascii=False)}\n\n"
+    except HTTPFailure as exc:
+        yield f"event: error\ndata: {json.dumps(exc.body)}\n\n"
+    finally:  # the client went away (or the stream ended): free whatever is still decoding
+        work.cancel()
+
+
+def _delta(text: str, shown: str) -> tuple[str, str]:
+    """What `text` adds to what was sent; nothing while a tokenizer rewrites earlier characters."""
+    return (text[len(shown):], text) if text.startswith(shown) else ("", shown)

@@ -1,0 +1,55 @@
+"""Prometheus metrics of one server (`GET /metrics`): requests, queue, batch occupancy, tokens, latency.
+
+Each app has its own registry, so several apps in one process (tests, benchmarks) do not collide.
+Gauges that the decode thread owns (queue depth, occupancy, tokens) are read at scrape time from the
+engine instead of being pushed from the hot loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Seconds: from a few decoder steps on the tiny model to a long base-model translation under load.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class EngineCollector:
+    """Reads the engine's state when Prometheus scrapes; tokens/s over the time since the last scrape."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self._last = (time.perf_counter(), 0)  # (time, tokens_total) at the previous scrape
+
+    def collect(self) -> Iterator[Any]:
+        engine = self.engine
+        now, tokens = time.perf_counter(), engine.tokens_total
+        then, before = self._last
+        self._last = (now, tokens)
+        yield GaugeMetricFamily("tfm_export_queue_depth", "Sources waiting for a batch row.", engine.queue_depth)
+        yield GaugeMetricFamily("tfm_export_batch_occupancy", "Rows decoding now / max_batch.",
+                                engine.active / engine.config.max_batch)
+        yield CounterMetricFamily("tfm_export_tokens", "Tokens generated since start.", tokens)
+        yield GaugeMetricFamily("tfm_export_tokens_per_second", "Tokens generated per second since the last scrape.",
+                                (tokens - before) / max(now - then, 1e-9))
+
+
+class ServerMetrics:
+    """The registry of one app and the instruments its handlers update."""
+
+    def __init__(self, engine: Any):
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(engine))
+        self.requests = Counter("tfm_export_requests", "Translate requests by HTTP status.", ["status"],
+                                registry=self.registry)
+        self.latency = Histogram("tfm_export_request_seconds", "Time from request to last token.",
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.first_token = Histogram("tfm_export_first_token_seconds", "Time from request to first token.",
+                                     buckets=LATENCY_BUCKETS, registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
