@@ -10,6 +10,18 @@ import click
 from .common import library_errors, main_group, ort_thread_options
 
 
+# The server's limits as data: flag, default, help (each a positive integer).
+LIMITS = (("--max-batch", 8, "Sources decoded together (rows of the running batch)."),
+          ("--max-queue", 64, "Sources waiting for a row; beyond it requests get 429 with Retry-After."),
+          ("--max-texts", 32, "Sources per request; more get 413."))
+
+
+def limit_options(fn):
+    for flag, default, text in reversed(LIMITS):
+        fn = click.option(flag, type=click.IntRange(min=1), default=default, show_default=True, help=text)(fn)
+    return fn
+
+
 @main_group.command("serve")
 @click.argument("folder", required=False, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -20,12 +32,7 @@ from .common import library_errors, main_group, ort_thread_options
               show_default=True, help="inflight: requests join a running batch at the next step (needs an export "
                                       "made with --cuda-graph); request: collect --window-ms, decode each batch "
                                       "to its end; single: one request at a time.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Sources decoded together (rows of the running batch).")
-@click.option("--max-queue", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Sources waiting for a row; beyond it requests get 429 with Retry-After.")
-@click.option("--max-texts", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Sources per request; more get 413.")
+@limit_options
 @click.option("--window-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="--batching request: how long the first request waits for others.")
 @click.option("--api-key", envvar="TFM_EXPORT_API_KEY", default=None,

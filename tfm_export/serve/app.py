@@ -17,7 +17,6 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -130,24 +129,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
 
     app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
 
-    @app.exception_handler(HTTPFailure)
-    async def _failure(request: Request, exc: HTTPFailure) -> JSONResponse:
-        return JSONResponse(exc.body, exc.status, exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return await _failure(request, validation_failure(exc))
-
-    @app.middleware("http")
-    async def _auth_and_count(request: Request, call_next: Any) -> Response:
-        if settings.api_key and request.url.path not in OPEN_PATHS and not _authorized(request, settings.api_key):
-            response: Response = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"},
-                                              401, {"WWW-Authenticate": "Bearer"})
-        else:
-            response = await call_next(request)
-        if request.url.path.startswith("/v1/") and "metrics" in state:
-            state["metrics"].requests.labels(str(response.status_code)).inc()
-        return response
+    _add_error_handling(app, settings, state)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -178,6 +160,29 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         return await _collect(work, live.model, state["metrics"], request)
 
     return app
+
+
+def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+    """JSON errors for our failures and FastAPI's validation, the API key check, request counting."""
+
+    @app.exception_handler(HTTPFailure)
+    async def _failure(request: Request, exc: HTTPFailure) -> JSONResponse:
+        return JSONResponse(exc.body, exc.status, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await _failure(request, validation_failure(exc))
+
+    @app.middleware("http")
+    async def _auth_and_count(request: Request, call_next: Any) -> Response:
+        if settings.api_key and request.url.path not in OPEN_PATHS and not _authorized(request, settings.api_key):
+            response: Response = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"},
+                                              401, {"WWW-Authenticate": "Bearer"})
+        else:
+            response = await call_next(request)
+        if request.url.path.startswith("/v1/") and "metrics" in state:
+            state["metrics"].requests.labels(str(response.status_code)).inc()
+        return response
 
 
 def _authorized(request: Request, key: str) -> bool:
