@@ -155,3 +155,5 @@ def test_container_image(bundled_export, elsewhere):
     no_torch = run([engine, "run", "--rm", "--entrypoint", "python", tag, "-c", "import torch"], cwd=elsewhere,
                    check=False)
     assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
+    keyless = run([engine, "run", "--rm", *mount, tag], cwd=elsewhere, check=False)  # the default command
+    assert keyless.returncode != 0 and "set TFM_EXPORT_API_KEY" in keyless.stderr
