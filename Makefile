@@ -1,4 +1,6 @@
 # Two commands: `make demo` and `make test`. Each creates .venv when missing.
+# .venv gets the `export` extra (PyTorch: the demo exports); `make test` adds the `test` extra. A plain
+# `pip install .` is the runtime-only install (no PyTorch), see README "Deploy".
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,7 +12,7 @@ CONSTRAINTS := -c constraints.txt
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(CONSTRAINTS) -e .
+	$(PIP) install -q $(CONSTRAINTS) -e '.[export]'
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

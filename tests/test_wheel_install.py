@@ -2,17 +2,13 @@
 
 Builds the wheel from this checkout, installs it with its dependencies (pinned by constraints.txt) into a
 new venv under tmp_path, then runs the console script from another folder, so nothing comes from the
-checkout. Takes minutes (torch and onnxruntime are installed afresh).
+checkout. Takes minutes (torch and onnxruntime are installed afresh). The install without PyTorch is
+tests/test_runtime_install.py.
 """
 
 import http.client
-import importlib.util
-import os
 import re
 import subprocess
-import sys
-import time
-import venv
 import zipfile
 from pathlib import Path
 
@@ -20,9 +16,10 @@ import pytest
 
 from tfm_export.resources import BUNDLES, DATA
 
+from install_helpers import ROOT, build_wheel, clean_env, install_wheel, run
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = [line.split("\t") for line in (ROOT / "models/num2words-de/heldout.tsv").read_text().splitlines()]
 
 
@@ -32,42 +29,15 @@ def ort_in_checkout() -> bool:
     return all((ROOT / ort.checkout / name).is_file() for name in ort.files)
 
 
-def clean_env() -> dict[str, str]:
-    """This environment minus what would point Python at the checkout or at the test venv."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-
-
-def run(cmd: list, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Runs cmd in cwd with clean_env(); fails the test with its output."""
-    done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                          timeout=timeout)
-    assert done.returncode == 0, f"{cmd[:3]} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    if importlib.util.find_spec("pip") is None:
-        pytest.skip("cannot build a wheel here: this Python has no pip")
-    out = tmp_path_factory.mktemp("wheel")
-    # With setuptools here already, build without an isolated env: no index needed, and faster.
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", out, ROOT], cwd=out)
-    (path,) = out.glob("tfm_export-*.whl")
-    print(f"\nwheel: {path.name}, {path.stat().st_size / 2**20:.1f} MiB")
-    return path
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")
 def scripts(wheel, tmp_path_factory) -> Path:
-    """The bin folder of a fresh venv with the wheel and its dependencies installed."""
-    env_dir = tmp_path_factory.mktemp("venv")
-    venv.create(env_dir, with_pip=True)
-    bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
-    start = time.perf_counter()
-    run([bin_dir / "python", "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", wheel], cwd=env_dir)
-    print(f"\ninstall into a fresh venv: {time.perf_counter() - start:.0f} s")
-    return bin_dir
+    """The bin folder of a fresh venv with the wheel, its `export` extra (the demo exports) and dependencies."""
+    return install_wheel(wheel, tmp_path_factory.mktemp("venv"), extras="export")
 
 
 @pytest.fixture(scope="module")

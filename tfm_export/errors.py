@@ -69,8 +69,8 @@ class DeviceError(TfmExportError):
 class ValidationError(TfmExportError):
     """ONNX outputs differ from the eager model; `report` holds the per-output rows."""
 
-    def __init__(self, message: str, report: dict | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, report: dict | None = None, options: dict[str, Any] | None = None):
+        super().__init__(message, options)
         self.report = report or {}
 
 

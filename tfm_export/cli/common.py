@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 import logging
 import os
 from typing import Any, Callable
@@ -105,3 +106,24 @@ def ort_thread_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
     return click.option("--threads", type=int, default=None, callback=check_threads,
                         help="Intra-op threads for ONNX Runtime (and PyTorch in bench); default: all cores.")(fn)
+
+
+# What each extra brings that commands import (pyproject.toml's [project.optional-dependencies]).
+EXTRAS = {"export": ("PyTorch", ("torch", "onnx", "onnxscript", "onnx_ir"))}
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of `extra` that cannot be imported here (none in a full install)."""
+    return [m for m in EXTRAS[extra][1] if importlib.util.find_spec(m) is None]
+
+
+def requires_extra(extra: str, command: str) -> None:
+    """A one-line error naming the extra to install when its packages are missing (the runtime-only install).
+
+    Commands call it first, so `tfm-export export x.pt` in a torch-free install says what to install
+    rather than that x.pt is missing or that `import torch` failed.
+    """
+    missing = missing_modules(extra)
+    if missing:
+        raise click.ClickException(f"tfm-export {command} needs {EXTRAS[extra][0]} ({', '.join(missing)} not "
+                                   f"installed): pip install 'tfm-export[{extra}]'")

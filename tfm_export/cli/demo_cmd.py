@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..resources import bundled
-from .common import check_threads, library_errors, main_group
+from .common import check_threads, library_errors, main_group, requires_extra
 from .progress import StageDisplay
 
 BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checkout's models/num2words-de
@@ -29,6 +29,7 @@ BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checko
 @library_errors
 def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threads: int) -> None:
     """Export, validate, translate samples with ONNX Runtime, and compare latency with eager."""
+    requires_extra("export", "demo")
     from ..bench.bench import BenchSettings, format_table, run_benchmark
     from ..demo import compare_samples, format_samples, read_heldout
     from ..model.eager import EagerModel

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import ValidationError
-from .common import library_errors, main_group
+from .common import cli_option, library_errors, main_group, missing_modules, requires_extra
 from .progress import StageDisplay
 
 def import_options(fn):
@@ -65,6 +65,7 @@ OPSETS = click.IntRange(17, 25)
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
+    requires_extra("export", "export")
     from ..export.exporter import ExportOptions, default_out_dir, export_model
     from ..export.validate import format_report
     from ..importers import load_model
@@ -104,19 +105,32 @@ def _echo_detected(checkpoint: Any) -> None:
 @main_group.command("validate")
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--model", "model_path", type=click.Path(path_type=Path),
-              help="The checkpoint the folder was exported from (default: the one named in the manifest, "
-                   "next to the folder).")
+              help="The checkpoint the folder was exported from, to compare with eager (default: the one named "
+                   "in the manifest, when it sits next to the folder and PyTorch is installed).")
 @click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
 @import_options
 @library_errors
 def validate_command(folder: Path, model_path: Path | None, atol: float, **load_opts: Any) -> None:
-    """Check an export FOLDER against the eager model; stores the report in its manifest."""
-    from ..manifest import load_manifest, write_manifest
-    from ..export.validate import format_report, recorded_checkpoint, validate_export
+    """Check an export FOLDER: runtime checks, then against the eager model when its checkpoint is at hand.
+
+    The runtime checks need no PyTorch: the manifest's schema and hashes, each graph against the manifest,
+    greedy decoding of the recorded samples. The eager comparison (the `export` extra) stores its report
+    in the manifest.
+    """
+    from ..manifest import load_manifest
+    from ..runtime.verify import format_verification, verify_export
+
+    if model_path is not None:
+        requires_extra("export", "validate --model")
+    manifest = load_manifest(folder)
+    click.echo(format_verification(verify_export(folder, manifest=manifest)))
+    model_path = model_path or _recorded_checkpoint(folder, manifest)
+    if model_path is None:
+        return
+    from ..manifest import write_manifest
+    from ..export.validate import format_report, validate_export
     from ..importers import load_model
 
-    manifest = load_manifest(folder)
-    model_path = model_path or recorded_checkpoint(folder, manifest)
     model = load_model(model_path, **load_opts).build_model()
     try:
         with StageDisplay() as show, show.stage("validate"):
@@ -128,3 +142,17 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, **load_
     click.echo(format_report(report))
     click.echo(f"{folder}: validation passed")
 
+
+def _recorded_checkpoint(folder: Path, manifest: Any) -> Path | None:
+    """The checkpoint next to FOLDER, or None (saying why only the runtime checks ran)."""
+    if missing_modules("export"):
+        why = "PyTorch is not installed (pip install 'tfm-export[export]', then pass --model MODEL.pt)"
+    else:
+        from ..export.validate import recorded_checkpoint
+
+        try:
+            return recorded_checkpoint(folder, manifest)
+        except ValidationError as exc:
+            why = exc.render(cli_option)
+    click.echo(f"{folder}: runtime checks passed; not compared with the eager model: {why}")
+    return None

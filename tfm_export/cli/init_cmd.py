@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import library_errors, main_group
+from .common import library_errors, main_group, requires_extra
 
 
 @main_group.command("init")
@@ -21,6 +21,7 @@ def init_command(out: Path, preset: str, seed: int, force: bool) -> None:
 
     OUT is written beside itself and renamed into place: a failure leaves no partial file.
     """
+    requires_extra("export", "init")
     from ..model.presets import init_checkpoint
 
     if out.exists() and not force:

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import click
 
-from .common import ort_thread_options, library_errors, main_group, parse_int_list
+from .common import ort_thread_options, library_errors, main_group, parse_int_list, requires_extra
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str
@@ -130,6 +130,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                   repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
                   json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
+    requires_extra("export", "bench")
     from ..bench.bench import BenchSettings, bench_target, format_table, plot, run_benchmark
 
     batches = tuple(parse_int_list(batch, "--batch"))

@@ -1,0 +1,118 @@
+"""runtimes/node as a package another app depends on: `npm pack`, installed into a fresh folder, translates.
+
+The tarball is installed the way runtimes/node/README.md tells an app to (npm registry or npm's cache
+for onnxruntime-node), then imported by name, run through its bin, and type-checked against its
+TypeScript declarations with the TypeScript compiler from runtimes/node's devDependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "runtimes" / "node"
+FIXTURE = json.loads((ROOT / "runtimes" / "fixtures" / "expected.json").read_text(encoding="utf-8"))
+TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
+
+CONSUMER_JS = """
+import { translate, generateIds, openExport } from 'tfm-export-node';
+import { makeTokenizer } from 'tfm-export-node/greedy';
+const [dir, inputs] = [process.argv[2], JSON.parse(process.argv[3])];
+const model = await openExport(dir);
+const ids = await generateIds(model, inputs.map((t) => model.tokenizer.encode(t)));
+console.log(JSON.stringify({ texts: await translate(dir, inputs), ids, tokenizer: typeof makeTokenizer }));
+await model.release();
+"""
+
+# Strict TypeScript against index.d.ts and greedy.d.ts; `BAD` lines must be refused.
+CONSUMER_TS = """
+import { translate, generateIds, openExport, type ExportedModel, type Timings } from 'tfm-export-node';
+import { makeTokenizer, resolveMaxNewTokens } from 'tfm-export-node/greedy';
+const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
+const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
+const timings: Timings = {};
+const rows: number[][] = await generateIds('model_onnx', [[7, 4, 8, 2]], { timings });
+const ids: number[] | undefined = model.tokenizer?.encode(texts[0]);
+const max: number = resolveMaxNewTokens(undefined, model.manifest.config.max_len);
+makeTokenizer(model.manifest.tokenizer);
+console.log(rows, ids, max, timings.stepsMs?.length);
+"""
+BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
+       "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });"]
+
+
+def npm(args: list, cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(["npm", *map(str, args), "--no-audit", "--no-fund", "--loglevel=error"], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **env})
+    assert done.returncode == 0, f"npm {args[0]}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory) -> Path:
+    """A fresh app folder with the packed tarball installed."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("SKIPPED: node/npm not found; install Node.js >= 18 to test the Node package")
+    packed = tmp_path_factory.mktemp("pack")
+    info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
+    assert sorted(f["path"] for f in info["files"]) == sorted(
+        ["README.md", "cli.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "package.json", "translate.mjs"])
+    app = tmp_path_factory.mktemp("app")
+    (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
+    try:
+        npm(["install", "--prefer-offline", packed / info["filename"]], cwd=app, ONNXRUNTIME_NODE_INSTALL="skip")
+    except AssertionError as exc:
+        if "ENOTFOUND" in str(exc) or "EAI_AGAIN" in str(exc):
+            pytest.skip("SKIPPED: the npm registry is not reachable and onnxruntime-node is not in npm's cache")
+        raise
+    assert (app / "node_modules" / "tfm-export-node" / "index.d.ts").is_file()
+    return app
+
+
+def node(args: list, cwd: Path) -> str:
+    done = subprocess.run(["node", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_installed_package_translates_the_bundled_export(app, bundled_export):
+    (app / "consumer.mjs").write_text(CONSUMER_JS)
+    inputs = [case["input"] for case in FIXTURE["cases"]]
+    got = json.loads(node(["consumer.mjs", bundled_export, json.dumps(inputs)], cwd=app))
+    assert got == {"texts": [c["text"] for c in FIXTURE["cases"]], "ids": [c["ids"] for c in FIXTURE["cases"]],
+                   "tokenizer": "function"}
+
+
+def test_the_installed_bin(app, bundled_export):
+    case = FIXTURE["cases"][0]
+    assert node([app / "node_modules" / ".bin" / "tfm-export-node", bundled_export, case["input"]],
+                cwd=app) == case["text"] + "\n"
+
+
+def test_the_declarations_type_check_a_consumer(app):
+    if not TSC.exists():
+        pytest.skip(f"SKIPPED: {TSC} missing; run `npm ci` in runtimes/node (make test does)")
+    flags = ["--noEmit", "--strict", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext"]
+    (app / "consumer.mts").write_text(CONSUMER_TS)
+    done = subprocess.run([TSC, *flags, "consumer.mts"], cwd=app, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    where = CONSUMER_TS.count("\n") + 1  # the line appended below
+    for n, line in enumerate(BAD):  # the declarations are types, not `any`: each wrong call is an error
+        (app / f"bad{n}.mts").write_text(CONSUMER_TS + line + "\n")
+        done = subprocess.run([TSC, *flags, f"bad{n}.mts"], cwd=app, capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and re.search(rf"bad{n}\.mts\({where},\d+\): error TS", done.stdout), line
+
+
+def test_every_export_is_declared():
+    """The names translate.mjs and greedy.mjs export are exactly those their .d.ts files declare."""
+    for module, types in (("translate.mjs", "index.d.ts"), ("greedy.mjs", "greedy.d.ts")):
+        exported = set(re.findall(r"^export (?:async )?(?:function|const) (\w+)", (PACKAGE / module).read_text(), re.M))
+        declared = set(re.findall(r"^export (?:function|const) (\w+)", (PACKAGE / types).read_text(), re.M))
+        assert exported == declared, (module, exported ^ declared)

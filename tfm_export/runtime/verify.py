@@ -1,0 +1,90 @@
+"""Checking an export with the runtime alone: `tfm-export validate FOLDER` without PyTorch. Torch-free.
+
+What can be proven without the eager model: the manifest is schema-valid and every graph file has its
+recorded sha256 (manifest.load_manifest); each graph's inputs, outputs and stamped config match the
+manifest (checks.py, when the sessions open); the export decodes its recorded sample sources (or
+seeded random ids) within max_len; and an export with decoder_static.onnx gives exactly the rows of
+decoder.onnx. Whether the numbers equal the eager model's is what export.validate adds (it needs the
+checkpoint and the `export` extra); the manifest says whether that ran at export time.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..manifest import Manifest, load_manifest
+from .device import RuntimeOptions
+from .exported import ExportedModel, open_export
+
+log = logging.getLogger(__name__)
+
+RANDOM_SOURCES = 8  # decoded when the export records no sample texts
+RANDOM_MAX_LEN = 12  # their longest length (or max_len, when shorter)
+
+
+def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int = 32, seed: int = 0,
+                  manifest: Manifest | None = None) -> dict[str, Any]:
+    """Run the runtime-only checks on `folder`; returns a report, or raises the first failure.
+
+    ManifestError: schema, hashes or a graph that does not match its manifest entry; ValidationError
+    (carrying the report): the static-cache decoder's rows differ from the growing cache's.
+    """
+    folder = Path(folder)
+    manifest = manifest or load_manifest(folder)  # schema and every sha256
+    # cuda_graph=False: decoder.onnx first, the reference for decoder_static.onnx below.
+    runtime = open_export(folder, device, RuntimeOptions(cuda_graph=False), manifest=manifest)
+    sources, origin = _sources(runtime, seed)
+    steps = min(max_new_tokens, manifest.config.max_len)
+    rows = runtime.generate_ids(sources, max_new_tokens=steps)
+    report: dict[str, Any] = {
+        "device": runtime.device.name, "files": sum(len(g.files()) for g in manifest.graphs.values()),
+        "graphs": list(manifest.graphs), "sources": len(sources), "from": origin, "max_new_tokens": steps,
+        "tokens": sum(map(len, rows)), "eager_report": _eager_summary(manifest.validation)}
+    if "decoder_static" in manifest.graphs:
+        static = open_export(folder, device, RuntimeOptions(cuda_graph=True), manifest=manifest)
+        other = static.generate_ids(sources, max_new_tokens=steps)
+        report["static_cache_mismatched_rows"] = [i for i, (a, b) in enumerate(zip(other, rows)) if a != b][:10]
+        if report["static_cache_mismatched_rows"]:
+            raise ValidationError(f"decoder_static.onnx decodes differently from decoder.onnx on rows "
+                                  f"{report['static_cache_mismatched_rows']}; re-run the export", report)
+    log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)
+    return report
+
+
+def _sources(runtime: ExportedModel, seed: int) -> tuple[list[list[int]], str]:
+    """The export's sample texts encoded (what the eager validation decoded too), else seeded random ids."""
+    manifest = runtime.manifest
+    if manifest.samples and manifest.tokenizer:
+        return [runtime.tokenizer.encode(text) for text in manifest.samples], "sample"
+    cfg = manifest.config
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, min(cfg.max_len, RANDOM_MAX_LEN) + 1, RANDOM_SOURCES)
+    # Ids drawn from the vocabulary minus the source padding id (a pad inside a row is not a source).
+    ids = [rng.integers(0, cfg.src_vocab_size - 1, n) for n in lengths]
+    return [[int(t + (t >= cfg.src_pad_id)) for t in row] for row in ids], "random"
+
+
+def _eager_summary(validation: dict[str, Any] | None) -> str:
+    """What the manifest records of the eager comparison made at export time."""
+    if not validation:
+        return "none recorded (exported with --no-validate, or validated elsewhere)"
+    greedy = validation.get("greedy") or {}
+    tokens = "equal" if greedy.get("equal") else f"{greedy.get('token_agreement', 0):.1%} equal"
+    return f"{validation.get('mode', 'parity')} on {validation.get('device', 'cpu')}, greedy tokens {tokens}"
+
+
+def format_verification(report: dict[str, Any]) -> str:
+    """The runtime-only report as lines (the CLI prints it)."""
+    lines = [f"manifest schema, sha256 of {report['files']} files, I/O and config of "
+             f"{', '.join(report['graphs'])} against the manifest: ok",
+             f"greedy decoding on {report['device']}: {report['sources']} {report['from']} sources, "
+             f"{report['tokens']} tokens ({report['max_new_tokens']} new tokens max per source)"]
+    if "static_cache_mismatched_rows" in report:
+        lines.append("decoder_static.onnx: the same rows as decoder.onnx")
+    lines.append(f"eager comparison recorded at export: {report['eager_report']}")
+    return "\n".join(lines)
