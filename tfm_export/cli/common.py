@@ -109,7 +109,7 @@ def ort_thread_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # What each extra brings that commands import (pyproject.toml's [project.optional-dependencies]).
-EXTRAS = {"export": ("PyTorch", ("torch", "onnx", "onnxscript", "onnx_ir"))}
+EXTRAS = {"export": ("PyTorch", ("torch", "onnx", "onnxscript", "onnx_ir")), "ray": ("Ray Serve", ("ray",))}
 
 
 def missing_modules(extra: str) -> list[str]:

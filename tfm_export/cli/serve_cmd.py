@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import library_errors, main_group, ort_thread_options
+from .common import requires_extra, library_errors, main_group, ort_thread_options
 
 
 # The server's limits as data: flag, default, help (each a positive integer).
@@ -73,11 +73,9 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
 
 
 def _run_ray(settings, replicas: int, host: str, port: int) -> None:  # noqa: ANN001 (ServeSettings)
-    try:
-        from ..serve import ray_app
-    except ImportError as exc:
-        raise click.ClickException(f"--ray needs Ray Serve ({exc.name} is missing); "
-                                   f"pip install 'tfm-export[ray]'") from None
+    requires_extra("ray", "serve --ray")
+    from ..serve import ray_app
+
     ray_app.run(settings, replicas, host, port)
     click.echo(f"serving {settings.folder} on Ray Serve at http://{host}:{port}/ with {replicas} replica(s) "
                f"(Ctrl+C stops)", err=True)
