@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads of the server")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--plot", type=Path, default=None, help="p50/p99 latency vs offered load, a PNG (matplotlib)")
     args = parser.parse_args()
     pool = sources(args.folder, 200, args.seed)
     rows = []
@@ -136,6 +137,32 @@ def main() -> None:
             proc.wait(60)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.plot:
+        plot(rows, args.plot, args.folder.name)
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Latency (p50 solid, p99 dashed) and throughput against the offered rate, one colour per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (lat, thr) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        mine = [r for r in rows if r["mode"] == mode]
+        rates = [r["rate"] for r in mine]
+        line, = lat.plot(rates, [r["p50_s"] for r in mine], marker="o", label=f"{mode} p50")
+        lat.plot(rates, [r["p99_s"] for r in mine], marker="x", linestyle="--", color=line.get_color(),
+                 label=f"{mode} p99")
+        thr.plot(rates, [r["tokens_per_s"] for r in mine], marker="o", color=line.get_color(), label=mode)
+    lat.set(xlabel="offered load (requests/s)", ylabel="latency (s)", yscale="log", title=f"{title}: latency")
+    thr.set(xlabel="offered load (requests/s)", ylabel="tokens/s", title=f"{title}: throughput")
+    lat.legend(fontsize=7)
+    thr.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
