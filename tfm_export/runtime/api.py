@@ -75,7 +75,7 @@ class GenerateMixin:
         config = self.generation_config(config, num_return_sequences=1, **options)
         ids = self.tokenizer.encode(source) if isinstance(source, str) else list(source)
         pieces = _ids_stream(self, ids, config)
-        yield from (_text_pieces(self.tokenizer, pieces) if isinstance(source, str) else pieces)
+        yield from (text_pieces(self.tokenizer, pieces) if isinstance(source, str) else pieces)
 
 
 def _ids_stream(model: GenerateMixin, ids: list[int], config: GenerationConfig) -> Iterator[int]:
@@ -93,7 +93,7 @@ def _ids_stream(model: GenerateMixin, ids: list[int], config: GenerationConfig) 
         yield from strategy.results()[0][0].ids
 
 
-def _text_pieces(tokenizer: Any, ids: Iterator[int]) -> Iterator[str]:
+def text_pieces(tokenizer: Any, ids: Iterator[int]) -> Iterator[str]:
     """Text pieces from growing ids: each yield is what decoding all ids so far adds to the text so
     far (held back while a piece would change earlier text, e.g. in the middle of a multi-byte token)."""
     seen, shown = [], ""

@@ -37,11 +37,9 @@ class GenerationConfig:
     forced_eos: bool = False  # the last allowed token is EOS (transformers' forced_eos_token_id)
 
     def __post_init__(self) -> None:
-        for check in _CHECKS:
-            message = check(self)
-            if message:
-                key = message.split("}", 1)[0].lstrip("{")
-                raise InputError(message, options={key: getattr(self, key)})
+        for key, ok, requirement in CHECKS:
+            if not ok(self):
+                raise InputError(f"{{{key}}} {requirement}", options={key: getattr(self, key)})
 
     def replace(self, **changes: Any) -> "GenerationConfig":
         """A copy with `changes` (None values keep the current setting)."""
@@ -72,35 +70,36 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# Each check returns the error message ("{field} ..." names the option as data) or "".
-_CHECKS = (
-    lambda c: "" if c.max_new_tokens is None or (_is_int(c.max_new_tokens) and c.max_new_tokens >= 1) else
-    f"{{max_new_tokens}} must be at least 1, got {c.max_new_tokens!r}",
-    lambda c: "" if _is_int(c.num_beams) and c.num_beams >= 1 else
-    f"{{num_beams}} must be an integer of at least 1, got {c.num_beams!r}",
-    lambda c: "" if _is_number(c.length_penalty) else f"{{length_penalty}} must be a number, got {c.length_penalty!r}",
-    lambda c: "" if isinstance(c.early_stopping, bool) or c.early_stopping == "never" else
-    f"{{early_stopping}} must be true, false or \"never\", got {c.early_stopping!r}",
-    lambda c: "" if _is_int(c.num_return_sequences) and c.num_return_sequences >= 1 else
-    f"{{num_return_sequences}} must be at least 1, got {c.num_return_sequences!r}",
-    lambda c: "" if c.do_sample or c.num_return_sequences <= c.num_beams else
-    f"{{num_return_sequences}} ({c.num_return_sequences}) cannot exceed num_beams ({c.num_beams}); "
-    f"raise num_beams or return fewer hypotheses",
-    lambda c: "" if not (c.do_sample and c.num_beams > 1) else
-    "{do_sample} with num_beams > 1 (beam sampling) is not supported; sample with num_beams 1",
-    lambda c: "" if _is_number(c.temperature) and c.temperature > 0 else
-    f"{{temperature}} must be greater than 0, got {c.temperature!r}",
-    lambda c: "" if _is_int(c.top_k) and c.top_k >= 0 else f"{{top_k}} must be 0 (off) or more, got {c.top_k!r}",
-    lambda c: "" if _is_number(c.top_p) and 0 < c.top_p <= 1 else
-    f"{{top_p}} must be in (0, 1], got {c.top_p!r}",
-    lambda c: "" if _is_int(c.seed) and 0 <= c.seed < 2**64 else
-    f"{{seed}} must be an integer in [0, 2**64), got {c.seed!r}",
-    lambda c: "" if _is_int(c.min_new_tokens) and c.min_new_tokens >= 0 else
-    f"{{min_new_tokens}} must be 0 or more, got {c.min_new_tokens!r}",
-    lambda c: "" if _is_number(c.repetition_penalty) and c.repetition_penalty > 0 else
-    f"{{repetition_penalty}} must be greater than 0, got {c.repetition_penalty!r}",
-    lambda c: "" if _is_int(c.no_repeat_ngram_size) and c.no_repeat_ngram_size >= 0 else
-    f"{{no_repeat_ngram_size}} must be 0 (off) or more, got {c.no_repeat_ngram_size!r}",
+def _int_at_least(low: int):
+    return lambda value: _is_int(value) and value >= low
+
+
+def _number_above(low: float):
+    return lambda value: _is_number(value) and value > low
+
+
+# (field, test of the config, what the field must be): the message names the field as data (the CLI
+# renders `--top-p 1.5`, the API `options["top_p"]=1.5`).
+CHECKS = (
+    ("max_new_tokens", lambda c: c.max_new_tokens is None or _int_at_least(1)(c.max_new_tokens), "must be at least 1"),
+    ("num_beams", lambda c: _int_at_least(1)(c.num_beams), "must be an integer of at least 1"),
+    ("length_penalty", lambda c: _is_number(c.length_penalty), "must be a number"),
+    ("early_stopping", lambda c: isinstance(c.early_stopping, bool) or c.early_stopping == "never",
+     'must be true, false or "never"'),
+    ("num_return_sequences", lambda c: _int_at_least(1)(c.num_return_sequences), "must be at least 1"),
+    ("num_return_sequences", lambda c: c.do_sample or c.num_return_sequences <= c.num_beams,
+     "cannot exceed the number of beams; raise num_beams or return fewer hypotheses"),
+    ("do_sample", lambda c: not (c.do_sample and c.num_beams > 1),
+     "with num_beams > 1 (beam sampling) is not supported; sample with num_beams 1"),
+    ("temperature", lambda c: _number_above(0)(c.temperature), "must be greater than 0"),
+    ("top_k", lambda c: _int_at_least(0)(c.top_k), "must be 0 (off) or more"),
+    ("top_p", lambda c: _number_above(0)(c.top_p) and c.top_p <= 1, "must be in (0, 1]"),
+    ("seed", lambda c: _int_at_least(0)(c.seed) and c.seed < 2**64, "must be an integer in [0, 2**64)"),
+    ("min_new_tokens", lambda c: _int_at_least(0)(c.min_new_tokens), "must be 0 or more"),
+    ("repetition_penalty", lambda c: _number_above(0)(c.repetition_penalty), "must be greater than 0"),
+    ("no_repeat_ngram_size", lambda c: _int_at_least(0)(c.no_repeat_ngram_size), "must be 0 (off) or more"),
+    ("forced_eos", lambda c: isinstance(c.forced_eos, bool), "must be true or false"),
+    ("do_sample", lambda c: isinstance(c.do_sample, bool), "must be true or false"),
 )
 
 
