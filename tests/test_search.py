@@ -153,7 +153,7 @@ def test_stream_text_pieces_on_the_bundled_model(bundled_export):
     (dict(num_beams=2, num_return_sequences=3), "cannot exceed the number of beams"),
     (dict(temperature=0), "temperature.*greater than 0"), (dict(early_stopping="soon"), "true, false or"),
     (dict(do_sample=True, num_beams=2), "beam sampling"), (dict(top_k=-1), "top_k"),
-    (dict(max_new_tokens=0), "max_new_tokens"), (dict(repetition_penalty=0), "repetition_penalty")])
+    (dict(repetition_penalty=0), "repetition_penalty"), (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size")])
 def test_bad_options_are_one_line_input_errors(settings, message):
     with pytest.raises(InputError, match=message) as info:
         GenerationConfig(**settings)

@@ -19,7 +19,8 @@ from ..errors import InputError
 class GenerationConfig:
     """How to pick each next token; validated on construction (one-line InputErrors)."""
 
-    max_new_tokens: int | None = None  # most tokens per row, EOS included; None: fill the model's max_len
+    # Most tokens per row, EOS included; None: fill the model's max_len (checked against it when decoding).
+    max_new_tokens: int | None = None
     num_beams: int = 1  # 1: greedy (or sampling); >1: beam search
     length_penalty: float = 1.0  # finished beams are ranked by sum(log p) / length ** length_penalty
     # When a beam search stops: True as soon as num_beams hypotheses are finished; False when the best
@@ -81,7 +82,6 @@ def _number_above(low: float):
 # (field, test of the config, what the field must be): the message names the field as data (the CLI
 # renders `--top-p 1.5`, the API `options["top_p"]=1.5`).
 CHECKS = (
-    ("max_new_tokens", lambda c: c.max_new_tokens is None or _int_at_least(1)(c.max_new_tokens), "must be at least 1"),
     ("num_beams", lambda c: _int_at_least(1)(c.num_beams), "must be an integer of at least 1"),
     ("length_penalty", lambda c: _is_number(c.length_penalty), "must be a number"),
     ("early_stopping", lambda c: isinstance(c.early_stopping, bool) or c.early_stopping == "never",
