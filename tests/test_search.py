@@ -105,13 +105,13 @@ def test_warpers_keep_what_transformers_keeps():
     from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
     scores = torch.randn(1, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    for top_k, top_p in ((5, 1.0), (0, 0.8), (10, 0.5), (0, 0.05)):
+    for keep_k, keep_p in ((5, 1.0), (0, 0.8), (10, 0.5), (0, 0.05)):
         theirs = scores / 0.7
-        if top_k:
-            theirs = TopKLogitsWarper(top_k)(None, theirs)
-        if top_p < 1:
-            theirs = TopPLogitsWarper(top_p)(None, theirs)
-        ours = warp(scores[0].numpy(), 0.7, top_k, top_p)
+        if keep_k:
+            theirs = TopKLogitsWarper(keep_k)(None, theirs)
+        if keep_p < 1:
+            theirs = TopPLogitsWarper(keep_p)(None, theirs)
+        ours = warp(scores[0].numpy(), 0.7, keep_k, keep_p)
         assert np.array_equal(np.isfinite(ours), torch.isfinite(theirs[0]).numpy())
 
 
@@ -295,3 +295,21 @@ def test_ort_beam_search_equals_transformers_on_an_export(marian_models, tmp_pat
     settings = dict(num_beams=4, num_return_sequences=3, length_penalty=0.8)
     same(runtime.generate(sources, max_new_tokens=HF_STEPS, forced_eos=True, **settings),
          hf_generate(hf, src, mask, **settings))
+
+
+def test_marian_generation_config_becomes_the_default_decoding(tmp_path):
+    pytest.importorskip("transformers")
+    from marian_fixtures import marian, save
+    from tfm_export.importers.marian import import_marian
+
+    hf = marian(seed=4)
+    hf.generation_config.num_beams, hf.generation_config.length_penalty = 4, 0.7
+    ckpt = import_marian(save(hf, tmp_path / "hf"))
+    assert ckpt.meta["generation_defaults"] == {"num_beams": 4, "length_penalty": 0.7}
+    export_model(ckpt, tmp_path / "out", ExportOptions(validate=False))
+    runtime = open_export(tmp_path / "out", device="cpu")
+    assert runtime.manifest.generation == {"num_beams": 4, "length_penalty": 0.7}
+    sources = [[5, 9, 13, 0], [7, 0]]
+    assert runtime.generate_ids(sources, 8) == [r[0].ids for r in runtime.generate(
+        sources, GenerationConfig(num_beams=4, length_penalty=0.7, max_new_tokens=8))]
+    assert runtime.generate_ids(sources, 8, num_beams=1) == EagerModel(ckpt.build_model()).generate_ids(sources, 8)

@@ -24,14 +24,14 @@ from .checks import check_sessions
 from .cache import GrowingCache
 from .api import GenerateMixin
 from .decoding import DecodeTimings, DecoderCache, greedy_loop, source_batch
-from .generation import GenerationConfig, Hypothesis
+from .generation import GenerationConfig
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import open_static
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DecodeTimings", "ExportedModel", "GenerationConfig", "Hypothesis", "open_export", "uses_static_decoder"]
+__all__ = ["DecodeTimings", "ExportedModel", "open_export", "uses_static_decoder"]
 
 
 class ExportedModel(GenerateMixin):

@@ -29,7 +29,7 @@ def repetition_penalty(scores: np.ndarray, history: np.ndarray, penalty: float) 
 
 def banned_ngram_tokens(row: list[int], n: int) -> list[int]:
     """Tokens that would complete an n-gram already in `row` (which ends with the current n-1 tokens)."""
-    if len(row) + 1 < n:
+    if len(row) < n:
         return []
     prefix = tuple(row[len(row) - n + 1:])
     return [row[i + n - 1] for i in range(len(row) - n + 1) if tuple(row[i:i + n - 1]) == prefix]
