@@ -18,6 +18,12 @@ Per source b, `num_beams` K running beams; each step, for decoder row (b, k):
    every candidate of the step finished.
 The result per source is its slots, best first. Cache rows follow their beams: `advance` returns
 for each next decoder row the row it continues (`beam_idx`), which the caller gathers on the device.
+
+Scores are float64 throughout (transformers uses float32: only exact near-ties can differ, the tests
+show equal tokens and scores within 1e-4). A port (runtimes/) computing log_softmax with a plain
+sequential sum may differ from numpy's pairwise sum in the last bits, likewise only on near-ties.
+Banned ids (the model's suppress_ids) are masked before log_softmax, so they are left out of the
+normalisation; transformers bans them after it (equal only when the banned ids' probability is ~0).
 """
 
 from __future__ import annotations
