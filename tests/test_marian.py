@@ -144,8 +144,10 @@ def test_generation_settings(tmp_path, caplog):
         ckpt = import_marian(tmp_path)
     assert ckpt.config.suppress_ids == (5, 6, 7)
     ignored = ckpt.meta["generation"]["not_reproduced"]
-    assert set(ignored) == {"no_repeat_ngram_size", "bad_words_ids (phrases)"}
-    assert "no_repeat_ngram_size=3 is not reproduced" in caplog.text
+    assert set(ignored) == {"bad_words_ids (phrases)"}
+    assert "bad_words_ids (phrases)=[[8, 9]] is not reproduced" in caplog.text
+    # no_repeat_ngram_size is reproduced (runtime.processors): it becomes the export's default decoding.
+    assert ckpt.meta["generation_defaults"] == {"no_repeat_ngram_size": 3}
     neutral = {"min_new_tokens": None, "repetition_penalty": 1.0, "min_length": 1, "num_beams": 4}
     assert _generation_report(neutral) == {"not_reproduced": {}, "num_beams": 4, "max_length": None}
     # Without the settings we do not reproduce, the static bans give transformers' tokens.

@@ -132,6 +132,9 @@ class Manifest:
     source: dict[str, Any] = field(default_factory=dict)  # checkpoint file name, layout, options
     created_by: dict[str, str | None] = field(default_factory=dict)  # package versions
     validation: dict[str, Any] | None = None  # export.validate's report
+    # Default decoding settings (runtime.generation.GenerationConfig fields, e.g. a Marian folder's
+    # num_beams); None: greedy. Absent from exports made before it (the schema allows both).
+    generation: dict[str, Any] | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -150,14 +153,16 @@ class Manifest:
         return {"format": FORMAT, "created_by": dict(self.created_by), "config": self.config.to_dict(),
                 "special_ids": self.special_ids, "tokenizer": self.tokenizer, "samples": self.samples,
                 "source": dict(self.source), "variant": self.variant.to_dict(),
-                "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation}
+                "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation,
+                "generation": self.generation}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
         return cls(TransformerConfig.from_dict(data["config"]),
                    {name: GraphEntry.from_dict(name, g) for name, g in data["graphs"].items()},
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
-                   dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"))
+                   dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
+                   data.get("generation"))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

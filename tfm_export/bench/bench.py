@@ -27,7 +27,8 @@ from ..runtime import DecodeTimings, RuntimeOptions, open_export
 
 class Runner(Protocol):
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]: ...
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None, *,
+                     num_beams: int = 1) -> list[list[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class BenchSettings:
     threads: int | None = None  # intra-op threads for torch and ORT (None: library defaults)
     spin_wait: bool = True  # ORT's idle intra-op threads spin (RuntimeOptions.spin_wait); off on busy machines
     seed: int = 0  # source ids
+    # Beam search with this many beams (1: greedy). Rows are named e.g. ort-beam4; every beam runs
+    # new_tokens steps (EOS banned until the last), so per-token times compare across backends.
+    num_beams: int = 1
 
 
 @dataclass
@@ -75,8 +79,8 @@ def _ort(ctx: BenchContext, device: str) -> Runner | None:
 
 def _ort_cuda_graph(ctx: BenchContext, device: str) -> Runner | None:
     """ORT replaying CUDA graphs of the static-cache decoder: CUDA and a --cuda-graph export only."""
-    if ctx.export_dir is None or not device.startswith("cuda"):
-        return None
+    if ctx.export_dir is None or not device.startswith("cuda") or ctx.settings.num_beams > 1:
+        return None  # beam search runs on the growing cache
     if "decoder_static" not in _manifest(ctx.export_dir).graphs:
         return None
     options = RuntimeOptions(intra_op_threads=ctx.settings.threads, cuda_graph=True)
@@ -181,17 +185,25 @@ def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]
             continue
         sources = _sources(runner, batch, s)
         for _ in range(s.warmup):
-            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False)
-        runners[name] = (runner, sources, _rss_mb() - before)
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, num_beams=s.num_beams)
+        runners[_row_name(name, s)] = (runner, sources, _rss_mb() - before)
     timings: dict[str, list[DecodeTimings]] = {name: [] for name in runners}
     for i in range(s.repeat):
         for name, (runner, sources, _) in runners.items():
             t = DecodeTimings()
-            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t)
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t, num_beams=s.num_beams)
             timings[name].append(t)
         if ctx.progress:
             ctx.progress(f"{device} b{batch}: repeat {i + 1}/{s.repeat} ({len(runners)} backends)")
     return [_row(name, device, batch, s, timings[name], mem) for name, (_, _, mem) in runners.items()]
+
+
+def _row_name(backend: str, s: BenchSettings) -> str:
+    """`ort` -> `ort-beam4` with beams (`ort:peer` -> `ort-beam4:peer`)."""
+    if s.num_beams == 1:
+        return backend
+    kind, colon, peer = backend.partition(":")
+    return f"{kind}-beam{s.num_beams}{colon}{peer}"
 
 
 def _sources(runner: Any, batch: int, s: BenchSettings) -> list[list[int]]:
@@ -224,7 +236,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 def _add_speedups(rows: list[dict[str, Any]]) -> None:
     """speedup_vs_eager = eager per-token p50 / this backend's, within the same device and batch."""
-    eager = {(r["device"], r["batch"]): r["per_token_ms_p50"] for r in rows if r["backend"] == "eager"}
+    eager = {(r["device"], r["batch"]): r["per_token_ms_p50"] for r in rows if r["backend"].split("-beam")[0] == "eager"}
     for r in rows:
         base = eager.get((r["device"], r["batch"]))
         ok = base and r["per_token_ms_p50"] > 0

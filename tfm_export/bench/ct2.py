@@ -121,24 +121,26 @@ class CT2Runner:
                                                  compute_type=compute_type, inter_threads=1,
                                                  intra_threads=threads or 0)
 
-    def _run(self, tokens: list[list[str]], steps: int, fixed: bool = True) -> list[list[int]]:
-        results = self.translator.translate_batch(tokens, beam_size=1, max_decoding_length=steps,
+    def _run(self, tokens: list[list[str]], steps: int, fixed: bool = True, beams: int = 1) -> list[list[int]]:
+        results = self.translator.translate_batch(tokens, beam_size=beams, max_decoding_length=steps,
                                                   min_decoding_length=steps if fixed else 0)
         index = {t: i for i, t in enumerate(self.vocab)}
         return [[index[t] for t in r.hypotheses[0]] for r in results]
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
-        """Greedy decoding; with `stop_at_eos=False` every row is `max_new_tokens` long (EOS banned)."""
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None, *,
+                     num_beams: int = 1) -> list[list[int]]:
+        """Greedy (or `num_beams` beam) decoding; with `stop_at_eos=False` every row is `max_new_tokens`
+        long (EOS banned)."""
         steps = max_new_tokens or self.config.max_len
         tokens = [[self.vocab[i] for i in src] for src in sources]
         if stop_at_eos and timings is None:
-            return self._run(tokens, steps, fixed=False)
+            return self._run(tokens, steps, fixed=False, beams=num_beams)
         start = time.perf_counter()
-        self._run(tokens, 1)
+        self._run(tokens, 1, beams=num_beams)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        rows = self._run(tokens, steps)
+        rows = self._run(tokens, steps, beams=num_beams)
         total = time.perf_counter() - start
         if timings is not None:
             per_token = max(0.0, total - first) / max(1, steps - 1)

@@ -50,8 +50,9 @@ CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id":
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
              "config": "--config CONFIG.json", "model": "--model MODEL.pt",
-             "trust_pickle": "--trust-pickle"}
-CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after"}
+             "trust_pickle": "--trust-pickle", "num_return_sequences": "--n-best N", "do_sample": "--sample"}
+CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after",
+              ("do_sample", True): "--sample"}
 
 
 def cli_option(key: str, value: Any = None) -> str:

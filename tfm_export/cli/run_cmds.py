@@ -1,4 +1,4 @@
-"""`tfm-export generate` (greedy decoding on ONNX Runtime) and `tfm-export bench`."""
+"""`tfm-export generate` (greedy, beam search or sampling on ONNX Runtime) and `tfm-export bench`."""
 
 from __future__ import annotations
 
@@ -48,6 +48,36 @@ def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
     return [s if s[-len(suffix):] == suffix else s + suffix for s in sources]
 
 
+def decoding_options(fn: Any) -> Any:
+    """The decoding flags of `generate` (runtime.generation.GenerationConfig; unset: the export's defaults)."""
+    flags = [
+        click.option("--num-beams", type=int, default=None, help="Beam search with this many beams (1: greedy)."),
+        click.option("--n-best", "num_return_sequences", type=int, default=None,
+                     help="Hypotheses per source, best first (at most --num-beams; with --sample, samples)."),
+        click.option("--length-penalty", type=float, default=None,
+                     help="Beam scores are sum(log p) / length ** this (transformers' length_penalty; default 1)."),
+        click.option("--early-stopping", type=click.Choice(["true", "false", "never"]), default=None,
+                     help="When beam search stops (transformers' early_stopping; default false)."),
+        click.option("--sample/--no-sample", "do_sample", default=None, help="Sample tokens instead of the best one."),
+        click.option("--temperature", type=float, default=None, help="Sampling temperature (default 1)."),
+        click.option("--top-k", type=int, default=None, help="Sample among the k most likely tokens (0: all)."),
+        click.option("--top-p", type=float, default=None, help="Nucleus sampling: keep probability mass top_p."),
+        click.option("--seed", type=int, default=None, help="Sampling seed: the same seed gives the same tokens."),
+        click.option("--min-new-tokens", type=int, default=None, help="Ban EOS until this many tokens."),
+        click.option("--repetition-penalty", type=float, default=None, help="Penalise tokens already generated."),
+        click.option("--no-repeat-ngram-size", type=int, default=None, help="Never repeat an n-gram of this size."),
+    ]
+    for flag in reversed(flags):
+        fn = flag(fn)
+    return fn
+
+
+def _generation_options(options: dict[str, Any], max_new_tokens: int | None) -> dict[str, Any]:
+    """Click's values -> GenerationConfig fields (None: keep the export's default)."""
+    stopping = {"true": True, "false": False, "never": "never", None: None}[options.pop("early_stopping")]
+    return {**options, "early_stopping": stopping, "max_new_tokens": max_new_tokens}
+
+
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -72,38 +102,92 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--cuda-graph/--no-cuda-graph", default=None,
               help="Replay decoder steps as CUDA graphs (needs an export made with --cuda-graph; on CPU the "
                    "same loop runs uncaptured). Default: on when the device is CUDA and the export has one.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per source: ids (and text).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per source: ids (and text), score (beam search, sampling, processors); with "
+                   "--n-best, every hypothesis under `hypotheses`.")
+@click.option("--stream", is_flag=True,
+              help="Print each source's output as it is decoded (greedy and sampling; beam search prints "
+                   "when done), one source at a time.")
+@decoding_options
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
-                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool) -> None:
-    """Greedy decoding with the export in FOLDER on ONNX Runtime."""
+                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool,
+                     **decoding: Any) -> None:
+    """Decode with the export in FOLDER on ONNX Runtime (greedy unless the export or flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
     kind, sources = _sources(text, ids, input_file, input_format)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
+    config = model.generation_config(**_generation_options(decoding, max_new_tokens))
     has_tokenizer = bool(model.manifest.tokenizer)
     if kind == "text":
         encoded = [model.tokenizer.encode(s) for s in sources]
     else:
         encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
+    tokenizer = model.tokenizer if has_tokenizer else None
+    if stream:
+        for src, ids_ in zip(sources, encoded):
+            _stream(model, src, ids_, tokenizer, config)
+        return
     with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
                            hidden=input_file is None) as bar:
         for chunk, chunk_src in zip(_batches(encoded, batch_size), _batches(sources, batch_size)):
-            for src, out in zip(chunk_src, model.generate_ids(chunk, max_new_tokens)):
-                click.echo(_format(src, out, model.tokenizer if has_tokenizer else None, as_json))
+            for src, hyps in zip(chunk_src, _decode(model, chunk, config)):
+                click.echo(_format(src, hyps, tokenizer, as_json))
             bar.update(len(chunk))
 
 
-def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
-    record: dict[str, Any] = {"source": source, "ids": ids}
+def _decode(model: Any, sources: list[list[int]], config: Any) -> list[list[Any]]:
+    """Hypotheses per source; plain greedy keeps the fast loop (CUDA graphs), which gives ids without scores."""
+    if config.is_greedy:
+        from ..runtime.generation import Hypothesis
+
+        return [[Hypothesis(ids, float("nan"))] for ids in model.generate_ids(sources, config=config)]
+    return model.generate(sources, config)
+
+
+def _stream(model: Any, source: Any, ids: list[int], tokenizer: Any, config: Any) -> None:
+    """One source: its source text, a tab, then the output as it comes."""
+    click.echo(f"{_shown(source)}\t", nl=False)
+    pieces = model.stream(ids, config)
+    if tokenizer is None:
+        for token in pieces:
+            click.echo(f"{token} ", nl=False)
+    else:
+        from ..runtime.api import text_pieces
+
+        for piece in text_pieces(tokenizer, pieces):
+            click.echo(piece, nl=False)
+    click.echo("")
+
+
+def _shown(source: Any) -> str:
+    return source if isinstance(source, str) else " ".join(map(str, source))
+
+
+def _record(ids: list[int], score: float, tokenizer: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {"ids": ids}
+    if score == score:  # NaN: plain greedy, no score
+        record["score"] = round(score, 6)
     if tokenizer is not None:
         record["text"] = tokenizer.decode(ids)
+    return record
+
+
+def _format(source: Any, hyps: list[Any], tokenizer: Any, as_json: bool) -> str:
+    """The best hypothesis as before (source, ids, text, score), plus `hypotheses` with --n-best."""
+    records = [_record(h.ids, h.score, tokenizer) for h in hyps]
     if as_json:
+        record = {"source": source, **records[0]}
+        if len(records) > 1:
+            record["hypotheses"] = records
         return json.dumps(record, ensure_ascii=False)
-    shown = record.get("text", " ".join(map(str, ids)))
-    return f"{source if isinstance(source, str) else ' '.join(map(str, source))}\t{shown}"
+    shown = [r.get("text", " ".join(map(str, r["ids"]))) for r in records]
+    if len(records) == 1:
+        return f"{_shown(source)}\t{shown[0]}"
+    return "\n".join(f"{_shown(source)}\t{s}\t{r['score']:.4f}" for s, r in zip(shown, records))
 
 
 @main_group.command("bench")
@@ -123,12 +207,14 @@ def _format(source: Any, ids: list[int], tokenizer: Any, as_json: bool) -> str:
 @click.option("--also", "peers", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Another export folder of the same model (e.g. --optimize or int8), measured as an extra "
                    "'ort:<folder>' row in the same run; repeatable.")
+@click.option("--num-beams", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measure beam search with this many beams (rows ort-beamN, eager-beamN, ctranslate2-beamN).")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a bar chart (PNG).")
 @library_errors
 def bench_command(target: Path, model_path: Path | None, device: str, batch: str, src_len: int, new_tokens: int,
                   repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
-                  json_file: Path | None, plot_file: Path | None) -> None:
+                  num_beams: int, json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
     requires_extra("export", "bench")
     from ..bench.bench import BenchSettings, bench_target, format_table, plot, run_benchmark
@@ -139,7 +225,7 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
                              batches=batches, src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
-                             spin_wait=spin)
+                             spin_wait=spin, num_beams=num_beams)
     checkpoint, export_dir = bench_target(target, model_path)
     if checkpoint is None:
         click.echo("no checkpoint given (--model): ORT rows only", err=True)

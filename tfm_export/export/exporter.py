@@ -140,7 +140,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     return Manifest(config=model.config, graphs=graphs, variant=variant_of(options, transforms),
                     tokenizer=_copy_tokenizer_files(checkpoint, folder), samples=checkpoint.samples,
                     source={"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
-                    created_by=_versions())
+                    created_by=_versions(), generation=checkpoint.meta.get("generation_defaults") or None)
 
 
 def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:

@@ -8,7 +8,9 @@ decoder start (`bos_id`), and a banned pad id (`suppress_ids`, from `bad_words_i
 Greedy decoding of the result equals transformers' `generate(num_beams=1, do_sample=False,
 max_new_tokens=N)` token for token, with one documented difference: transformers forces EOS as
 the N-th token (`forced_eos_token_id`), so its first N-1 tokens are ours with `max_new_tokens=N-1`.
-Generation settings that we do not reproduce are logged and listed in `meta["generation"]`.
+Generation settings that we do not reproduce are logged and listed in `meta["generation"]`; those we
+do (num_beams, length_penalty, sampling, ...) become the export's default decoding
+(`meta["generation_defaults"]` -> the manifest's `generation` section, runtime.generation).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, TfmExportError
 from ..model.checkpoint import Checkpoint, read_file
 from ..model.transformer import sinusoidal_table
 from .base import run
@@ -53,10 +55,16 @@ TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 # Generation settings that would change greedy tokens but are not part of our decoding:
 # name -> the value at which they do nothing.
 UNSUPPORTED_GENERATION = {
-    "min_new_tokens": 0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None, "begin_suppress_tokens": None,
-    "sequence_bias": None, "exponential_decay_length_penalty": None,
+    "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None,
+    "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
 }
+# Settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces
+# (same names); they become the export's default decoding. forced_eos_token_id is left out: our
+# max_new_tokens counts the tokens before EOS (see the module docstring), pass forced_eos=True for
+# transformers' cut. Sampling settings count only when do_sample is set.
+GENERATION_DEFAULTS = ("num_beams", "length_penalty", "early_stopping", "num_return_sequences", "min_new_tokens",
+                       "repetition_penalty", "no_repeat_ngram_size")
+SAMPLING_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}  # transformers' defaults
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,7 @@ class MarianImporter:
                              config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
                              "shared": config.share_embeddings, "tied": config.tie_output},
                 "generation": _generation_report(generation),
+                "generation_defaults": generation_defaults(generation),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
 
@@ -231,6 +240,22 @@ def _generation_report(generation: dict[str, Any]) -> dict[str, Any]:
                     name, value)
     return {"not_reproduced": ignored, "num_beams": generation.get("num_beams", 1),
             "max_length": generation.get("max_length")}
+
+
+def generation_defaults(generation: dict[str, Any]) -> dict[str, Any]:
+    """The reproduced settings that generation_config.json sets (None values: transformers' defaults)."""
+    from ..runtime.generation import GenerationConfig
+
+    defaults = {k: generation[k] for k in GENERATION_DEFAULTS if generation.get(k) is not None}
+    if generation.get("do_sample"):
+        defaults.update({k: generation[k] if generation.get(k) is not None else v
+                         for k, v in SAMPLING_DEFAULTS.items()})
+    try:
+        GenerationConfig.from_dict(defaults)
+    except TfmExportError as exc:
+        log.warning("generation_config.json is not used as the default decoding: %s", exc)
+        return {}
+    return defaults
 
 
 def _tokenizer(path: Path, config: TransformerConfig) -> dict[str, Any] | None:

@@ -10,12 +10,13 @@ from typing import Any, Sequence
 import torch
 
 from .checkpoint import Checkpoint
-from ..runtime.decoding import source_batch
+from ..runtime.api import GenerateMixin
+from ..runtime.decoding import DecodeTimings, greedy_loop, source_batch
 from ..runtime.device import device_kind
+from ..runtime.generation import GenerationConfig
 from ..errors import DeviceError
-from .generate import greedy_decode
+from .generate import EagerCache
 from .transformer import Transformer
-from ..runtime.decoding import DecodeTimings
 
 
 def torch_device(spec: str) -> torch.device:
@@ -28,15 +29,18 @@ def torch_device(spec: str) -> torch.device:
     return torch.device("cpu") if kind[0] == "cpu" else torch.device("cuda", kind[1])
 
 
-class EagerModel:
-    """`generate_ids` / `translate` like tfm_export.runtime.ExportedModel, on PyTorch."""
+class EagerModel(GenerateMixin):
+    """`generate`, `generate_ids`, `translate`, `stream` like tfm_export.runtime.ExportedModel (runtime.api),
+    on PyTorch with its KV cache."""
 
     def __init__(self, model: Transformer, device: str = "cpu", tokenizer: dict[str, Any] | None = None,
-                 tokenizer_folder: str | os.PathLike | None = None):
+                 tokenizer_folder: str | os.PathLike | None = None, generation: GenerationConfig | None = None):
         self.device = torch_device(device)
         self.model = model.to(self.device).eval()
         self.config = model.config
         self._tokenizer, self._tokenizer_folder = tokenizer, tokenizer_folder
+        self.generation = generation or GenerationConfig()
+        self._search_cache = EagerCache(self.model)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":
@@ -44,7 +48,8 @@ class EagerModel:
             from ..importers import load_any
 
             checkpoint = load_any(checkpoint)
-        return cls(checkpoint.build_model(), device, checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"))
+        return cls(checkpoint.build_model(), device, checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"),
+                   GenerationConfig.from_dict(checkpoint.meta.get("generation_defaults")))
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -56,12 +61,10 @@ class EagerModel:
         folder = Path(self._tokenizer_folder) if self._tokenizer_folder else None
         return tokenizer_from_dict(self._tokenizer, folder)
 
-    def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
-        sources = [self.tokenizer.encode(t) for t in texts]
-        return [self.tokenizer.decode(ids) for ids in self.generate_ids(sources, max_new_tokens)]
+    def _batch(self, sources: Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
 
-    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
-        """Greedy decoding with the KV cache; `timings` collects per-step times (benchmarks)."""
-        src = torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
-        return greedy_decode(self.model, src, max_new_tokens, stop_at_eos, timings)
+    @torch.no_grad()
+    def _greedy(self, src: torch.Tensor, steps: int, stop_at_eos: bool, timings: DecodeTimings | None
+                ) -> list[list[int]]:
+        return greedy_loop(self._search_cache, src, steps, self.config, stop_at_eos, timings)

@@ -31,13 +31,19 @@ class EagerCache:
     def start(self, src_ids: Tensor) -> "_EagerState":
         return _EagerState(self.model, src_ids)
 
+    @torch.no_grad()
+    def start_search(self, src_ids: Tensor, expand: int) -> "_EagerState":
+        """runtime.search: each source's encoder outputs repeated `expand` times (beams, samples)."""
+        return _EagerState(self.model, src_ids, expand)
+
 
 class _EagerState:
-    def __init__(self, model: Transformer, src_ids: Tensor):
+    def __init__(self, model: Transformer, src_ids: Tensor, expand: int = 1):
         self.model, self.device = model, src_ids.device
         memory, self.src_mask = model.encode(src_ids)
+        memory, self.src_mask = memory.repeat_interleave(expand, 0), self.src_mask.repeat_interleave(expand, 0)
         self.cross = model.cross_kv(memory)
-        self.past = model.empty_cache(src_ids.shape[0], src_ids.device, memory.dtype)
+        self.past = model.empty_cache(memory.shape[0], src_ids.device, memory.dtype)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # CUDA runs async: the queued encoder work belongs to encoder_s
 
@@ -45,6 +51,18 @@ class _EagerState:
         ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
         logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
         return logits[:, -1].argmax(-1).cpu().numpy()  # (batch,): waits for the step on CUDA
+
+    @torch.no_grad()
+    def logits(self, tokens: np.ndarray) -> np.ndarray:
+        """runtime.search: the step's logits (rows, tgt_vocab) as float32 numpy."""
+        ids = torch.from_numpy(tokens).to(self.device)  # (rows, 1)
+        logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
+        return logits[:, -1].float().cpu().numpy()
+
+    def reorder(self, beam_idx: np.ndarray) -> None:
+        """runtime.search: cache row r becomes row beam_idx[r] (rows,), on the model's device."""
+        index = torch.from_numpy(beam_idx).to(self.device)
+        self.past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.past]
 
 
 @torch.no_grad()

@@ -3,17 +3,22 @@
 Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the past/present
 caches, the cross keys/values and the logits stay on the GPU and only `next_ids` (batch,) crosses
 to the host each step. Each step's `present.*` is rebound as the next step's `past.*`. Torch-free.
+
+For runtime.search (beam search, sampling) the same state also hands the logits to the host
+(`logits`) and reorders its past rows on the device (`reorder`, runtime.reorder.RowGather).
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from functools import cached_property
 
 import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
 from .device import Device
+from .reorder import RowGather
 
 
 def device_value(device: Device, array: np.ndarray) -> ort.OrtValue:
@@ -42,6 +47,18 @@ class GrowingCache:
     def start(self, src: np.ndarray) -> "_GrowingState":
         return _GrowingState(self, self._encode(src), src.shape[0])
 
+    def start_search(self, src: np.ndarray, expand: int) -> "_GrowingState":
+        """Encode once; each source's encoder outputs repeated `expand` times on the device (beams, samples)."""
+        encoded = self._encode(src)
+        if expand > 1:
+            index = np.repeat(np.arange(src.shape[0]), expand)  # (batch * expand,): row i*expand+j is source i
+            encoded = dict(zip(encoded, self.gather(list(encoded.values()), index)))
+        return _GrowingState(self, encoded, src.shape[0] * expand)
+
+    @cached_property
+    def gather(self) -> RowGather:
+        return RowGather(self.device)
+
     def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
         """Run the encoder once; its outputs stay on the device as OrtValues."""
         binding = self.encoder.io_binding()
@@ -67,16 +84,31 @@ class _GrowingState:
         self.past = [device_value(cache.device, empty)] * len(cache.past_names)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Greedy: only next_ids (batch,) crosses to the host."""
+        return self._run(tokens, on_host="next_ids")[1].numpy()  # (batch,)
+
+    def logits(self, tokens: np.ndarray) -> np.ndarray:
+        """Search: the logits (rows, tgt_vocab) cross instead (on CPU they are host memory already)."""
+        return self._run(tokens, on_host="logits")[0].numpy()
+
+    def reorder(self, beam_idx: np.ndarray) -> None:
+        """Beam search: row r of the past becomes row beam_idx[r], gathered on the device."""
+        self.past = self.cache.gather(self.past, beam_idx)
+
+    def _run(self, tokens: np.ndarray, on_host: str) -> list[ort.OrtValue]:
         cache, binding, device = self.cache, self.binding, self.cache.device
         binding.bind_ortvalue_input("input_ids", device_value(device, tokens))
         for name, value in zip(cache.past_names, self.past):
             binding.bind_ortvalue_input(name, value)
         binding.clear_binding_outputs()
-        binding.bind_output("logits", device.ort_type, device.index)
-        binding.bind_output("next_ids", "cpu")  # the one tensor that crosses to the host
+        for name in ("logits", "next_ids"):
+            if name == on_host:
+                binding.bind_output(name, "cpu")  # the one tensor that crosses to the host
+            else:
+                binding.bind_output(name, device.ort_type, device.index)
         for name in cache.present_names:
             binding.bind_output(name, device.ort_type, device.index)
         cache.decoder.run_with_iobinding(binding)
         outputs = binding.get_outputs()
         self.past = outputs[2:]  # present.* of this step: the next step's past.*
-        return outputs[1].numpy()  # (batch,)
+        return outputs

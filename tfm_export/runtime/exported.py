@@ -1,8 +1,10 @@
-"""Greedy decoding of an export folder on ONNX Runtime, with the KV cache kept on the device.
+"""Decoding an export folder on ONNX Runtime, with the KV cache kept on the device.
 
-The decoder's cache policy is chosen when the folder is opened: the growing cache of decoder.onnx
-(runtime.cache) or the static one of decoder_static.onnx, replayed as CUDA graphs (runtime.static).
-Both run under the one loop of runtime.decoding, through IOBinding. Torch-free.
+Greedy decoding uses the decoder's cache policy chosen when the folder is opened: the growing cache
+of decoder.onnx (runtime.cache) or the static one of decoder_static.onnx, replayed as CUDA graphs
+(runtime.static), under the one loop of runtime.decoding. Beam search, sampling and greedy decoding
+with processors (runtime.search) use the growing cache, whose rows are reordered on the device.
+The methods (generate, generate_ids, translate, stream) are runtime.api's. Torch-free.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
-from .decoding import DecodeTimings, DecoderCache, greedy_loop, resolve_max_new_tokens, source_batch, trim
+from .api import GenerateMixin
+from .decoding import DecodeTimings, DecoderCache, greedy_loop, source_batch
+from .generation import GenerationConfig
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import open_static
@@ -30,8 +34,9 @@ log = logging.getLogger(__name__)
 __all__ = ["DecodeTimings", "ExportedModel", "open_export", "uses_static_decoder"]
 
 
-class ExportedModel:
-    """An opened export folder: `generate_ids` for token ids, `translate` for text."""
+class ExportedModel(GenerateMixin):
+    """An opened export folder: `generate` (n-best with scores), `generate_ids` for token ids,
+    `translate` for text, `stream` for one source as it is decoded (runtime.api)."""
 
     def __init__(self, folder: Path, manifest: Manifest, device: Device,
                  sessions: dict[str, ort.InferenceSession], cache: DecoderCache | None = None):
@@ -39,7 +44,11 @@ class ExportedModel:
         self.folder, self.manifest, self.device = folder, manifest, device
         self.config: TransformerConfig = manifest.config
         self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
-        self.cache = cache or GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype)
+        growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype)
+        self.cache = cache or growing
+        self._search_cache = growing  # beam rows are reordered in the growing cache (runtime.search)
+        # Defaults of generate/translate: the export's generation section (e.g. Marian's num_beams).
+        self.generation = GenerationConfig.from_dict(manifest.generation)
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -50,19 +59,11 @@ class ExportedModel:
 
         return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
-    def translate(self, texts: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
-        """Encode texts with the manifest's tokenizer, decode greedily, return texts."""
-        sources = [self.tokenizer.encode(t) for t in texts]
-        return [self.tokenizer.decode(ids) for ids in self.generate_ids(sources, max_new_tokens)]
+    def _batch(self, sources: Sequence[Sequence[int]]) -> Any:
+        return source_batch(sources, self.config)  # (batch, src_len)
 
-    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
-        """Greedy decoding of a batch of id lists (padded here); rows come back without BOS/EOS."""
-        cfg = self.config
-        src = source_batch(sources, cfg)  # (batch, src_len)
-        steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
-        rows = greedy_loop(self.cache, src, steps, cfg, stop_at_eos, timings)
-        return [trim(r, cfg.eos_id) if stop_at_eos else r for r in rows]
+    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None) -> list[list[int]]:
+        return greedy_loop(self.cache, src, steps, self.config, stop_at_eos, timings)
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:

@@ -1,0 +1,68 @@
+"""A plain eager beam search: the slow oracle that runtime.beam is tested against.
+
+One source at a time, no KV cache (the whole target prefix is recomputed every step), Python lists
+for beams and hypotheses, and the rules of transformers' beam search (runtime.beam's docstring)
+written one by one. Only `num_beams`, `length_penalty`, `early_stopping`, `num_return_sequences`
+and `forced_eos` are honoured: the processors are tested on their own.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..runtime.generation import GenerationConfig, Hypothesis
+from .transformer import Transformer
+
+NEG = -1e9  # transformers' offset for excluded candidates and empty slots
+
+
+@torch.no_grad()
+def beam_search_oracle(model: Transformer, src_ids: Tensor, steps: int, config: GenerationConfig
+                       ) -> list[list[Hypothesis]]:
+    """Beam search of each row of a padded (batch, src_len) id tensor, for up to `steps` tokens."""
+    return [_one_source(model, src_ids[i:i + 1], steps, config) for i in range(src_ids.shape[0])]
+
+
+def _one_source(model: Transformer, src: Tensor, steps: int, config: GenerationConfig) -> list[Hypothesis]:
+    cfg, k, lp = model.config, config.num_beams, config.length_penalty
+    beams = [([], 0.0 if i == 0 else NEG) for i in range(k)]  # (ids, running score); beam 0 alone is live
+    slots: list[tuple[float, list[int], bool]] = [(NEG, [], False)] * k  # (score, ids, finished)
+    still_open = True
+    for step in range(steps):
+        tgt = torch.tensor([[cfg.bos_id] + ids for ids, _ in beams])  # (K, 1 + step)
+        logp = torch.log_softmax(model(src.expand(k, -1), tgt)[:, -1].double(), dim=-1)  # (K, vocab)
+        if config.forced_eos and step == steps - 1:
+            logp = torch.full_like(logp, float("-inf"))
+            logp[:, cfg.eos_id] = 0.0
+        vocab = logp.shape[1]
+        candidates = []  # (score, flat index, beam, token)
+        for b, (ids, score) in enumerate(beams):
+            for t in range(vocab):
+                candidates.append((score + float(logp[b, t]), b * vocab + t, b, t))
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        candidates = candidates[: 2 * k]
+        full = all(done for _, _, done in slots) and config.early_stopping is True
+        new_slots = list(slots)
+        running = []
+        for rank, (score, _, b, t) in enumerate(candidates):
+            ids = beams[b][0] + [t]
+            ends = t == cfg.eos_id or step == steps - 1
+            if ends and rank < k:
+                normalised = score / (step + 1) ** lp
+                penalty = NEG * full + NEG * (not still_open)
+                new_slots.append((normalised + penalty, ids, True))
+            running.append((score + NEG * ends, rank, ids))
+        running.sort(key=lambda r: (-r[0], r[1]))
+        beams = [(ids, score) for score, _, ids in running[:k]]
+        order = sorted(range(len(new_slots)), key=lambda i: (-new_slots[i][0], i))
+        slots = [new_slots[i] for i in order[:k]]
+        length = steps if config.early_stopping == "never" and lp > 0 else step + 1
+        best = beams[0][1] / length ** lp
+        worst = min(s for s, _, _ in slots)
+        still_open = still_open and any(best > (worst if done else NEG) for _, _, done in slots)
+        all_ended = all(c[3] == cfg.eos_id or step == steps - 1 for c in candidates)
+        if not still_open or all_ended or (config.early_stopping is True and all(d for _, _, d in slots)):
+            break
+    return [Hypothesis(ids[:-1] if ids and ids[-1] == cfg.eos_id else ids, score)
+            for score, ids, _ in slots[: config.num_return_sequences]]

@@ -1,0 +1,105 @@
+"""`generate`, `generate_ids`, `translate` and `stream`: one front end for the ONNX and eager runners.
+
+A runner (runtime.exported.ExportedModel, model.eager.EagerModel) provides its config, default
+`generation` settings, tokenizer, `_batch` (ids -> its source tensor), `_greedy` (the fast greedy
+loop) and `_search_cache` (runtime.search); this mixin turns options into a GenerationConfig and
+picks the loop. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+from .decoding import DecodeTimings, resolve_max_new_tokens, trim
+from .generation import GenerationConfig, Hypothesis
+from .search import search, search_steps
+
+
+class GenerateMixin:
+    """Decoding methods shared by the runners; see the module docstring."""
+
+    config: Any  # TransformerConfig
+    generation: GenerationConfig  # defaults: the export's `generation` section, else greedy
+    tokenizer: Any
+
+    def _batch(self, sources: Sequence[Sequence[int]]) -> Any: ...
+
+    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None) -> list[list[int]]: ...
+
+    _search_cache: Any
+
+    def generation_config(self, config: GenerationConfig | None = None, **options: Any) -> GenerationConfig:
+        """`config` (default: this model's `generation`) with `options` (None values ignored) applied."""
+        return (config or self.generation).replace(**options)
+
+    def _steps(self, config: GenerationConfig) -> int:
+        return resolve_max_new_tokens(config.max_new_tokens, 1, self.config.max_len)
+
+    def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
+                 timings: DecodeTimings | None = None, **options: Any) -> list[list[Hypothesis]]:
+        """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
+
+        `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...)."""
+        config = self.generation_config(config, **options)
+        return search(self._search_cache, self._batch(sources), self._steps(config), config, self.config, timings)
+
+    def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None,
+                     config: GenerationConfig | None = None, **options: Any) -> list[list[int]]:
+        """The best hypothesis' ids per source (without BOS/EOS). With `stop_at_eos=False` every row
+        gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step)."""
+        config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
+        src, steps = self._batch(sources), self._steps(config)
+        if config.is_greedy:
+            rows = self._greedy(src, steps, stop_at_eos, timings)
+            return [trim(r, self.config.eos_id) if stop_at_eos else r for r in rows]
+        if not stop_at_eos:
+            config = config.replace(min_new_tokens=steps, forced_eos=False)
+        hyps = search(self._search_cache, src, steps, config, self.config, timings)
+        return [h[0].ids for h in hyps]
+
+    def translate(self, texts: Sequence[str], max_new_tokens: int | None = None,
+                  config: GenerationConfig | None = None, **options: Any) -> list[str]:
+        """Encode texts with the tokenizer, decode (greedy unless configured), return the best texts."""
+        sources = [self.tokenizer.encode(t) for t in texts]
+        rows = self.generate_ids(sources, max_new_tokens, config=config, **options)
+        return [self.tokenizer.decode(ids) for ids in rows]
+
+    def stream(self, source: str | Sequence[int], config: GenerationConfig | None = None,
+               **options: Any) -> Iterator[Any]:
+        """Yield one source's output as it is decoded: token ids for an id list, text pieces for a str.
+
+        Greedy and sampling yield each id as it is chosen (EOS is not yielded). Beam search cannot
+        know its result before it ends (a later step can overtake every running beam), so it yields
+        the best hypothesis' ids (or text) once, when the search is done."""
+        config = self.generation_config(config, num_return_sequences=1, **options)
+        ids = self.tokenizer.encode(source) if isinstance(source, str) else list(source)
+        pieces = _ids_stream(self, ids, config)
+        yield from (text_pieces(self.tokenizer, pieces) if isinstance(source, str) else pieces)
+
+
+def _ids_stream(model: GenerateMixin, ids: list[int], config: GenerationConfig) -> Iterator[int]:
+    """The new ids of one source as they are decided (all at the end for beam search)."""
+    strategy = None
+    eos = model.config.eos_id
+    for strategy in search_steps(model._search_cache, model._batch([ids]), model._steps(config), config,
+                                 model.config):
+        if config.num_beams == 1:
+            token = int(strategy.ids[0, strategy.step - 1])
+            if token == eos:
+                break
+            yield token
+    if strategy is not None and config.num_beams > 1:
+        yield from strategy.results()[0][0].ids
+
+
+def text_pieces(tokenizer: Any, ids: Iterator[int]) -> Iterator[str]:
+    """Text pieces from growing ids: each yield is what decoding all ids so far adds to the text so
+    far (held back while a piece would change earlier text, e.g. in the middle of a multi-byte token)."""
+    seen, shown = [], ""
+    for token in ids:
+        seen.append(token)
+        text = tokenizer.decode(seen)
+        if text.startswith(shown) and len(text) > len(shown):
+            yield text[len(shown):]
+            shown = text

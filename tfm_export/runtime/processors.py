@@ -1,0 +1,56 @@
+"""Log-probability processors, in transformers' order and with its semantics. Torch-free.
+
+Each works on `scores` (rows, tgt_vocab) float64 log-probabilities (log_softmax of the decoder's
+logits: banned ids are masked inside the model, so they are left out of the normalisation) and the
+rows' ids so far `history` (rows, 1 + generated), which starts with BOS as transformers' decoder
+input does (so BOS counts for the repetition penalty and n-grams, as there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .generation import GenerationConfig
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(rows, vocab) float32/16 logits -> float64 log-probabilities: x - max - log(sum(exp(x - max)))."""
+    x = logits.astype(np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def repetition_penalty(scores: np.ndarray, history: np.ndarray, penalty: float) -> None:
+    """Tokens already in a row: x * penalty when x < 0, else x / penalty (in place)."""
+    rows = np.arange(scores.shape[0])[:, None]  # (rows, 1): broadcast against history
+    seen = scores[rows, history]  # (rows, 1 + generated)
+    scores[rows, history] = np.where(seen < 0, seen * penalty, seen / penalty)
+
+
+def banned_ngram_tokens(row: list[int], n: int) -> list[int]:
+    """Tokens that would complete an n-gram already in `row` (which ends with the current n-1 tokens)."""
+    if len(row) < n:
+        return []
+    prefix = tuple(row[len(row) - n + 1:])
+    return [row[i + n - 1] for i in range(len(row) - n + 1) if tuple(row[i:i + n - 1]) == prefix]
+
+
+def no_repeat_ngram(scores: np.ndarray, history: np.ndarray, n: int) -> None:
+    for r, row in enumerate(history.tolist()):
+        scores[r, banned_ngram_tokens(row, n)] = -np.inf
+
+
+def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, config: GenerationConfig,
+            eos_id: int) -> np.ndarray:
+    """Apply the configured processors to `scores` (in place; returned). `step`: ids generated so far;
+    `last_step`: the step at which the row reaches max_new_tokens."""
+    if config.repetition_penalty != 1.0:
+        repetition_penalty(scores, history, config.repetition_penalty)
+    if config.no_repeat_ngram_size:
+        no_repeat_ngram(scores, history, config.no_repeat_ngram_size)
+    if step < config.min_new_tokens:
+        scores[:, eos_id] = -np.inf
+    if config.forced_eos and step == last_step:
+        scores[:] = -np.inf
+        scores[:, eos_id] = 0.0
+    return scores
