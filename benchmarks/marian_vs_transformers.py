@@ -1,9 +1,10 @@
 """ORT (tfm-export) vs transformers' own generate on an opus-mt sized MarianMT (random weights).
 
-    .venv/bin/python benchmarks/marian_vs_transformers.py [--threads 2] [--repeat 3]
+    .venv/bin/python benchmarks/marian_vs_transformers.py [--threads 2] [--repeat 3] [--num-beams 4]
 
-Both decode greedily 64 new tokens (EOS ignored) for batch 1, 32 source tokens, interleaved in
-one run; per-token time = (t(64 tokens) - t(1 token)) / 63 for both, so encoder and set-up cancel.
+Both decode 64 new tokens (EOS ignored; greedy, or beam search with --num-beams) for batch 1, 32
+source tokens, interleaved in one run; per-token time = (t(64 tokens) - t(1 token)) / 63 for both,
+so encoder and set-up cancel.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams on both sides")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -52,11 +54,12 @@ def main() -> None:
         n = args.new_tokens
 
         def hf_run(k: int):
-            return lambda: hf.generate(input_ids=src, num_beams=1, do_sample=False, max_new_tokens=k,
+            return lambda: hf.generate(input_ids=src, num_beams=args.num_beams, do_sample=False, max_new_tokens=k,
                                        min_new_tokens=k)
 
         def ort_run(k: int):
-            return lambda: ort_model.generate_ids(src.tolist(), max_new_tokens=k, stop_at_eos=False)
+            return lambda: ort_model.generate_ids(src.tolist(), max_new_tokens=k, stop_at_eos=False,
+                                                  num_beams=args.num_beams)
 
         runs: dict[str, list[float]] = {"transformers": [], "ort": []}
         for fn in (hf_run, ort_run):  # warm-up
@@ -65,7 +68,8 @@ def main() -> None:
             for name, fn in (("transformers", hf_run), ("ort", ort_run)):
                 runs[name].append((timed(fn(n)) - timed(fn(1))) / (n - 1))
     per_token = {name: 1e3 * statistics.median(v) for name, v in runs.items()}
-    print(f"opus-mt sized Marian (random weights), batch 1, src_len 32, {n} new tokens, {args.threads} threads")
+    print(f"opus-mt sized Marian (random weights), batch 1, src_len 32, {n} new tokens, {args.num_beams} beam(s), "
+          f"{args.threads} threads")
     print(f"export (no validation): {export_s:.1f} s")
     for name, ms in per_token.items():
         print(f"{name:>13}: {ms:.2f} ms/token")
