@@ -1,8 +1,10 @@
 // node --test runtimes/node/test/
 // Beam search, seeded sampling, the processors and streaming (decoding.mjs, search.mjs) against the
 // Python runtime: runtimes/fixtures/expected.json's `searches`, made by runtimes/make_fixture.py.
-// Ids must be equal; scores within 1e-6 (float64 both sides; Math.exp may differ from numpy's in the
-// last bit). TFM_EXPORT_DIR: an export of the bundled model; the tests that need it skip without it.
+// Ids must be equal; scores within 1e-6, relative to the score beyond 1 in magnitude (float64 both
+// sides, Math.exp may differ from numpy's in the last bit: 4e-15 measured on the plain export; a fused
+// `--optimize` export rounds its float32 logits differently: 5e-6 on a sampled score of -99).
+// TFM_EXPORT_DIR: an export of the bundled model; the tests that need it skip without it.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
@@ -24,12 +26,16 @@ const TOLERANCE = 1e-6;
 const isBeam = (s) => (s.options.num_beams ?? 1) > 1;
 const isSample = (s) => s.options.do_sample === true;
 
-/** Every hypothesis: equal ids, scores within TOLERANCE; returns the largest score difference. */
+/** Every hypothesis: equal ids, scores within TOLERANCE * max(1, |score|); returns the largest difference. */
 function assertHypotheses(got, expected, what) {
   assert.deepEqual(got.map((hyps) => hyps.map((h) => h.ids)), expected.map((hyps) => hyps.map((h) => h.ids)), what);
   let worst = 0;
-  got.forEach((hyps, i) => hyps.forEach((h, j) => { worst = Math.max(worst, Math.abs(h.score - expected[i][j].score)); }));
-  assert.ok(worst <= TOLERANCE, `${what}: a score is ${worst} away from Python's`);
+  got.forEach((hyps, i) => hyps.forEach((h, j) => {
+    const want = expected[i][j].score;
+    const diff = Math.abs(h.score - want);
+    assert.ok(diff <= TOLERANCE * Math.max(1, Math.abs(want)), `${what}: score ${h.score} is ${diff} away from Python's ${want}`);
+    worst = Math.max(worst, diff);
+  }));
   return worst;
 }
 
@@ -86,7 +92,7 @@ describe('beam search, sampling and streaming on the bundled model', { skip }, (
 
   const sourcesOf = (search) => search.inputs.map((t) => model.tokenizer.encode(t));
 
-  test('every fixture search: the same ids as Python, scores within 1e-6', async () => {
+  test('every fixture search: the same ids as Python, scores within 1e-6 (relative beyond 1)', async () => {
     assert.ok(fixture.searches.some(isBeam) && fixture.searches.some(isSample));
     let worst = 0;
     for (const search of fixture.searches) {
