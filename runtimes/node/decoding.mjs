@@ -131,20 +131,12 @@ function emptyPast(ort, manifest, batch) {
   return new ort.Tensor(dtype, data, [batch, heads, 0, headDim]);
 }
 
-/** A float16 (Uint16Array) value -> Number. */
-function halfToFloat(h) {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
-
-/** The logits' values as a Float32Array (float16 logits are widened exactly, as Python's astype does). */
+/** The logits' values: float32 in every export (float16 exports too: their logits stay float32). */
 function floats(tensor) {
-  if (tensor.data instanceof Float32Array) return tensor.data;
-  return Float32Array.from(tensor.data, tensor.data instanceof Uint16Array ? halfToFloat : Number);
+  if (tensor.type !== 'float32') {
+    throw new Error(`the decoder's logits are ${tensor.type}; this runtime reads float32 logits: re-export the model`);
+  }
+  return tensor.data;
 }
 
 /** tensor[index] along axis 0 (rows), as a new tensor: one TypedArray copy per row. */
