@@ -6,7 +6,9 @@
 
 Without --export-dir the bundled model (models/num2words-de) is exported to a temporary folder first.
 The fixture holds only export-independent data: inputs, their source ids, and the torch-free runtime's
-output ids and texts. tests/test_runtimes_fixture.py checks the committed file on every test run.
+output: greedy ids and texts, beam search n-best lists and seeded samples (ids and scores), and greedy
+decoding with the logits processors. tests/test_runtimes_fixture.py checks the committed file on every
+test run (scores within SCORE_TOLERANCE: numpy's exp/log may differ in the last bit between machines).
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ FIXTURE = HERE / "fixtures" / "expected.json"
 BUNDLED = ROOT / "models" / "num2words-de"
 COUNT = 8  # held-out inputs: different lengths, so batches are padded
 TRUNCATE_AT = 7  # a max_new_tokens case: rows cut before their EOS
+SCORE_TOLERANCE = 1e-9  # between two machines' numpy; Node must match within 1e-6 (its own exp/log)
+# Decoding settings beyond greedy (GenerationConfig fields) and how many of the inputs each decodes in
+# one batch: n-best beam search with each early_stopping rule and length penalties, seeded sampling
+# with every warper, and the processors. Temperatures above 1 make the confident model's samples vary.
+SEARCHES = (
+    ({"num_beams": 4, "num_return_sequences": 4}, COUNT),
+    ({"num_beams": 4, "num_return_sequences": 2, "length_penalty": 0.6, "early_stopping": True}, 4),
+    ({"num_beams": 3, "num_return_sequences": 3, "length_penalty": 1.5, "early_stopping": "never",
+      "max_new_tokens": 12}, 3),
+    ({"do_sample": True, "seed": 1, "temperature": 2.0, "num_return_sequences": 2}, 4),
+    ({"do_sample": True, "seed": 2024, "temperature": 3.0, "top_k": 6, "top_p": 0.9}, 3),
+    ({"repetition_penalty": 1.3, "no_repeat_ngram_size": 3, "min_new_tokens": 30}, 3),
+    ({"num_beams": 2, "num_return_sequences": 2, "no_repeat_ngram_size": 2, "repetition_penalty": 2.0}, 2),
+)
 
 
 def build(export_dir: str | Path, count: int = COUNT) -> dict:
@@ -42,7 +58,22 @@ def build(export_dir: str | Path, count: int = COUNT) -> dict:
                   for text, src, row in zip(inputs, sources, ids)],
         "truncated": {"max_new_tokens": TRUNCATE_AT, "inputs": inputs[:3], "ids": short,
                       "texts": [model.tokenizer.decode(row) for row in short]},
+        "searches": [{"options": options, "inputs": inputs[:count],
+                      "hypotheses": [[{"ids": h.ids, "score": h.score} for h in hyps]
+                                     for hyps in model.generate(sources[:count], **options)]}
+                     for options, count in SEARCHES],
     }
+
+
+def same(a, b) -> bool:
+    """Equal fixtures, floats (scores) within SCORE_TOLERANCE."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= SCORE_TOLERANCE
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def load() -> dict:
@@ -75,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         FIXTURE.write_text(dumps(fresh), encoding="utf-8")
         print(f"wrote {FIXTURE}")
         return 0
-    if FIXTURE.exists() and load() == fresh:
+    if FIXTURE.exists() and same(load(), fresh):
         print(f"{FIXTURE} is up to date")
         return 0
     print(f"{FIXTURE} is stale or missing: run `python runtimes/make_fixture.py --update`", file=sys.stderr)

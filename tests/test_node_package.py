@@ -27,14 +27,19 @@ import { makeTokenizer } from 'tfm-export-node/greedy';
 const [dir, inputs] = [process.argv[2], JSON.parse(process.argv[3])];
 const model = await openExport(dir);
 const ids = await generateIds(model, inputs.map((t) => model.tokenizer.encode(t)));
-console.log(JSON.stringify({ texts: await translate(dir, inputs), ids, tokenizer: typeof makeTokenizer }));
+const beam = await model.generate([model.tokenizer.encode(inputs[0])], { numBeams: 4, numReturnSequences: 4 });
+let streamed = '';
+for await (const piece of model.stream(inputs[0])) streamed += piece;
+console.log(JSON.stringify({ texts: await translate(dir, inputs), ids, tokenizer: typeof makeTokenizer, beam, streamed }));
 await model.release();
 """
 
 # Strict TypeScript against index.d.ts and greedy.d.ts; `BAD` lines must be refused.
 CONSUMER_TS = """
-import { translate, generateIds, openExport, type ExportedModel, type Timings } from 'tfm-export-node';
+import { translate, generate, generateIds, openExport, stream, type ExportedModel, type Hypothesis, type Timings
+  } from 'tfm-export-node';
 import { makeTokenizer, resolveMaxNewTokens } from 'tfm-export-node/greedy';
+import * as decoding from 'tfm-export-node/decoding';
 const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
 const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
 const timings: Timings = {};
@@ -42,10 +47,17 @@ const rows: number[][] = await generateIds('model_onnx', [[7, 4, 8, 2]], { timin
 const ids: number[] | undefined = model.tokenizer?.encode(texts[0]);
 const max: number = resolveMaxNewTokens(undefined, model.manifest.config.max_len);
 makeTokenizer(model.manifest.tokenizer);
-console.log(rows, ids, max, timings.stepsMs?.length);
+const nbest: Hypothesis[][] = await generate(model, [[7, 4, 8, 2]], { numBeams: 4, numReturnSequences: 2, earlyStopping: 'never' });
+const sampled: number[][] = await model.generateIds([[7, 2]], { doSample: true, seed: 2n ** 63n, topP: 0.9, topK: 5 });
+for await (const piece of stream(model, '4718', { numBeams: 4 })) { const text: string = piece; console.log(text); }
+for await (const id of model.stream([7, 2], { timings })) { const n: number = id; console.log(n); }
+const config: decoding.GenerationConfig = decoding.generationConfig(model.manifest, decoding.fromPythonNames({ num_beams: 4 }));
+console.log(rows, ids, max, timings.stepsMs?.length, nbest[0][0].score, sampled, config.numBeams);
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
-       "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });"]
+       "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });",
+       "await generate(model, [[7, 2]], { numBeams: '4' });", "await translate(model, ['4'], { earlyStopping: 'always' });",
+       "for await (const piece of model.stream('4718')) { const n: number = piece; }"]
 
 
 def npm(args: list, cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
@@ -63,7 +75,8 @@ def app(tmp_path_factory) -> Path:
     packed = tmp_path_factory.mktemp("pack")
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
-        ["README.md", "cli.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "package.json", "translate.mjs"])
+        ["README.md", "cli.mjs", "decoding.d.ts", "decoding.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts",
+         "options.mjs", "package.json", "search.mjs", "translate.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:
@@ -86,8 +99,13 @@ def test_the_installed_package_translates_the_bundled_export(app, bundled_export
     (app / "consumer.mjs").write_text(CONSUMER_JS)
     inputs = [case["input"] for case in FIXTURE["cases"]]
     got = json.loads(node(["consumer.mjs", bundled_export, json.dumps(inputs)], cwd=app))
+    beam = got.pop("beam")
     assert got == {"texts": [c["text"] for c in FIXTURE["cases"]], "ids": [c["ids"] for c in FIXTURE["cases"]],
-                   "tokenizer": "function"}
+                   "tokenizer": "function", "streamed": FIXTURE["cases"][0]["text"]}
+    search = FIXTURE["searches"][0]  # beam 4, 4-best, computed by the Python runtime
+    assert search["options"] == {"num_beams": 4, "num_return_sequences": 4} and search["inputs"][0] == inputs[0]
+    assert [h["ids"] for h in beam[0]] == [h["ids"] for h in search["hypotheses"][0]]
+    assert [h["score"] for h in beam[0]] == pytest.approx([h["score"] for h in search["hypotheses"][0]], abs=1e-6)
 
 
 def test_the_installed_bin(app, bundled_export):
@@ -110,9 +128,20 @@ def test_the_declarations_type_check_a_consumer(app):
         assert done.returncode != 0 and re.search(rf"bad{n}\.mts\({where},\d+\): error TS", done.stdout), line
 
 
+def exported_names(text: str) -> set[str]:
+    """Names a module or declaration file exports: functions, constants and `export { a, b } from`."""
+    names = set(re.findall(r"^export (?:async )?(?:function\*?|const) ?(\w+)", text, re.M))
+    for group in re.findall(r"^export \{([^}]*)\} from", text, re.M):
+        names |= {name.strip() for name in group.split(",") if name.strip()}
+    return names
+
+
 def test_every_export_is_declared():
-    """The names translate.mjs and greedy.mjs export are exactly those their .d.ts files declare."""
-    for module, types in (("translate.mjs", "index.d.ts"), ("greedy.mjs", "greedy.d.ts")):
-        exported = set(re.findall(r"^export (?:async )?(?:function|const) (\w+)", (PACKAGE / module).read_text(), re.M))
-        declared = set(re.findall(r"^export (?:function|const) (\w+)", (PACKAGE / types).read_text(), re.M))
-        assert exported == declared, (module, exported ^ declared)
+    """The names translate.mjs and decoding.mjs export are exactly those their .d.ts files declare;
+    greedy.mjs and greedy.d.ts (the old entry point) re-export decoding's."""
+    for module, types in (("translate.mjs", "index.d.ts"), ("decoding.mjs", "decoding.d.ts")):
+        exported = exported_names((PACKAGE / module).read_text())
+        declared = exported_names((PACKAGE / types).read_text())
+        assert exported and exported == declared, (module, exported ^ declared)
+    assert "export * from './decoding.mjs';" in (PACKAGE / "greedy.mjs").read_text()
+    assert "export * from './decoding.js';" in (PACKAGE / "greedy.d.ts").read_text()

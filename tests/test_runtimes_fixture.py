@@ -23,7 +23,7 @@ make_fixture = load_make_fixture()
 
 
 def test_committed_fixture_matches_the_python_runtime(bundled_export):
-    assert make_fixture.build(bundled_export) == make_fixture.load(), (
+    assert make_fixture.same(make_fixture.build(bundled_export), make_fixture.load()), (
         "runtimes/fixtures/expected.json is stale: run `.venv/bin/python runtimes/make_fixture.py --update`")
 
 

@@ -1,5 +1,5 @@
-// Types of 'tfm-export-node' (translate.mjs): open a tfm-export folder and decode it greedily with
-// onnxruntime-node. The manifest fields are those this runtime reads; the whole contract is
+// Types of 'tfm-export-node' (translate.mjs): open a tfm-export folder and decode it with
+// onnxruntime-node: greedy, beam search, seeded sampling, streamed or not. The manifest fields are those this runtime reads; the whole contract is
 // tfm_export/manifest.schema.json in the tfm-export repository.
 import type { InferenceSession } from 'onnxruntime-node';
 
@@ -56,6 +56,8 @@ export interface Manifest {
   tokenizer: TokenizerSpec | null;
   samples: string[] | null;
   graphs: { encoder: GraphEntry; decoder: GraphEntry; decoder_static?: GraphEntry };
+  /** Default decoding settings (Python's GenerationConfig field names, e.g. num_beams), when the export has them. */
+  generation?: Record<string, unknown> | null;
   [field: string]: unknown;
 }
 
@@ -77,6 +79,12 @@ export interface ExportedModel {
   decoder: InferenceSession;
   /** Releases both sessions. */
   release(): Promise<void>;
+  /** generateIds / generate / translate / stream bound to this model. */
+  generateIds(idLists: number[][], opts?: GenerateOptions): Promise<number[][]>;
+  generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
+  translate(texts: string[], opts?: DecodingOptions): Promise<string[]>;
+  stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
+  stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
 }
 
 export interface OpenOptions {
@@ -92,19 +100,70 @@ export interface Timings {
   stepsMs?: number[];
 }
 
-export interface GenerateOptions {
-  /** Most new tokens per row (default and maximum: the model's max_len). */
+/**
+ * How to pick tokens: Python's GenerationConfig in camelCase, with its defaults and checks. Unset
+ * (or undefined) options come from the manifest's `generation` section, else greedy decoding.
+ */
+export interface DecodingOptions {
+  /** Most new tokens per row, EOS included (default and maximum: the model's max_len). */
   maxNewTokens?: number;
+  /** 1: greedy or sampling (default); more: beam search. */
+  numBeams?: number;
+  /** Finished beams rank by sum(log p) / length ** lengthPenalty (default 1). */
+  lengthPenalty?: number;
+  /** When beam search stops (transformers' meaning; default false). */
+  earlyStopping?: boolean | 'never';
+  /** Hypotheses per source: the n-best (<= numBeams) or that many samples (default 1). */
+  numReturnSequences?: number;
+  /** Sample from the warped distribution instead of taking the best token. */
+  doSample?: boolean;
+  temperature?: number;
+  /** Keep the k most likely tokens (0: off). */
+  topK?: number;
+  /** Keep the smallest set of tokens whose probability reaches topP (1: off). */
+  topP?: number;
+  /** SplitMix64 seed: the same tokens as the Python runtime for the same seed (a bigint beyond 2**53). */
+  seed?: number | bigint;
+  /** EOS is banned until this many tokens were generated. */
+  minNewTokens?: number;
+  /** Log-probs of tokens already in the row: x * p if x < 0 else x / p (1: off). */
+  repetitionPenalty?: number;
+  /** Ban any token that would repeat an n-gram of the row (0: off). */
+  noRepeatNgramSize?: number;
+  /** The last allowed token is EOS. */
+  forcedEos?: boolean;
+}
+
+export interface GenerateOptions extends DecodingOptions {
   timings?: Timings;
+}
+
+/** `numReturnSequences` is always 1 for a stream. */
+export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences'>;
+
+/** One decoded row: ids without BOS/EOS and its score (beam search: sum(log p) / length ** lengthPenalty; else sum(log p)). */
+export interface Hypothesis {
+  ids: number[];
+  score: number;
 }
 
 /** Open an export folder: manifest checks, the sha256 of every graph file, one session per graph. */
 export function openExport(exportDir: string, options?: OpenOptions): Promise<ExportedModel>;
 
-/** Greedy decoding of token id lists; rows come back without BOS and EOS, exactly as the Python runtime's. */
+/** The best ids per source (without BOS and EOS), exactly as the Python runtime's generate_ids. */
 export function generateIds(exportDirOrModel: string | ExportedModel, idLists: number[][],
   opts?: GenerateOptions): Promise<number[][]>;
 
-/** Translate texts with the manifest's tokenizer (throws when the export has none). */
+/** Per source, `numReturnSequences` hypotheses with scores (beam search: best first). */
+export function generate(exportDirOrModel: string | ExportedModel, idLists: number[][],
+  opts?: GenerateOptions): Promise<Hypothesis[][]>;
+
+/** Translate texts with the manifest's tokenizer (throws when the export has none): the best texts. */
 export function translate(exportDirOrModel: string | ExportedModel, texts: string[],
-  opts?: { maxNewTokens?: number }): Promise<string[]>;
+  opts?: DecodingOptions): Promise<string[]>;
+
+/** One source as it is decoded: text pieces for a string, ids for an id list (beam search: all at the end). */
+export function stream(exportDirOrModel: string | ExportedModel, source: string,
+  opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
+export function stream(exportDirOrModel: string | ExportedModel, source: number[],
+  opts?: StreamOptions): AsyncGenerator<number, void, undefined>;

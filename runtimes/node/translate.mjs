@@ -1,18 +1,21 @@
 // Run a tfm-export folder from Node.js with onnxruntime-node.
 // Reads manifest.json, checks the graphs' sha256 (like the Python runtime), tokenises with its
 // "chars" vocabulary, runs the encoder once and the KV-cache decoder once per token, and returns
-// exactly the Python runtime's tokens.
+// exactly the Python runtime's tokens: greedy, beam search, seeded sampling, streamed or not.
 //
 //   import { translate, generateIds, openExport } from './translate.mjs';
 //   await translate('model_onnx', ['4718']);                  // opens the folder for this call
 //   const model = await openExport('model_onnx');            // or open once, call many times
 //   await generateIds(model, [[7, 4, 8, 11, 2]], { maxNewTokens: 20 });
+//   await model.generate([[7, 4, 8, 11, 2]], { numBeams: 4, numReturnSequences: 2 }); // n-best with scores
+//   for await (const piece of model.stream('4718', { doSample: true, seed: 1 })) process.stdout.write(piece);
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { checkManifest, generateIds as greedy, graphFiles, makeTokenizer } from './greedy.mjs';
+import * as decoding from './decoding.mjs';
+import { checkManifest, graphFiles, makeTokenizer } from './decoding.mjs';
 
 async function sha256(file) {
   const hash = createHash('sha256');
@@ -58,6 +61,10 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
     model[name] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
   }
   model.release = async () => { await model.encoder.release(); await model.decoder.release(); };
+  model.generateIds = (idLists, opts) => generateIds(model, idLists, opts);
+  model.generate = (idLists, opts) => generate(model, idLists, opts);
+  model.translate = (texts, opts) => translate(model, texts, opts);
+  model.stream = (source, opts) => decoding.stream(ort, model, source, opts);
   return model;
 }
 
@@ -72,18 +79,41 @@ async function withModel(exportDirOrModel, fn) {
 }
 
 /**
- * Greedy decoding of token id lists (an export folder path or an opened model); rows come back
- * without BOS and EOS. `opts`: `maxNewTokens` (default: the model's max_len), `timings`.
+ * The best ids per source (an export folder path or an opened model); rows come back without BOS
+ * and EOS. `opts`: the decoding options (`maxNewTokens`, `numBeams`, `doSample`, ...; defaults: the
+ * manifest's `generation` section, else greedy) and `timings`.
  */
 export function generateIds(exportDirOrModel, idLists, opts = {}) {
-  return withModel(exportDirOrModel, (model) => greedy(ort, model, idLists, opts));
+  return withModel(exportDirOrModel, (model) => decoding.generateIds(ort, model, idLists, opts));
 }
 
-/** Translate texts with the manifest's tokenizer (an export folder path or an opened model). */
-export function translate(exportDirOrModel, texts, { maxNewTokens } = {}) {
+/** Per source, `numReturnSequences` hypotheses { ids, score } (beam search: best first). */
+export function generate(exportDirOrModel, idLists, opts = {}) {
+  return withModel(exportDirOrModel, (model) => decoding.generate(ort, model, idLists, opts));
+}
+
+/** Translate texts with the manifest's tokenizer (an export folder path or an opened model): the best texts. */
+export function translate(exportDirOrModel, texts, opts = {}) {
   return withModel(exportDirOrModel, async (model) => {
     if (!model.tokenizer) throw new Error('this export has no tokenizer; pass token ids (generateIds, --ids) instead of text');
-    const ids = await greedy(ort, model, texts.map((t) => model.tokenizer.encode(t)), { maxNewTokens });
+    const ids = await decoding.generateIds(ort, model, texts.map((t) => model.tokenizer.encode(t)), opts);
     return ids.map((row) => model.tokenizer.decode(row));
   });
+}
+
+/**
+ * Stream one source (text -> text pieces, ids -> ids) as it is decoded: `for await (const piece of
+ * stream(dirOrModel, '4718'))`. A folder path is opened for the stream and released when it ends.
+ */
+export async function* stream(exportDirOrModel, source, opts = {}) {
+  if (typeof exportDirOrModel !== 'string') {
+    yield* decoding.stream(ort, exportDirOrModel, source, opts);
+    return;
+  }
+  const model = await openExport(exportDirOrModel);
+  try {
+    yield* decoding.stream(ort, model, source, opts);
+  } finally {
+    await model.release();
+  }
 }

@@ -1,9 +1,10 @@
-// The page: open an export folder served over HTTP with onnxruntime-web (WASM), translate lines,
-// show each translation with its per-token latency. The decoding loop is ../node/greedy.mjs, shared
-// with Node. `tfm-export serve-web OUT` serves this folder at /, ../node/greedy.mjs at /lib/,
-// onnxruntime-web's dist/ at /ort/ and OUT at /export/; `?export=URL` points the page elsewhere.
+// The page: open an export folder served over HTTP with onnxruntime-web (WASM), translate lines
+// (greedy, beam search or seeded sampling), show each translation as its tokens come (a stream) with
+// its per-token latency. The decoding module is ../node/decoding.mjs, shared with Node.
+// `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
+// dist/ at /ort/ and OUT at /export/; `?export=URL` points the page elsewhere.
 import * as ort from '/ort/ort.wasm.min.mjs';
-import { checkManifest, generateIds, graphFiles, makeTokenizer } from '/lib/greedy.mjs';
+import { checkManifest, generationConfig, graphFiles, makeTokenizer, stream } from '/lib/decoding.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/'; // served locally: no CDN
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation; one is plenty for small models
@@ -45,30 +46,55 @@ async function openExport(base) {
   return model;
 }
 
-/** One text at a time, so each row has its own latency. */
-async function translate(model, texts) {
+/** A results row (input, output, tokens, ms / token); returns its cells. */
+function addRow(input) {
+  const tr = document.createElement('tr');
+  const cells = ['', 'out', 'num', 'num'].map((cls) => {
+    const td = document.createElement('td');
+    td.className = cls;
+    tr.append(td);
+    return td;
+  });
+  cells[0].textContent = input;
+  $('results').append(tr);
+  return cells;
+}
+
+/** The decoding options of the form (checked: a bad value is a one-line error). */
+function formOptions(model) {
+  const options = { numBeams: Number($('beams').value), doSample: $('sample').checked };
+  if (options.doSample) options.seed = Number($('seed').value);
+  generationConfig(model.manifest, options);
+  return options;
+}
+
+/** One text at a time, streamed into its row as the tokens come, so each row has its own latency. */
+async function translate(model, texts, options) {
+  const sources = texts.map((text) => model.tokenizer.encode(text)); // every line checked before any runs
+  $('results').replaceChildren();
   const rows = [];
-  for (const text of texts) {
+  for (const [n, text] of texts.entries()) {
+    const cells = addRow(text);
     const timings = {};
-    const [ids] = await generateIds(ort, model, [model.tokenizer.encode(text)], { timings });
-    const decodeMs = timings.stepsMs.reduce((a, b) => a + b, 0);
-    rows.push({ input: text, output: model.tokenizer.decode(ids), ids, tokens: ids.length,
-      encoderMs: timings.encoderMs, msPerToken: decodeMs / timings.stepsMs.length });
+    const ids = [];
+    let pieces = 0;
+    for await (const id of stream(ort, model, sources[n], { ...options, timings })) {
+      ids.push(id);
+      pieces += 1;
+      cells[1].textContent = model.tokenizer.decode(ids);
+      cells[2].textContent = ids.length;
+    }
+    const msPerToken = timings.stepsMs.reduce((a, b) => a + b, 0) / timings.stepsMs.length;
+    cells[3].textContent = msPerToken.toFixed(2);
+    rows.push({ input: text, output: model.tokenizer.decode(ids), ids, tokens: ids.length, pieces,
+      steps: timings.stepsMs.length, encoderMs: timings.encoderMs, msPerToken });
   }
   return rows;
 }
 
-function show(rows) {
-  $('results').replaceChildren(...rows.map((r) => {
-    const tr = document.createElement('tr');
-    for (const [value, cls] of [[r.input, ''], [r.output, 'out'], [r.tokens, 'num'], [r.msPerToken.toFixed(2), 'num']]) {
-      const td = document.createElement('td');
-      td.textContent = value;
-      td.className = cls;
-      tr.append(td);
-    }
-    return tr;
-  }));
+function describe(options) {
+  if (options.numBeams > 1) return `beam search, ${options.numBeams} beams`;
+  return options.doSample ? `sampling, seed ${options.seed}` : 'greedy';
 }
 
 async function onTranslate(model) {
@@ -79,11 +105,11 @@ async function onTranslate(model) {
   $('translate').disabled = true;
   setStatus('translating…');
   try {
-    const rows = await translate(model, texts);
-    show(rows);
-    const steps = rows.reduce((n, r) => n + r.tokens + 1, 0);
-    const mean = rows.reduce((t, r) => t + r.msPerToken * (r.tokens + 1), 0) / steps;
-    setStatus(`${rows.length} translated: ${mean.toFixed(2)} ms per token on average (WASM, 1 thread)`);
+    const options = formOptions(model);
+    const rows = await translate(model, texts, options);
+    const steps = rows.reduce((n, r) => n + r.steps, 0);
+    const mean = rows.reduce((t, r) => t + r.msPerToken * r.steps, 0) / steps;
+    setStatus(`${rows.length} translated: ${mean.toFixed(2)} ms per token on average (${describe(options)}; WASM, 1 thread)`);
     window.tfmResults = rows;
   } catch (err) {
     setStatus(`error: ${err.message}`, true);
@@ -98,6 +124,7 @@ try {
   const model = await openExport(base.replace(/\/$/, ''));
   const c = model.manifest.config;
   $('source').value = (model.manifest.samples ?? []).slice(0, 4).join('\n');
+  $('beams').value = generationConfig(model.manifest).numBeams; // the export's default (a Marian folder's num_beams)
   const v = model.manifest.variant;
   const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
   setStatus(`ready: ${base} (${variant}; d_model ${c.d_model}, ${c.n_encoder_layers}+${c.n_decoder_layers} layers, ` +

@@ -1,7 +1,8 @@
 // node --test runtimes/web/test/
 // Headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core) opens the page served by
-// `tfm-export serve-web`, translates the fixture's inputs, compares them with the Python runtime's
-// output and fails on any console error, page error, failed request or HTTP error.
+// `tfm-export serve-web`, translates the fixture's inputs (greedy, streamed token by token, and with
+// 4 beams), compares them with the Python runtime's output and fails on any console error, page
+// error, failed request or HTTP error.
 // Environment: TFM_EXPORT_DIR (an export of the bundled model), TFM_PYTHON (a Python with tfm_export,
 // default python3), CHROMIUM (default /usr/bin/chromium). Screenshot: runtimes/web/test-output/.
 import assert from 'node:assert/strict';
@@ -53,7 +54,8 @@ async function openPage(problems) {
   return page;
 }
 
-async function translate(page, lines) {
+async function translate(page, lines, { beams = 1 } = {}) {
+  await page.fill('#beams', String(beams));
   await page.fill('#source', lines.join('\n'));
   await page.click('#translate');
   await page.waitForFunction(() => window.tfmResults || window.tfmLastError, null, { timeout: 60_000 });
@@ -87,6 +89,7 @@ test('the page translates the inputs exactly like the Python runtime', { skip, t
   assert.deepEqual(rows.map((r) => r.output), fixture.cases.map((c) => c.text));
   assert.deepEqual(rows.map((r) => r.ids), fixture.cases.map((c) => c.ids));
   assert.ok(rows.every((r) => r.msPerToken > 0), 'every row has a per-token latency');
+  assert.ok(rows.every((r) => r.pieces === r.tokens), 'greedy rows are streamed: one update per token');
   const cells = await page.$$eval('#results tr', (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
   assert.deepEqual(cells.map((c) => c[1]), fixture.cases.map((c) => c.text));
   assert.deepEqual(cells.map((c) => Number(c[2])), fixture.cases.map((c) => c.ids.length));
@@ -94,6 +97,21 @@ test('the page translates the inputs exactly like the Python runtime', { skip, t
   assert.match(await page.textContent('#status'), /8 translated: [\d.]+ ms per token/);
   mkdirSync(outDir, { recursive: true });
   await page.screenshot({ path: path.join(outDir, 'screenshot.png'), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+test('beam search with 4 beams gives the Python runtime\'s best hypotheses', { skip, timeout: 120_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  const search = fixture.searches[0]; // beam 4, n-best 4, computed by the Python runtime
+  assert.deepEqual(search.options, { num_beams: 4, num_return_sequences: 4 });
+  const { rows, error } = await translate(page, search.inputs.slice(0, 4), { beams: 4 });
+  assert.equal(error, null);
+  assert.deepEqual(rows.map((r) => r.ids), search.hypotheses.slice(0, 4).map((hyps) => hyps[0].ids));
+  assert.match(await page.textContent('#status'), /4 translated: [\d.]+ ms per token on average \(beam search, 4 beams;/);
+  const { rows: bad, error: refused } = await translate(page, ['12'], { beams: 0 });
+  assert.equal(bad, null);
+  assert.match(refused, /numBeams must be an integer of at least 1/);
   assert.deepEqual(problems, []);
 });
 

@@ -1,0 +1,54 @@
+// Types of 'tfm-export-node/decoding' (decoding.mjs): the runtime-agnostic decoding module (greedy,
+// beam search, seeded sampling, streaming), shared by onnxruntime-node and onnxruntime-web (the
+// browser page imports the same file). 'tfm-export-node/greedy' is the same module under its old name.
+import type { InferenceSession, Tensor } from 'onnxruntime-node';
+import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Tokenizer,
+  TokenizerSpec } from './index.js';
+
+export const MANIFEST_FORMAT: 'tfm-export-manifest/1';
+
+/** Any onnxruntime module (onnxruntime-node or onnxruntime-web): only its Tensor class is used. */
+export type Ort = { Tensor: typeof Tensor };
+
+/** What the loop runs: the manifest and one session per graph (`tokenizer` is used by `stream` on text). */
+export interface DecodableModel {
+  manifest: Manifest;
+  encoder: InferenceSession;
+  decoder: InferenceSession;
+  tokenizer?: Tokenizer | null;
+}
+
+/** Every decoding option resolved: the defaults, the manifest's `generation` section, then the call's options. */
+export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens'>> & { maxNewTokens: number | undefined };
+
+/** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
+export function checkManifest(manifest: unknown, where?: string): Manifest;
+
+/** The files of one graph (the .onnx file and any external-data files) with their sha256. */
+export function graphFiles(graph: GraphEntry): Record<string, string>;
+
+/** The manifest's tokenizer, or null when the export has none (only type "chars" is implemented). */
+export function makeTokenizer(spec: TokenizerSpec | null): Tokenizer | null;
+
+/** The Python runtime's rule: default max_len; below 1 or above max_len throws. */
+export function resolveMaxNewTokens(maxNewTokens: number | undefined | null, maxLen: number): number;
+
+/** The settings of one call (throws one line on a bad value or an unknown option name). */
+export function generationConfig(manifest: { generation?: Record<string, unknown> | null } | null,
+  options?: DecodingOptions): GenerationConfig;
+
+/** Options from Python's names (a manifest `generation` section, a GenerationConfig dict); unknown keys are ignored. */
+export function fromPythonNames(section: Record<string, unknown> | null | undefined): DecodingOptions;
+
+/** The best ids per source, without BOS and EOS (plain greedy runs the decoder's own argmax). */
+export function generateIds(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<number[][]>;
+
+/** Per source, `numReturnSequences` hypotheses (beam search: best first). */
+export function generate(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
+
+/** One source as it is decoded: text pieces for a string, token ids for an id list (beam search: at the end). */
+export function stream(ort: Ort, model: DecodableModel, source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
+export function stream(ort: Ort, model: DecodableModel, source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
+
+/** Text pieces from growing ids: what decoding all ids so far adds to the text so far. */
+export function textPieces(tokenizer: Tokenizer, ids: AsyncIterable<number> | Iterable<number>): AsyncGenerator<string, void, undefined>;

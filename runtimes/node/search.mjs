@@ -1,0 +1,294 @@
+// The token pickers of the shared decoding loop (decoding.mjs): logits processors, seeded sampling
+// and beam search, ported line by line from the Python runtime (tfm_export/runtime/processors.py,
+// sampling.py, beam.py, search.py; their docstrings are the specification) so that Node, the browser
+// and Python choose the same tokens and report the same scores.
+//
+// Numbers: scores are float64 (JS Number), like Python's. Sums use numpy's pairwise summation
+// (`pairwiseSum`), so they are bit-equal to np.sum; Math.exp / Math.log may differ from numpy's in the
+// last bit (about 1 value in 12), which can change a token only on an exact near-tie.
+// No globals beyond ECMAScript (BigInt for SplitMix64): the browser page imports this file too.
+
+export const OFFSET = 1e9; // transformers' "very large negative value" for excluded candidates and empty slots
+const MASK64 = (1n << 64n) - 1n;
+
+/** np.sum of a float64 row: numpy's pairwise summation (blocks of 128, 8 accumulators). */
+export function pairwiseSum(a, start = 0, n = a.length - start) {
+  if (n < 8) {
+    let sum = 0;
+    for (let i = 0; i < n; i++) sum += a[start + i];
+    return sum;
+  }
+  if (n <= 128) {
+    const r = Array.from({ length: 8 }, (_, j) => a[start + j]);
+    let i = 8;
+    for (; i < n - (n % 8); i += 8) for (let j = 0; j < 8; j++) r[j] += a[start + i + j];
+    let sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) sum += a[start + i];
+    return sum;
+  }
+  const half = Math.floor(n / 2) - (Math.floor(n / 2) % 8);
+  return pairwiseSum(a, start, half) + pairwiseSum(a, start + half, n - half);
+}
+
+/** One row of logits (any numeric array, from `offset`, `vocab` long) -> float64 log-probabilities. */
+export function logSoftmax(logits, offset = 0, vocab = logits.length - offset) {
+  const x = Float64Array.from(logits.subarray ? logits.subarray(offset, offset + vocab) : logits.slice(offset, offset + vocab));
+  let max = -Infinity;
+  for (const v of x) if (v > max) max = v;
+  const exp = new Float64Array(vocab);
+  for (let t = 0; t < vocab; t++) { x[t] -= max; exp[t] = Math.exp(x[t]); }
+  const lse = Math.log(pairwiseSum(exp));
+  for (let t = 0; t < vocab; t++) x[t] -= lse;
+  return x;
+}
+
+/** Tokens that would complete an n-gram already in `row` (which ends with the current n-1 tokens). */
+export function bannedNgramTokens(row, n) {
+  if (row.length < n) return [];
+  const prefix = row.slice(row.length - n + 1);
+  const banned = [];
+  for (let i = 0; i + n <= row.length; i++) {
+    if (prefix.every((id, j) => row[i + j] === id)) banned.push(row[i + n - 1]);
+  }
+  return banned;
+}
+
+/**
+ * processors.process on one row (in place, returned): repetition penalty, no-repeat n-grams,
+ * min_new_tokens, forced EOS. `history`: the row's ids so far, BOS first; `step`: ids generated so far.
+ */
+export function processRow(scores, history, step, lastStep, config, eosId) {
+  if (config.repetitionPenalty !== 1) {
+    const p = config.repetitionPenalty;
+    for (const t of new Set(history)) scores[t] = scores[t] < 0 ? scores[t] * p : scores[t] / p;
+  }
+  if (config.noRepeatNgramSize) {
+    for (const t of bannedNgramTokens(history, config.noRepeatNgramSize)) scores[t] = -Infinity;
+  }
+  if (step < config.minNewTokens) scores[eosId] = -Infinity;
+  if (config.forcedEos && step === lastStep) {
+    scores.fill(-Infinity);
+    scores[eosId] = 0;
+  }
+  return scores;
+}
+
+/** SplitMix64 on BigInt (exact 64-bit arithmetic), Python's runtime.sampling.SplitMix64. */
+export class SplitMix64 {
+  constructor(seed) { this.state = BigInt(seed) & MASK64; }
+
+  next() {
+    this.state = (this.state + 0x9E3779B97F4A7C15n) & MASK64;
+    let z = this.state;
+    z = ((z ^ (z >> 30n)) * 0xBF58476D1CE4E5B9n) & MASK64;
+    z = ((z ^ (z >> 27n)) * 0x94D049BB133111EBn) & MASK64;
+    return z ^ (z >> 31n);
+  }
+
+  /** [0, 1) from the top 53 bits. */
+  uniform() { return Number(this.next() >> 11n) / 2 ** 53; }
+}
+
+/** One generator per decoder row, seeded from SplitMix64(seed)'s outputs: rows do not depend on each other. */
+export function rowGenerators(seed, rows) {
+  const master = new SplitMix64(seed);
+  return Array.from({ length: rows }, () => new SplitMix64(master.next()));
+}
+
+/** Temperature, top-k (ties at the k-th kept), top-p (stable ascending order); removed tokens -> -Infinity. */
+export function warp(row, temperature, topK, topP) {
+  const s = row.map((v) => v / temperature);
+  if (topK > 0 && topK < s.length) {
+    const kth = Float64Array.from(s).sort()[s.length - topK];
+    for (let t = 0; t < s.length; t++) if (s[t] < kth) s[t] = -Infinity;
+  }
+  if (topP < 1) {
+    const order = Array.from(s.keys()).sort((a, b) => s[a] - s[b] || a - b); // ascending; ties by id
+    const top = s[order[order.length - 1]];
+    const probs = Float64Array.from(order, (t) => Math.exp(s[t] - top));
+    const total = pairwiseSum(probs);
+    let cumulative = 0;
+    order.forEach((t, i) => {
+      cumulative += probs[i] / total; // np.cumsum: sequential
+      if (cumulative <= 1 - topP && i < order.length - 1) s[t] = -Infinity; // the most likely stays
+    });
+  }
+  return s;
+}
+
+/** One token id from one row's warped scores: the first id whose running sum of exp(s - max) exceeds u * sum. */
+export function sampleToken(scores, generator) {
+  let max = -Infinity;
+  for (const v of scores) if (v > max) max = v;
+  const running = new Float64Array(scores.length);
+  let sum = 0;
+  scores.forEach((v, t) => { sum += Math.exp(v - max); running[t] = sum; });
+  const target = generator.uniform() * sum;
+  const hit = running.findIndex((r) => r > target);
+  if (hit >= 0) return hit;
+  for (let t = scores.length - 1; t >= 0; t--) if (Math.exp(scores[t] - max) > 0) return t;
+  return scores.length - 1;
+}
+
+function argmax(row) {
+  let best = 0;
+  for (let t = 1; t < row.length; t++) if (row[t] > row[best]) best = t; // ties: the lower id
+  return best;
+}
+
+/**
+ * Greedy (with processors) or sampled ids for rows = batch * numReturnSequences (source i: rows
+ * i*n .. i*n + n-1). A row's score: the sum of log_softmax(processed logits) at its ids.
+ */
+export class TokenPicker {
+  constructor(batch, steps, config, ids) {
+    Object.assign(this, { steps, config, ids, rows: batch * config.numReturnSequences, step: 0, finished: false });
+    this.out = Array.from({ length: this.rows }, () => []); // ids generated so far (EOS kept, then padding)
+    this.scores = new Float64Array(this.rows);
+    this.done = Array(this.rows).fill(false);
+    this.generators = config.doSample ? rowGenerators(config.seed, this.rows) : [];
+  }
+
+  /** One step from (rows * vocab) logits -> { nextIds (rows), beamIdx: null }. */
+  advance(logits, vocab) {
+    const { config: cfg, ids, step } = this;
+    const nextIds = this.out.map((row, r) => {
+      if (this.done[r]) return ids.padId;
+      const scores = processRow(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)),
+        [ids.bosId, ...row], step, this.steps - 1, cfg, ids.eosId);
+      const token = cfg.doSample
+        ? sampleToken(warp(scores, cfg.temperature, cfg.topK, cfg.topP), this.generators[r]) : argmax(scores);
+      this.scores[r] += logSoftmax(scores)[token];
+      this.done[r] = token === ids.eosId;
+      return token;
+    });
+    nextIds.forEach((token, r) => this.out[r].push(token));
+    this.step += 1;
+    this.finished = this.done.every(Boolean) || this.step === this.steps;
+    return { nextIds, beamIdx: null };
+  }
+
+  /** Per source, its numReturnSequences hypotheses { ids (without EOS), score } in row order. */
+  results() {
+    const n = this.config.numReturnSequences;
+    const hyps = this.out.map((row, r) => ({ ids: trimAtEos(row, this.ids.eosId), score: this.scores[r] }));
+    return Array.from({ length: this.rows / n }, (_, i) => hyps.slice(i * n, (i + 1) * n));
+  }
+}
+
+export function trimAtEos(row, eosId) {
+  const at = row.indexOf(eosId);
+  return at < 0 ? row.slice() : row.slice(0, at);
+}
+
+/** Insert (value, flat) into `best` (sorted: value descending, then flat ascending), keeping `size`. */
+function insertTop(best, size, value, flat) {
+  if (best.length === size && !(value > best[size - 1].value)) return; // equal: the lower flat id stays
+  let i = best.length;
+  while (i > 0 && best[i - 1].value < value) i--;
+  best.splice(i, 0, { value, flat });
+  if (best.length > size) best.pop();
+}
+
+/** Indices of the `k` largest of `values`, equal values in position order (numpy's stable argsort). */
+function stableBest(values, k) {
+  return Array.from(values.keys()).sort((a, b) => values[b] - values[a] || a - b).slice(0, k);
+}
+
+/** runtime.beam.BeamSearch: transformers' beam search bookkeeping (see beam.py's docstring, steps 1-7). */
+export class BeamSearch {
+  constructor(batch, steps, config, ids) {
+    const k = config.numBeams;
+    Object.assign(this, { batch, k, steps, config, ids, rows: batch * k, step: 0, finished: false });
+    this.runIds = Array.from({ length: this.rows }, () => []); // row b*K + j: beam j of source b
+    this.runScores = Array.from({ length: this.rows }, (_, r) => (r % k === 0 ? 0 : -OFFSET)); // beam 0 live
+    this.slots = Array.from({ length: batch }, () => Array.from({ length: k }, () => ({ ids: [], score: -OFFSET, done: false })));
+    this.open = Array(batch).fill(true);
+  }
+
+  /** One step from (rows * vocab) logits -> { nextIds (rows), beamIdx (rows): the row each continues }. */
+  advance(logits, vocab) {
+    const { k, step, ids } = this;
+    const last = step === this.steps - 1;
+    const nextIds = Array(this.rows);
+    const beamIdx = Array(this.rows);
+    let allHit = true;
+    for (let b = 0; b < this.batch; b++) {
+      const cands = this.candidates(logits, vocab, b).map(({ value, flat }) => {
+        const beam = Math.floor(flat / vocab);
+        const token = flat % vocab;
+        const hit = token === ids.eosId || last;
+        allHit &&= hit;
+        return { value, beam, hit, ids: [...this.runIds[b * k + beam], token], adjusted: hit ? value - OFFSET : value };
+      });
+      this.finish(b, cands);
+      stableBest(cands.map((c) => c.adjusted), k).forEach((c, j) => {
+        const row = b * k + j;
+        this.runIds[row] = cands[c].ids;
+        this.runScores[row] = cands[c].adjusted;
+        beamIdx[row] = b * k + cands[c].beam;
+        nextIds[row] = cands[c].ids[step];
+      });
+    }
+    this.step += 1;
+    this.close(allHit);
+    return { nextIds, beamIdx };
+  }
+
+  /** Steps 1-2: source b's 2K best (beam, token) candidates, best first; ties: the lower flat index. */
+  candidates(logits, vocab, b) {
+    const { k, ids, config } = this;
+    const best = [];
+    for (let j = 0; j < k; j++) {
+      const r = b * k + j;
+      const scores = processRow(logSoftmax(logits, r * vocab, vocab), [ids.bosId, ...this.runIds[r]], this.step,
+        this.steps - 1, config, ids.eosId);
+      const base = this.runScores[r];
+      for (let t = 0; t < vocab; t++) insertTop(best, 2 * k, scores[t] + base, j * vocab + t);
+    }
+    return best;
+  }
+
+  /** Step 5: the first K candidates that finish enter source b's slots (the K best are kept). */
+  finish(b, cands) {
+    const { k, config } = this;
+    const length = this.step + 1;
+    const full = this.slots[b].every((s) => s.done) && config.earlyStopping === true;
+    const entries = cands.map((c, i) => {
+      const just = c.hit && i < k;
+      let score = c.value / length ** config.lengthPenalty;
+      if (full) score -= OFFSET;
+      if (!this.open[b]) score -= OFFSET;
+      if (!just) score -= OFFSET;
+      return { ids: c.ids, score, done: just };
+    });
+    const merged = [...this.slots[b], ...entries];
+    this.slots[b] = stableBest(merged.map((s) => s.score), k).map((i) => merged[i]);
+  }
+
+  /** Steps 6-7, after the step (`this.step` is now the number of generated tokens). */
+  close(allHit) {
+    const { k, config } = this;
+    const never = config.earlyStopping === 'never';
+    const length = never && config.lengthPenalty > 0 ? this.steps : this.step;
+    for (let b = 0; b < this.batch; b++) {
+      const best = this.runScores[b * k] / length ** config.lengthPenalty;
+      const min = Math.min(...this.slots[b].map((s) => s.score));
+      this.open[b] &&= this.slots[b].some((s) => best > (s.done ? min : -OFFSET));
+    }
+    const allFull = this.slots.every((slots) => slots.every((s) => s.done)) && config.earlyStopping === true;
+    this.finished = !this.open.some(Boolean) || allFull || allHit || this.step === this.steps;
+  }
+
+  /** Per source, its best numReturnSequences slots { ids (without EOS), score }, best first. */
+  results() {
+    const eos = this.ids.eosId;
+    return this.slots.map((slots) => slots.slice(0, this.config.numReturnSequences).map((s) => ({
+      ids: s.ids.length && s.ids[s.ids.length - 1] === eos ? s.ids.slice(0, -1) : s.ids.slice(), score: s.score })));
+  }
+}
+
+/** The picker for `config`: beam search when numBeams > 1, else greedy/sampling. */
+export function strategyFor(batch, steps, config, ids) {
+  return config.numBeams > 1 ? new BeamSearch(batch, steps, config, ids) : new TokenPicker(batch, steps, config, ids);
+}
