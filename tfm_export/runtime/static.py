@@ -183,12 +183,19 @@ class RowBatch:
         self.index = 0  # steps run: step s reads cache set s % 2 and writes the other
 
     def bind(self, rows: list[int], src: np.ndarray) -> None:
-        """Encode `src` (len(rows), <= src_len) and write it into `rows` of the bound decoder inputs."""
-        src = np.pad(src, ((0, 0), (0, self.src_len - src.shape[1])), constant_values=self.cache.config.src_pad_id)
+        """Encode `src` (len(rows), L <= src_len) at its own length L and write it into `rows`.
+
+        Positions past L get src_mask False: cross attention gives them weight exactly 0 whatever
+        they hold, so the tokens equal those of a source padded to src_len, and the encoder does no
+        work for the padding (on a max_len 256 model that was most of the cost of joining).
+        """
         names = list(self.slots.encoder_host)
-        encoded = self.cache.encoder.run(names, {"src_ids": src})  # (rows, ...) on the host
+        encoded = self.cache.encoder.run(names, {"src_ids": src})  # (rows, ..., L, ...) on the host
         for name, value in zip(names, encoded):
-            self.slots.encoder_host[name][rows] = value
+            axis = self.cache._spec.tensor(name).shape.index("src_len")
+            written = (rows, *[slice(None)] * (axis - 1), slice(0, value.shape[axis]))
+            self.slots.encoder_host[name][written] = value
+        self.slots.encoder_host["src_mask"][rows, src.shape[1]:] = False
         self._push(names)
 
     def _push(self, names: list[str]) -> None:
