@@ -46,9 +46,9 @@ def main() -> None:
     hf = MarianMTModel(MarianConfig(**OPUS_MT)).eval()
     src = torch.randint(1, 58000, (1, 32))
     with tempfile.TemporaryDirectory() as tmp:
-        hf.save_pretrained(tmp)
+        hf.save_pretrained(Path(tmp) / "hf")
         start = time.perf_counter()
-        export_model(load_any(tmp), Path(tmp) / "onnx", ExportOptions(validate=False))
+        export_model(load_any(Path(tmp) / "hf"), Path(tmp) / "onnx", ExportOptions(validate=False))
         export_s = time.perf_counter() - start
         ort_model = open_export(Path(tmp) / "onnx", "cpu", RuntimeOptions(intra_op_threads=args.threads))
         n = args.new_tokens
