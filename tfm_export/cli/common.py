@@ -50,7 +50,8 @@ CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id":
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
              "config": "--config CONFIG.json", "model": "--model MODEL.pt",
-             "trust_pickle": "--trust-pickle", "num_return_sequences": "--n-best N", "do_sample": "--sample"}
+             "trust_pickle": "--trust-pickle", "num_return_sequences": "--n-best N", "do_sample": "--sample",
+             "static_slots": "--static-slots N"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after",
               ("do_sample", True): "--sample"}
 

@@ -60,10 +60,14 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--cuda-graph", is_flag=True,
               help="Also export decoder_static.onnx (pre-allocated cache): CUDA replays each step as a graph, and "
                    "`tfm-export serve` batches requests in flight with it.")
+@click.option("--static-slots", type=click.IntRange(min=2), default=None,
+              help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
+                   "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
-                   optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, **load_opts: Any) -> None:
+                   optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
+                   **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     requires_extra("export", "export")
     from ..export.exporter import ExportOptions, default_out_dir, export_model
@@ -77,7 +81,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     checkpoint = load_model(model, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
-                            quantize=quantize, dtype=dtype, static_cache=cuda_graph)
+                            quantize=quantize, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
+                            static_slots=static_slots)
     try:
         with StageDisplay() as show:
             manifest = export_model(checkpoint, out, options, on_stage=show)

@@ -7,6 +7,7 @@ every graph is exported, checked and (by default) validated, so a failed run lea
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -53,6 +54,7 @@ class ExportOptions:
     optimize: bool = False  # fuse the graphs for ONNX Runtime (tfm_export.variants)
     quantize: str | None = None  # "int8": dynamic int8 weights for CPU (tfm_export.variants)
     static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
+    static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
 
     @property
     def is_variant(self) -> bool:
@@ -70,8 +72,8 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
     """Export one graph described by `spec` into `folder`; returns its external-data file names."""
     module = GRAPH_MODULES[spec.name](model).eval()
     cfg = model.config
-    args = example_inputs(spec, {"src_ids": cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size,
-                                 "cache_len": cfg.max_len})
+    slots = spec.tensor("past.0.self.key").shape[2] if spec.name == "decoder_static" else cfg.max_len
+    args = example_inputs(spec, {"src_ids": cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots})
     path = folder / spec.file
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with _quiet_exporter():
@@ -94,6 +96,10 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     if not OPSETS[0] <= options.opset <= OPSETS[1]:
         raise ExportError(f"{{opset}} is not supported: the exporter writes opsets {OPSETS[0]}..{OPSETS[1]}",
                           options={"opset": options.opset})
+    slots = options.static_slots
+    if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
+        raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
+                          options={"static_slots": slots})
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
     target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint))
     stage = _Stages(on_stage)
@@ -146,7 +152,8 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
 def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
     wanted = {"decoder_static": options.static_cache}
-    return {**GRAPH_SPECS, **{k: v for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}}
+    extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
+    return {**GRAPH_SPECS, **extra}
 
 
 def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:

@@ -70,7 +70,8 @@ class StaticDecoderGraph(DecoderGraph):
 
     def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
                 ) -> tuple[Tensor, ...]:
-        return self.step(input_ids, src_mask, caches, SlotCache.at(cache_len, self.model.config.max_len))
+        slots = caches[0].shape[-2]  # (batch, heads, slots, head_dim): fixed by the spec, max_len or fewer
+        return self.step(input_ids, src_mask, caches, SlotCache.at(cache_len, slots))
 
 
 GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph}

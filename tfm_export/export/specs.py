@@ -61,8 +61,10 @@ def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
 GRAPH_SPECS = {"encoder": encoder_spec, "decoder": decoder_spec}
 
 
-def static_decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
-    """One step of the decoder over a pre-allocated cache of `max_len` slots (for CUDA graphs).
+def static_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: int | None = None) -> GraphSpec:
+    """One step of the decoder over a pre-allocated cache of `slots` slots (default max_len; for CUDA
+    graphs and in-flight batching). Fewer slots than max_len bound the tokens a row can generate, and
+    make every step cheaper: attention and the slot write span the whole cache, filled or not.
 
     Every shape is fixed by (batch, src_len), so a captured CUDA graph can be replayed each step:
     `cache_len[b]` (the number of slots row b has filled, on the device) says where row b's keys and
@@ -70,7 +72,7 @@ def static_decoder_spec(config: TransformerConfig, dtype: str = "float32") -> Gr
     `present.*` is the whole cache with each row's slot written; the runtime feeds it back as the
     next step's `past.*` (two buffers, swapped).
     """
-    h, d, n, layers = config.n_heads, config.head_dim, config.max_len, range(config.n_decoder_layers)
+    h, d, n, layers = config.n_heads, config.head_dim, slots or config.max_len, range(config.n_decoder_layers)
     inputs = [TensorSpec("input_ids", "int64", ("batch", 1)),
               TensorSpec("src_mask", "bool", ("batch", "src_len")),
               TensorSpec("cache_len", "int64", ("batch",))]

@@ -32,8 +32,14 @@ class GenerateMixin:
         """`config` (default: this model's `generation`) with `options` (None values ignored) applied."""
         return (config or self.generation).replace(**options)
 
-    def _steps(self, config: GenerationConfig) -> int:
-        return resolve_max_new_tokens(config.max_new_tokens, 1, self.config.max_len)
+    def steps_for(self, config: GenerationConfig) -> int:
+        """How many tokens to generate per row: `config.max_new_tokens`, checked against what fits."""
+        limit, what = self._step_limit(config)
+        return resolve_max_new_tokens(config.max_new_tokens, 1, limit, what)
+
+    def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
+        """The most tokens a row can take and what sets it (a static cache may hold fewer than max_len)."""
+        return self.config.max_len, "the model's max_len"
 
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
                  timings: DecodeTimings | None = None, **options: Any) -> list[list[Hypothesis]]:
@@ -41,7 +47,7 @@ class GenerateMixin:
 
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...)."""
         config = self.generation_config(config, **options)
-        return search(self._search_cache, self._batch(sources), self._steps(config), config, self.config, timings)
+        return search(self._search_cache, self._batch(sources), self.steps_for(config), config, self.config, timings)
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None,
@@ -49,7 +55,7 @@ class GenerateMixin:
         """The best hypothesis' ids per source (without BOS/EOS). With `stop_at_eos=False` every row
         gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
-        src, steps = self._batch(sources), self._steps(config)
+        src, steps = self._batch(sources), self.steps_for(config)
         if config.is_greedy:
             rows = self._greedy(src, steps, stop_at_eos, timings)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in rows]
@@ -82,7 +88,7 @@ def _ids_stream(model: GenerateMixin, ids: list[int], config: GenerationConfig) 
     """The new ids of one source as they are decided (all at the end for beam search)."""
     strategy = None
     eos = model.config.eos_id
-    for strategy in search_steps(model._search_cache, model._batch([ids]), model._steps(config), config,
+    for strategy in search_steps(model._search_cache, model._batch([ids]), model.steps_for(config), config,
                                  model.config):
         if config.num_beams == 1:
             token = int(strategy.ids[0, strategy.step - 1])

@@ -57,7 +57,8 @@ def source_batch(sources: Sequence[Sequence[int]], config: Any) -> np.ndarray:
     return src
 
 
-def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int) -> int:
+def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int,
+                           limit: str = "the model's max_len") -> int:
     """Default to filling the position table; refuse a request that cannot fit."""
     room = max_len - prefix_len + 1  # the last generated token is never fed back
     if max_new_tokens is None:
@@ -65,8 +66,7 @@ def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len:
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if max_new_tokens > room:
-        raise InputError(f"max_new_tokens ({max_new_tokens}) does not fit the model's max_len "
-                         f"({max_len}); use at most {room}")
+        raise InputError(f"max_new_tokens ({max_new_tokens}) does not fit {limit} ({max_len}); use at most {room}")
     return max_new_tokens
 
 

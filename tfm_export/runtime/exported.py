@@ -27,7 +27,7 @@ from .decoding import DecodeTimings, DecoderCache, greedy_loop, source_batch
 from .generation import GenerationConfig
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
-from .static import open_static
+from .static import StaticCache, open_static
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,12 @@ class ExportedModel(GenerateMixin):
 
     def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None) -> list[list[int]]:
         return greedy_loop(self.cache, src, steps, self.config, stop_at_eos, timings)
+
+    def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
+        slots = self.cache.slots if isinstance(self.cache, StaticCache) else None  # fixed by its export
+        if config.is_greedy and slots is not None and slots < self.config.max_len:
+            return slots, "the static decoder's cache slots"
+        return super()._step_limit(config)
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:

@@ -77,6 +77,7 @@ class StaticCache:
                                       options)
         check_sessions(manifest, {GRAPH_NAME: self.session})
         self._inputs, self._outputs, self._spec = entry.spec.input_names(), entry.spec.output_names(), entry.spec
+        self.slots = static_slots(manifest)  # tokens a row can take: max_len, or fewer (--static-slots)
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
         self.lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
@@ -213,6 +214,12 @@ class RowBatch:
         self.cache.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
         self.index += 1
         return slots.next_ids.numpy()
+
+
+def static_slots(manifest: Manifest) -> int | None:
+    """The static decoder's cache slots (its past's fixed length), None when the export has none."""
+    entry = manifest.graphs.get(GRAPH_NAME)
+    return int(entry.spec.tensor("past.0.self.key").shape[2]) if entry else None
 
 
 def open_static(folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,

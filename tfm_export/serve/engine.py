@@ -69,7 +69,8 @@ def open_engine(settings: ServeSettings) -> Any:
 def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | None,
                     ids: Sequence[Sequence[int]] | None, max_new_tokens: int | None) -> tuple[list[list[int]], int]:
     """Checked sources and their token budget; InputError naming the limit or option otherwise."""
-    from ..runtime.decoding import resolve_max_new_tokens, source_batch
+    from ..runtime.generation import GenerationConfig
+    from ..runtime.decoding import source_batch
 
     if (texts is None) == (ids is None):
         raise InputError("give exactly one of {texts} or ids", options={"texts": None})
@@ -86,7 +87,8 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
             raise LimitError(f"source {n} has {len(source)} tokens, more than the model's {{max_len}} of "
                              f"{cfg.max_len}; shorten or split it", options={"max_len": None})
         source_batch([source], cfg)  # empty, out-of-vocabulary or non-int64 ids: InputError
-    return sources, resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
+    # Greedy through the opened cache: a static cache may hold fewer slots than max_len (--static-slots).
+    return sources, model.steps_for(GenerationConfig(max_new_tokens=max_new_tokens))
 
 
 def check_bind(host: str, api_key: str | None) -> None:

@@ -1,0 +1,63 @@
+"""--static-slots: a static decoder with fewer cache slots than max_len (cheaper steps, shorter rows)."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tfm_export.cli import cli
+from tfm_export.errors import ExportError, InputError
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.manifest import load_manifest
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.runtime.static import static_slots
+from tfm_export.serve.batcher import EngineConfig, Job
+from tfm_export.serve.engine import ServeSettings, open_engine
+
+SLOTS = 12
+SOURCES = [[5, 9, 13, 40], [7], [3, 3, 3, 3, 3, 3, 3, 3, 3, 30]]
+
+
+@pytest.fixture(scope="module")
+def slots_export(tiny_checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("slots") / "out"
+    manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, static_slots=SLOTS))
+    assert manifest.validation["outputs"]["decoder_static:logits"]["ok"]  # validated against eager, like any graph
+    assert manifest.validation["greedy"]["static_cache_mismatched_rows"] == []
+    return out
+
+
+def test_the_static_decoder_has_the_slots_asked_for(slots_export):
+    manifest = load_manifest(slots_export)
+    assert static_slots(manifest) == SLOTS and manifest.config.max_len == 64
+    assert manifest.graphs["decoder_static"].spec.tensor("present.0.self.key").shape[2] == SLOTS
+
+
+def test_static_rows_equal_the_growing_cache_up_to_the_slots(slots_export):
+    growing = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    assert static.generate_ids(SOURCES, SLOTS) == growing.generate_ids(SOURCES, SLOTS)
+    assert all(len(row) <= SLOTS for row in static.generate_ids(SOURCES))  # the default fits the slots
+    with pytest.raises(InputError, match=f"does not fit the static decoder's cache slots \\({SLOTS}\\)"):
+        static.generate_ids(SOURCES, SLOTS + 1)
+    assert len(growing.generate_ids(SOURCES, 40, stop_at_eos=False)[0]) == 40  # the growing cache is not limited
+
+
+def test_in_flight_batching_over_fewer_slots_matches_serial(slots_export):
+    serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    engine = open_engine(ServeSettings(str(slots_export), engine=EngineConfig(max_batch=2))).start()
+    got: dict[int, list[int]] = {}
+    jobs = [Job(ids, SLOTS, lambda kind, v, i=i: kind == "token" and got.setdefault(i, []).append(v))
+            for i, ids in enumerate(SOURCES * 3)]
+    engine.submit(jobs)
+    engine.close(30)
+    assert [got.get(i, []) for i in range(len(jobs))] == [serial.generate_ids([ids], SLOTS)[0] for ids in SOURCES * 3]
+
+
+def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):
+    with pytest.raises(ExportError, match=r"must be 2\.\.64"):
+        export_model(load_checkpoint(tiny_checkpoint), tmp_path / "x", ExportOptions(static_cache=True, static_slots=65))
+    result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(tmp_path / "y"), "--static-slots", "100"])
+    assert result.exit_code == 1 and "--static-slots 100 must be 2..64" in result.output
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
