@@ -83,14 +83,15 @@ async def one_request(http: httpx.AsyncClient, url: str, ids: list[int], steps: 
             "ttft": (first or end) - start, "tokens": tokens}
 
 
-async def run_rate(url: str, rate: float, pool: list[list[int]], args: argparse.Namespace) -> dict:
+async def run_rate(url: str, rate: float, pool: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
     """Poisson arrivals at `rate`/s for --duration s (at most --max-requests), then wait for answers."""
     rng = np.random.default_rng(args.seed)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=args.duration * 4 + 60, limits=limits) as http:
         tasks, begin = [], time.perf_counter()
         while len(tasks) < args.max_requests and time.perf_counter() - begin < args.duration:
-            tasks.append(asyncio.create_task(one_request(http, url, pool[len(tasks) % len(pool)], args.new_tokens)))
+            ids, steps = pool[len(tasks) % len(pool)]
+            tasks.append(asyncio.create_task(one_request(http, url, ids, steps)))
             await asyncio.sleep(rng.exponential(1 / rate))
         results = await asyncio.gather(*tasks, return_exceptions=True)
     done = [r for r in results if isinstance(r, dict) and r["status"] == 200]
@@ -110,7 +111,9 @@ def main() -> None:
     parser.add_argument("--rates", default="5,20,50", help="arrival rates (requests/s), comma-separated")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of arrivals per rate")
     parser.add_argument("--max-requests", type=int, default=800, help="most requests per rate")
-    parser.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens of every request")
+    parser.add_argument("--new-tokens", default="32",
+                        help="max_new_tokens of each request: N, or LOW:HIGH drawn uniformly per request (varied "
+                             "lengths, as real traffic has: request-level batching waits for its longest row)")
     parser.add_argument("--max-batch", type=int, default=8, help="rows decoded together (request, inflight)")
     parser.add_argument("--max-queue", type=int, default=256, help="the servers' queue bound")
     parser.add_argument("--window-ms", type=float, default=10.0, help="request-level batching's collect window")
@@ -119,7 +122,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--plot", type=Path, default=None, help="p50/p99 latency vs offered load, a PNG (matplotlib)")
     args = parser.parse_args()
-    pool = sources(args.folder, 200, args.seed)
+    low, _, high = args.new_tokens.partition(":")
+    lengths = random.Random(args.seed + 1)
+    pool = [(ids, lengths.randint(int(low), int(high or low))) for ids in sources(args.folder, 200, args.seed)]
     rows = []
     print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
           f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)
