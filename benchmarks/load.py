@@ -41,6 +41,7 @@ def start_server(folder: Path, mode: str, args: argparse.Namespace) -> tuple[sub
     port = free_port()
     cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder), "--port", str(port), "--batching", mode,
            "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue),
+           *(["--max-src-len", str(args.max_src_len)] if args.max_src_len else []),
            "--window-ms", str(args.window_ms), *(["--threads", str(args.threads)] if args.threads else [])]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -57,12 +58,13 @@ def start_server(folder: Path, mode: str, args: argparse.Namespace) -> tuple[sub
     raise SystemExit(f"the {mode} server did not start in 120 s")
 
 
-def sources(folder: Path, count: int, seed: int) -> list[list[int]]:
-    """Varied sources: random in-vocabulary ids of 4..max_len/2 tokens (the same for every mode)."""
+def sources(folder: Path, count: int, seed: int, longest: int | None = None) -> list[list[int]]:
+    """Varied sources: random in-vocabulary ids of 4..longest/2 tokens (longest: max_len; the same for every mode)."""
     config = load_manifest(folder, verify_hashes=False).config
     rng = random.Random(seed)
     low = max(config.src_pad_id, config.bos_id, config.eos_id) + 1
-    return [[rng.randrange(low, config.src_vocab_size) for _ in range(rng.randrange(4, config.max_len // 2))]
+    half = (longest or config.max_len) // 2
+    return [[rng.randrange(low, config.src_vocab_size) for _ in range(rng.randrange(4, half))]
             for _ in range(count)]
 
 
@@ -115,6 +117,8 @@ def main() -> None:
                         help="max_new_tokens of each request: N, or LOW:HIGH drawn uniformly per request (varied "
                              "lengths, as real traffic has: request-level batching waits for its longest row)")
     parser.add_argument("--max-batch", type=int, default=8, help="rows decoded together (request, inflight)")
+    parser.add_argument("--max-src-len", type=int, default=None, help="the servers' longest source (sources are drawn "
+                        "shorter than half of it, or of max_len)")
     parser.add_argument("--max-queue", type=int, default=256, help="the servers' queue bound")
     parser.add_argument("--window-ms", type=float, default=10.0, help="request-level batching's collect window")
     parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads of the server")
@@ -124,7 +128,8 @@ def main() -> None:
     args = parser.parse_args()
     low, _, high = args.new_tokens.partition(":")
     lengths = random.Random(args.seed + 1)
-    pool = [(ids, lengths.randint(int(low), int(high or low))) for ids in sources(args.folder, 200, args.seed)]
+    pool = [(ids, lengths.randint(int(low), int(high or low)))
+            for ids in sources(args.folder, 200, args.seed, args.max_src_len)]
     rows = []
     print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
           f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)

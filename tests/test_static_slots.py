@@ -61,3 +61,21 @@ def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):
     result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(tmp_path / "y"), "--static-slots", "100"])
     assert result.exit_code == 1 and "--static-slots 100 must be 2..64" in result.output
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_a_server_sized_to_shorter_sources_matches_serial_and_names_its_limit(slots_export):
+    from tfm_export.serve.engine import LimitError, prepare_sources
+
+    settings = ServeSettings(str(slots_export), engine=EngineConfig(max_batch=3, max_src_len=10))
+    engine = open_engine(settings).start()
+    serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    assert engine.rows.src_len == 10  # every in-flight row holds 10 source positions, not max_len's 64
+    got: dict[int, list[int]] = {}
+    jobs = [Job(ids, 8, lambda kind, v, i=i: kind == "token" and got.setdefault(i, []).append(v))
+            for i, ids in enumerate(SOURCES)]
+    engine.submit(jobs)
+    engine.close(30)
+    assert [got[i] for i in range(len(SOURCES))] == [serial.generate_ids([ids], 8)[0] for ids in SOURCES]
+    with pytest.raises(LimitError, match="more than the .*max_src_len.* of 10") as info:
+        prepare_sources(engine.model, settings, None, [[5] * 11], None)
+    assert info.value.options == {"max_src_len": None}

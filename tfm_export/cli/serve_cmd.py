@@ -33,6 +33,9 @@ def limit_options(fn):
                                       "made with --cuda-graph); request: collect --window-ms, decode each batch "
                                       "to its end; single: one request at a time.")
 @limit_options
+@click.option("--max-src-len", type=click.IntRange(min=1), default=None,
+              help="Longest source accepted (default: the model's max_len; longer get 413). In-flight rows are "
+                   "sized to it, so a smaller value makes every step cheaper.")
 @click.option("--window-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="--batching request: how long the first request waits for others.")
 @click.option("--api-key", envvar="TFM_EXPORT_API_KEY", default=None,
@@ -45,7 +48,8 @@ def limit_options(fn):
               help="Write a Ray Serve config (for `serve deploy`) with these settings and exit.")
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
-                  max_queue: int, max_texts: int, window_ms: float, api_key: str | None, threads: int | None,
+                  max_queue: int, max_texts: int, max_src_len: int | None, window_ms: float, api_key: str | None,
+                  threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, GET /healthz, /metrics, docs at /docs.
 
@@ -57,7 +61,8 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     if folder is None and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
     settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
-                             EngineConfig(max_batch, max_queue, window_ms), max_texts, threads, spin, api_key)
+                             EngineConfig(max_batch, max_queue, window_ms, max_src_len),
+                             max_texts, threads, spin, api_key)
     if write_config is not None:
         from ..serve.ray_config import write_config as write
 

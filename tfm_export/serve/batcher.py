@@ -48,10 +48,13 @@ class EngineConfig:
     max_batch: int = 8  # rows decoded together (in-flight: the bound rows of the static cache)
     max_queue: int = 64  # jobs waiting for a row; more are refused with QueueFull
     window_ms: float = 5.0  # request-level batching only: how long the first job waits for others
+    # Longest source accepted (None: the model's max_len). In-flight rows are sized to it: every
+    # step's cross attention spans it, so a server whose sources are short runs faster with less.
+    max_src_len: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_queue"):
-            if getattr(self, name) < 1:
+        for name in ("max_batch", "max_queue", "max_src_len"):
+            if (getattr(self, name) or 1) < 1:
                 raise InputError(f"{{{name}}} must be at least 1, got {getattr(self, name)}",
                                  options={name: None})
 
@@ -178,7 +181,8 @@ class InflightBatcher(Engine):
                              f"{{batching}}", options={"batching": "request"})
         super().__init__(model, config)
         cfg = model.config
-        self.rows = RowBatch(model.cache, config.max_batch, cfg.max_len)  # every source padded to max_len
+        width = min(config.max_src_len or cfg.max_len, cfg.max_len)
+        self.rows = RowBatch(model.cache, config.max_batch, width)  # every row holds up to `width` source tokens
         self.jobs: list[Job | None] = [None] * config.max_batch  # (batch,): the job in each row
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled

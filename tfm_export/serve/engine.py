@@ -5,6 +5,7 @@ Kept apart from serve.app so Ray Serve replicas and benchmarks build the same en
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ def open_engine(settings: ServeSettings) -> Any:
     model = open_export(settings.folder, settings.device, options)
     config = settings.engine
     if settings.batching == "single":
-        config = EngineConfig(max_batch=1, max_queue=config.max_queue, window_ms=0)
+        config = dataclasses.replace(config, max_batch=1, window_ms=0)
     return ENGINES[kind](model, config)
 
 
@@ -82,10 +83,12 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
                          f"({{max_texts}}); split the request", options={"max_texts": None})
     sources = [model.tokenizer.encode(t) for t in texts] if texts is not None else [list(s) for s in ids]
     cfg = model.config
+    cap = settings.engine.max_src_len  # the server's own limit, when tighter than the model's
+    longest, limit = (cap, "max_src_len") if cap and cap < cfg.max_len else (cfg.max_len, "max_len")
     for n, source in enumerate(sources, 1):
-        if len(source) > cfg.max_len:
-            raise LimitError(f"source {n} has {len(source)} tokens, more than the model's {{max_len}} of "
-                             f"{cfg.max_len}; shorten or split it", options={"max_len": None})
+        if len(source) > longest:
+            raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{limit}}} of {longest}; "
+                             f"shorten or split it", options={limit: None})
         source_batch([source], cfg)  # empty, out-of-vocabulary or non-int64 ids: InputError
     # Greedy through the opened cache: a static cache may hold fewer slots than max_len (--static-slots).
     return sources, model.steps_for(GenerationConfig(max_new_tokens=max_new_tokens))
