@@ -3,7 +3,7 @@
 Standard library only; binds to 127.0.0.1 by default. For local demos and tests, not production.
 
     /            runtimes/web/index.html and app.mjs (top-level files only)
-    /lib/        runtimes/node/greedy.mjs (the decoding loop shared with Node; top-level files only)
+    /lib/        runtimes/node/*.mjs (decoding.mjs and its modules, shared with Node; top-level files only)
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx)
 
