@@ -193,12 +193,12 @@ def test_full_disk_during_export_leaves_nothing(project, monkeypatch):
 
 
 def test_full_disk_during_init_leaves_nothing(project, monkeypatch):
-    import tfm_export.model.presets as presets
+    import tfm_export.model.checkpoint as checkpoint
 
-    def save(model, path):  # what torch.save does when the disk fills: a partial temp file, then an error
-        _full_disk_after_writing(Path(str(path) + ".tmp"))
+    def save(payload, path):  # what torch.save does when the disk fills: a partial file, then an error
+        _full_disk_after_writing(Path(path))
 
-    monkeypatch.setattr(presets, "save_checkpoint", save)
+    monkeypatch.setattr(checkpoint.torch, "save", save)
     before = snapshot(project)
     result = run("init", project / "proj" / "new.pt")
     assert_clean_failure(result, before, (project,), "no space left on device while writing")

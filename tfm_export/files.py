@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -21,6 +22,8 @@ from typing import Callable, Iterable
 
 from .errors import OutputError, TfmExportError
 from .manifest import export_files
+
+log = logging.getLogger(__name__)
 
 def os_error_message(exc: OSError, target: Path) -> str:
     """One line for a failed write: the full-disk case named plainly, others with their reason."""
@@ -60,9 +63,12 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_output_dir(out: str | os.PathLike, force: bool = False,
-                     inputs: Iterable[str | os.PathLike | None] = ()) -> None:
-    """Refuse (OutputError) an OUT whose replacement could lose a file that is not a previous export."""
+                     inputs: Iterable[str | os.PathLike | None] = ()) -> frozenset[str]:
+    """Refuse (OutputError) an OUT whose replacement could lose a file that is not a previous export;
+    returns the names replacing OUT will remove (none when OUT is missing or empty)."""
     out = Path(out)
+    if out.is_symlink():  # replacing would swap the link, and its target's files could not be told apart
+        raise OutputError(f"{out} is a symbolic link; give the folder itself with -o")
     resolved = out.resolve()
     special = _special_folder(resolved)
     if special:
@@ -73,13 +79,18 @@ def check_output_dir(out: str | os.PathLike, force: bool = False,
         raise OutputError(f"cannot create {out}: {existing} is not a folder")
     _check_writable(out, existing if existing != resolved else resolved.parent)
     if existing != resolved:
-        return
-    if not resolved.is_dir():
+        return frozenset()
+    return _previous_export(out, force)
+
+
+def _previous_export(out: Path, force: bool) -> frozenset[str]:
+    """The files of the previous export in the existing folder OUT, if replacing it loses nothing else."""
+    if not out.is_dir():
         raise OutputError(f"{out} exists and is not a folder; choose another -o folder")
-    entries = sorted(p.name for p in resolved.iterdir())
+    entries = sorted(p.name for p in out.iterdir())
     if not entries:
-        return  # an empty folder: nothing to lose
-    listing = export_files(resolved)
+        return frozenset()  # an empty folder: nothing to lose
+    listing = export_files(out)
     foreign = [n for n in entries if listing is None or n not in listing]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f", ... (+{len(foreign) - 5} more)" if len(foreign) > 5 else "")
@@ -87,6 +98,7 @@ def check_output_dir(out: str | os.PathLike, force: bool = False,
                           f"choose another -o folder")
     if not force:
         raise OutputError(f"{out} already exists; pass --force to replace it or -o to choose another folder")
+    return frozenset(entries)
 
 
 def _check_writable(out: Path, folder: Path) -> None:
@@ -108,21 +120,41 @@ class OutputDir:
     out: Path
     tmp: Path  # .NAME.partial-XXXXXXXX beside OUT
     created: tuple[Path, ...]  # parent folders made for OUT (deepest first), removed again on failure
+    force: bool  # a previous export at OUT may be replaced
 
     def commit(self) -> None:
-        """Rename the temporary folder to OUT; a previous export there is removed after."""
-        old = None
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(self.out, old)
-        os.replace(self.tmp, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        """Rename the temporary folder to OUT. What is at OUT now is checked again (files may have been
+        put there during the export), and of a previous export only its own files are removed."""
+        if not (self.out.exists() or self.out.is_symlink()):
+            os.replace(self.tmp, self.out)
+            return
+        if self.out.is_symlink():
+            raise OutputError(f"{self.out} became a symbolic link during the export; nothing was replaced")
+        names = _previous_export(self.out, self.force)
+        old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(self.out, old)
+        try:
+            os.replace(self.tmp, self.out)
+        except OSError:
+            os.replace(old, self.out)  # put the previous export back
+            raise
+        _remove_files(old, names)
 
     def discard(self) -> None:
         """Remove the temporary folder and the parents created for OUT (when still empty)."""
         shutil.rmtree(self.tmp, ignore_errors=True)
         _remove_empty(self.created)
+
+
+def _remove_files(folder: Path, names: Iterable[str]) -> None:
+    """Unlink `names` in `folder`, then the folder if that emptied it (never a file it does not name)."""
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        log.warning("kept %s: it holds files that were not part of the replaced export", folder)
 
 
 def _remove_empty(folders: Iterable[Path]) -> None:
@@ -151,18 +183,26 @@ def prepare_output_dir(out: str | os.PathLike, force: bool = False,
     except OSError as exc:
         _remove_empty(created)
         raise OutputError(os_error_message(exc, out)) from None
-    return OutputDir(out, tmp, created)
+    return OutputDir(out, tmp, created, force)
 
 
-def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None],
+                          ours: tuple[str, Callable[[Path], bool]] | None = None) -> None:
     """`write(tmp)` to a temporary file beside `path` (parents created), then rename it to `path`.
 
-    On any failure the temporary file, anything `write` made beside it, and the created parents are
-    removed; OSErrors become one-line OutputErrors.
+    An existing `path` is replaced only when `ours` = (what, test) says it is a file of that kind, one
+    tfm-export writes (a checkpoint, a bench report); anything else is refused before any work. On any
+    failure the temporary file, anything `write` made beside it, and the created parents are removed;
+    OSErrors become one-line OutputErrors.
     """
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"{path} is a folder; give a file name")
+    if path.exists() or path.is_symlink():
+        what, test = ours or ("", lambda _: False)
+        if path.is_symlink() or not test(path):
+            raise OutputError(f"{path} exists and is not {what or 'a file tfm-export wrote'}; tfm-export replaces "
+                              f"only its own files: choose another name")
     existing = _nearest_existing(path.parent)
     if not existing.is_dir():
         raise OutputError(f"cannot create {path}: {existing} is not a folder")

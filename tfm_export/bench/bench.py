@@ -265,38 +265,3 @@ def machine_info(threads: int | None) -> dict[str, Any]:
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d")}
-
-
-COLUMNS = (("backend", "{}"), ("device", "{}"), ("batch", "{}"), ("encoder_ms", "{:.2f}"),
-           ("first_step_ms", "{:.2f}"), ("per_token_ms_p50", "{:.2f}"), ("per_token_ms_p90", "{:.2f}"),
-           ("tokens_per_s", "{:.0f}"), ("peak_mem_mb", "{:.0f}"), ("speedup_vs_eager", "{}"))
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """The rows as an aligned text table."""
-    header = [name for name, _ in COLUMNS]
-    body = [[fmt.format(r[name]) if r.get(name) is not None else "-" for name, fmt in COLUMNS]
-            for r in report["rows"]]
-    widths = [max(len(x) for x in col) for col in zip(header, *body)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in body]
-    return "\n".join(lines)
-
-
-def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
-    """Per-token p50 by backend, device and batch, as a bar chart (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'tfm-export[plot]'") from None
-    rows = report["rows"]
-    labels = [f"{r['backend']}\n{r['device']} b{r['batch']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.5))
-    ax.bar(labels, [r["per_token_ms_p50"] for r in rows])
-    ax.set_ylabel("per-token ms (p50)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

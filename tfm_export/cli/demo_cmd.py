@@ -30,7 +30,8 @@ BUNDLED = bundled("num2words-de")  # the installed package's copy, or the checko
 def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threads: int) -> None:
     """Export, validate, translate samples with ONNX Runtime, and compare latency with eager."""
     requires_extra("export", "demo")
-    from ..bench.bench import BenchSettings, format_table, run_benchmark
+    from ..bench.bench import BenchSettings, run_benchmark
+    from ..bench.report import format_table
     from ..demo import compare_samples, format_samples, read_heldout
     from ..model.eager import EagerModel
     from ..export.exporter import ExportOptions, export_model

@@ -14,7 +14,7 @@ from .common import library_errors, main_group, requires_extra
 @click.option("--preset", type=click.Choice(["tiny", "base"]), default="tiny", show_default=True,
               help="Model size: tiny (tests, quick tries) or base (the paper's base sizes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the weights.")
-@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--force", is_flag=True, help="Replace OUT if it is a tfm-export checkpoint (any other file is never overwritten).")
 @library_errors
 def init_command(out: Path, preset: str, seed: int, force: bool) -> None:
     """Write a randomly initialised checkpoint to OUT (missing parent folders are created).

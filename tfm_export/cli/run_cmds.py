@@ -217,7 +217,8 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                   num_beams: int, json_file: Path | None, plot_file: Path | None) -> None:
     """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
     requires_extra("export", "bench")
-    from ..bench.bench import BenchSettings, bench_target, format_table, plot, run_benchmark
+    from ..bench.bench import BenchSettings, bench_target, run_benchmark
+    from ..bench.report import format_table, plot, write_report
 
     batches = tuple(parse_int_list(batch, "--batch"))
     if not batches or min(batches) < 1:
@@ -235,6 +236,6 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                            progress=lambda where: click.echo(f"  {where}", err=True))
     click.echo(format_table(report))
     if json_file:
-        json_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_report(report, json_file)
     if plot_file:
         plot(report, plot_file)

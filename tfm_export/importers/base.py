@@ -10,8 +10,8 @@ from typing import Any, Protocol
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError
-from ..model.checkpoint import Checkpoint, check_checkpoint, first_line
+from ..errors import CheckpointError, ConfigError, first_line
+from ..model.checkpoint import Checkpoint, check_checkpoint
 from .source import Source
 
 
@@ -70,6 +70,6 @@ class StateDictImporter:
         except KeyError as exc:
             raise CheckpointError(f"{what}: it has no {exc}; check --layout") from None
         except RuntimeError as exc:  # a tensor of the wrong shape for this layout
-            raise CheckpointError(f"{what}: {first_line(exc)}; check --layout") from None
+            raise CheckpointError(f"{what}: {first_line(exc, 200)}; check --layout") from None
         except ValueError as exc:  # TransformerConfig rejects a size or an id given as an option
             raise ConfigError(f"{what}: {exc}; check the options") from None

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import CheckpointError, shorten
-from ..model.checkpoint import RESAVE_HINT, CodePickleError, first_line, read_file
+from ..errors import CheckpointError, first_line, shorten
+from ..model.checkpoint import RESAVE_HINT, CodePickleError, read_file
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def read_trusted(path: Path, trust_pickle: bool) -> Any:
         raise CheckpointError(f"{path} needs the code that defined its classes ({exc}); run from that "
                               f"project, or {RESAVE_HINT}") from None
     except UNPICKLING_ERRORS as exc:
-        raise CheckpointError(f"{path} is truncated or corrupt ({first_line(exc)}); "
+        raise CheckpointError(f"{path} is truncated or corrupt ({first_line(exc, 200)}); "
                               f"re-save or re-download it") from None
 
 

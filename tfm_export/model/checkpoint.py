@@ -20,7 +20,8 @@ from typing import Any, Mapping
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, problem_list, shorten
+from ..errors import CheckpointError, OutputError, first_line, problem_list, shorten
+from ..files import write_file_atomically
 from .transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ class Checkpoint:
 
 def save_checkpoint(model: Transformer, path: str | os.PathLike, tokenizer: dict | None = None,
                     samples: list[str] | None = None) -> Path:
-    """Write `model` (its config and weights) and extras atomically to `path`."""
+    """Write `model` (its config and weights) and extras atomically to `path`; an existing `path` is
+    replaced only when it is a tfm-export checkpoint (OutputError otherwise, before anything is written)."""
     path = Path(path)
     payload: dict[str, Any] = {
         "format": FORMAT,
@@ -70,10 +72,24 @@ def save_checkpoint(model: Transformer, path: str | os.PathLike, tokenizer: dict
         payload["tokenizer"] = tokenizer
     if samples is not None:
         payload["samples"] = list(samples)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    write_file_atomically(path, lambda tmp: _torch_save(payload, tmp, path), ("a tfm-export checkpoint", is_checkpoint))
     return path
+
+
+def _torch_save(payload: dict[str, Any], tmp: Path, path: Path) -> None:
+    try:
+        torch.save(payload, tmp)
+    except RuntimeError as exc:  # torch's file writer reports write failures (full disk) this way
+        raise OutputError(f"cannot write {path}: {first_line(exc, 200)}") from exc
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """True when `path` is a checkpoint this package wrote (format tfm-export/1; read weights_only)."""
+    try:
+        data = read_file(path)
+    except CheckpointError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
 def read_file(path: str | os.PathLike) -> Any:
@@ -127,7 +143,7 @@ def checkpoint_from(data: Any, path: str | os.PathLike) -> Checkpoint:
     try:
         config = TransformerConfig.from_dict(data["config"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path} has an invalid config: {first_line(exc)}") from None
+        raise CheckpointError(f"{path} has an invalid config: {first_line(exc, 200)}") from None
     state = data.get("state_dict")
     if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
         raise CheckpointError(f"{path} has no state_dict of tensors; re-save the checkpoint")
@@ -174,14 +190,8 @@ def check_finite(state: Mapping[str, torch.Tensor], source: str) -> None:
         raise CheckpointError(f"{source} has non-finite weights: {shorten(bad, 3)}; fix or retrain the model")
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (torch's run to several paragraphs)."""
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
-
-
 def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
     # weights_only refusals bury the reason after "WeightsUnpickler error:".
     reason = str(exc).partition("WeightsUnpickler error:")[2].strip().splitlines()
-    return CheckpointError(f"{path} is truncated or corrupt ({reason[0][:200] if reason else first_line(exc)}); "
+    return CheckpointError(f"{path} is truncated or corrupt ({reason[0][:200] if reason else first_line(exc, 200)}); "
                            f"re-save or re-download it")

@@ -10,11 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..files import write_file_atomically
 from .batcher import EngineConfig
 from .engine import ServeSettings
 
 DEPLOYMENT = "Translator"
 APP_NAME = "tfm-export"
+IMPORT_PATH = "tfm_export.serve.ray_app:app_builder"  # in every config written here: marks it as ours
 
 
 def settings_to_dict(settings: ServeSettings) -> dict[str, Any]:
@@ -36,7 +38,7 @@ http_options:
 applications:
   - name: {app}
     route_prefix: /
-    import_path: tfm_export.serve.ray_app:app_builder
+    import_path: {import_path}
     args: {args}
     deployments:
       - name: {deployment}
@@ -50,5 +52,15 @@ applications:
 def write_config(path: Path, settings: ServeSettings, replicas: int, host: str, port: int) -> None:
     """A Ray Serve config file (YAML; `args` is written as JSON, which YAML reads)."""
     args = json.dumps(settings_to_dict(settings))
-    path.write_text(CONFIG_TEMPLATE.format(path=path.name, host=host, port=port, app=APP_NAME, args=args,
-                                           deployment=DEPLOYMENT, replicas=replicas), encoding="utf-8")
+    text = CONFIG_TEMPLATE.format(path=path.name, host=host, port=port, app=APP_NAME, args=args,
+                                  deployment=DEPLOYMENT, replicas=replicas, import_path=IMPORT_PATH)
+    write_file_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"),
+                          ("a Ray Serve config tfm-export wrote", _ours))
+
+
+def _ours(path: Path) -> bool:
+    """A config `write_config` wrote (it names our app builder), so replacing it loses nothing else."""
+    try:
+        return IMPORT_PATH in path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False

@@ -1,0 +1,80 @@
+"""Writing never removes or overwrites a file tfm-export did not write itself."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from tfm_export.bench.report import write_report
+from tfm_export.cli import cli
+from tfm_export.errors import OutputError
+from tfm_export.files import prepare_output_dir
+from tfm_export.model.checkpoint import is_checkpoint
+from tfm_export.serve.engine import ServeSettings
+from tfm_export.serve.ray_config import write_config
+
+
+def test_files_put_into_the_output_during_an_export_are_kept(tiny_export, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)  # a previous export: replaceable with force
+    target = prepare_output_dir(out, force=True)
+    (target.tmp / "manifest.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")  # appears while the long export runs
+    with pytest.raises(OutputError, match=r"holds files that are not a tfm-export export \(notes.txt\)"):
+        target.commit()
+    target.discard()
+    assert (out / "notes.txt").read_text() == "mine" and (out / "decoder.onnx").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_replacing_a_previous_export_removes_only_its_files(tiny_export, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)
+    target = prepare_output_dir(out, force=True)
+    (target.tmp / "new.txt").write_text("new")
+    target.commit()
+    assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_symlinked_output_folder_is_refused(tiny_export, tmp_path):
+    (tmp_path / "link").symlink_to(tiny_export, target_is_directory=True)
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        prepare_output_dir(tmp_path / "link", force=True)
+    assert (tiny_export / "manifest.json").exists()
+
+
+def test_init_force_replaces_only_a_checkpoint(tmp_path):
+    runner = CliRunner()
+    notes = tmp_path / "notes.pt"
+    notes.write_text("not a checkpoint")
+    result = runner.invoke(cli, ["init", str(notes), "--force"])
+    assert result.exit_code == 1 and "exists and is not a tfm-export checkpoint" in result.output
+    assert notes.read_text() == "not a checkpoint" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.pt"]
+    ours = tmp_path / "model.pt"
+    assert runner.invoke(cli, ["init", str(ours)]).exit_code == 0
+    assert runner.invoke(cli, ["init", str(ours), "--force", "--seed", "3"]).exit_code == 0 and is_checkpoint(ours)
+
+
+def test_reports_and_configs_replace_only_their_own_kind(tmp_path):
+    report = {"machine": {}, "settings": {}, "rows": []}
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "data"}')
+    with pytest.raises(OutputError, match="is not a tfm-export bench report"):
+        write_report(report, mine)
+    assert json.loads(mine.read_text()) == {"my": "data"}
+    ours = tmp_path / "bench.json"
+    write_report(report, ours)
+    write_report({**report, "rows": [1]}, ours)  # an earlier report is replaced
+    assert json.loads(ours.read_text())["rows"] == [1]
+
+    serve_yaml = tmp_path / "serve.yaml"
+    serve_yaml.write_text("my: settings\n")
+    with pytest.raises(OutputError, match="is not a Ray Serve config tfm-export wrote"):
+        write_config(serve_yaml, ServeSettings("MODEL"), 2, "127.0.0.1", 8000)
+    assert serve_yaml.read_text() == "my: settings\n"
+    written = tmp_path / "ours.yaml"
+    write_config(written, ServeSettings("MODEL"), 2, "127.0.0.1", 8000)
+    write_config(written, ServeSettings("MODEL"), 3, "127.0.0.1", 8000)
+    assert "num_replicas: 3" in written.read_text()
