@@ -63,9 +63,8 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_output_dir(out: str | os.PathLike, force: bool = False,
-                     inputs: Iterable[str | os.PathLike | None] = ()) -> frozenset[str]:
-    """Refuse (OutputError) an OUT whose replacement could lose a file that is not a previous export;
-    returns the names replacing OUT will remove (none when OUT is missing or empty)."""
+                     inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Refuse (OutputError) an OUT whose replacement could lose a file that is not a previous export."""
     out = Path(out)
     if out.is_symlink():  # replacing would swap the link, and its target's files could not be told apart
         raise OutputError(f"{out} is a symbolic link; give the folder itself with -o")
@@ -78,9 +77,8 @@ def check_output_dir(out: str | os.PathLike, force: bool = False,
     if existing != resolved and not existing.is_dir():
         raise OutputError(f"cannot create {out}: {existing} is not a folder")
     _check_writable(out, existing if existing != resolved else resolved.parent)
-    if existing != resolved:
-        return frozenset()
-    return _previous_export(out, force)
+    if existing == resolved:
+        _previous_export(out, force)  # OutputDir.commit checks again before it replaces anything
 
 
 def _previous_export(out: Path, force: bool) -> frozenset[str]:

@@ -182,6 +182,8 @@ class RowBatch:
         self.slots.encoder_host["src_mask"][:, 0] = True  # idle rows attend to one (zero) position
         self._push(list(self.slots.encoder_host))
         self.index = 0  # steps run: step s reads cache set s % 2 and writes the other
+        # The src_len axis of each encoder output (src_mask: 1, cross.*: 2), where a bound source is written.
+        self._src_axis = {name: cache._spec.tensor(name).shape.index("src_len") for name in self.slots.encoder_host}
 
     def bind(self, rows: list[int], src: np.ndarray) -> None:
         """Encode `src` (len(rows), L <= src_len) at its own length L and write it into `rows`.
@@ -193,7 +195,7 @@ class RowBatch:
         names = list(self.slots.encoder_host)
         encoded = self.cache.encoder.run(names, {"src_ids": src})  # (rows, ..., L, ...) on the host
         for name, value in zip(names, encoded):
-            axis = self.cache._spec.tensor(name).shape.index("src_len")
+            axis = self._src_axis[name]
             written = (rows, *[slice(None)] * (axis - 1), slice(0, value.shape[axis]))
             self.slots.encoder_host[name][written] = value
         self.slots.encoder_host["src_mask"][rows, src.shape[1]:] = False
