@@ -147,7 +147,7 @@ def test_request_level_and_single_engines_match_serial(static_export, serial):
 
 
 @pytest.mark.parametrize("body, status, named", [
-    ({"ids": [[5]], "beam_size": 4, "top_k": 2}, 422, "beam_size, top_k"),
+    ({"ids": [[5]], "beam_size": 4, "topk": 2}, 422, "beam_size, topk"),
     ({"ids": [[5]], "texts": ["x"]}, 422, "exactly one of"),
     ({}, 422, "exactly one of"),
     ({"ids": []}, 422, "empty"),

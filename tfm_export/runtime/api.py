@@ -42,12 +42,15 @@ class GenerateMixin:
         return self.config.max_len, "the model's max_len"
 
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
-                 timings: DecodeTimings | None = None, **options: Any) -> list[list[Hypothesis]]:
+                 timings: DecodeTimings | None = None, row_offset: int = 0, **options: Any) -> list[list[Hypothesis]]:
         """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
 
-        `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...)."""
+        `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
+        these sources are the rows from row_offset on of a larger call, whose samples they reproduce
+        (a server decoding one source of a request alone)."""
         config = self.generation_config(config, **options)
-        return search(self._search_cache, self._batch(sources), self.steps_for(config), config, self.config, timings)
+        return search(self._search_cache, self._batch(sources), self.steps_for(config), config, self.config,
+                      timings, row_offset)
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None,

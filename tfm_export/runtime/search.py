@@ -50,13 +50,14 @@ class TokenPicker:
     of log_softmax(processed logits) at its ids, before temperature/top-k/top-p.
     """
 
-    def __init__(self, batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig):
+    def __init__(self, batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig, first_row: int = 0):
+        """`first_row`: this call's rows are rows first_row.. of a larger call (their sampling generators)."""
         self.config, self.steps, self.cfg = config, steps, cfg
         self.rows = batch * config.num_return_sequences
         self.ids = np.full((self.rows, steps), cfg.tgt_pad_id, dtype=np.int64)  # (rows, steps)
         self.scores = np.zeros(self.rows)
         self.done = np.zeros(self.rows, dtype=bool)
-        self.generators = row_generators(config.seed, self.rows) if config.do_sample else []
+        self.generators = row_generators(config.seed, first_row + self.rows)[first_row:] if config.do_sample else []
         self.step, self.finished = 0, False
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, None]:
@@ -84,18 +85,18 @@ class TokenPicker:
         return [hyps[i:i + n] for i in range(0, len(hyps), n)]
 
 
-def strategy_for(batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig
+def strategy_for(batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig, first_row: int = 0
                  ) -> TokenPicker | BeamSearch:
     if config.num_beams > 1:
         return BeamSearch(batch, steps, config, cfg.bos_id, cfg.eos_id, cfg.tgt_pad_id)
-    return TokenPicker(batch, steps, config, cfg)
+    return TokenPicker(batch, steps, config, cfg, first_row)
 
 
 def search_steps(cache: SearchCache, src: Any, steps: int, config: GenerationConfig, cfg: TransformerConfig,
-                 timings: DecodeTimings | None = None) -> Iterator[TokenPicker | BeamSearch]:
+                 timings: DecodeTimings | None = None, first_row: int = 0) -> Iterator[TokenPicker | BeamSearch]:
     """Decode `src` (batch, src_len); yields the strategy after each step (its `ids`/`run_ids` grow),
-    which holds the results when the iterator ends."""
-    strategy = strategy_for(src.shape[0], steps, config, cfg)
+    which holds the results when the iterator ends. `first_row`: see TokenPicker."""
+    strategy = strategy_for(src.shape[0], steps, config, cfg, first_row)
     with cache.lock:
         start = time.perf_counter()
         state = cache.start_search(src, strategy.rows // src.shape[0])
@@ -114,10 +115,10 @@ def search_steps(cache: SearchCache, src: Any, steps: int, config: GenerationCon
 
 
 def search(cache: SearchCache, src: Any, steps: int, config: GenerationConfig, cfg: TransformerConfig,
-           timings: DecodeTimings | None = None) -> list[list[Hypothesis]]:
+           timings: DecodeTimings | None = None, first_row: int = 0) -> list[list[Hypothesis]]:
     """`search_steps` run to the end: per source, its hypotheses best first."""
     strategy = None
-    for strategy in search_steps(cache, src, steps, config, cfg, timings):
+    for strategy in search_steps(cache, src, steps, config, cfg, timings, first_row):
         pass
     assert strategy is not None  # steps >= 1: at least one step runs
     return strategy.results()

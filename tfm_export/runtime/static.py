@@ -61,6 +61,7 @@ class _Slots:
     input_ids: ort.OrtValue  # (batch, 1) int64
     cache_len: ort.OrtValue  # (batch,) int64: each row's filled slots
     next_ids: ort.OrtValue  # (batch,) int64
+    logits: ort.OrtValue  # (batch, tgt_vocab): read only by rows that sample or run processors
     bindings: tuple[Any, Any]
     run_options: tuple[ort.RunOptions | None, ort.RunOptions | None]
 
@@ -137,7 +138,8 @@ class StaticCache:
                 binding.bind_ortvalue_output(name, value)
             bindings.append(binding)
         encoded = [k for k in shared if k == "src_mask" or k.startswith("cross.")]
-        return _Slots({k: shared[k] for k in encoded}, {k: host[k] for k in encoded}, shared["input_ids"], shared["cache_len"], outs["next_ids"],
+        return _Slots({k: shared[k] for k in encoded}, {k: host[k] for k in encoded}, shared["input_ids"],
+                      shared["cache_len"], outs["next_ids"], outs["logits"],
                       (bindings[0], bindings[1]), (self._run_options(), self._run_options()))
 
     def _run_options(self) -> ort.RunOptions | None:
@@ -216,6 +218,10 @@ class RowBatch:
         self.cache.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
         self.index += 1
         return slots.next_ids.numpy()
+
+    def logits(self) -> np.ndarray:
+        """The last step's logits (batch, tgt_vocab), copied to the host."""
+        return self.slots.logits.numpy()
 
 
 def static_slots(manifest: Manifest) -> int | None:

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..errors import TfmExportError
+from ..runtime.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
 from .engine import LimitError, ServeSettings, open_engine, prepare_sources
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -44,9 +45,24 @@ class TranslateRequest(BaseModel):
     ids: list[list[StrictInt]] | None = Field(None, description="Source token ids, used as given.")
     max_new_tokens: StrictInt | None = Field(None, description="Most tokens per source (default: max_len).")
     stream: bool = Field(False, description="Server-sent events: one `token` event per token, then `done`.")
+    # Decoding options: runtime.generation.GenerationConfig's fields, same meaning and checks (a bad value
+    # is a 422 naming it). Unset ones come from the export's `generation` section, else greedy.
+    num_beams: StrictInt | None = Field(None, description="Beam search when > 1 (tokens are sent when it ends).")
+    length_penalty: float | None = Field(None, description="Beam search: score = sum(log p) / length ** this.")
+    early_stopping: bool | str | None = Field(None, description='Beam search: true, false or "never".')
+    num_return_sequences: StrictInt | None = Field(None, description="Hypotheses per source (n-best or samples).")
+    do_sample: bool | None = Field(None, description="Sample instead of taking the most likely token.")
+    temperature: float | None = Field(None, description="Sampling: logits / temperature.")
+    top_k: StrictInt | None = Field(None, description="Sampling: keep the k most likely tokens (0: all).")
+    top_p: float | None = Field(None, description="Sampling: nucleus probability in (0, 1].")
+    seed: StrictInt | None = Field(None, description="Sampling: the same seed gives the same tokens everywhere.")
+    min_new_tokens: StrictInt | None = Field(None, description="EOS is banned before this many tokens.")
+    repetition_penalty: float | None = Field(None, description="Penalise tokens already generated (> 1).")
+    no_repeat_ngram_size: StrictInt | None = Field(None, description="Never repeat an n-gram of this size.")
 
 
 ACCEPTED = tuple(TranslateRequest.model_fields)
+REQUEST_ONLY = ("texts", "ids", "max_new_tokens", "stream")  # the rest are decoding options
 
 
 class HTTPFailure(Exception):
@@ -57,14 +73,15 @@ class HTTPFailure(Exception):
         self.status, self.headers, self.body = status, headers, {"error": message, **extra}
 
 
-# Library errors as HTTP answers: (status, Retry-After?); anything else is bad input (422).
-STATUS = {QueueFull: (429, True), Closed: (503, True), LimitError: (413, False)}
+# Library errors as HTTP answers: (status, Retry-After?, the key naming the option in the body);
+# anything else is a bad request field (422).
+STATUS = {QueueFull: (429, True, "limit"), Closed: (503, True, "limit"), LimitError: (413, False, "limit")}
 
 
 def failure_from(exc: TfmExportError) -> HTTPFailure:
     """A library error as JSON naming the option or limit by its request/settings name."""
-    status, retry = STATUS.get(type(exc), (422, False))
-    extra = {"limit": next(iter(exc.options))} if exc.options else {}
+    status, retry, named = STATUS.get(type(exc), (422, False, "field"))
+    extra = {named: next(iter(exc.options))} if exc.options else {}
     return HTTPFailure(status, exc.render(lambda key, value=None: key),
                        {"Retry-After": RETRY_AFTER_S} if retry else None, **extra)
 
@@ -86,10 +103,12 @@ def validation_failure(exc: RequestValidationError) -> HTTPFailure:
 class Translation:
     """One request's jobs and the events the decode thread sends back to the event loop."""
 
-    def __init__(self, sources: list[list[int]], max_new_tokens: int):
+    def __init__(self, sources: list[list[int]], max_new_tokens: int, config: GenerationConfig):
         loop, self.events = asyncio.get_running_loop(), asyncio.Queue()
-        self.jobs = [Job(ids, max_new_tokens, self._emitter(loop, n)) for n, ids in enumerate(sources)]
+        self.jobs = [Job(ids, max_new_tokens, self._emitter(loop, n), config, row=n) for n, ids in enumerate(sources)]
         self.ids: list[list[int]] = [[] for _ in sources]
+        # per source, from its "done" event: None (plain greedy, no score) or its Hypothesis list
+        self.hypotheses: list[list[Hypothesis] | None] = [None for _ in sources]
         self.started, self.first_token = time.perf_counter(), None
 
     def _emitter(self, loop: asyncio.AbstractEventLoop, index: int):
@@ -104,6 +123,7 @@ class Translation:
                 raise HTTPFailure(500, value)
             if kind == "done":
                 pending -= 1
+                self.hypotheses[index] = value
             else:
                 self.first_token = self.first_token or time.perf_counter()
                 self.ids[index].append(value)
@@ -146,11 +166,13 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
     async def translate(body: TranslateRequest, request: Request) -> Any:
         """Translate `texts` (or decode `ids`); `"stream": true` answers with server-sent events."""
         live = state["engine"]
+        options = body.model_dump(exclude=set(REQUEST_ONLY), exclude_none=True)
         try:
-            sources, steps = prepare_sources(live.model, settings, body.texts, body.ids, body.max_new_tokens)
+            sources, steps, config = prepare_sources(live.model, settings, body.texts, body.ids,
+                                                     body.max_new_tokens, options)
         except TfmExportError as exc:
             raise failure_from(exc) from None
-        work = Translation(sources, steps)
+        work = Translation(sources, steps, config)
         try:
             live.submit(work.jobs)
         except TfmExportError as exc:
@@ -191,8 +213,19 @@ def _authorized(request: Request, key: str) -> bool:
 
 
 def _results(work: Translation, model: Any) -> dict[str, Any]:
+    """Per source: ids (and text); with a score when decoding computed one; n-best under `hypotheses`."""
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
-    rows = [{"ids": ids, **({"text": tokenizer.decode(ids)} if tokenizer else {})} for ids in work.ids]
+
+    def entry(ids: list[int], score: float | None = None) -> dict[str, Any]:
+        return {"ids": ids, **({"text": tokenizer.decode(ids)} if tokenizer else {}),
+                **({"score": score} if score is not None else {})}
+
+    rows = []
+    for ids, hyps in zip(work.ids, work.hypotheses):
+        row = entry(ids, hyps[0].score if hyps else None)
+        if hyps and len(hyps) > 1:
+            row["hypotheses"] = [entry(h.ids, h.score) for h in hyps]
+        rows.append(row)
     return {"translations": rows}
 
 

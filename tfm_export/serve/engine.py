@@ -10,10 +10,11 @@ import logging
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
-from .batcher import ENGINES, EngineConfig
+from ..runtime.generation import GenerationConfig
+from .batcher import ENGINES, EngineConfig, one_row
 from .web import is_loopback
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,10 @@ def open_engine(settings: ServeSettings) -> Any:
 
 
 def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | None,
-                    ids: Sequence[Sequence[int]] | None, max_new_tokens: int | None) -> tuple[list[list[int]], int]:
-    """Checked sources and their token budget; InputError naming the limit or option otherwise."""
-    from ..runtime.generation import GenerationConfig
+                    ids: Sequence[Sequence[int]] | None, max_new_tokens: int | None,
+                    options: Mapping[str, Any] | None = None) -> tuple[list[list[int]], int, GenerationConfig]:
+    """Checked sources, their token budget and decoding settings (`options`: GenerationConfig fields
+    over the export's defaults); InputError naming the limit or option otherwise."""
     from ..runtime.decoding import source_batch
 
     if (texts is None) == (ids is None):
@@ -90,8 +92,11 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
             raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{limit}}} of {longest}; "
                              f"shorten or split it", options={limit: None})
         source_batch([source], cfg)  # empty, out-of-vocabulary or non-int64 ids: InputError
-    # Greedy through the opened cache: a static cache may hold fewer slots than max_len (--static-slots).
-    return sources, model.steps_for(GenerationConfig(max_new_tokens=max_new_tokens))
+    config = model.generation_config(**dict(options or {}), max_new_tokens=max_new_tokens)
+    # Jobs of one cache row (serve.batcher.Job.in_rows) decode in the opened cache, whose static
+    # decoder may hold fewer slots than max_len (--static-slots); the greedy budget says how many.
+    budget = GenerationConfig(max_new_tokens=max_new_tokens) if one_row(config) else config
+    return sources, model.steps_for(budget), config
 
 
 def check_bind(host: str, api_key: str | None) -> None:
