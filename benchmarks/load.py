@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from tfm_export.files import write_file_atomically
 from tfm_export.manifest import load_manifest
 
 MODES = ("single", "request", "inflight")
@@ -126,6 +127,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--plot", type=Path, default=None, help="p50/p99 latency vs offered load, a PNG (matplotlib)")
     args = parser.parse_args()
+    outputs = [(path, OURS[kind]) for kind, path in (("json", args.json), ("plot", args.plot)) if path]
+    for path, (what, test) in outputs:  # before the long run: never replace a file we did not write
+        if (path.exists() or path.is_symlink()) and (path.is_symlink() or not test(path)):
+            raise SystemExit(f"{path} exists and is not {what}; choose another name")
     low, _, high = args.new_tokens.partition(":")
     lengths = random.Random(args.seed + 1)
     pool = [(ids, lengths.randint(int(low), int(high or low)))
@@ -146,9 +151,31 @@ def main() -> None:
             proc.terminate()
             proc.wait(60)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        write_file_atomically(args.json, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)), OURS["json"])
     if args.plot:
         plot(rows, args.plot, args.folder.name)
+
+
+SOFTWARE = "tfm-export benchmarks/load.py"  # stamped into the PNG's metadata: marks the charts we wrote
+
+
+def is_load_rows(path: Path) -> bool:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(rows, list) and all(isinstance(r, dict) and {"mode", "rate", "tokens_per_s"} <= r.keys()
+                                          for r in rows)
+
+
+def is_load_chart(path: Path) -> bool:
+    try:
+        return path.read_bytes().startswith(b"\x89PNG") and SOFTWARE.encode() in path.read_bytes()[:4096]
+    except OSError:
+        return False
+
+
+OURS = {"json": ("a load.py JSON report", is_load_rows), "plot": ("a load.py chart", is_load_chart)}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -171,7 +198,8 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     lat.legend(fontsize=7)
     thr.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", metadata={"Software": SOFTWARE}),
+                          OURS["plot"])
     plt.close(fig)
 
 
