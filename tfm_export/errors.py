@@ -5,6 +5,7 @@ The CLI turns any TfmExportError into a click.ClickException (no traceback). Tor
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 
@@ -14,6 +15,8 @@ class TfmExportError(Exception):
     A message that names options the caller passed keeps them as data: `{name}` fields in the
     template and `options={name: value}` (value None: the option in general). `str()` names them
     in the library's terms (`options["heads"]`); the CLI renders its own flags (`--heads N`).
+    Only `{name}` fields of the given options are replaced, so other braces in the message (a path,
+    an exception's text) need no escaping.
     """
 
     def __init__(self, message: str = "", options: dict[str, Any] | None = None):
@@ -24,7 +27,11 @@ class TfmExportError(Exception):
         """The message with each option named by `name_option(key, value)`."""
         if not self.options:
             return str(self)
-        return self.template.format(**{k: name_option(k, v) for k, v in self.options.items()})
+        return OPTION_FIELD.sub(lambda m: name_option(m[1], self.options[m[1]]) if m[1] in self.options else m[0],
+                                self.template)
+
+
+OPTION_FIELD = re.compile(r"\{(\w+)\}")  # `{name}` in a message template
 
 
 # Options that are keyword arguments or fields in the Python API rather than keys of load_any's `options`.

@@ -40,7 +40,7 @@ IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm
 # Key signatures we recognise but cannot convert -> why, and what to do instead.
 RECOGNISED_UNSUPPORTED = {
     "encoder_layers.0.self_attn.q_proj.weight":
-        "a bare state_dict of a tfm-export model without its config; pass --config CONFIG.json "
+        "a bare state_dict of a tfm-export model without its config; pass {config} "
         "(the model's TransformerConfig as JSON)",
     "encoder.transformer_layers.0.attention.W_q.weight":
         "the W_q/W_k/W_v variant of the from-scratch tutorial, which is not supported: as published, its "
@@ -81,10 +81,11 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
                               f"model folder")
     for signature, reason in RECOGNISED_UNSUPPORTED.items():
         if signature in source.state:
-            raise CheckpointError(f"{source.path} is {reason}")
+            raise CheckpointError(f"{source.path} is {reason}", options={"config": None} if "{config}" in reason else None)
     converters = [i.name for i in IMPORTERS.values() if isinstance(i, StateDictImporter)]
     raise CheckpointError(f"cannot tell the layout of {source.path} from its keys "
-                          f"({shorten(sorted(source.state), 3)}); pass --layout, one of {', '.join(converters)}")
+                          f"({shorten(sorted(source.state), 3)}); pass {{layout}}, one of {', '.join(converters)}",
+                          options={"layout": None})
 
 
 def load_model(path: str | os.PathLike, layout: str | None = None, config_file: str | os.PathLike | None = None,

@@ -48,7 +48,7 @@ class StateDictImporter:
     name: str
     module: ModuleType
     reads: str = "file"
-    hint: str = "check --heads and --layout"
+    hint: str = "check {heads} and {layout}"  # option fields: see errors.TfmExportError
 
     def detect(self, source: Source) -> bool:
         return bool(self.module.matches(source.state))
@@ -68,8 +68,9 @@ class StateDictImporter:
         try:
             return self.module.convert(source.state, options)
         except KeyError as exc:
-            raise CheckpointError(f"{what}: it has no {exc}; check --layout") from None
+            raise CheckpointError(f"{what}: it has no {exc}; check {{layout}}", options={"layout": None}) from None
         except RuntimeError as exc:  # a tensor of the wrong shape for this layout
-            raise CheckpointError(f"{what}: {first_line(exc, 200)}; check --layout") from None
+            raise CheckpointError(f"{what}: {first_line(exc, 200)}; check {{layout}}",
+                                  options={"layout": None}) from None
         except ValueError as exc:  # TransformerConfig rejects a size or an id given as an option
             raise ConfigError(f"{what}: {exc}; check the options") from None

@@ -119,5 +119,5 @@ class KeyMap:
         problems = key_problems(self.requested, used, labels=("missing source keys", "keys left over"))
         if problems:
             raise CheckpointError(f"cannot convert this {self.layout} checkpoint: {problems}; "
-                                  f"check --layout or the model definition")
+                                  f"check {{layout}} or the model definition", options={"layout": None})
         return self.target

@@ -32,9 +32,9 @@ class NativeImporter:
             return checkpoint_from(data, path)
         state = source.state
         if "config" not in options:
-            raise ConfigError("a bare tfm-export state_dict needs --config CONFIG.json")
+            raise ConfigError("a bare tfm-export state_dict needs {config}", options={"config": None})
         try:
             config = TransformerConfig.from_dict(options["config"])
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"invalid --config: {exc}") from None
+            raise ConfigError(f"invalid {{config}}: {exc}", options={"config": None}) from None
         return Checkpoint(config=config, state_dict=state, path=path, meta={"layout": self.name})

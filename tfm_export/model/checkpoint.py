@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, OutputError, first_line, problem_list, shorten
+from ..errors import OPTION_FIELD, CheckpointError, OutputError, first_line, problem_list, shorten
 from ..files import write_file_atomically
 from .transformer import Transformer
 
@@ -113,8 +113,7 @@ def read_file(path: str | os.PathLike) -> Any:
     except pickle.UnpicklingError as exc:
         code = CODE_REFUSAL.search(str(exc))
         if code:
-            names = (code.group(1) or code.group(2)).replace("{", "{{").replace("}", "}}")
-            where = str(path).replace("{", "{{").replace("}", "}}")
+            names, where = code.group(1) or code.group(2), path
             raise CodePickleError(
                 f"{where} is a pickle that needs code to load (it references {names}: a whole module or custom "
                 f"classes), which could run anything; {RESAVE_HINT}, or pass {{trust_pickle}} if you trust "
@@ -165,7 +164,8 @@ def check_fits(config: TransformerConfig, state: Mapping[str, torch.Tensor], wha
         expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
     problems = key_problems(expected, state)
     if problems:
-        raise CheckpointError(f"{what} does not fit the model config: {problems}; {hint}")
+        raise CheckpointError(f"{what} does not fit the model config: {problems}; {hint}",
+                              options=dict.fromkeys(OPTION_FIELD.findall(hint)))
 
 
 def key_problems(expected: Mapping[str, tuple[int, ...] | None], found: Mapping[str, Any],
