@@ -27,8 +27,9 @@ class Bundle:
 
 BUNDLES = {
     "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs")),
-    # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs).
-    "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs")),
+    # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
+    # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
+    "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs")),
     # What app.mjs loads from onnxruntime-web (the WASM build, no proxy worker); ~14 MB, ~4 MB zipped.
     "ort": Bundle("ort", "runtimes/web/node_modules/onnxruntime-web/dist",
                   ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),

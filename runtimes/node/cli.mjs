@@ -1,14 +1,17 @@
 #!/usr/bin/env node
 // node runtimes/node/cli.mjs OUT "text" ["text" ...]          one translation per line
 // node runtimes/node/cli.mjs OUT --ids "3 17 9" ["5 6" ...]   one row of token ids per line
+// node runtimes/node/cli.mjs --server URL "text" ...          the same lines from `tfm-export serve` at URL
+//   (--api-key KEY, else the environment's TFM_EXPORT_API_KEY)
 // Decoding options (default: the manifest's `generation` section, else greedy): --max-new-tokens N,
 // --num-beams N, --n-best N (then each hypothesis is a line "score<TAB>output"), --length-penalty X,
 // --sample with --seed N, --temperature X, --top-k N, --top-p X; --stream prints tokens as they come.
 import { parseArgs } from 'node:util';
-import { openExport } from './translate.mjs';
+import { connect } from './client.mjs';
 
 const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs EXPORT_DIR [options] --ids "3 17 9" ["5 6" ...]\n' +
+  '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
   'options: --max-new-tokens N --num-beams N --n-best N --length-penalty X\n' +
   '         --sample --seed N --temperature X --top-k N --top-p X --stream';
 
@@ -36,26 +39,61 @@ function decodingOptions(values) {
   return options;
 }
 
-/** One input: streamed pieces, the best output, or n-best lines "score<TAB>output". */
-async function decode(model, input, options, { ids, stream }) {
-  const show = (row) => (ids ? row.join(' ') : model.tokenizer.decode(row));
-  if (stream) {
-    for await (const piece of model.stream(input, options)) process.stdout.write(ids ? `${piece} ` : piece);
-    process.stdout.write('\n');
-    return;
+/** The export folder opened here: best lines, n-best hypotheses { score, output } and streams. */
+async function openLocal(exportDir, ids) {
+  const { openExport } = await import('./translate.mjs'); // onnxruntime-node: loaded only when decoding here
+  const model = await openExport(exportDir);
+  if (!ids && !model.tokenizer) {
+    await model.release();
+    throw new Error('this export has no tokenizer; pass token ids with --ids');
   }
-  const source = ids ? input : model.tokenizer.encode(input);
-  const [hyps] = await model.generate([source], options);
-  const nBest = (options.numReturnSequences ?? 1) > 1;
-  for (const h of hyps) console.log(nBest ? `${h.score.toFixed(6)}\t${show(h.ids)}` : show(h.ids));
+  const encode = (source) => (ids ? source : model.tokenizer.encode(source));
+  const show = (row) => (ids ? row.join(' ') : model.tokenizer.decode(row));
+  return {
+    best: async (sources, options) => (await model.generateIds(sources.map(encode), options)).map(show),
+    nBest: async (source, options) => (await model.generate([encode(source)], options))[0]
+      .map((h) => ({ score: h.score, output: show(h.ids) })),
+    stream: (source, options) => model.stream(source, options),
+    release: () => model.release(),
+  };
 }
 
-let model;
+/** The same from a `tfm-export serve` (which tokenizes texts itself). */
+function openRemote(url, apiKey, ids) {
+  const server = connect(url, { apiKey });
+  const show = (h) => (ids ? h.ids.join(' ') : h.text);
+  return {
+    best: async (sources, options) => (await server.generate(sources, options)).map(([h]) => show(h)),
+    nBest: async (source, options) => (await server.generate([source], options))[0]
+      .map((h) => ({ score: h.score, output: show(h) })),
+    stream: (source, options) => server.stream(source, options),
+    release: async () => {},
+  };
+}
+
+/** Best outputs in one batch; n-best ("score<TAB>output") and streams one input at a time. */
+async function run(backend, sources, options, { ids, stream }) {
+  if (stream) {
+    for (const source of sources) {
+      for await (const piece of backend.stream(source, options)) process.stdout.write(ids ? `${piece} ` : piece);
+      process.stdout.write('\n');
+    }
+  } else if ((options.numReturnSequences ?? 1) > 1) {
+    for (const source of sources) {
+      for (const h of await backend.nBest(source, options)) console.log(`${h.score?.toFixed(6)}\t${h.output}`);
+    }
+  } else {
+    for (const line of await backend.best(sources, options)) console.log(line);
+  }
+}
+
+let backend;
 try {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
       ids: { type: 'boolean' }, sample: { type: 'boolean' }, stream: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      server: { type: 'string' }, 'api-key': { type: 'string' },
       ...Object.fromEntries(Object.keys(NUMERIC).map((flag) => [flag, { type: 'string' }])),
     },
   });
@@ -63,25 +101,19 @@ try {
     console.log(USAGE);
     process.exit(0);
   }
-  const [exportDir, ...inputs] = positionals;
+  const [exportDir, ...inputs] = values.server ? [values.server, ...positionals] : positionals;
   if (!exportDir || inputs.length === 0) {
     console.error(USAGE);
     process.exit(2);
   }
   const options = decodingOptions(values);
   const sources = values.ids ? inputs.map(parseIds) : inputs;
-  model = await openExport(exportDir);
-  if (!values.ids && !model.tokenizer) throw new Error('this export has no tokenizer; pass token ids with --ids');
-  if (!values.stream && !((options.numReturnSequences ?? 1) > 1)) {
-    // one batch for the best outputs (as before); n-best and streams go one input at a time
-    const rows = await model.generateIds(values.ids ? sources : sources.map((t) => model.tokenizer.encode(t)), options);
-    for (const row of rows) console.log(values.ids ? row.join(' ') : model.tokenizer.decode(row));
-  } else {
-    for (const source of sources) await decode(model, source, options, values);
-  }
-  await model.release();
+  backend = values.server ? openRemote(values.server, values['api-key'] ?? process.env.TFM_EXPORT_API_KEY, values.ids)
+    : await openLocal(exportDir, values.ids);
+  await run(backend, sources, options, values);
+  await backend.release();
 } catch (err) {
-  await model?.release();
+  await backend?.release();
   console.error(`error: ${err.message}`);
   process.exit(err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? 2 : 1);
 }

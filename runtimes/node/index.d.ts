@@ -3,6 +3,10 @@
 // tfm_export/manifest.schema.json in the tfm-export repository.
 import type { InferenceSession } from 'onnxruntime-node';
 
+/** The client of a `tfm-export serve` (client.d.ts): `connect(url, { apiKey })`. */
+export { connect, ServerError } from './client.js';
+export type { ConnectOptions, ServerClient, ServerEvent, ServerHypothesis } from './client.js';
+
 /** One graph input or output: symbolic axes are names (`batch`, `src_len`, `past_len`), fixed ones numbers. */
 export interface TensorSpec {
   name: string;

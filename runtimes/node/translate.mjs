@@ -9,6 +9,7 @@
 //   await generateIds(model, [[7, 4, 8, 11, 2]], { maxNewTokens: 20 });
 //   await model.generate([[7, 4, 8, 11, 2]], { numBeams: 4, numReturnSequences: 2 }); // n-best with scores
 //   for await (const piece of model.stream('4718', { doSample: true, seed: 1 })) process.stdout.write(piece);
+//   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
@@ -16,6 +17,8 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import * as decoding from './decoding.mjs';
 import { checkManifest, graphFiles, makeTokenizer } from './decoding.mjs';
+
+export { connect, ServerError } from './client.mjs';
 
 async function sha256(file) {
   const hash = createHash('sha256');

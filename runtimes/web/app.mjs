@@ -1,10 +1,15 @@
 // The page: open an export folder served over HTTP with onnxruntime-web (WASM), translate lines
 // (greedy, beam search or seeded sampling), show each translation as its tokens come (a stream) with
 // its per-token latency. The decoding module is ../node/decoding.mjs, shared with Node.
+// Or, "on a server": send the lines to a `tfm-export serve` (../node/client.mjs, Node's client) and
+// show its streamed tokens; that server must allow this page's origin (--cors-origin).
 // `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
-// dist/ at /ort/ and OUT at /export/; `?export=URL` points the page elsewhere.
+// dist/ at /ort/ and OUT at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts
+// it on that server.
 import * as ort from '/ort/ort.wasm.min.mjs';
+import { connect } from '/lib/client.mjs';
 import { checkManifest, generationConfig, graphFiles, makeTokenizer, stream } from '/lib/decoding.mjs';
+import { DEFAULTS } from '/lib/options.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/'; // served locally: no CDN
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation; one is plenty for small models
@@ -64,9 +69,12 @@ function addRow(input) {
 function formOptions(model) {
   const options = { numBeams: Number($('beams').value), doSample: $('sample').checked };
   if (options.doSample) options.seed = Number($('seed').value);
-  generationConfig(model.manifest, options);
+  generationConfig(model?.manifest, options);
   return options;
 }
+
+/** What the server is asked for: the options that are not greedy's (a server's export may have its own defaults). */
+const serverOptions = (options) => Object.fromEntries(Object.entries(options).filter(([k, v]) => v !== DEFAULTS[k]));
 
 /** One text at a time, streamed into its row as the tokens come, so each row has its own latency. */
 async function translate(model, texts, options) {
@@ -92,12 +100,100 @@ async function translate(model, texts, options) {
   return rows;
 }
 
+/** All lines in one streamed request; each row shows its tokens as they arrive, then the final text. */
+async function translateOnServer(server, texts, options) {
+  $('results').replaceChildren();
+  const rows = texts.map((input) => ({ input, cells: addRow(input), output: '', ids: [], pieces: 0, arrivedMs: 0 }));
+  const show = (row) => { row.cells[1].textContent = row.output; row.cells[2].textContent = row.ids.length; };
+  const started = performance.now();
+  for await (const event of server.streamEvents(texts, serverOptions(options))) {
+    if (event.type === 'token') {
+      const row = rows[event.index];
+      Object.assign(row, { output: row.output + (event.text ?? ''), arrivedMs: performance.now() - started });
+      row.ids.push(event.id);
+      row.pieces += 1;
+      show(row);
+    } else { // done: the translations (beam search: its best hypotheses, which only now are known)
+      for (const [n, { ids, text }] of event.translations.entries()) {
+        const arrivedMs = rows[n].arrivedMs || performance.now() - started;
+        Object.assign(rows[n], { ids, output: text ?? '', arrivedMs });
+        show(rows[n]);
+      }
+    }
+  }
+  return rows.map(({ cells, arrivedMs, ...row }) => {
+    const msPerToken = arrivedMs / Math.max(1, row.ids.length);
+    cells[3].textContent = msPerToken.toFixed(2);
+    return { ...row, tokens: row.ids.length, msPerToken };
+  });
+}
+
 function describe(options) {
   if (options.numBeams > 1) return `beam search, ${options.numBeams} beams`;
   return options.doSample ? `sampling, seed ${options.seed}` : 'greedy';
 }
 
-async function onTranslate(model) {
+/** The status line after a translation: the mean per token, over decoder steps (here) or tokens (server). */
+function summary(rows, options, server) {
+  const weight = (row) => (server ? row.tokens : row.steps);
+  const mean = rows.reduce((t, r) => t + r.msPerToken * weight(r), 0) / rows.reduce((n, r) => n + weight(r), 0);
+  const where = server ? `server ${server.url}, as received` : 'WASM, 1 thread';
+  return `${rows.length} translated: ${mean.toFixed(2)} ms per token on average (${describe(options)}; ${where})`;
+}
+
+const params = new URLSearchParams(location.search);
+const base = (params.get('export') ?? '/export').replace(/\/$/, '');
+let opened; // the local model (a promise), opened the first time the page runs in this browser
+let turns = 0; // the latest prepare() wins when the mode changes quickly
+
+const onServer = () => document.querySelector('input[name=mode]:checked').value === 'server';
+
+/** Where the lines go: { model } (this browser) or { server } (a client of the form's URL and key). */
+async function backend() {
+  if (!onServer()) {
+    opened ??= openExport(base).catch((err) => { opened = null; throw err; });
+    return { model: await opened };
+  }
+  const url = $('server').value.trim();
+  if (!url) throw new Error('type the URL of a `tfm-export serve`, e.g. http://127.0.0.1:8080');
+  return { server: connect(url, { apiKey: $('apikey').value.trim() || undefined }) };
+}
+
+/** The ready line of the local model; the first time, the export's samples and default beams fill the form. */
+function localReady(model) {
+  if (!$('source').value) {
+    $('source').value = (model.manifest.samples ?? []).slice(0, 4).join('\n');
+    $('beams').value = generationConfig(model.manifest).numBeams; // the export's default (a Marian folder's num_beams)
+  }
+  const c = model.manifest.config;
+  const v = model.manifest.variant;
+  const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
+  return `ready: ${base} (${variant}; d_model ${c.d_model}, ${c.n_encoder_layers}+${c.n_decoder_layers} layers, ` +
+    `max_len ${c.max_len}); knows ${JSON.stringify(model.manifest.tokenizer.src_vocab.slice(model.manifest.tokenizer.specials ?? 3).join(''))}`;
+}
+
+/** On load and when the mode or server changes: open the export or ask the server's health. */
+async function prepare() {
+  const turn = ++turns;
+  $('server').disabled = !onServer();
+  $('apikey').disabled = !onServer();
+  $('translate').disabled = true;
+  try {
+    const { model, server } = await backend();
+    const ready = server ? `ready: server ${server.url} (${(await server.health()).batching} batching)`
+      : localReady(model);
+    if (turn !== turns) return;
+    setStatus(ready);
+    $('translate').disabled = false;
+    [window.tfmReady, window.tfmError] = [true, null];
+  } catch (err) {
+    if (turn !== turns) return;
+    setStatus(`error: ${err.message}`, true);
+    window.tfmError = err.message;
+  }
+}
+
+async function onTranslate() {
   const texts = $('source').value.split('\n').map((t) => t.trim()).filter(Boolean);
   if (!texts.length) return setStatus('type at least one line', true);
   window.tfmResults = null;
@@ -105,11 +201,10 @@ async function onTranslate(model) {
   $('translate').disabled = true;
   setStatus('translating…');
   try {
+    const { model, server } = await backend();
     const options = formOptions(model);
-    const rows = await translate(model, texts, options);
-    const steps = rows.reduce((n, r) => n + r.steps, 0);
-    const mean = rows.reduce((t, r) => t + r.msPerToken * r.steps, 0) / steps;
-    setStatus(`${rows.length} translated: ${mean.toFixed(2)} ms per token on average (${describe(options)}; WASM, 1 thread)`);
+    const rows = server ? await translateOnServer(server, texts, options) : await translate(model, texts, options);
+    setStatus(summary(rows, options, server));
     window.tfmResults = rows;
   } catch (err) {
     setStatus(`error: ${err.message}`, true);
@@ -119,21 +214,12 @@ async function onTranslate(model) {
   }
 }
 
-const base = new URLSearchParams(location.search).get('export') ?? '/export';
-try {
-  const model = await openExport(base.replace(/\/$/, ''));
-  const c = model.manifest.config;
-  $('source').value = (model.manifest.samples ?? []).slice(0, 4).join('\n');
-  $('beams').value = generationConfig(model.manifest).numBeams; // the export's default (a Marian folder's num_beams)
-  const v = model.manifest.variant;
-  const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
-  setStatus(`ready: ${base} (${variant}; d_model ${c.d_model}, ${c.n_encoder_layers}+${c.n_decoder_layers} layers, ` +
-    `max_len ${c.max_len}); knows ${JSON.stringify(model.manifest.tokenizer.src_vocab.slice(model.manifest.tokenizer.specials ?? 3).join(''))}`);
-  $('translate').disabled = false;
-  $('translate').addEventListener('click', () => onTranslate(model));
-  $('source').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) onTranslate(model); });
-  window.tfmReady = true;
-} catch (err) {
-  setStatus(`error: ${err.message}`, true);
-  window.tfmError = err.message;
+if (params.get('server')) {
+  $('server').value = params.get('server');
+  document.querySelector('input[name=mode][value=server]').checked = true;
 }
+for (const radio of document.querySelectorAll('input[name=mode]')) radio.addEventListener('change', prepare);
+$('server').addEventListener('change', prepare);
+$('translate').addEventListener('click', onTranslate);
+$('source').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) onTranslate(); });
+await prepare();

@@ -40,6 +40,9 @@ def limit_options(fn):
               help="--batching request: how long the first request waits for others.")
 @click.option("--api-key", envvar="TFM_EXPORT_API_KEY", default=None,
               help="Require `Authorization: Bearer KEY` (env TFM_EXPORT_API_KEY); needed to bind beyond loopback.")
+@click.option("--cors-origin", "cors_origins", multiple=True,
+              help="Let web pages of this origin call the server (e.g. http://127.0.0.1:8000, the page of "
+                   "`tfm-export serve-web`); repeat for more. Default: none (browsers refuse other origins).")
 @ort_thread_options
 @click.option("--ray", "use_ray", is_flag=True, help="Deploy on Ray Serve (the `ray` extra) instead of one process.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
@@ -49,20 +52,22 @@ def limit_options(fn):
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
                   max_queue: int, max_texts: int, max_src_len: int | None, window_ms: float, api_key: str | None,
-                  threads: int | None,
+                  cors_origins: tuple[str, ...], threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, GET /healthz, /metrics, docs at /docs.
 
     SIGTERM or Ctrl+C stops accepting, finishes the requests in flight and exits 0.
     """
     from ..serve.batcher import EngineConfig
+    from ..serve.cors import check_origins
     from ..serve.engine import ServeSettings, check_bind, run_server
 
     if folder is None and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
     settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
                              EngineConfig(max_batch, max_queue, window_ms, max_src_len),
-                             max_texts, threads, spin, api_key)
+                             max_texts, threads, spin, api_key, cors_origins=cors_origins)
+    check_origins(cors_origins)
     if write_config is not None:
         from ..serve.ray_config import write_config as write
 

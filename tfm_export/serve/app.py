@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from ..errors import TfmExportError
 from ..runtime.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
+from .cors import add_cors
 from .engine import LimitError, ServeSettings, open_engine, prepare_sources
 from .metrics import CONTENT_TYPE, ServerMetrics
 
@@ -150,6 +151,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
     app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
 
     _add_error_handling(app, settings, state)
+    add_cors(app, settings.cors_origins)  # after the key check: the outermost middleware
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -42,6 +42,7 @@ class ServeSettings:
     threads: int | None = None  # ORT intra-op threads (None: ORT's default)
     spin: bool = True  # idle ORT threads spin between ops (off on shared or busy machines)
     api_key: str | None = None  # when set, every request but /healthz and the docs needs Bearer KEY
+    cors_origins: tuple[str, ...] = ()  # web pages' origins allowed to call (serve.cors); none: no CORS
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING:

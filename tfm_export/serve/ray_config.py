@@ -24,7 +24,9 @@ def settings_to_dict(settings: ServeSettings) -> dict[str, Any]:
 
 
 def settings_from_dict(data: dict[str, Any]) -> ServeSettings:
-    return ServeSettings(**{**data, "engine": EngineConfig(**data.get("engine", {}))})
+    # JSON (the config file, Ray's arguments) has lists where the frozen settings keep tuples
+    return ServeSettings(**{**data, "engine": EngineConfig(**data.get("engine", {})),
+                            "cors_origins": tuple(data.get("cors_origins", ()))})
 
 
 CONFIG_TEMPLATE = """\

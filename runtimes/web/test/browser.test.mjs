@@ -2,12 +2,14 @@
 // Headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core) opens the page served by
 // `tfm-export serve-web`, translates the fixture's inputs (greedy, streamed token by token, and with
 // 4 beams), compares them with the Python runtime's output and fails on any console error, page
-// error, failed request or HTTP error.
+// error, failed request or HTTP error. In server mode the page calls a `tfm-export serve` of the same
+// export on another port (another origin: the server allows the page's with --cors-origin).
 // Environment: TFM_EXPORT_DIR (an export of the bundled model), TFM_PYTHON (a Python with tfm_export,
 // default python3), CHROMIUM (default /usr/bin/chromium). Screenshot: runtimes/web/test-output/.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -21,14 +23,17 @@ const skip = !exportDir ? 'TFM_EXPORT_DIR is not set (export the bundled model f
   : !existsSync(browserPath) ? `SKIPPED: chromium not found at ${browserPath}` : false;
 const fixture = JSON.parse(readFileSync(path.join(here, '..', '..', 'fixtures', 'expected.json'), 'utf8'));
 const outDir = path.join(here, '..', 'test-output');
+const python = process.env.TFM_PYTHON ?? 'python3';
+const API_KEY = 'page-test-key';
 let server;
 let url;
 let context;
 let profile;
+let api; // the `tfm-export serve` of the server-mode tests, started by the first of them
 
 /** `tfm-export serve-web EXPORT --port 0` on 127.0.0.1; resolves with the URL it prints. */
 function startServer() {
-  server = spawn(process.env.TFM_PYTHON ?? 'python3', ['-m', 'tfm_export', 'serve-web', exportDir, '--port', '0'],
+  server = spawn(python, ['-m', 'tfm_export', 'serve-web', exportDir, '--port', '0'],
     { stdio: ['ignore', 'ignore', 'pipe'] });
   return new Promise((resolve, reject) => {
     let text = '';
@@ -41,14 +46,42 @@ function startServer() {
   });
 }
 
+/** A free loopback port (`tfm-export serve --port` takes no 0). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer().on('error', reject);
+    probe.listen(0, '127.0.0.1', () => { const { port } = probe.address(); probe.close(() => resolve(port)); });
+  });
+}
+
+/**
+ * `tfm-export serve EXPORT` with an API key, allowing the page's origin (request-level batching: the
+ * export has no static-cache decoder); resolves with its URL once /healthz answers.
+ */
+async function startApi() {
+  const port = await freePort();
+  const args = ['-m', 'tfm_export', 'serve', exportDir, '--batching', 'request', '--port', String(port),
+    '--cors-origin', new URL(url).origin, '--api-key', API_KEY, '--threads', '1', '--no-spin'];
+  const proc = spawn(python, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let text = '';
+  proc.stderr.on('data', (chunk) => { text += chunk; });
+  api = { proc, url: `http://127.0.0.1:${port}` };
+  for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
+    if (proc.exitCode !== null) throw new Error(`tfm-export serve exited (${proc.exitCode}): ${text}`);
+    if (await fetch(`${api.url}/healthz`).then((res) => res.ok, () => false)) return api.url;
+    await new Promise((resolve) => { setTimeout(resolve, 200); });
+  }
+  throw new Error(`tfm-export serve did not answer within 60 s: ${text}`);
+}
+
 /** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
-async function openPage(problems) {
+async function openPage(problems, query = '') {
   const page = await context.newPage();
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
   page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(url);
+  await page.goto(`${url}${query}`);
   await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
   assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
   return page;
@@ -77,6 +110,7 @@ before(async () => {
 after(async () => {
   await context?.close();
   server?.kill();
+  api?.proc.kill();
   if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
@@ -124,4 +158,40 @@ test('an unknown character is shown as an error, not thrown', { skip, timeout: 6
   assert.match(await page.textContent('#status'), /^error: cannot encode/);
   assert.equal(await page.isEnabled('#translate'), true);
   assert.deepEqual(problems, []);
+});
+
+test('on a server, the page streams exactly the Python runtime\'s translations', { skip, timeout: 180_000 }, async () => {
+  const apiUrl = api?.url ?? await startApi();
+  const problems = [];
+  const page = await openPage(problems, `?server=${encodeURIComponent(apiUrl)}`);
+  assert.equal(await page.textContent('#status'), `ready: server ${apiUrl} (request batching)`);
+  await page.fill('#apikey', API_KEY);
+  const { rows, error } = await translate(page, fixture.cases.map((c) => c.input));
+  assert.equal(error, null);
+  assert.deepEqual(rows.map((r) => r.output), fixture.cases.map((c) => c.text));
+  assert.deepEqual(rows.map((r) => r.ids), fixture.cases.map((c) => c.ids));
+  assert.ok(rows.every((r) => r.pieces === r.tokens), 'streamed: one event per token');
+  const cells = await page.$$eval('#results tr', (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+  assert.deepEqual(cells.map((c) => c[1]), fixture.cases.map((c) => c.text));
+  assert.ok(cells.every((c) => Number(c[3]) > 0));
+  assert.match(await page.textContent('#status'), /^8 translated: [\d.]+ ms per token on average \(greedy; server http:/);
+  assert.deepEqual(problems, []);
+});
+
+test('the server\'s errors show on the page; it switches back to this browser', { skip, timeout: 180_000 }, async () => {
+  const apiUrl = api?.url ?? await startApi();
+  const problems = [];
+  const page = await openPage(problems, `?server=${encodeURIComponent(apiUrl)}`);
+  const { rows, error } = await translate(page, ['12']); // no API key typed
+  assert.equal(rows, null);
+  assert.equal(error, 'missing or wrong API key; send Authorization: Bearer KEY (HTTP 401)');
+  await page.fill('#apikey', API_KEY);
+  const { error: limit } = await translate(page, ['1'.repeat(200)]); // longer than the model's max_len
+  assert.match(limit, /^source 1 has \d+ tokens, more than the max_len of \d+; shorten or split it \(HTTP 413\)$/);
+  // Chromium reports each 4xx answer itself (the page read it: CORS let it); nothing else went wrong
+  assert.deepEqual(problems.filter((p) => !/\b(401|413)\b/.test(p)), []);
+  await page.check('input[name=mode][value=local]');
+  await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('ready: /export'));
+  const { rows: local } = await translate(page, [fixture.cases[0].input]);
+  assert.deepEqual(local.map((r) => r.ids), [fixture.cases[0].ids]);
 });
