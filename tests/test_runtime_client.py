@@ -113,6 +113,23 @@ console.log(JSON.stringify({
     assert got["health"]["status"] == "ok" and got["health"]["batching"] == "request"
 
 
+def test_decoding_options_through_the_server_equal_the_python_runtime(api, model):
+    """Beam search with n-best and seeded sampling, sent by the client, answer Python's generate."""
+    sources = [model.tokenizer.encode(t) for t in TEXTS[:3]]
+    got = node_json("""
+const server = connect(args.url, { apiKey: args.key });
+console.log(JSON.stringify({
+  beams: await server.generate(args.sources, { numBeams: 3, numReturnSequences: 2, lengthPenalty: 0.7 }),
+  sampled: await server.generate(args.sources, { doSample: true, seed: 5, topP: 0.9, temperature: 1.3 }),
+}));""", url=api, key=KEY, sources=sources)
+    for name, options in (("beams", {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.7}),
+                          ("sampled", {"do_sample": True, "seed": 5, "top_p": 0.9, "temperature": 1.3})):
+        expected = model.generate(sources, **options)
+        assert [[h["ids"] for h in hyps] for hyps in got[name]] == [[h.ids for h in hyps] for hyps in expected]
+        for hyps, want in zip(got[name], expected):
+            assert [h["score"] for h in hyps] == pytest.approx([h.score for h in want], abs=1e-4)
+
+
 def test_streamed_pieces_are_the_python_runtimes(api, model):
     got = node_json("""
 const server = connect(args.url, { apiKey: args.key });

@@ -24,7 +24,7 @@ from tfm_export.serve.engine import ServeSettings, open_engine  # noqa: E402
 OPTIONS = [
     {"do_sample": True, "seed": 7, "top_p": 0.9, "temperature": 0.8},
     {"do_sample": True, "seed": 3, "top_k": 5},
-    {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_new_tokens": 3},
+    {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_new_tokens": 3, "forced_eos": True},
     {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6},
     {"num_beams": 2, "early_stopping": True},
     {"do_sample": True, "seed": 11, "num_return_sequences": 2},

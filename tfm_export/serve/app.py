@@ -60,6 +60,7 @@ class TranslateRequest(BaseModel):
     min_new_tokens: StrictInt | None = Field(None, description="EOS is banned before this many tokens.")
     repetition_penalty: float | None = Field(None, description="Penalise tokens already generated (> 1).")
     no_repeat_ngram_size: StrictInt | None = Field(None, description="Never repeat an n-gram of this size.")
+    forced_eos: bool | None = Field(None, description="The last allowed token is EOS.")
 
 
 ACCEPTED = tuple(TranslateRequest.model_fields)
