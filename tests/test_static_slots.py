@@ -11,7 +11,7 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.manifest import load_manifest
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.runtime.static import static_slots
+from tfm_export.runtime.static import RowBatch, static_slots
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
@@ -24,6 +24,7 @@ def slots_export(tiny_checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("slots") / "out"
     manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, static_slots=SLOTS))
     assert manifest.validation["outputs"]["decoder_static:logits"]["ok"]  # validated against eager, like any graph
+    assert manifest.validation["outputs"]["decoder_rows:new.0.self.key"]["ok"]
     assert manifest.validation["greedy"]["static_cache_mismatched_rows"] == []
     return out
 
@@ -32,6 +33,8 @@ def test_the_static_decoder_has_the_slots_asked_for(slots_export):
     manifest = load_manifest(slots_export)
     assert static_slots(manifest) == SLOTS and manifest.config.max_len == 64
     assert manifest.graphs["decoder_static"].spec.tensor("present.0.self.key").shape[2] == SLOTS
+    rows = manifest.graphs["decoder_rows"].spec  # the same inputs; only the step's keys/values come out
+    assert rows.tensor("past.0.self.key").shape[2] == SLOTS and rows.tensor("new.0.self.key").shape[2] == 1
 
 
 def test_static_rows_equal_the_growing_cache_up_to_the_slots(slots_export):
@@ -44,9 +47,16 @@ def test_static_rows_equal_the_growing_cache_up_to_the_slots(slots_export):
     assert len(growing.generate_ids(SOURCES, 40, stop_at_eos=False)[0]) == 40  # the growing cache is not limited
 
 
-def test_in_flight_batching_over_fewer_slots_matches_serial(slots_export):
+@pytest.mark.parametrize("rows", ["HostRows", "RowBatch"])
+def test_in_flight_batching_over_fewer_slots_matches_serial(slots_export, rows):
+    """On CPU the rows step decoder_rows.onnx (the cache written in place on the host); exports without
+    it (variants) and CUDA step decoder_static.onnx (RowBatch): both give serial decoding's tokens."""
     serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
-    engine = open_engine(ServeSettings(str(slots_export), engine=EngineConfig(max_batch=2))).start()
+    engine = open_engine(ServeSettings(str(slots_export), engine=EngineConfig(max_batch=2)))
+    assert type(engine.rows).__name__ == "HostRows"  # the default on CPU when the export has decoder_rows
+    if rows == "RowBatch":
+        engine.rows = RowBatch(engine.model.cache, 2, engine.rows.src_len)
+    engine.start()
     got: dict[int, list[int]] = {}
     jobs = [Job(ids, SLOTS, lambda kind, v, i=i: kind == "token" and got.setdefault(i, []).append(v))
             for i, ids in enumerate(SOURCES * 3)]

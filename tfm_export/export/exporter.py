@@ -62,6 +62,9 @@ class ExportOptions:
         return self.dtype != "float32" or self.optimize or self.quantize is not None
 
 
+SLOT_GRAPHS = ("decoder_static", "decoder_rows")  # graphs over a fixed number of cache slots
+
+
 def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
     """`model.pt` -> `model_onnx/` next to it."""
     path = Path(checkpoint_path)
@@ -72,7 +75,7 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
     """Export one graph described by `spec` into `folder`; returns its external-data file names."""
     module = GRAPH_MODULES[spec.name](model).eval()
     cfg = model.config
-    slots = spec.tensor("past.0.self.key").shape[2] if spec.name == "decoder_static" else cfg.max_len
+    slots = spec.tensor("past.0.self.key").shape[2] if spec.name in SLOT_GRAPHS else cfg.max_len
     args = example_inputs(spec, {"src_ids": cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots})
     path = folder / spec.file
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
@@ -151,7 +154,9 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
 
 def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
-    wanted = {"decoder_static": options.static_cache}
+    # decoder_rows serves in-flight batching on CPU in float32 (its runtime writes the cache on the
+    # host); variants keep decoder_static alone, which the runtime falls back to.
+    wanted = {"decoder_static": options.static_cache, "decoder_rows": options.static_cache and not options.is_variant}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
     return {**GRAPH_SPECS, **extra}
 

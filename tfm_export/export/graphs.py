@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..model.kv_cache import CachePolicy, SlotCache
+from ..model.kv_cache import CachePolicy, RowCache, SlotCache
 from ..model.transformer import KV, Transformer
 from .specs import EXAMPLE_SIZES, GraphSpec
 
@@ -74,7 +74,20 @@ class StaticDecoderGraph(DecoderGraph):
         return self.step(input_ids, src_mask, caches, SlotCache.at(cache_len, slots))
 
 
-GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph}
+class RowsDecoderGraph(DecoderGraph):
+    """StaticDecoderGraph's inputs -> (logits, next_ids, new...): the cache is read, not rewritten;
+    each layer returns the step's keys/values (batch, heads, 1, head_dim) for the runtime to write."""
+
+    n_named_args = 3  # input_ids, src_mask, cache_len; the caches come as *varargs
+
+    def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
+                ) -> tuple[Tensor, ...]:
+        slots = caches[0].shape[-2]  # (batch, heads, slots, head_dim)
+        return self.step(input_ids, src_mask, caches, RowCache.at(cache_len, slots))
+
+
+GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph,
+                 "decoder_rows": RowsDecoderGraph}
 
 _DTYPES = {"int64": torch.int64, "bool": torch.bool, "float32": torch.float32, "float16": torch.float16}
 

@@ -87,6 +87,23 @@ def static_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots
     return GraphSpec("decoder_static", "decoder_static.onnx", tuple(inputs), tuple(outputs))
 
 
-# Graphs exported only on request (ExportOptions.static_cache / --cuda-graph).
-EXTRA_GRAPH_SPECS = {"decoder_static": static_decoder_spec}
+def new_names(i: int) -> tuple[str, str]:
+    return f"new.{i}.self.key", f"new.{i}.self.value"
+
+
+def rows_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: int | None = None) -> GraphSpec:
+    """decoder_static's step with the cache read only: the inputs of static_decoder_spec, and per layer
+    the step's own keys/values `new.*` (batch, heads, 1, head_dim) instead of the whole cache. The
+    runtime writes them into slot cache_len[b] in place (runtime.rows: in-flight batching on CPU,
+    where copying the cache into a second buffer every step cost a third of the step)."""
+    static = static_decoder_spec(config, dtype, slots)
+    h, d = config.n_heads, config.head_dim
+    outputs = [t for t in static.outputs if not t.name.startswith("present.")]
+    for i in range(config.n_decoder_layers):
+        outputs += _kv(new_names(i), h, 1, d, dtype)  # type: ignore[arg-type]
+    return GraphSpec("decoder_rows", "decoder_rows.onnx", static.inputs, tuple(outputs))
+
+
+# Graphs exported only on request (ExportOptions.static_cache / --cuda-graph / --static-slots).
+EXTRA_GRAPH_SPECS = {"decoder_static": static_decoder_spec, "decoder_rows": rows_decoder_spec}
 ALL_GRAPH_SPECS = {**GRAPH_SPECS, **EXTRA_GRAPH_SPECS}

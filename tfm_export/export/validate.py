@@ -16,7 +16,7 @@ import torch
 from ..config import TransformerConfig
 from ..errors import ValidationError, shorten
 from ..model.generate import greedy_decode
-from .graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
+from .graphs import DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
 from ..manifest import Manifest, load_manifest
 from ..runtime.static import static_slots
 from ..model.transformer import Transformer
@@ -29,6 +29,8 @@ BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))  # None: the model's max_len,
 MAX_VALIDATED_SRC_LEN = 512
 PAST_AND_TGT_LENS = ((0, 1), (0, 4), (1, 1), (1, 4), (23, 1), (23, 4))
 GREEDY_SOURCES = 16
+# The graphs over a fixed number of cache slots, checked on the same static-cache inputs.
+SLOT_GRAPH_MODULES = {"decoder_static": StaticDecoderGraph, "decoder_rows": RowsDecoderGraph}
 
 
 def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, seed: int = 0,
@@ -63,7 +65,8 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
             _compare(stats, "decoder", sessions["decoder"], DecoderGraph(model), args, tol)
             if "decoder_static" in sessions and tgt_len == 1 and past_len < slots:
                 args = _static_inputs(model, args, gen, slots)
-                _compare(stats, "decoder_static", sessions["decoder_static"], StaticDecoderGraph(model), args, tol)
+                for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
+                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol)
     greedy = _compare_greedy(folder, manifest, model, gen, max_new_tokens, device)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()}, "greedy": greedy}

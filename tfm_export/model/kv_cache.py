@@ -7,31 +7,51 @@ One layer wiring (transformer.DecoderLayer) runs under two policies:
 - `SlotCache`: a pre-allocated (batch, heads, max_len, head_dim) cache in which row b writes slot
   `cache_len[b]` and sees slots <= `cache_len[b]` (decoder_static.onnx). No shape depends on the
   step, so a CUDA graph of it replays; rows may be at different steps (in-flight batching).
+- `RowCache`: the same pre-allocated cache, read only: row b sees slots < `cache_len[b]` plus the
+  step's own key/value, and the graph returns just those (batch, heads, 1, head_dim); the runtime
+  writes them into slot `cache_len[b]` in place (decoder_rows.onnx, in-flight batching on CPU). A
+  SlotCache step copies the whole cache into its output (a third of a step on CPU); this one does not.
 
 A policy carries what the layers need: `offset` for the position embedding, `allowed` for the
-self-attention mask, and `update(past, new)` for each layer's keys and values.
+self-attention mask, and `attend(attention, h, past, new)`: a layer's self-attention output and the
+keys/values it keeps (its present).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 
 
 class CachePolicy(Protocol):
     offset: Tensor | int  # added to the new tokens' positions: int, () or (batch, 1)
     allowed: Tensor  # self-attention mask, broadcast to (batch, heads, tgt_len, key_len)
 
-    def update(self, past: Tensor, new: Tensor) -> Tensor:
-        """A layer's cache after this step, from its past and the step's keys or values."""
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
+        """Self-attention of `h` over the past and the step's keys/values `new`; (output, present)."""
         ...
 
 
+class _UpdatedCache:
+    """Policies whose present is the whole updated cache: attend over `update(past, new)`."""
+
+    allowed: Tensor
+
+    def update(self, past: Tensor, new: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
+        k, v = self.update(past[0], new[0]), self.update(past[1], new[1])  # (batch, heads, key_len, head_dim)
+        return attention(h, k, v, self.allowed), (k, v)
+
+
 @dataclass(frozen=True)
-class AppendCache:
+class AppendCache(_UpdatedCache):
     """The growing cache: the step's keys/values are concatenated after the past."""
 
     offset: Tensor | int  # past_len
@@ -49,7 +69,7 @@ class AppendCache:
 
 
 @dataclass(frozen=True)
-class SlotCache:
+class SlotCache(_UpdatedCache):
     """The static cache of max_len slots: one new token per row, written at that row's `cache_len`."""
 
     offset: Tensor  # (batch, 1): each row's position is its number of filled slots
@@ -66,3 +86,20 @@ class SlotCache:
     def update(self, past: Tensor, new: Tensor) -> Tensor:
         # A select rather than a scatter: elementwise, so it exports and runs the same everywhere.
         return torch.where(self.write, new, past)  # (batch, heads, max_len, head_dim)
+
+
+@dataclass(frozen=True)
+class RowCache:
+    """The pre-allocated cache read only: the step's keys/values are attended to beside it and returned."""
+
+    offset: Tensor  # (batch, 1): each row's position is its number of filled slots
+    allowed: Tensor  # (batch, 1, 1, slots): the filled slots (this step's key/value is added apart)
+
+    @classmethod
+    def at(cls, cache_len: Tensor, slots: int) -> "RowCache":
+        """`cache_len` (batch,) int64: slots already filled per row, each < slots."""
+        filled = cache_len[:, None]  # (batch, 1)
+        return cls(filled, (torch.arange(slots, device=cache_len.device) < filled)[:, None, None, :])
+
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
+        return attention(h, past[0], past[1], self.allowed, new=new), new  # new: (batch, heads, 1, head_dim)

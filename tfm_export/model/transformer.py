@@ -14,9 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
-from .kv_cache import AppendCache, CachePolicy
-
-KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
+from .kv_cache import KV, AppendCache, CachePolicy
 
 ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -83,16 +81,25 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of `x` (batch, len, d_model), each (batch, heads, len, head_dim)."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
-    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor) -> Tensor:
-        """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores."""
+    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor, new: KV | None = None) -> Tensor:
+        """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores.
+
+        `new`: one more key/value per row (batch, heads, 1, head_dim), always allowed, attended to
+        beside `key`/`value` without concatenating them (kv_cache.RowCache: no cache copy per step).
+        """
         q = self.split_heads(self.q_proj(x))  # (batch, heads, tgt_len, head_dim)
         scores = torch.matmul(q, key.transpose(-1, -2)) * self.scale  # (batch, heads, tgt_len, key_len)
         # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
         # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
         # rounds back to the floor, so the weights equal masked_fill's.
         scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
+        if new is not None:  # (batch, heads, tgt_len, key_len + 1): the new position's score last
+            scores = torch.cat([scores, (q * new[0]).sum(-1, keepdim=True) * self.scale], dim=-1)
         weights = self.dropout(torch.softmax(scores, dim=-1))
-        out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
+        if new is None:
+            out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
+        else:
+            out = torch.matmul(weights[..., :-1], value) + weights[..., -1:] * new[1]
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)  # (batch, tgt_len, d_model)
         return self.out_proj(out)
@@ -153,10 +160,10 @@ class DecoderLayer(Block):
         present: list[Tensor] = []
 
         def attend_self(h: Tensor) -> Tensor:
-            k, v = self.self_attn.project_kv(h)  # (batch, heads, tgt_len, head_dim)
-            k, v = cache.update(past[0], k), cache.update(past[1], v)  # (batch, heads, key_len, head_dim)
-            present.extend((k, v))
-            return self.self_attn(h, k, v, cache.allowed)
+            new = self.self_attn.project_kv(h)  # (batch, heads, tgt_len, head_dim) each
+            out, kept = cache.attend(self.self_attn, h, past, new)
+            present.extend(kept)
+            return out
 
         x = self.residual(x, self.norm1, attend_self)
         x = self.residual(x, self.norm2, lambda h: self.cross_attn(h, cross[0], cross[1], src_allowed))

@@ -73,6 +73,7 @@ class StaticCache:
                  encoder: ort.InferenceSession):
         entry, config = manifest.graphs[GRAPH_NAME], manifest.config
         self.config, self.device, self.encoder = config, device, encoder
+        self.folder, self.manifest, self.options = folder, manifest, options  # for runtime.rows' own session
         self.capture = device.ort_type == "cuda"  # CUDA graphs exist only there; CPU runs the same loop
         self.session = create_session(folder / entry.file, cuda_graph_device(device) if self.capture else device,
                                       options)

@@ -212,7 +212,8 @@ class InflightBatcher(Engine):
     name = "inflight"
 
     def __init__(self, model: Any, config: EngineConfig = EngineConfig()):
-        from ..runtime.static import RowBatch, StaticCache
+        from ..runtime.rows import open_rows
+        from ..runtime.static import StaticCache
 
         if not isinstance(model.cache, StaticCache):
             raise InputError(f"{model.folder} is not opened with its static-cache decoder; in-flight batching "
@@ -221,7 +222,7 @@ class InflightBatcher(Engine):
         super().__init__(model, config)
         cfg = model.config
         width = min(config.max_src_len or cfg.max_len, cfg.max_len)
-        self.rows = RowBatch(model.cache, config.max_batch, width)  # every row holds up to `width` source tokens
+        self.rows = open_rows(model.cache, config.max_batch, width)  # every row holds up to `width` source tokens
         self.jobs: list[Job | None] = [None] * config.max_batch  # (batch,): the job in each row
         self.pickers: list[TokenPicker | None] = [None] * config.max_batch  # rows that pick from logits
         self.lane = SearchLane(model, config)  # beam search and n-best jobs, decoded beside the rows
