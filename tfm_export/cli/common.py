@@ -102,12 +102,14 @@ def check_threads(ctx: click.Context, param: click.Parameter, value: int | None)
         raise click.BadParameter(str(exc)) from None
 
 
-def ort_thread_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--threads and --spin/--no-spin, shared by the commands that run ONNX Runtime."""
-    fn = click.option("--spin/--no-spin", default=True, show_default=True,
-                      help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
-    return click.option("--threads", type=int, default=None, callback=check_threads,
-                        help="Intra-op threads for ONNX Runtime (and PyTorch in bench); default: all cores.")(fn)
+def ort_thread_options(fn: Callable[..., Any] | None = None, spin: bool = True) -> Any:
+    """--threads and --spin/--no-spin, shared by the commands that run ONNX Runtime (`spin`: its default)."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option("--spin/--no-spin", default=spin, show_default=True,
+                          help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
+        return click.option("--threads", type=int, default=None, callback=check_threads,
+                            help="Intra-op threads for ONNX Runtime (and PyTorch in bench); default: all cores.")(fn)
+    return decorate(fn) if fn is not None else decorate
 
 
 # What each extra brings that commands import (pyproject.toml's [project.optional-dependencies]).

@@ -59,7 +59,8 @@ OPSETS = click.IntRange(17, 25)
               help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
 @click.option("--cuda-graph", is_flag=True,
               help="Also export decoder_static.onnx (pre-allocated cache): CUDA replays each step as a graph, and "
-                   "`tfm-export serve` batches requests in flight with it.")
+                   "`tfm-export serve` batches requests in flight with it (on CPU with decoder_rows.onnx, also "
+                   "exported for float32).")
 @click.option("--static-slots", type=click.IntRange(min=2), default=None,
               help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
                    "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")

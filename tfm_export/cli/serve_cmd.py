@@ -43,7 +43,10 @@ def limit_options(fn):
 @click.option("--cors-origin", "cors_origins", multiple=True,
               help="Let web pages of this origin call the server (e.g. http://127.0.0.1:8000, the page of "
                    "`tfm-export serve-web`); repeat for more. Default: none (browsers refuse other origins).")
-@ort_thread_options
+# No spinning by default: a server runs several sessions by turns (the encoder for each joining
+# request, the decoder each step, the search lane), and threads spinning in an idle session take the
+# cores of the busy one (in-flight on 2 cores: 545 -> 722 tokens/s, BENCHMARKS.md).
+@ort_thread_options(spin=False)
 @click.option("--ray", "use_ray", is_flag=True, help="Deploy on Ray Serve (the `ray` extra) instead of one process.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="--ray: replicas, each with its own batcher.")

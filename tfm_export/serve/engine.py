@@ -40,7 +40,7 @@ class ServeSettings:
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_texts: int = 32  # sources per request; more is 413
     threads: int | None = None  # ORT intra-op threads (None: ORT's default)
-    spin: bool = True  # idle ORT threads spin between ops (off on shared or busy machines)
+    spin: bool = False  # idle ORT threads spin between ops (off: sessions run by turns, see cli.serve_cmd)
     api_key: str | None = None  # when set, every request but /healthz and the docs needs Bearer KEY
     cors_origins: tuple[str, ...] = ()  # web pages' origins allowed to call (serve.cors); none: no CORS
 
