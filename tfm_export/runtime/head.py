@@ -18,7 +18,12 @@ agree within 1e-9). The normaliser is float64 for that reason: a float32 sum wou
 
 Processors that need the whole row (repetition_penalty, no_repeat_ngram_size) keep the host path
 (runtime.search sends the logits); min_new_tokens is the bias, forced_eos the bias plus
-processors.process_top.
+processors.process_top. Chosen over fusing the same nodes into decoder.onnx because every existing
+export gets it and greedy steps stay untouched; the extra session run costs ~0.05 ms.
+
+Exact ties: ONNX TopK puts the lower index first; ORT's CPU kernel does (tests/test_beam_head.py).
+ORT's CUDA kernel was not tested here (no GPU); on CUDA, transformers' torch.topk does not promise an
+order among exact ties either.
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ from .device import Device
 from .reorder import IR_VERSION, ONNX_TYPES, helper_session, numpy_dtype
 
 HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 for ReduceSum)
-
-
 ROW_ALIGN = 16  # the exp sum runs over rows padded to a multiple of this many values (see head_model)
 
 
