@@ -50,17 +50,21 @@ def head_model(logits_dtype: str, width: int, vocab: int) -> bytes:
     inputs = [t("logits", ONNX_TYPES[logits_dtype], ["rows", vocab]), t("bias", TensorProto.FLOAT, [vocab])]
     outputs = [t("ids", TensorProto.INT64, ["rows", width]), t("values", TensorProto.FLOAT, ["rows", width]),
                t("max", TensorProto.DOUBLE, ["rows", 1]), t("sum", TensorProto.DOUBLE, ["rows", 1])]
+    pad = -vocab % ROW_ALIGN
     constants = [helper.make_tensor("k", TensorProto.INT64, [1], [width]),
-                 helper.make_tensor("axes", TensorProto.INT64, [1], [-1]),
-                 helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, -vocab % ROW_ALIGN]),
-                 helper.make_tensor("minus_inf", TensorProto.DOUBLE, [], [-np.inf])]
+                 helper.make_tensor("axes", TensorProto.INT64, [1], [-1])]
     node = helper.make_node
     nodes = [
         node("Cast", ["logits"], ["x32"], to=TensorProto.FLOAT),
         node("Add", ["x32", "bias"], ["biased"]),
         node("TopK", ["biased", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
-        node("Cast", ["logits"], ["x64"], to=TensorProto.DOUBLE),
-        node("Pad", ["x64", "pads", "minus_inf"], ["padded"], mode="constant"),
+        node("Cast", ["logits"], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
+    ]
+    if pad:
+        constants += [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, pad]),
+                      helper.make_tensor("minus_inf", TensorProto.DOUBLE, [], [-np.inf])]
+        nodes.append(node("Pad", ["x64", "pads", "minus_inf"], ["padded"], mode="constant"))
+    nodes += [
         node("ReduceMax", ["padded", "axes"], ["max"], keepdims=1),
         node("Sub", ["padded", "max"], ["shifted"]),
         node("Exp", ["shifted"], ["exp"]),
