@@ -60,11 +60,16 @@ class GrowingCache:
 
     @cached_property
     def gather(self) -> RowGather:
-        return RowGather(self.device)
+        return RowGather(self.device, self.helper_threads)
 
     @cached_property
     def head(self) -> BeamHead:
-        return BeamHead(self.device)
+        return BeamHead(self.device, self.helper_threads)
+
+    @property
+    def helper_threads(self) -> int:
+        """The decoder's intra-op threads (0: ORT's default), for the gather and head sessions."""
+        return self.decoder.get_session_options().intra_op_num_threads
 
     def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
         """Run the encoder once; its outputs stay on the device as OrtValues."""

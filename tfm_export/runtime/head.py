@@ -76,15 +76,15 @@ def head_model(logits_dtype: str, width: int, vocab: int) -> bytes:
 
 
 class BeamHead:
-    """Runs the head on `device` (one session per logits dtype, width and vocab)."""
+    """Runs the head on `device` (one session per logits dtype, width and vocab; see reorder.helper_session)."""
 
-    def __init__(self, device: Device):
-        self.device = device
+    def __init__(self, device: Device, threads: int = 0):
+        self.device, self.threads = device, threads
         self._sessions: dict[tuple[str, int, int], ort.InferenceSession] = {}
 
     def _session(self, key: tuple[str, int, int]) -> ort.InferenceSession:
         if key not in self._sessions:
-            self._sessions[key] = helper_session(head_model(*key), self.device)
+            self._sessions[key] = helper_session(head_model(*key), self.device, self.threads)
         return self._sessions[key]
 
     def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:

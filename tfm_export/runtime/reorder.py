@@ -6,7 +6,7 @@ the (rows,) int64 index crosses. Chosen over a `beam_idx` input of the decoder b
 re-export (every existing export gets beam search) and leaves greedy steps untouched; it costs one
 extra session run per beam step (on CPU about 0.04 ms for 4 beams of a 3-layer, 12-slot past: a few
 percent of a beam step; the copy itself is what transformers' reorder_cache does too). Steps that
-keep every row in place skip it. The session is single-threaded (`helper_session`).
+keep every row in place skip it. Its threads do not spin (`helper_session`).
 """
 
 from __future__ import annotations
@@ -35,30 +35,31 @@ def gather_model(dtypes: list[str]) -> bytes:
     return model.SerializeToString()
 
 
-def helper_session(model: bytes, device: Device) -> ort.InferenceSession:
-    """A session for a small graph run between the decoder's steps (this gather, runtime.head).
+def helper_session(model: bytes, device: Device, threads: int = 0) -> ort.InferenceSession:
+    """A session for a small graph run between the decoder's steps (this gather, runtime.head), with
+    `threads` intra-op threads (0: ORT's default; pass the decoder's).
 
-    One intra-op thread: the graph runs on the calling thread with no pool of its own. A pool's idle
-    threads spin after each run and, on a machine with few cores, steal them from the decoder's next
-    step (on 2 cores a beam step at 64 rows took 52 ms of decoder time with pooled helpers, 29 ms
-    without; BENCHMARKS.md). The helpers copy or scan memory: one thread is not their bottleneck.
+    Its idle threads never spin: a spinning pool keeps its cores busy for a while after each run and,
+    on a machine with few cores, steals them from the decoder's next step (on 2 cores a beam step at
+    64 rows took 80 ms of decoder time with spinning helpers, 30 ms without; BENCHMARKS.md).
     """
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model, options, providers=list(device.providers))
 
 
 class RowGather:
-    """Gathers rows of OrtValues on `device` (one session per list of dtypes)."""
+    """Gathers rows of OrtValues on `device` (one session per list of dtypes; see `helper_session`)."""
 
-    def __init__(self, device: Device):
-        self.device = device
+    def __init__(self, device: Device, threads: int = 0):
+        self.device, self.threads = device, threads
         self._sessions: dict[tuple[str, ...], ort.InferenceSession] = {}
 
     def _session(self, dtypes: tuple[str, ...]) -> ort.InferenceSession:
         if dtypes not in self._sessions:
-            self._sessions[dtypes] = helper_session(gather_model(list(dtypes)), self.device)
+            self._sessions[dtypes] = helper_session(gather_model(list(dtypes)), self.device, self.threads)
         return self._sessions[dtypes]
 
     def __call__(self, values: list[ort.OrtValue], index: np.ndarray) -> list[ort.OrtValue]:
