@@ -19,6 +19,14 @@ Per source b, `num_beams` K running beams; each step, for decoder row (b, k):
 The result per source is its slots, best first. Cache rows follow their beams: `advance` returns
 for each next decoder row the row it continues (`beam_idx`), which the caller gathers on the device.
 
+Two ways in, one selection (`_select`, steps 2-7): `advance` takes the logits (rows, vocab) to the
+host (any processor; the eager runner); `advance_top` takes each row's 2K best log-probabilities and
+ids, picked on the device by runtime.head under `head_bias` (ONNX Runtime, when no processor needs
+the whole row), so that only (rows, 2K) ids and scores cross. Both give the same candidates: a
+source's 2K best are among each of its rows' 2K best, and adding a row's running score keeps the
+row's order. (Only a float64 rounding of `logp + running score` that makes two distinct values equal
+at the 2K-th place could pick another id; `advance` ranks after the addition, as transformers does.)
+
 Scores are float64 throughout (transformers uses float32: only exact near-ties can differ, the tests
 show equal tokens and scores within 1e-4). A port (runtimes/) computing log_softmax with a plain
 sequential sum may differ from numpy's pairwise sum in the last bits, likewise only on near-ties.
@@ -31,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .generation import GenerationConfig, Hypothesis
-from .processors import log_softmax, process
+from .processors import head_bias, log_softmax, needs_rows, process, process_top
 
 OFFSET = 1e9  # transformers' "very large negative value" for excluded candidates and empty slots
 
@@ -77,22 +85,44 @@ class BeamSearch:
         self.open = np.ones(batch, dtype=bool)  # the source can still improve (transformers' heuristic)
         self.finished = False
         self.step = 0
+        self.whole_rows = needs_rows(config)  # repetition penalty, n-gram bans: the host path
 
     def history(self) -> np.ndarray:
         """(rows, 1 + step) ids so far of every decoder row, BOS first (for the processors)."""
         ids = self.run_ids[:, :, : self.step].reshape(self.rows, self.step)
         return np.concatenate([np.full((self.rows, 1), self.bos_id, dtype=np.int64), ids], axis=1)
 
+    @property
+    def width(self) -> int:
+        """Candidates per decoder row: 2K (a source's 2K best can all come from one beam)."""
+        return 2 * self.k
+
+    def head_bias(self, vocab: int) -> np.ndarray | None:
+        """The step's (vocab,) ban for runtime.head's device-side top-k, or None when a processor needs
+        the whole row (then `advance` takes the logits)."""
+        if self.whole_rows:
+            return None
+        return head_bias(vocab, self.step, self.steps - 1, self.config, self.eos_id)
+
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from (rows, vocab) logits -> (next ids (rows,), beam_idx (rows,): the row each continues)."""
-        b, k, step, cfg = self.batch, self.k, self.step, self.config
-        scores = process(log_softmax(logits), self.history(), step, self.steps - 1, cfg, self.eos_id)
-        vocab = scores.shape[1]
+        scores = process(log_softmax(logits), self.history(), self.step, self.steps - 1, self.config, self.eos_id)
         scores += self.run_scores.reshape(-1, 1)  # (rows, vocab)
         # The 2K best of a source are among the 2K best of each of its beams: select per row first.
-        per_row = top_k(scores, 2 * k)  # (rows, 2K) token ids
+        per_row = top_k(scores, self.width)  # (rows, 2K) token ids
+        return self._select(np.take_along_axis(scores, per_row, axis=1), per_row, scores.shape[1])
+
+    def advance_top(self, logp: np.ndarray, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+        """`advance` from each row's 2K best log-probabilities (rows, 2K) float64 and their ids, best
+        first, under `head_bias` (runtime.head): the same candidates without the whole rows."""
+        logp = process_top(logp, ids, self.step, self.steps - 1, self.config, self.eos_id)
+        return self._select(logp + self.run_scores.reshape(-1, 1), ids, vocab)
+
+    def _select(self, values: np.ndarray, per_row: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+        """Steps 2-7 from each row's 2K best running scores `values` (rows, 2K) and their token ids."""
+        b, k, step = self.batch, self.k, self.step
         flat = (per_row + (np.arange(self.rows) % k)[:, None] * vocab).reshape(b, k * 2 * k)
-        values = np.take_along_axis(scores, per_row, axis=1).reshape(b, k * 2 * k)
+        values = values.reshape(b, k * 2 * k)
         chosen = _ordered(values, flat, 2 * k)  # (batch, 2K) positions in values
         cand = np.take_along_axis(flat, chosen, axis=1)  # (batch, 2K) flat ids, best first
         cand_scores = np.take_along_axis(values, chosen, axis=1)

@@ -4,8 +4,10 @@ Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the p
 caches, the cross keys/values and the logits stay on the GPU and only `next_ids` (batch,) crosses
 to the host each step. Each step's `present.*` is rebound as the next step's `past.*`. Torch-free.
 
-For runtime.search (beam search, sampling) the same state also hands the logits to the host
-(`logits`) and reorders its past rows on the device (`reorder`, runtime.reorder.RowGather).
+For runtime.search the same state also hands the logits to the host (`logits`: sampling, processors
+that need whole rows), or keeps them on the device and returns only each row's best candidates
+(`top`, runtime.head.BeamHead: beam search), and reorders its past rows on the device (`reorder`,
+runtime.reorder.RowGather).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import onnxruntime as ort
 
 from ..config import TransformerConfig
 from .device import Device
+from .head import BeamHead
 from .reorder import RowGather
 
 
@@ -57,7 +60,16 @@ class GrowingCache:
 
     @cached_property
     def gather(self) -> RowGather:
-        return RowGather(self.device)
+        return RowGather(self.device, self.helper_threads)
+
+    @cached_property
+    def head(self) -> BeamHead:
+        return BeamHead(self.device, self.helper_threads)
+
+    @property
+    def helper_threads(self) -> int:
+        """The decoder's intra-op threads (0: ORT's default), for the gather and head sessions."""
+        return self.decoder.get_session_options().intra_op_num_threads
 
     def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
         """Run the encoder once; its outputs stay on the device as OrtValues."""
@@ -91,11 +103,16 @@ class _GrowingState:
         """Search: the logits (rows, tgt_vocab) cross instead (on CPU they are host memory already)."""
         return self._run(tokens, on_host="logits")[0].numpy()
 
+    def top(self, tokens: np.ndarray, bias: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Beam search: each row's `width` best log-probabilities + bias (rows, width) float64 and their
+        ids, picked on the device (runtime.head); the logits stay there."""
+        return self.cache.head(self._run(tokens, on_host=None)[0], bias, width)
+
     def reorder(self, beam_idx: np.ndarray) -> None:
         """Beam search: row r of the past becomes row beam_idx[r], gathered on the device."""
         self.past = self.cache.gather(self.past, beam_idx)
 
-    def _run(self, tokens: np.ndarray, on_host: str) -> list[ort.OrtValue]:
+    def _run(self, tokens: np.ndarray, on_host: str | None) -> list[ort.OrtValue]:
         cache, binding, device = self.cache, self.binding, self.cache.device
         binding.bind_ortvalue_input("input_ids", device_value(device, tokens))
         for name, value in zip(cache.past_names, self.past):

@@ -4,6 +4,10 @@ Each works on `scores` (rows, tgt_vocab) float64 log-probabilities (log_softmax 
 logits: banned ids are masked inside the model, so they are left out of the normalisation) and the
 rows' ids so far `history` (rows, 1 + generated), which starts with BOS as transformers' decoder
 input does (so BOS counts for the repetition penalty and n-grams, as there).
+
+Beam search on ONNX Runtime picks each row's candidates on the device (runtime.head) when no
+processor needs the whole row (`needs_rows`): min_new_tokens and forced_eos then act through
+`head_bias` (an additive ban of ids) and `process_top` (forced EOS's score), with the same result.
 """
 
 from __future__ import annotations
@@ -50,7 +54,37 @@ def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, 
         no_repeat_ngram(scores, history, config.no_repeat_ngram_size)
     if step < config.min_new_tokens:
         scores[:, eos_id] = -np.inf
-    if config.forced_eos and step == last_step:
+    if _forced(step, last_step, config):
         scores[:] = -np.inf
         scores[:, eos_id] = 0.0
+    return scores
+
+
+def needs_rows(config: GenerationConfig) -> bool:
+    """The processors that read or rewrite whole rows (the host path: logits cross to the host)."""
+    return config.repetition_penalty != 1.0 or config.no_repeat_ngram_size > 0
+
+
+def _forced(step: int, last_step: int, config: GenerationConfig) -> bool:
+    return config.forced_eos and step == last_step
+
+
+def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, eos_id: int) -> np.ndarray:
+    """`process` without the whole-row processors, as an additive (vocab,) float32 bias of the
+    log-probabilities: -inf bans EOS before min_new_tokens; a forced-EOS step bans all but EOS."""
+    bias = np.zeros(vocab, dtype=np.float32)
+    if step < config.min_new_tokens:
+        bias[eos_id] = -np.inf
+    if _forced(step, last_step, config):
+        bias[:] = -np.inf
+        bias[eos_id] = 0.0
+    return bias
+
+
+def process_top(scores: np.ndarray, ids: np.ndarray, step: int, last_step: int, config: GenerationConfig,
+                eos_id: int) -> np.ndarray:
+    """The per-row best `scores` of ids (rows, width) after `head_bias`, as `process` leaves them: at a
+    forced-EOS step EOS scores 0 (in place; returned)."""
+    if _forced(step, last_step, config):
+        scores[:] = np.where(ids == eos_id, 0.0, -np.inf)
     return scores

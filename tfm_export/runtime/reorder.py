@@ -6,7 +6,7 @@ the (rows,) int64 index crosses. Chosen over a `beam_idx` input of the decoder b
 re-export (every existing export gets beam search) and leaves greedy steps untouched; it costs one
 extra session run per beam step (on CPU about 0.04 ms for 4 beams of a 3-layer, 12-slot past: a few
 percent of a beam step; the copy itself is what transformers' reorder_cache does too). Steps that
-keep every row in place skip it.
+keep every row in place skip it. Its threads do not spin (`helper_session`).
 """
 
 from __future__ import annotations
@@ -35,24 +35,36 @@ def gather_model(dtypes: list[str]) -> bytes:
     return model.SerializeToString()
 
 
-class RowGather:
-    """Gathers rows of OrtValues on `device` (one session per list of dtypes)."""
+def helper_session(model: bytes, device: Device, threads: int = 0) -> ort.InferenceSession:
+    """A session for a small graph run between the decoder's steps (this gather, runtime.head), with
+    `threads` intra-op threads (0: ORT's default; pass the decoder's).
 
-    def __init__(self, device: Device):
-        self.device = device
+    Its idle threads never spin: a spinning pool keeps its cores busy for a while after each run and,
+    on a machine with few cores, steals them from the decoder's next step (on 2 cores a beam step at
+    64 rows took 80 ms of decoder time with spinning helpers, 30 ms without; BENCHMARKS.md).
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model, options, providers=list(device.providers))
+
+
+class RowGather:
+    """Gathers rows of OrtValues on `device` (one session per list of dtypes; see `helper_session`)."""
+
+    def __init__(self, device: Device, threads: int = 0):
+        self.device, self.threads = device, threads
         self._sessions: dict[tuple[str, ...], ort.InferenceSession] = {}
 
     def _session(self, dtypes: tuple[str, ...]) -> ort.InferenceSession:
         if dtypes not in self._sessions:
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            self._sessions[dtypes] = ort.InferenceSession(gather_model(list(dtypes)), options,
-                                                          providers=list(self.device.providers))
+            self._sessions[dtypes] = helper_session(gather_model(list(dtypes)), self.device, self.threads)
         return self._sessions[dtypes]
 
     def __call__(self, values: list[ort.OrtValue], index: np.ndarray) -> list[ort.OrtValue]:
         """values[i][index] for each i, as new OrtValues on the device."""
-        dtypes = tuple(str(_numpy_dtype(v)) for v in values)
+        dtypes = tuple(numpy_dtype(v) for v in values)
         session = self._session(dtypes)
         binding = session.io_binding()
         index = np.ascontiguousarray(index, dtype=np.int64)
@@ -69,5 +81,6 @@ ORT_ELEMENT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "
                      "tensor(int64)": "int64"}
 
 
-def _numpy_dtype(value: ort.OrtValue) -> str:
+def numpy_dtype(value: ort.OrtValue) -> str:
+    """The numpy dtype name of an OrtValue's elements (it may live on a GPU: no .numpy())."""
     return ORT_ELEMENT_TYPES[value.data_type()]

@@ -1,9 +1,11 @@
 """The general decoding loop: greedy with processors, seeded sampling, beam search; streamable. Torch-free.
 
 `search_steps` drives a `SearchCache` (runtime.cache.GrowingCache, the eager model's EagerCache):
-each step the decoder's logits come to the host, a strategy picks the next ids (`TokenPicker` for
-greedy and sampling, runtime.beam.BeamSearch), and for beam search the cache rows are reordered
-on the device (`state.reorder(beam_idx)`: only the (rows,) index crosses, never the caches).
+each step a strategy picks the next ids (`TokenPicker` for greedy and sampling, runtime.beam.BeamSearch)
+from the decoder's logits on the host, or, for beam search on a state with `top` (ONNX Runtime) and
+no processor needing whole rows, from each row's best candidates picked on the device
+(runtime.head: only ids and scores cross). Beam search then reorders the cache rows on the device
+(`state.reorder(beam_idx)`: only the (rows,) index crosses, never the caches).
 Plain greedy decoding without processors keeps the faster runtime.decoding.greedy_loop.
 """
 
@@ -33,6 +35,9 @@ class SearchState(Protocol):
     def reorder(self, beam_idx: np.ndarray) -> None:
         """Row r of the cache becomes row beam_idx[r] (rows,), on the device."""
         ...
+
+    # Optional (ONNX Runtime): `top(tokens, bias, width)` -> each row's `width` best log-probabilities
+    # + bias and their ids, the logits kept on the device (runtime.cache._GrowingState.top).
 
 
 class SearchCache(Protocol):
@@ -105,13 +110,24 @@ def search_steps(cache: SearchCache, src: Any, steps: int, config: GenerationCon
         tokens = np.full((strategy.rows, 1), cfg.bos_id, dtype=np.int64)  # (rows, tgt_len=1)
         while not strategy.finished:
             start = time.perf_counter()
-            next_ids, beam_idx = strategy.advance(state.logits(tokens))
+            next_ids, beam_idx = _advance(strategy, state, tokens, cfg.tgt_vocab_size)
             if beam_idx is not None and not strategy.finished and np.any(beam_idx != np.arange(len(beam_idx))):
                 state.reorder(beam_idx)
             if timings is not None:
                 timings.steps_s.append(time.perf_counter() - start)
             yield strategy
             tokens = next_ids.reshape(-1, 1).astype(np.int64)
+
+
+def _advance(strategy: TokenPicker | BeamSearch, state: SearchState, tokens: np.ndarray, vocab: int
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """One step: beam search from the device's candidates when the state and the processors allow."""
+    top = getattr(state, "top", None)
+    if isinstance(strategy, BeamSearch) and top is not None:
+        bias = strategy.head_bias(vocab)
+        if bias is not None:
+            return strategy.advance_top(*top(tokens, bias, strategy.width), vocab)
+    return strategy.advance(state.logits(tokens))
 
 
 def search(cache: SearchCache, src: Any, steps: int, config: GenerationConfig, cfg: TransformerConfig,

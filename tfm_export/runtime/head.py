@@ -1,0 +1,104 @@
+"""Beam search's per-row top-k on the device: only the candidates' ids and log-probabilities cross. Torch-free.
+
+A tiny ONNX graph, built here with onnx.helper like runtime.reorder, runs on the decoder's device
+through IOBinding: the step's logits (rows, tgt_vocab) stay an OrtValue, and per row it returns the
+`width` best tokens of log_softmax(logits) + bias (bias: 0, or -inf for a banned id; see
+processors.head_bias), best first, equal values in id order (ONNX TopK's rule, runtime.beam.top_k's):
+
+    ids, values = TopK(logits + bias, width)               # (rows, width) int64, float32 logits
+    max = ReduceMax(logits)                                # (rows, 1)
+    sum = ReduceSum(Exp(double(logits) - max))             # (rows, 1) float64
+
+and the host finishes `(double(values) - max) - log(sum)`, processors.log_softmax's formula on the same
+float32 inputs: log_softmax is the logits shifted by one constant per row, so the top-k of the
+logits are the top-k of the log-probabilities, and the log-probabilities equal the host path's
+float64 ones up to the order of the exp sum (about 1e-16; beam scores, Node and the committed fixture
+agree within 1e-9). The normaliser is float64 for that reason: a float32 sum would move scores by
+~1e-7 a step. What crosses per step: rows * width ids and values and two (rows,) floats.
+
+Processors that need the whole row (repetition_penalty, no_repeat_ngram_size) keep the host path
+(runtime.search sends the logits); min_new_tokens is the bias, forced_eos the bias plus
+processors.process_top. Chosen over fusing the same nodes into decoder.onnx because every existing
+export gets it and greedy steps stay untouched; the extra session run costs ~0.05 ms.
+
+Exact ties: ONNX TopK puts the lower index first; ORT's CPU kernel does (tests/test_beam_head.py).
+ORT's CUDA kernel was not tested here (no GPU); on CUDA, transformers' torch.topk does not promise an
+order among exact ties either.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from .device import Device
+from .reorder import IR_VERSION, ONNX_TYPES, helper_session, numpy_dtype
+
+HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 for ReduceSum)
+ROW_ALIGN = 16  # the exp sum runs over rows padded to a multiple of this many values (see head_model)
+
+
+def head_model(logits_dtype: str, width: int, vocab: int) -> bytes:
+    """The serialized graph: inputs logits (rows, vocab) and bias (vocab,) float32; outputs ids,
+    values (rows, width) and max, sum (rows, 1) float64.
+
+    ORT's vectorised Exp rounds the last values of a tensor that do not fill a SIMD register by
+    another (scalar) code path, so with an odd vocab a row's sum depended on its place in the batch:
+    the rows are padded with -inf (exp 0) to a multiple of ROW_ALIGN, which leaves no such tail."""
+    t = helper.make_tensor_value_info
+    inputs = [t("logits", ONNX_TYPES[logits_dtype], ["rows", vocab]), t("bias", TensorProto.FLOAT, [vocab])]
+    outputs = [t("ids", TensorProto.INT64, ["rows", width]), t("values", TensorProto.FLOAT, ["rows", width]),
+               t("max", TensorProto.DOUBLE, ["rows", 1]), t("sum", TensorProto.DOUBLE, ["rows", 1])]
+    pad = -vocab % ROW_ALIGN
+    constants = [helper.make_tensor("k", TensorProto.INT64, [1], [width]),
+                 helper.make_tensor("axes", TensorProto.INT64, [1], [-1])]
+    node = helper.make_node
+    nodes = [
+        node("Cast", ["logits"], ["x32"], to=TensorProto.FLOAT),
+        node("Add", ["x32", "bias"], ["biased"]),
+        node("TopK", ["biased", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
+        node("Cast", ["logits"], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
+    ]
+    if pad:
+        constants += [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, pad]),
+                      helper.make_tensor("minus_inf", TensorProto.DOUBLE, [], [-np.inf])]
+        nodes.append(node("Pad", ["x64", "pads", "minus_inf"], ["padded"], mode="constant"))
+    nodes += [
+        node("ReduceMax", ["padded", "axes"], ["max"], keepdims=1),
+        node("Sub", ["padded", "max"], ["shifted"]),
+        node("Exp", ["shifted"], ["exp"]),
+        node("ReduceSum", ["exp", "axes"], ["sum"], keepdims=1),
+    ]
+    graph = helper.make_graph(nodes, "tfm_export_beam_head", inputs, outputs, initializer=constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", HEAD_OPSET)], ir_version=IR_VERSION)
+    return model.SerializeToString()
+
+
+class BeamHead:
+    """Runs the head on `device` (one session per logits dtype, width and vocab; see reorder.helper_session)."""
+
+    def __init__(self, device: Device, threads: int = 0):
+        self.device, self.threads = device, threads
+        self._sessions: dict[tuple[str, int, int], ort.InferenceSession] = {}
+
+    def _session(self, key: tuple[str, int, int]) -> ort.InferenceSession:
+        if key not in self._sessions:
+            self._sessions[key] = helper_session(head_model(*key), self.device, self.threads)
+        return self._sessions[key]
+
+    def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """logits (rows, vocab) on the device, bias (vocab,) -> log-probabilities (rows, width) float64 and
+        their ids (rows, width) int64 on the host, best first per row."""
+        session = self._session((numpy_dtype(logits), width, logits.shape()[-1]))
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("logits", logits)
+        bias = np.ascontiguousarray(bias, dtype=np.float32)
+        binding.bind_ortvalue_input("bias", ort.OrtValue.ortvalue_from_numpy(bias, self.device.ort_type,
+                                                                             self.device.index))
+        for name in ("ids", "values", "max", "sum"):
+            binding.bind_output(name, "cpu")  # the only tensors that cross to the host
+        session.run_with_iobinding(binding)
+        ids, values, top, total = (v.numpy() for v in binding.get_outputs())
+        # The log on the host: ORT's vectorised Log rounds a row's value by its position in the batch.
+        return (values.astype(np.float64) - top) - np.log(total), ids
