@@ -89,3 +89,14 @@ def test_a_server_sized_to_shorter_sources_matches_serial_and_names_its_limit(sl
     with pytest.raises(LimitError, match="more than the .*max_src_len.* of 10") as info:
         prepare_sources(engine.model, settings, None, [[5] * 11], None)
     assert info.value.options == {"max_src_len": None}
+
+
+def test_the_runtime_checks_decode_the_in_flight_rows_like_the_growing_cache(slots_export):
+    from tfm_export.runtime.rows import greedy_in_rows
+    from tfm_export.runtime.verify import format_verification, verify_export
+
+    report = verify_export(slots_export, max_new_tokens=SLOTS)
+    assert report["rows_mismatched"] == [] and "decoder_rows.onnx (in-flight rows)" in format_verification(report)
+    static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    growing = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    assert greedy_in_rows(static.cache, SOURCES, SLOTS) == growing.generate_ids(SOURCES, SLOTS)

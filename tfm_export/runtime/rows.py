@@ -72,3 +72,20 @@ class HostRows(RowBatch):
 
     def logits(self) -> np.ndarray:
         return self._host["logits"].copy()  # (batch, tgt_vocab)
+
+
+def greedy_in_rows(cache: StaticCache, sources: list[list[int]], steps: int) -> list[list[int]]:
+    """Greedy ids of `sources` decoded as in-flight rows (open_rows), trimmed at EOS: how an export's
+    checks prove that the server's rows decode like decoder.onnx."""
+    from .decoding import source_batch, trim
+
+    cfg = cache.config
+    src = source_batch(sources, cfg)  # (batch, src_len)
+    rows = open_rows(cache, len(sources), src.shape[1])
+    rows.bind(list(range(len(sources))), src)
+    tokens = np.full(len(sources), cfg.bos_id, dtype=np.int64)  # (batch,)
+    chosen = []
+    for step in range(steps):
+        tokens = rows.step(tokens, np.full(len(sources), step, dtype=np.int64))
+        chosen.append(tokens)
+    return [trim(row, cfg.eos_id) for row in np.stack(chosen, axis=1).tolist()]  # (batch, steps) -> rows

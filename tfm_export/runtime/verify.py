@@ -20,6 +20,7 @@ from ..errors import ValidationError
 from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
+from .rows import greedy_in_rows
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
         if report["static_cache_mismatched_rows"]:
             raise ValidationError(f"decoder_static.onnx decodes differently from decoder.onnx on rows "
                                   f"{report['static_cache_mismatched_rows']}; re-run the export", report)
+        if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU
+            other = greedy_in_rows(static.cache, sources, steps)
+            report["rows_mismatched"] = [i for i, (a, b) in enumerate(zip(other, rows)) if a != b][:10]
+            if report["rows_mismatched"]:
+                raise ValidationError(f"decoder_rows.onnx decodes differently from decoder.onnx on rows "
+                                      f"{report['rows_mismatched']}; re-run the export", report)
     log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)
     return report
 
@@ -86,5 +93,7 @@ def format_verification(report: dict[str, Any]) -> str:
              f"{report['tokens']} tokens ({report['max_new_tokens']} new tokens max per source)"]
     if "static_cache_mismatched_rows" in report:
         lines.append("decoder_static.onnx: the same rows as decoder.onnx")
+    if "rows_mismatched" in report:
+        lines.append("decoder_rows.onnx (in-flight rows): the same rows as decoder.onnx")
     lines.append(f"eager comparison recorded at export: {report['eager_report']}")
     return "\n".join(lines)
