@@ -29,6 +29,7 @@ from ..runtime.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
 from .cors import add_cors
 from .engine import LimitError, ServeSettings, open_engine, prepare_sources
+from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -105,16 +106,16 @@ def validation_failure(exc: RequestValidationError) -> HTTPFailure:
 class Translation:
     """One request's jobs and the events the decode thread sends back to the event loop."""
 
-    def __init__(self, sources: list[list[int]], max_new_tokens: int, config: GenerationConfig):
-        loop, self.events = asyncio.get_running_loop(), asyncio.Queue()
-        self.jobs = [Job(ids, max_new_tokens, self._emitter(loop, n), config, row=n) for n, ids in enumerate(sources)]
+    def __init__(self, sources: list[list[int]], max_new_tokens: int, config: GenerationConfig, mailbox: Mailbox):
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.jobs = [Job(ids, max_new_tokens, self._emitter(mailbox, n), config, row=n) for n, ids in enumerate(sources)]
         self.ids: list[list[int]] = [[] for _ in sources]
         # per source, from its "done" event: None (plain greedy, no score) or its Hypothesis list
         self.hypotheses: list[list[Hypothesis] | None] = [None for _ in sources]
         self.started, self.first_token = time.perf_counter(), None
 
-    def _emitter(self, loop: asyncio.AbstractEventLoop, index: int):
-        return lambda kind, value: loop.call_soon_threadsafe(self.events.put_nowait, (index, kind, value))
+    def _emitter(self, mailbox: Mailbox, index: int):
+        return lambda kind, value: mailbox.post(self.events.put_nowait, (index, kind, value))
 
     async def events_until_done(self) -> AsyncIterator[tuple[int, str, Any]]:
         """(index, kind, value) until every job is done; raises HTTPFailure on an engine error."""
@@ -142,6 +143,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state["mailbox"] = Mailbox(asyncio.get_running_loop())
         state["engine"] = engine or open_engine(settings)
         state["engine"].start()
         state["metrics"] = ServerMetrics(state["engine"])
@@ -175,7 +177,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
                                                      body.max_new_tokens, options)
         except TfmExportError as exc:
             raise failure_from(exc) from None
-        work = Translation(sources, steps, config)
+        work = Translation(sources, steps, config, state["mailbox"])
         try:
             live.submit(work.jobs)
         except TfmExportError as exc:
@@ -266,14 +268,17 @@ async def _stream(work: Translation, model: Any, metrics: ServerMetrics) -> Asyn
     """Server-sent events: `token` {index, id, text} per token (text: what it adds), then `done`."""
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
     shown = [""] * len(work.jobs)  # text sent so far per source
+    pending: list[str] = []  # events not written yet: a burst of tokens goes out in one write
     try:
         async for index, kind, value in work.events_until_done():
-            if kind != "token":
-                continue
-            event: dict[str, Any] = {"index": index, "id": value}
-            if tokenizer:
-                event["text"], shown[index] = _delta(tokenizer.decode(work.ids[index]), shown[index])
-            yield f"event: token\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+            if kind == "token":
+                event: dict[str, Any] = {"index": index, "id": value}
+                if tokenizer:
+                    event["text"], shown[index] = _delta(tokenizer.decode(work.ids[index]), shown[index])
+                pending.append(f"event: token\ndata: {json.dumps(event, ensure_ascii=False)}\n\n")
+            if pending and work.events.empty():
+                yield "".join(pending)
+                pending.clear()
         _observe(work, metrics)
         yield f"event: done\ndata: {json.dumps(_results(work, model), ensure_ascii=False)}\n\n"
     except HTTPFailure as exc:
