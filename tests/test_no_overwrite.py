@@ -38,6 +38,36 @@ def test_replacing_a_previous_export_removes_only_its_files(tiny_export, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_graph_file_changed_since_the_export_is_kept(tiny_export, tmp_path):
+    """The manifest names the file, but its content is no longer what the export wrote: kept, with the
+    hidden folder it was moved to (nothing the user changed is deleted)."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)
+    (out / "encoder.onnx").write_bytes(b"edited by the user")
+    target = prepare_output_dir(out, force=True)
+    (target.tmp / "new.txt").write_text("new")
+    target.commit()
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
+    assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["encoder.onnx"]
+    assert (kept[0] / "encoder.onnx").read_bytes() == b"edited by the user"
+
+
+@pytest.mark.parametrize("kind", ["folder", "symlink"])
+def test_an_entry_that_is_not_a_plain_file_is_foreign_even_when_the_manifest_names_it(tiny_export, tmp_path, kind):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)
+    (out / "decoder.onnx").unlink()
+    if kind == "folder":
+        (out / "decoder.onnx").mkdir()
+        (out / "decoder.onnx" / "mine.txt").write_text("mine")
+    else:
+        (tmp_path / "mine.onnx").write_text("mine")
+        (out / "decoder.onnx").symlink_to(tmp_path / "mine.onnx")
+    with pytest.raises(OutputError, match=r"not a tfm-export export \(decoder.onnx\)"):
+        prepare_output_dir(out, force=True)
+    assert (out / "decoder.onnx").exists() and (tmp_path / "mine.onnx").exists() == (kind == "symlink")
+
+
 def test_a_symlinked_output_folder_is_refused(tiny_export, tmp_path):
     (tmp_path / "link").symlink_to(tiny_export, target_is_directory=True)
     with pytest.raises(OutputError, match="is a symbolic link"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import OutputError, TfmExportError
-from .manifest import export_files
+from .manifest import export_files, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +81,23 @@ def check_output_dir(out: str | os.PathLike, force: bool = False,
         _previous_export(out, force)  # OutputDir.commit checks again before it replaces anything
 
 
-def _previous_export(out: Path, force: bool) -> frozenset[str]:
-    """The files of the previous export in the existing folder OUT, if replacing it loses nothing else."""
+def _previous_export(out: Path, force: bool) -> dict[str, str | None]:
+    """The files of the previous export in the existing folder OUT (name -> recorded sha256 or None),
+    if replacing it loses nothing else: every entry is a plain file its manifest lists."""
     if not out.is_dir():
         raise OutputError(f"{out} exists and is not a folder; choose another -o folder")
-    entries = sorted(p.name for p in out.iterdir())
+    entries = sorted(out.iterdir())
     if not entries:
-        return frozenset()  # an empty folder: nothing to lose
-    listing = export_files(out)
-    foreign = [n for n in entries if listing is None or n not in listing]
+        return {}  # an empty folder: nothing to lose
+    listing = export_files(out) or {}
+    foreign = [p.name for p in entries if p.name not in listing or p.is_symlink() or not p.is_file()]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f", ... (+{len(foreign) - 5} more)" if len(foreign) > 5 else "")
         raise OutputError(f"{out} holds files that are not a tfm-export export ({shown}); "
                           f"choose another -o folder")
     if not force:
         raise OutputError(f"{out} already exists; pass --force to replace it or -o to choose another folder")
-    return frozenset(entries)
+    return {p.name: listing[p.name] for p in entries}
 
 
 def _check_writable(out: Path, folder: Path) -> None:
@@ -144,15 +145,21 @@ class OutputDir:
         _remove_empty(self.created)
 
 
-def _remove_files(folder: Path, names: Iterable[str]) -> None:
-    """Unlink `names` in `folder`, then the folder if that emptied it (never a file it does not name)."""
-    for name in names:
+def _remove_files(folder: Path, files: dict[str, str | None]) -> None:
+    """Unlink the previous export's `files` (name -> recorded sha256) in `folder`, then the folder if
+    that emptied it. A file is removed only while it is still a plain file with the content the
+    export wrote (its recorded hash, where the manifest has one); anything else is kept."""
+    for name, sha in files.items():
+        path = folder / name
+        if path.is_symlink() or not path.is_file() or (sha is not None and sha256_file(path) != sha):
+            continue
         with contextlib.suppress(FileNotFoundError):
-            (folder / name).unlink()
+            path.unlink()
     try:
         folder.rmdir()
     except OSError:
-        log.warning("kept %s: it holds files that were not part of the replaced export", folder)
+        log.warning("kept %s: it holds files that were not part of the replaced export, or were changed "
+                    "since it was written", folder)
 
 
 def _remove_empty(folders: Iterable[Path]) -> None:

@@ -226,10 +226,10 @@ def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> Mani
     return manifest
 
 
-def export_files(folder: str | os.PathLike) -> set[str] | None:
-    """The file names a previous export in `folder` consists of (manifest, graphs, external data,
-    tokenizer files); None when `folder` holds no readable manifest of this format. Hashes unchecked:
-    this only says which files replacing the folder would remove."""
+def export_files(folder: str | os.PathLike) -> dict[str, str | None] | None:
+    """The files a previous export in `folder` consists of (manifest, graphs, external data, tokenizer
+    files), each with the sha256 the manifest recorded (None where it records none); None when
+    `folder` holds no readable manifest of this format. Replacing the folder removes only these."""
     try:
         data = read_manifest_data(folder)
         manifest = Manifest.from_dict(data) if data.get("format") == FORMAT else None
@@ -237,10 +237,13 @@ def export_files(folder: str | os.PathLike) -> set[str] | None:
         return None
     if manifest is None:
         return None
-    names = {MANIFEST_NAME, *(f for g in manifest.graphs.values() for f in g.files())}
     # Tokenizer files (e.g. Marian's source.spm) are plain file names among its dict's values.
     tokenizer = manifest.tokenizer if isinstance(manifest.tokenizer, dict) else {}
-    names.update(v for v in tokenizer.values() if isinstance(v, str) and "." in v and "/" not in v)
+    names: dict[str, str | None] = {v: None for v in tokenizer.values() if isinstance(v, str) and "." in v
+                                    and "/" not in v}
+    names[MANIFEST_NAME] = None
+    for graph in manifest.graphs.values():
+        names.update(graph.files())
     return names
 
 
