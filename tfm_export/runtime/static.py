@@ -189,20 +189,32 @@ class RowBatch:
         self._src_axis = {name: cache._spec.tensor(name).shape.index("src_len") for name in self.slots.encoder_host}
 
     def bind(self, rows: list[int], src: np.ndarray) -> None:
-        """Encode `src` (len(rows), L <= src_len) at its own length L and write it into `rows`.
+        """Encode `src` (len(rows), L <= src_len) at its own length L and write it into `rows`."""
+        self.write(rows, self.encode(src))
 
-        Positions past L get src_mask False: cross attention gives them weight exactly 0 whatever
-        they hold, so the tokens equal those of a source padded to src_len, and the encoder does no
-        work for the padding (on a max_len 256 model that was most of the cost of joining).
+    def encode(self, src: np.ndarray, encoder: ort.InferenceSession | None = None) -> list[np.ndarray]:
+        """The encoder outputs of `src` (rows, L) on the host, in `write`'s order. Touches no row, so
+        another thread may call it while this one steps (`encoder`: a session of its own for that)."""
+        return (encoder or self.cache.encoder).run(list(self.slots.encoder_host), {"src_ids": src})
+
+    def write(self, rows: list[int], encoded: list[np.ndarray]) -> None:
+        """Write `encode`'s outputs into `rows`, between two steps.
+
+        Positions past the source's length L get src_mask False: cross attention gives them weight
+        exactly 0 whatever they hold, so the tokens equal those of a source padded to src_len, and
+        the encoder did no work for the padding (on a max_len 256 model that was most of the cost of
+        joining).
         """
         names = list(self.slots.encoder_host)
-        encoded = self.cache.encoder.run(names, {"src_ids": src})  # (rows, ..., L, ...) on the host
-        for name, value in zip(names, encoded):
+        for name, value in zip(names, encoded):  # (rows, ..., L, ...)
             axis = self._src_axis[name]
             written = (rows, *[slice(None)] * (axis - 1), slice(0, value.shape[axis]))
             self.slots.encoder_host[name][written] = value
-        self.slots.encoder_host["src_mask"][rows, src.shape[1]:] = False
+        self.slots.encoder_host["src_mask"][rows, encoded[names.index("src_mask")].shape[1]:] = False
         self._push(names)
+
+    def release(self, row: int) -> None:
+        """`row` left: nothing to do, what it holds is masked or overwritten by the next `write`."""
 
     def _push(self, names: list[str]) -> None:
         """Make host writes visible to the decoder: nothing to do where the OrtValue wraps the array."""

@@ -5,8 +5,9 @@ the runner's `generate` of the job's request decoded directly (`Job.row`: the so
 request, which seeds its sampling generators as in a direct call).
 
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
-  (runtime.rows.open_rows). Between two decoder steps, waiting jobs are encoded into free rows and
-  join at the next step; a row that emits EOS or reaches its `max_new_tokens` leaves at once and its
+  (runtime.rows.open_rows). Waiting jobs are encoded on a second thread while the rows step
+  (serve.joiner); between two steps the encoded ones are written into free rows and join at the
+  next step; a row that emits EOS or reaches its `max_new_tokens` leaves at once and its
   row is reused. A job that arrives while others decode starts within one step. Greedy rows take the
   decoder's own next ids; rows that sample or use processors pick from the step's logits with their
   own runtime.search.TokenPicker. Beam search and n-best jobs need several cache rows reordered
@@ -31,6 +32,7 @@ import numpy as np
 from ..errors import InputError, TfmExportError
 from ..runtime.search import TokenPicker
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
+from .joiner import Joiner
 
 __all__ = ["Closed", "ENGINES", "EngineConfig", "InflightBatcher", "Job", "QueueFull", "RequestBatcher", "one_row"]
 
@@ -41,7 +43,7 @@ class InflightBatcher(Engine):
     name = "inflight"
 
     def __init__(self, model: Any, config: EngineConfig = EngineConfig()):
-        from ..runtime.rows import open_rows
+        from ..runtime.rows import open_rows, side_encoder
         from ..runtime.static import StaticCache
 
         if not isinstance(model.cache, StaticCache):
@@ -55,11 +57,15 @@ class InflightBatcher(Engine):
         self.jobs: list[Job | None] = [None] * config.max_batch  # (batch,): the job in each row
         self.pickers: list[TokenPicker | None] = [None] * config.max_batch  # rows that pick from logits
         self.lane = SearchLane(model, config)  # beam search and n-best jobs, decoded beside the rows
+        encoder = side_encoder(model.cache)
+        self.joiner = Joiner(self, lambda src: self.rows.encode(src, encoder), self.lane.submit,
+                             lambda: self.config.max_batch - self.active)
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
 
     def start(self) -> "Engine":
         self.lane.start()
+        self.joiner.start()
         return super().start()
 
     def close(self, timeout: float | None = None) -> None:
@@ -67,31 +73,28 @@ class InflightBatcher(Engine):
         self.lane.close(timeout)
 
     def _running(self) -> list[Job]:
-        return [job for job in self.jobs if job is not None]
+        return [job for job in self.jobs if job is not None] + self.joiner.waiting()
 
     def _run_once(self) -> None:
         free = [row for row, job in enumerate(self.jobs) if job is None]
-        # Idle: block until a job arrives; busy: only pick up what is already waiting.
-        taken = self._take(len(free), wait=None if self.active == 0 else 0) if free else []
-        joined = [job for job in taken if job.in_rows]
-        if len(joined) < len(taken):
-            self.lane.submit([job for job in taken if not job.in_rows])
-        if joined:
-            self._bind(free[: len(joined)], joined)
+        # Idle: wait a little for an encoded job (then look again whether the engine closed);
+        # busy: bind only what is ready now.
+        ready = self.joiner.ready(len(free), wait=0.05 if self.active == 0 else 0) if free else []
+        for row, (job, encoded) in zip(free, ready):
+            if not job.cancelled:
+                self._bind(row, job, encoded)
+        self.release(len(ready))
         if self.active:
             self._step()
 
-    def _bind(self, rows: list[int], jobs: list[Job]) -> None:
-        from ..runtime.decoding import source_batch
-
+    def _bind(self, row: int, job: Job, encoded: list[np.ndarray]) -> None:
         cfg = self.model.config
-        self.rows.bind(rows, source_batch([job.ids for job in jobs], cfg))
-        for row, job in zip(rows, jobs):
-            self.jobs[row] = job
-            self.pickers[row] = None if job.config.is_greedy else TokenPicker(
-                1, job.max_new_tokens, job.config, cfg, first_row=job.row)
-        self.tokens[rows], self.cache_len[rows] = cfg.bos_id, 0
-        self.active += len(jobs)
+        self.rows.write([row], encoded)
+        self.jobs[row] = job
+        self.pickers[row] = None if job.config.is_greedy else TokenPicker(
+            1, job.max_new_tokens, job.config, cfg, first_row=job.row)
+        self.tokens[row], self.cache_len[row] = cfg.bos_id, 0
+        self.active += 1
 
     def _step(self) -> None:
         next_ids = self.rows.step(self.tokens, self.cache_len)  # (batch,)
@@ -111,6 +114,7 @@ class InflightBatcher(Engine):
     def _leave(self, row: int) -> None:
         """Free a row at once: it idles (pad at slot 0) until the next job is bound into it."""
         self.jobs[row], self.pickers[row] = None, None
+        self.rows.release(row)
         self.tokens[row], self.cache_len[row] = self.model.config.tgt_pad_id, 0
         self.active -= 1
 

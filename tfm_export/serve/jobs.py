@@ -94,6 +94,7 @@ class Engine:
         self._wake = threading.Condition()
         self._accepting, self._stopped = True, False
         self.active = 0  # jobs being decoded now (batch occupancy = active / max_batch)
+        self.held = 0  # jobs taken with hold=True (serve.joiner: being encoded) and not yet released
         self.tokens_total = 0  # tokens emitted since start
         self._thread = threading.Thread(target=self._loop, name=f"tfm-export-{self.name}", daemon=True)
 
@@ -123,8 +124,22 @@ class Engine:
             self._wake.notify()
         self._thread.join(timeout)
 
-    def _take(self, limit: int, wait: float | None) -> list[Job]:
-        """Up to `limit` queued jobs that are still wanted; waits up to `wait` s (None: until one comes)."""
+    @property
+    def drained(self) -> bool:
+        """Closing and nothing left in the queue: whoever takes jobs can stop."""
+        with self._wake:
+            return not self._accepting and not self._queue
+
+    def release(self, count: int) -> None:
+        """`count` held jobs are decoding now or answered (see `_take`)."""
+        with self._wake:
+            self.held -= count
+
+    def _take(self, limit: int, wait: float | None, hold: bool = False) -> list[Job]:
+        """Up to `limit` queued jobs that are still wanted; waits up to `wait` s (None: until one comes).
+
+        `hold`: the jobs count as held until `release`d, so the engine does not stop while a job is
+        out of the queue but not yet decoding (taken on another thread than the decode loop's)."""
         with self._wake:
             if not self._queue and self._accepting and wait != 0:
                 self._wake.wait(wait)
@@ -133,11 +148,12 @@ class Engine:
                 job = self._queue.popleft()
                 if not job.cancelled:
                     jobs.append(job)
+            self.held += len(jobs) if hold else 0
             return jobs
 
     def _idle_and_closed(self) -> bool:
         with self._wake:
-            return not self._accepting and not self._queue and self.active == 0
+            return not self._accepting and not self._queue and self.active == 0 and self.held == 0
 
     def _loop(self) -> None:
         try:
