@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -63,6 +64,34 @@ def test_in_flight_batching_over_fewer_slots_matches_serial(slots_export, rows):
     engine.submit(jobs)
     engine.close(30)
     assert [got.get(i, []) for i in range(len(jobs))] == [serial.generate_ids([ids], SLOTS)[0] for ids in SOURCES * 3]
+
+
+def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
+    """HostRows spans the longest source it holds (rounded up to 16): it grows when a long source joins,
+    shrinks when it leaves, and the other rows' tokens do not change."""
+    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.rows import open_rows
+
+    model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    cfg, long, short = model.config, list(range(4, 44)), SOURCES[2]
+    rows = open_rows(model.cache, 2, 64)
+    assert type(rows).__name__ == "HostRows" and rows.width == 16
+    rows.bind([1], source_batch([short], cfg))
+    rows.bind([0], source_batch([long], cfg))
+    assert rows.width == 48
+    tokens, cache_len, got, widths = np.full(2, cfg.bos_id), np.zeros(2, dtype=np.int64), [[], []], []
+    for step in range(SLOTS):
+        if step == 4:  # the long row leaves
+            rows.release(0)
+        next_ids = rows.step(tokens, cache_len)
+        widths.append(rows.width)
+        for row in (0, 1):
+            got[row].append(int(next_ids[row]))
+        tokens, cache_len = next_ids, cache_len + 1
+    assert widths == [48] * 4 + [16] * (SLOTS - 4)
+    serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    assert got[0][:4] == serial.generate_ids([long], 4, stop_at_eos=False)[0]
+    assert got[1] == serial.generate_ids([short], SLOTS, stop_at_eos=False)[0]
 
 
 def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):
