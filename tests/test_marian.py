@@ -19,7 +19,8 @@ from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noq
 from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.cli.common import cli_option
-from tfm_export.importers.marian import _generation_report, import_marian  # noqa: E402
+from tfm_export.importers.marian import import_marian  # noqa: E402
+from tfm_export.importers.marian_generation import generation_report  # noqa: E402
 from tfm_export.text.marian import MarianTokenizer  # noqa: E402
 from tfm_export.model.transformer import sinusoidal_table  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
@@ -140,7 +141,7 @@ def test_generation_settings(tmp_path, caplog):
     hf.generation_config.bad_words_ids = [[7], [8, 9]]
     hf.generation_config.no_repeat_ngram_size = 3
     hf.save_pretrained(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="tfm_export.importers.marian"):
+    with caplog.at_level(logging.WARNING, logger="tfm_export.importers.marian_generation"):
         ckpt = import_marian(tmp_path)
     assert ckpt.config.suppress_ids == (5, 6, 7)
     ignored = ckpt.meta["generation"]["not_reproduced"]
@@ -149,7 +150,7 @@ def test_generation_settings(tmp_path, caplog):
     # no_repeat_ngram_size is reproduced (runtime.processors): it becomes the export's default decoding.
     assert ckpt.meta["generation_defaults"] == {"no_repeat_ngram_size": 3}
     neutral = {"min_new_tokens": None, "repetition_penalty": 1.0, "min_length": 1, "num_beams": 4}
-    assert _generation_report(neutral) == {"not_reproduced": {}, "num_beams": 4, "max_length": None}
+    assert generation_report(neutral) == {"not_reproduced": {}, "num_beams": 4, "max_length": None}
     # Without the settings we do not reproduce, the static bans give transformers' tokens.
     hf.generation_config.bad_words_ids = [[7]]
     hf.generation_config.no_repeat_ngram_size = None

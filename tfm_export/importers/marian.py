@@ -23,12 +23,13 @@ from typing import Any
 import torch
 
 from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError, TfmExportError
+from ..errors import CheckpointError, ConfigError
 from ..model.checkpoint import Checkpoint, read_file
 from ..model.transformer import sinusoidal_table
 from .base import run
 from ..files import read_json_object
 from .common import KeyMap, max_len_for_table
+from .marian_generation import banned_ids, generation_defaults, generation_report, generation_settings
 from .source import Source
 
 log = logging.getLogger(__name__)
@@ -52,19 +53,6 @@ POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_po
 UNUSED_KEYS = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
                "lm_head.weight", "final_logits_bias"}
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
-# Generation settings that would change greedy tokens but are not part of our decoding:
-# name -> the value at which they do nothing.
-UNSUPPORTED_GENERATION = {
-    "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None,
-    "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
-}
-# Settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces
-# (same names); they become the export's default decoding. forced_eos_token_id is left out: our
-# max_new_tokens counts the tokens before EOS (see the module docstring), pass forced_eos=True for
-# transformers' cut. Sampling settings count only when do_sample is set.
-GENERATION_DEFAULTS = ("num_beams", "length_penalty", "early_stopping", "num_return_sequences", "min_new_tokens",
-                       "repetition_penalty", "no_repeat_ngram_size")
-SAMPLING_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}  # transformers' defaults
 
 
 @dataclass(frozen=True)
@@ -83,7 +71,7 @@ class MarianImporter:
         path = source.path
         hf = {**MARIAN_DEFAULTS, **_read_json(path / "config.json")}
         _check_hf_config(hf, path)  # before reading weights that may be large
-        generation = _generation_settings(path, hf)
+        generation = generation_settings(path / "generation_config.json", hf)
         state = _read_weights(path)
         embeddings = _embedding_names(state, hf)
         config = _apply_options(marian_config(hf, generation, state, embeddings), options)
@@ -94,7 +82,7 @@ class MarianImporter:
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
                              config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
                              "shared": config.share_embeddings, "tied": config.tie_output},
-                "generation": _generation_report(generation),
+                "generation": generation_report(generation),
                 "generation_defaults": generation_defaults(generation),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
@@ -121,7 +109,7 @@ def marian_config(hf: dict[str, Any], generation: dict[str, Any], state: dict[st
             eos_id=_single_eos(_first(generation.get("eos_token_id"), hf["eos_token_id"])),
             scale_embeddings=bool(hf["scale_embedding"]), final_norm=False,
             share_embeddings=_same(src, tgt), tie_output=_same(out, tgt), output_bias=True,
-            attention_scale="head_dim", layer_norm_eps=1e-5, suppress_ids=_banned_ids(generation))
+            attention_scale="head_dim", layer_norm_eps=1e-5, suppress_ids=banned_ids(generation))
     except ValueError as exc:  # e.g. a pad id outside the vocabulary
         raise ConfigError(f"config.json does not describe a usable model: {exc}") from None
 
@@ -212,50 +200,6 @@ def _apply_options(config: TransformerConfig, options: dict[str, Any]) -> Transf
             raise ConfigError(f"{{{name}}} does not apply: this marian folder's config.json sets {ours[name]!r}",
                               options={name: value})
     return config.replace(max_len=max_len_for_table(options, config.max_len, "Marian's position table"))
-
-
-def _generation_settings(path: Path, hf: dict[str, Any]) -> dict[str, Any]:
-    """What transformers' generate reads: generation_config.json when present, else config.json."""
-    file = path / "generation_config.json"
-    return _read_json(file) if file.exists() else dict(hf)
-
-
-def _banned_ids(generation: dict[str, Any]) -> tuple[int, ...]:
-    """Single-token `bad_words_ids` and `suppress_tokens` are static bans; longer phrases are not."""
-    banned = [ids[0] for ids in generation.get("bad_words_ids") or [] if len(ids) == 1]
-    return tuple(sorted(set(banned) | set(generation.get("suppress_tokens") or [])))
-
-
-def _generation_report(generation: dict[str, Any]) -> dict[str, Any]:
-    """Generation settings that change greedy tokens and are not reproduced (each logged once)."""
-    ignored = {k: generation[k] for k, off in UNSUPPORTED_GENERATION.items()
-               if generation.get(k) not in (None, off)}
-    if (generation.get("min_length") or 0) > 1:  # counts the decoder start token
-        ignored["min_length"] = generation["min_length"]
-    phrases = [ids for ids in generation.get("bad_words_ids") or [] if len(ids) > 1]
-    if phrases:
-        ignored["bad_words_ids (phrases)"] = phrases
-    for name, value in ignored.items():
-        log.warning("generation setting %s=%r is not reproduced: greedy tokens may differ from transformers",
-                    name, value)
-    return {"not_reproduced": ignored, "num_beams": generation.get("num_beams", 1),
-            "max_length": generation.get("max_length")}
-
-
-def generation_defaults(generation: dict[str, Any]) -> dict[str, Any]:
-    """The reproduced settings that generation_config.json sets (None values: transformers' defaults)."""
-    from ..runtime.generation import GenerationConfig
-
-    defaults = {k: generation[k] for k in GENERATION_DEFAULTS if generation.get(k) is not None}
-    if generation.get("do_sample"):
-        defaults.update({k: generation[k] if generation.get(k) is not None else v
-                         for k, v in SAMPLING_DEFAULTS.items()})
-    try:
-        GenerationConfig.from_dict(defaults)
-    except TfmExportError as exc:
-        log.warning("generation_config.json is not used as the default decoding: %s", exc)
-        return {}
-    return defaults
 
 
 def _tokenizer(path: Path, config: TransformerConfig) -> dict[str, Any] | None:

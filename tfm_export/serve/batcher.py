@@ -57,9 +57,11 @@ class InflightBatcher(Engine):
         self.jobs: list[Job | None] = [None] * config.max_batch  # (batch,): the job in each row
         self.pickers: list[TokenPicker | None] = [None] * config.max_batch  # rows that pick from logits
         self.lane = SearchLane(model, config)  # beam search and n-best jobs, decoded beside the rows
-        encoder = side_encoder(model.cache)
-        self.joiner = Joiner(self, lambda src: self.rows.encode(src, encoder), self.lane.submit,
-                             lambda: self.config.max_batch - self.active)
+        side = side_encoder(model.cache)
+        # While rows step, the joiner encodes with half the threads; when none does, with all of them
+        # (the export's own session): a request reaching an idle server starts sooner.
+        self.joiner = Joiner(self, lambda src: self.rows.encode(src, side if self.active else None),
+                             self.lane.submit, lambda: self.config.max_batch - self.active)
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
 
