@@ -26,6 +26,23 @@ def tiny_export(tiny_checkpoint) -> Path:
 
 
 @pytest.fixture(scope="session")
+def static_export(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny model with its static-cache decoders (decoder_static, decoder_rows): what servers run."""
+    out = tmp_path_factory.mktemp("serve") / "static"
+    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def serial(static_export):
+    """Serial greedy decoding of one source at a time: the reference every server answer must equal."""
+    from tfm_export.runtime import open_export
+
+    model = open_export(static_export, "cpu")
+    return lambda ids, steps=None: model.generate_ids([ids], steps)[0]
+
+
+@pytest.fixture(scope="session")
 def bundled_export(tmp_path_factory) -> Path:
     """The bundled model, exported and validated once."""
     if not (BUNDLED / "model.pt").exists():

@@ -36,20 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "models" / "num2words-de" / "model.pt"
 
 
-@pytest.fixture(scope="module")
-def static_export(tiny_checkpoint, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("serve") / "static"
-    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
-    return out
-
-
-@pytest.fixture(scope="module")
-def serial(static_export):
-    """Serial greedy decoding of one source at a time: the reference every server answer must equal."""
-    model = open_export(static_export, "cpu")
-    return lambda ids, steps=None: model.generate_ids([ids], steps)[0]
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

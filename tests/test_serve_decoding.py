@@ -14,8 +14,6 @@ pytest.importorskip("fastapi")
 
 from test_serve import serving, stream_events, varied_requests  # noqa: E402
 
-from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
-from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
 from tfm_export.runtime import RuntimeOptions, open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402
 from tfm_export.serve.engine import ServeSettings, open_engine  # noqa: E402
@@ -30,13 +28,6 @@ OPTIONS = [
     {"do_sample": True, "seed": 11, "num_return_sequences": 2},
     {},
 ]
-
-
-@pytest.fixture(scope="module")
-def static_export(tiny_checkpoint, tmp_path_factory):
-    out = tmp_path_factory.mktemp("serve_decoding") / "static"
-    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -6,30 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
-import pytest
-
-from tfm_export.export.exporter import ExportOptions, export_model
-from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import open_export
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
 SOURCES = [[5, 9, 13, 40], [7], [3, 3, 3, 3, 3, 3, 3, 3, 3, 30], [11, 12], [50] * 30, [6, 6, 8]]
-
-
-@pytest.fixture(scope="module")
-def static_export(tiny_checkpoint, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("joiner") / "static"
-    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
-    return out
-
-
-@pytest.fixture(scope="module")
-def serial(static_export):
-    model = open_export(static_export, "cpu")
-    return lambda ids, steps: model.generate_ids([ids], steps)[0]
 
 
 class Recorder:
@@ -48,26 +30,28 @@ class Recorder:
         return Job(ids, steps, emit)
 
 
-def test_joins_are_encoded_on_the_joiner_thread_and_decode_like_serial(static_export, serial):
+def test_jobs_encoded_ahead_on_the_joiner_thread_decode_like_serial(static_export, serial):
+    """Free rows take jobs in the decode loop; while both rows are busy the joiner encodes the next ones."""
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=2)))
-    threads: set[str] = set()
-    encode = engine.joiner._encode
-    engine.joiner._encode = lambda src: (threads.add(threading.current_thread().name), encode(src))[1]
+    threads: list[str] = []
+    encode = engine.rows.encode
+    engine.rows.encode = lambda src, *a: (threads.append(threading.current_thread().name), encode(src, *a))[1]
     record = Recorder()
     engine.start()
     engine.submit([record.job(i, ids, 12) for i, ids in enumerate(SOURCES * 2)])
     engine.close(30)
-    assert threads == {"tfm-export-joiner"}  # never the decode loop's thread
+    assert threads[0] == "tfm-export-inflight" and "tfm-export-joiner" in threads
     assert [record.tokens.get(i, []) for i in range(len(SOURCES) * 2)] == [serial(ids, 12) for ids in SOURCES * 2]
     assert engine.held == 0 and engine.active == 0
 
 
-def test_a_source_that_fails_to_encode_is_answered_alone(static_export, serial):
-    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=2)))
-    encode = engine.joiner._encode
+def test_a_source_that_fails_to_encode_on_the_joiner_is_answered_alone(static_export, serial):
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=1)))
+    encode, failed = engine.joiner._encode, []
 
     def broken(src):
-        if src.shape[1] == 2:  # SOURCES[3]
+        if not failed:  # the first source the joiner encodes
+            failed.append(src[0].tolist())
             raise RuntimeError("no memory left")
         return encode(src)
 
@@ -76,9 +60,10 @@ def test_a_source_that_fails_to_encode_is_answered_alone(static_export, serial):
     engine.start()
     engine.submit([record.job(i, ids, 8) for i, ids in enumerate(SOURCES)])
     engine.close(30)
-    assert record.ends[3] == ("error", "encoding failed: RuntimeError: no memory left") and 3 not in record.tokens
+    bad = next(i for i, ids in enumerate(SOURCES) if ids == failed[0])
+    assert record.ends[bad] == ("error", "encoding failed: RuntimeError: no memory left") and bad not in record.tokens
     for i, ids in enumerate(SOURCES):
-        if i != 3:
+        if i != bad:
             assert record.ends[i][0] == "done" and record.tokens.get(i, []) == serial(ids, 8)
 
 

@@ -14,20 +14,11 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
 
-from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
-from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def static_export(tiny_checkpoint, tmp_path_factory):
-    out = tmp_path_factory.mktemp("serve_ray") / "static"
-    export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, validate=False))
-    return out
 
 
 def translate_with_retry(url: str, ids: list[int], steps: int, attempts: int = 30) -> list[int]:

@@ -5,9 +5,9 @@ the runner's `generate` of the job's request decoded directly (`Job.row`: the so
 request, which seeds its sampling generators as in a direct call).
 
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
-  (runtime.rows.open_rows). Waiting jobs are encoded on a second thread while the rows step
-  (serve.joiner); between two steps the encoded ones are written into free rows and join at the
-  next step; a row that emits EOS or reaches its `max_new_tokens` leaves at once and its
+  (runtime.rows.open_rows). Between two decoder steps, waiting jobs are encoded into free rows and
+  join at the next step; while every row is busy, a second thread encodes the next jobs ahead
+  (serve.joiner), so a row that frees takes an encoded job at once; a row that emits EOS or reaches its `max_new_tokens` leaves at once and its
   row is reused. A job that arrives while others decode starts within one step. Greedy rows take the
   decoder's own next ids; rows that sample or use processors pick from the step's logits with their
   own runtime.search.TokenPicker. Beam search and n-best jobs need several cache rows reordered
@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, TfmExportError
+from ..runtime.decoding import source_batch
 from ..runtime.search import TokenPicker
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
@@ -58,10 +59,8 @@ class InflightBatcher(Engine):
         self.pickers: list[TokenPicker | None] = [None] * config.max_batch  # rows that pick from logits
         self.lane = SearchLane(model, config)  # beam search and n-best jobs, decoded beside the rows
         side = side_encoder(model.cache)
-        # While rows step, the joiner encodes with half the threads; when none does, with all of them
-        # (the export's own session): a request reaching an idle server starts sooner.
-        self.joiner = Joiner(self, lambda src: self.rows.encode(src, side if self.active else None),
-                             self.lane.submit, lambda: self.config.max_batch - self.active)
+        self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit,
+                             lambda: self.config.max_batch - self.active)
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
 
@@ -72,31 +71,48 @@ class InflightBatcher(Engine):
 
     def close(self, timeout: float | None = None) -> None:
         super().close(timeout)
+        self.joiner.stop()
         self.lane.close(timeout)
 
     def _running(self) -> list[Job]:
         return [job for job in self.jobs if job is not None] + self.joiner.waiting()
 
+    def _fail_all(self, message: str) -> None:
+        super()._fail_all(message)
+        self.joiner.stop()
+
     def _run_once(self) -> None:
         free = [row for row, job in enumerate(self.jobs) if job is None]
-        # Idle: wait a little for an encoded job (then look again whether the engine closed);
-        # busy: bind only what is ready now.
-        ready = self.joiner.ready(len(free), wait=0.05 if self.active == 0 else 0) if free else []
+        was_full = not free
+        ready = self.joiner.ready(len(free)) if free else []  # encoded by the joiner while every row was busy
         for row, (job, encoded) in zip(free, ready):
             if not job.cancelled:
-                self._bind(row, job, encoded)
+                self._bind([row], [job], encoded)
         self.release(len(ready))
+        free = free[len(ready):]
+        # Free rows take waiting jobs at once, encoded here (all threads): a job that arrives while
+        # others decode starts at the next step. Idle: wait for one (or for the joiner's).
+        taken = self._take(len(free), wait=None if self.active == 0 else 0, other_work=self.joiner.has_ready) if free else []
+        joined = [job for job in taken if job.in_rows]
+        if len(joined) < len(taken):
+            self.lane.submit([job for job in taken if not job.in_rows])
+        if joined:
+            src = source_batch([job.ids for job in joined], self.model.config)  # (joined, src_len)
+            self._bind(free[: len(joined)], joined, self.rows.encode(src))
+        if not was_full and self.active == self.config.max_batch:
+            self.joiner.poke()  # every row is busy now: time to encode ahead
         if self.active:
             self._step()
 
-    def _bind(self, row: int, job: Job, encoded: list[np.ndarray]) -> None:
+    def _bind(self, rows: list[int], jobs: list[Job], encoded: list[np.ndarray]) -> None:
         cfg = self.model.config
-        self.rows.write([row], encoded)
-        self.jobs[row] = job
-        self.pickers[row] = None if job.config.is_greedy else TokenPicker(
-            1, job.max_new_tokens, job.config, cfg, first_row=job.row)
-        self.tokens[row], self.cache_len[row] = cfg.bos_id, 0
-        self.active += 1
+        self.rows.write(rows, encoded)
+        for row, job in zip(rows, jobs):
+            self.jobs[row] = job
+            self.pickers[row] = None if job.config.is_greedy else TokenPicker(
+                1, job.max_new_tokens, job.config, cfg, first_row=job.row)
+            self.tokens[row], self.cache_len[row] = cfg.bos_id, 0
+        self.active += len(jobs)
 
     def _step(self) -> None:
         next_ids = self.rows.step(self.tokens, self.cache_len)  # (batch,)

@@ -115,13 +115,13 @@ class Engine:
                 raise QueueFull(f"the queue is full ({{max_queue}} = {self.config.max_queue} waiting sources); "
                                 f"retry later", options={"max_queue": None})
             self._queue.extend(jobs)
-            self._wake.notify()
+            self._wake.notify_all()  # the decode loop or the in-flight engine's joiner may be waiting
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting, finish every queued and running job, then stop the thread."""
         with self._wake:
             self._accepting = False
-            self._wake.notify()
+            self._wake.notify_all()  # every thread that waits in _take
         self._thread.join(timeout)
 
     @property
@@ -130,18 +130,25 @@ class Engine:
         with self._wake:
             return not self._accepting and not self._queue
 
+    def wake(self) -> None:
+        """Wake whoever waits in `_take` (call with `_wake` held: see `_take`'s other_work)."""
+        self._wake.notify_all()
+
     def release(self, count: int) -> None:
         """`count` held jobs are decoding now or answered (see `_take`)."""
         with self._wake:
             self.held -= count
 
-    def _take(self, limit: int, wait: float | None, hold: bool = False) -> list[Job]:
+    def _take(self, limit: int, wait: float | None, hold: bool = False,
+              other_work: Callable[[], bool] | None = None) -> list[Job]:
         """Up to `limit` queued jobs that are still wanted; waits up to `wait` s (None: until one comes).
 
         `hold`: the jobs count as held until `release`d, so the engine does not stop while a job is
-        out of the queue but not yet decoding (taken on another thread than the decode loop's)."""
+        out of the queue but not yet decoding (taken on another thread than the decode loop's).
+        `other_work`: no wait while it is True; whoever makes it True does so under this lock and
+        calls `wake` (checked under the lock, so that wake-up cannot be missed)."""
         with self._wake:
-            if not self._queue and self._accepting and wait != 0:
+            if not self._queue and self._accepting and wait != 0 and not (other_work and other_work()):
                 self._wake.wait(wait)
             jobs = []
             while self._queue and len(jobs) < limit:

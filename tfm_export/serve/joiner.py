@@ -1,12 +1,16 @@
-"""Joins encoded beside the decode loop: the in-flight engine's second thread.
+"""Joins encoded ahead, beside the decode loop: the in-flight engine's second thread.
 
-Encoding a joining source cost about 28 % of the in-flight engine's time when the decode thread did
-it between two steps (transformer-base, 2 CPU cores: ~10 ms a source, while no row advanced). The
-`Joiner` takes jobs from its engine's queue and encodes each on its own thread, into a session with
-half the decoder's threads, while the rows step; the decode loop only copies the ready encoder
-outputs into the rows that are free (runtime.static.RowBatch.write). ORT releases the GIL while it
-runs, so the two threads overlap. It stays at most a few jobs ahead of the free rows: a job it holds
-is out of the queue but not yet decoding.
+Encoding a joining source cost about 28 % of the in-flight engine's time at saturation when the
+decode thread did it between two steps (transformer-base, 2 CPU cores: ~10 ms a source, while no
+row advanced). While every row is busy, the `Joiner` takes the next jobs from its engine's queue and
+encodes each on its own thread, into a session with half the decoder's threads, while the rows
+step; when a row frees, the decode loop only copies the ready encoder outputs into it
+(runtime.static.RowBatch.write). ORT releases the GIL while it runs, so the two threads overlap.
+
+It stays at most AHEAD jobs ahead (a job it holds is out of the queue but not yet decoding), and it
+takes nothing while a row is free: then the decode loop encodes a waiting job itself, at once, with
+all threads, so a request that arrives while others decode still starts at the next step (a second
+thread would wait for the GIL, which a small model's Python-bound decode loop seldom lets go).
 
 Each source is encoded alone: no padding, and the encoder is compute-bound at one source already.
 Torch-free; no web framework here.
@@ -26,7 +30,7 @@ from .jobs import Engine, Job
 log = logging.getLogger(__name__)
 
 Encode = Callable[[np.ndarray], list[np.ndarray]]  # src (1, L) -> the encoder outputs, in RowBatch.write's order
-AHEAD = 2  # jobs encoded ahead of a free row: one binds at once when a row frees, one more is on its way
+AHEAD = 2  # jobs encoded ahead while every row is busy: one binds when a row frees, one more is on its way
 
 
 class Joiner:
@@ -36,7 +40,8 @@ class Joiner:
                  free_rows: Callable[[], int]):
         self.engine, self._encode, self._aside, self._free_rows = engine, encode, aside, free_rows
         self._ready: deque[tuple[Job, list[np.ndarray]]] = deque()  # encoded, waiting for a free row
-        self._changed = threading.Condition()  # `_ready` grew or shrank
+        self._changed = threading.Condition()  # `_ready` grew or shrank, the rows changed, or stop
+        self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="tfm-export-joiner", daemon=True)
 
     def start(self) -> None:
@@ -47,15 +52,28 @@ class Joiner:
         with self._changed:
             return [job for job, _ in self._ready]
 
-    def ready(self, limit: int, wait: float | None) -> list[tuple[Job, list[np.ndarray]]]:
-        """Up to `limit` encoded jobs, oldest first; waits up to `wait` s for one when none is ready."""
+    def ready(self, limit: int) -> list[tuple[Job, list[np.ndarray]]]:
+        """Up to `limit` encoded jobs, oldest first (the decode loop binds them into free rows)."""
         with self._changed:
-            if not self._ready and wait:
-                self._changed.wait(wait)
             taken = [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
             if taken:
                 self._changed.notify_all()  # room to encode ahead again
         return taken
+
+    def has_ready(self) -> bool:
+        with self._changed:
+            return bool(self._ready)
+
+    def stop(self) -> None:
+        """The engine has closed: end the thread."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+
+    def poke(self) -> None:
+        """The rows changed (they may all be busy now): look again whether to encode ahead."""
+        with self._changed:
+            self._changed.notify_all()
 
     def _loop(self) -> None:
         try:
@@ -69,12 +87,15 @@ class Joiner:
 
         while True:
             with self._changed:
-                while len(self._ready) >= self._free_rows() + AHEAD:
+                # a row is free (the decode loop takes jobs itself) or enough are encoded ahead
+                while not self._stopped and (self._free_rows() > 0 or len(self._ready) >= AHEAD):
                     self._changed.wait()
-            jobs = self.engine._take(1, wait=None, hold=True)  # blocks until a job comes or the engine closes
+                if self._stopped:
+                    return
+            jobs = self.engine._take(1, wait=None, hold=True)  # until a job comes or the engine closes
             if not jobs:
                 if self.engine.drained:
-                    break
+                    return
                 continue
             job = jobs[0]
             if not job.in_rows:  # beam search and n-best: the engine's side lane decodes them
@@ -88,7 +109,8 @@ class Joiner:
                 job.emit("error", f"encoding failed: {type(exc).__name__}: {exc}")
                 self.engine.release(1)
                 continue
-            with self._changed:
+            with self.engine._wake, self._changed:  # see Engine._take's other_work
                 self._ready.append((job, encoded))
                 self._changed.notify_all()
+                self.engine.wake()
 
