@@ -85,14 +85,14 @@ class InflightBatcher(Engine):
         free = [row for row, job in enumerate(self.jobs) if job is None]
         was_full = not free
         ready = self.joiner.ready(len(free)) if free else []  # encoded by the joiner while every row was busy
-        for row, (job, encoded) in zip(free, ready):
-            if not job.cancelled:
-                self._bind([row], [job], encoded)
         self.release(len(ready))
-        free = free[len(ready):]
+        for job, encoded in ready:
+            if not job.cancelled:
+                self._bind([free.pop(0)], [job], encoded)
         # Free rows take waiting jobs at once, encoded here (all threads): a job that arrives while
         # others decode starts at the next step. Idle: wait for one (or for the joiner's).
-        taken = self._take(len(free), wait=None if self.active == 0 else 0, other_work=self.joiner.has_ready) if free else []
+        wait = None if self.active == 0 else 0
+        taken = self._take(len(free), wait, other_work=self.joiner.has_ready) if free else []
         joined = [job for job in taken if job.in_rows]
         if len(joined) < len(taken):
             self.lane.submit([job for job in taken if not job.in_rows])
