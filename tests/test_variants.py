@@ -293,13 +293,9 @@ def test_cuda_graph_float16_decoding_matches_cpu(float16_static):
 
 
 def test_thread_settings_reach_the_session():
-    opts = RuntimeOptions(intra_op_threads=2, inter_op_threads=1, spin_wait=False,
-                          dynamic_block_base=4).session_options()
+    opts = RuntimeOptions(intra_op_threads=2, inter_op_threads=1, spin_wait=False).session_options()
     assert opts.intra_op_num_threads == 2 and opts.inter_op_num_threads == 1
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    assert opts.get_session_config_entry("session.dynamic_block_base") == "4"
-    with pytest.raises(DeviceError, match="dynamic_block_base must be at least 1"):
-        RuntimeOptions(dynamic_block_base=0)
 
 
 def test_generate_cli_with_cuda_graph_and_no_spin(static32):

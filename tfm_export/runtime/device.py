@@ -52,16 +52,10 @@ class RuntimeOptions:
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
     spin_wait: bool = True
-    # ORT's session.dynamic_block_base: split each op's work into blocks that shrink as threads take
-    # them (None: ORT's static split). 4 balances two threads better on small batches (serve sets it).
-    dynamic_block_base: int | None = None
 
     def __post_init__(self) -> None:
         check_thread_count(self.intra_op_threads, "intra_op_threads")
         check_thread_count(self.inter_op_threads, "inter_op_threads")
-        if self.dynamic_block_base is not None and (isinstance(self.dynamic_block_base, bool) or not isinstance(
-                self.dynamic_block_base, int) or self.dynamic_block_base < 1):
-            raise DeviceError(f"dynamic_block_base must be at least 1 (or left out), got {self.dynamic_block_base!r}")
 
     def session_options(self) -> ort.SessionOptions:
         """The ort.SessionOptions these settings describe."""
@@ -77,8 +71,6 @@ class RuntimeOptions:
             opts.inter_op_num_threads = self.inter_op_threads
         if not self.spin_wait:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if self.dynamic_block_base:
-            opts.add_session_config_entry("session.dynamic_block_base", str(self.dynamic_block_base))
         if self.parallel_execution:
             opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         if self.profile_prefix:

@@ -26,9 +26,6 @@ class LimitError(InputError):
     """A request over one of the server's size limits (HTTP 413); `options` names the limit."""
 
 
-# ORT's work split for every server session: transformer-base engines (either batching) ran 3-4 % faster
-# with 4 than with ORT's static split, in 3 of 3 interleaved pairs at batch 16 on 2 cores.
-DYNAMIC_BLOCK_BASE = 4
 # batching -> (engine, whether it needs the static-cache decoder); "single" is one request at a time
 BATCHING = {"inflight": ("inflight", True), "request": ("request", False), "single": ("request", False)}
 
@@ -64,8 +61,7 @@ def open_engine(settings: ServeSettings) -> Any:
         raise InputError(f"{settings.folder} has no {GRAPH_NAME}.onnx, which in-flight batching needs; re-export "
                          f"with --cuda-graph, or serve with request-level {{batching}}",
                          options={"batching": "request"})
-    options = RuntimeOptions(intra_op_threads=settings.threads, spin_wait=settings.spin, cuda_graph=needs_static,
-                             dynamic_block_base=DYNAMIC_BLOCK_BASE)
+    options = RuntimeOptions(intra_op_threads=settings.threads, spin_wait=settings.spin, cuda_graph=needs_static)
     model = open_export(settings.folder, settings.device, options)
     config = settings.engine
     if settings.batching == "single":
