@@ -320,3 +320,11 @@ def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path
     generated = CliRunner().invoke(cli, ["generate", str(out), "--text", TEXTS[0], "--json", "--device", "cpu",
                                          "--max-new-tokens", "9"])
     assert generated.exit_code == 0 and json.loads(generated.output)["text"] == texts[0]
+    # The copied tokenizer files are recorded with their hashes: --force removes them only while unchanged.
+    assert sorted(manifest["files"]) == ["source.spm", "target.spm", "vocab.json"]
+    (out / "target.spm").write_bytes(b"edited by the user")
+    again = CliRunner().invoke(cli, [str(folder), "-o", str(out), "--force", "--no-validate"])
+    assert again.exit_code == 0, again.output
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".export.old-")]
+    assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["target.spm"]
+    assert (kept[0] / "target.spm").read_bytes() == b"edited by the user"

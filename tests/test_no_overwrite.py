@@ -52,6 +52,24 @@ def test_a_graph_file_changed_since_the_export_is_kept(tiny_export, tmp_path):
     assert (kept[0] / "encoder.onnx").read_bytes() == b"edited by the user"
 
 
+def test_a_tokenizer_file_without_a_recorded_hash_is_kept(tiny_export, tmp_path):
+    """Exports from before manifest.files name tokenizer files without hashes: they are the export's (the
+    folder is replaceable) but cannot be told unchanged, so replacing it keeps them."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tokenizer"] = {"type": "marian", "source_spm": "source.spm"}
+    manifest.pop("files", None)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "source.spm").write_bytes(b"a model")
+    target = prepare_output_dir(out, force=True)
+    (target.tmp / "new.txt").write_text("new")
+    target.commit()
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
+    assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["source.spm"]
+    assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
+
+
 @pytest.mark.parametrize("kind", ["folder", "symlink"])
 def test_an_entry_that_is_not_a_plain_file_is_foreign_even_when_the_manifest_names_it(tiny_export, tmp_path, kind):
     out = tmp_path / "out"

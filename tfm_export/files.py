@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import OutputError, TfmExportError
-from .manifest import export_files, sha256_file
+from .manifest import MANIFEST_NAME, export_files, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -148,18 +148,21 @@ class OutputDir:
 def _remove_files(folder: Path, files: dict[str, str | None]) -> None:
     """Unlink the previous export's `files` (name -> recorded sha256) in `folder`, then the folder if
     that emptied it. A file is removed only while it is still a plain file with the content the
-    export wrote (its recorded hash, where the manifest has one); anything else is kept."""
+    export wrote: its recorded hash, or, for the manifest (which records none of its own), the
+    manifest read as ours. Anything else, hash-less tokenizer files of older exports included, is kept."""
     for name, sha in files.items():
         path = folder / name
-        if path.is_symlink() or not path.is_file() or (sha is not None and sha256_file(path) != sha):
+        unverified = sha is None and name != MANIFEST_NAME
+        if unverified or path.is_symlink() or not path.is_file() or (sha is not None and sha256_file(path) != sha):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     try:
         folder.rmdir()
     except OSError:
-        log.warning("kept %s: it holds files that were not part of the replaced export, or were changed "
-                    "since it was written", folder)
+        log.warning("kept %s: it holds files tfm-export cannot tell it wrote unchanged (changed since the "
+                    "export, or copied by an older version without a recorded hash); delete it when not needed",
+                    folder)
 
 
 def _remove_empty(folders: Iterable[Path]) -> None:

@@ -135,6 +135,9 @@ class Manifest:
     # Default decoding settings (runtime.generation.GenerationConfig fields, e.g. a Marian folder's
     # num_beams); None: greedy. Absent from exports made before it (the schema allows both).
     generation: dict[str, Any] | None = None
+    # Files copied beside the graphs (a tokenizer's models) -> sha256, so that replacing the export
+    # removes them only while unchanged. None in exports made before it (then they are never removed).
+    files: dict[str, str] | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -154,7 +157,7 @@ class Manifest:
                 "special_ids": self.special_ids, "tokenizer": self.tokenizer, "samples": self.samples,
                 "source": dict(self.source), "variant": self.variant.to_dict(),
                 "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation,
-                "generation": self.generation}
+                "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
@@ -162,7 +165,7 @@ class Manifest:
                    {name: GraphEntry.from_dict(name, g) for name, g in data["graphs"].items()},
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
                    dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
-                   data.get("generation"))
+                   data.get("generation"), data.get("files"))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -228,7 +231,8 @@ def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> Mani
 
 def export_files(folder: str | os.PathLike) -> dict[str, str | None] | None:
     """The files a previous export in `folder` consists of (manifest, graphs, external data, tokenizer
-    files), each with the sha256 the manifest recorded (None where it records none); None when
+    files), each with the sha256 the manifest recorded (None where it records none: the manifest itself,
+    and tokenizer files of exports from before `Manifest.files`); None when
     `folder` holds no readable manifest of this format. Replacing the folder removes only these."""
     try:
         data = read_manifest_data(folder)
@@ -237,10 +241,13 @@ def export_files(folder: str | os.PathLike) -> dict[str, str | None] | None:
         return None
     if manifest is None:
         return None
-    # Tokenizer files (e.g. Marian's source.spm) are plain file names among its dict's values.
+    # Files copied beside the graphs (a tokenizer's models) with the hashes the export recorded. Older
+    # exports list them only as file names among the tokenizer's values: listed without a hash, so
+    # they count as the export's (the folder is not foreign) but are never removed (files._remove_files).
     tokenizer = manifest.tokenizer if isinstance(manifest.tokenizer, dict) else {}
     names: dict[str, str | None] = {v: None for v in tokenizer.values() if isinstance(v, str) and "." in v
                                     and "/" not in v}
+    names.update(manifest.files or {})
     names[MANIFEST_NAME] = None
     for graph in manifest.graphs.values():
         names.update(graph.files())

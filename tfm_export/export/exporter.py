@@ -146,8 +146,10 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
         path = folder / spec.file
         opset = finish_graph(path, model.config)  # the file's last write: hashed once, after it
         graphs[name] = GraphEntry(spec, sha256_file(path), opset, {f: sha256_file(folder / f) for f in extra[name]})
+    copied = _copy_tokenizer_files(checkpoint, folder)
     return Manifest(config=model.config, graphs=graphs, variant=variant_of(options, transforms),
-                    tokenizer=_copy_tokenizer_files(checkpoint, folder), samples=checkpoint.samples,
+                    tokenizer=checkpoint.tokenizer, files={name: sha256_file(folder / name) for name in copied},
+                    samples=checkpoint.samples,
                     source={"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
                     created_by=_versions(), generation=checkpoint.meta.get("generation_defaults") or None)
 
@@ -161,17 +163,18 @@ def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     return {**GRAPH_SPECS, **extra}
 
 
-def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> dict | None:
-    """Copy a tokenizer's extra files (e.g. SentencePiece models) next to the graphs."""
-    if checkpoint.tokenizer is None:
-        return None
+def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> list[str]:
+    """Copy a tokenizer's extra files (e.g. SentencePiece models) next to the graphs; their names."""
     source = checkpoint.meta.get("tokenizer_folder")
-    if source:
-        from ..text.tokenizer import tokenizer_from_dict
+    if checkpoint.tokenizer is None or not source:
+        return []
+    from ..text.tokenizer import tokenizer_from_dict
 
-        for path in tokenizer_from_dict(checkpoint.tokenizer, Path(source)).files():
-            shutil.copy2(path, folder / Path(path).name)
-    return checkpoint.tokenizer
+    copied = []
+    for path in tokenizer_from_dict(checkpoint.tokenizer, Path(source)).files():
+        shutil.copy2(path, folder / Path(path).name)
+        copied.append(Path(path).name)
+    return copied
 
 
 def _inputs(checkpoint: Checkpoint) -> list[str | None]:
