@@ -38,16 +38,21 @@ def test_replacing_a_previous_export_removes_only_its_files(tiny_export, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def replace_with_force(out):
+    """Replace the export at `out` (a new one holding new.txt); the hidden folders kept beside it."""
+    target = prepare_output_dir(out, force=True)
+    (target.tmp / "new.txt").write_text("new")
+    target.commit()
+    return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.old-")]
+
+
 def test_a_graph_file_changed_since_the_export_is_kept(tiny_export, tmp_path):
     """The manifest names the file, but its content is no longer what the export wrote: kept, with the
     hidden folder it was moved to (nothing the user changed is deleted)."""
     out = tmp_path / "out"
     shutil.copytree(tiny_export, out)
     (out / "encoder.onnx").write_bytes(b"edited by the user")
-    target = prepare_output_dir(out, force=True)
-    (target.tmp / "new.txt").write_text("new")
-    target.commit()
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
+    kept = replace_with_force(out)
     assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["encoder.onnx"]
     assert (kept[0] / "encoder.onnx").read_bytes() == b"edited by the user"
 
@@ -62,10 +67,7 @@ def test_a_tokenizer_file_without_a_recorded_hash_is_kept(tiny_export, tmp_path)
     manifest.pop("files", None)
     (out / "manifest.json").write_text(json.dumps(manifest))
     (out / "source.spm").write_bytes(b"a model")
-    target = prepare_output_dir(out, force=True)
-    (target.tmp / "new.txt").write_text("new")
-    target.commit()
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
+    kept = replace_with_force(out)
     assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["source.spm"]
     assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
 
