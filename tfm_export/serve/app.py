@@ -12,7 +12,6 @@ queue 429 with Retry-After, shutting down 503, a missing or wrong API key 401.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -29,12 +28,12 @@ from ..runtime.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
 from .cors import add_cors
 from .engine import LimitError, ServeSettings, open_engine, prepare_sources
+from .guard import Guard
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # answered without the API key (probes, the schema)
 RETRY_AFTER_S = "1"  # a queue drains in about one request's decode time
 
 
@@ -200,21 +199,11 @@ def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, 
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return await _failure(request, validation_failure(exc))
 
-    @app.middleware("http")
-    async def _auth_and_count(request: Request, call_next: Any) -> Response:
-        if settings.api_key and request.url.path not in OPEN_PATHS and not _authorized(request, settings.api_key):
-            response: Response = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"},
-                                              401, {"WWW-Authenticate": "Bearer"})
-        else:
-            response = await call_next(request)
-        if request.url.path.startswith("/v1/") and "metrics" in state:
-            state["metrics"].requests.labels(str(response.status_code)).inc()
-        return response
+    def count(status: int) -> None:
+        if "metrics" in state:  # made when the lifespan starts
+            state["metrics"].requests.labels(str(status)).inc()
 
-
-def _authorized(request: Request, key: str) -> bool:
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+    app.add_middleware(Guard, api_key=settings.api_key, count=count)
 
 
 def _results(work: Translation, model: Any) -> dict[str, Any]:

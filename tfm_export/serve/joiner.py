@@ -76,6 +76,9 @@ class Joiner:
             self._changed.notify_all()
 
     def _loop(self) -> None:
+        import os
+        if os.environ.get("JNICE"):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), int(os.environ["JNICE"]))
         try:
             self._join_all()
         except Exception as exc:  # a bug: answer everyone instead of hanging them
