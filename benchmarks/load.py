@@ -1,10 +1,12 @@
 """Open-loop load test of `tfm-export serve`: one request at a time vs request-level vs in-flight batching.
 
-For each batching mode a server is started on a free loopback port (a subprocess, so client and
-server do not share a GIL); for each arrival rate, requests arrive as a Poisson process (open loop:
-arrivals never wait for answers), bounded by --duration seconds and --max-requests. Each request
-streams, so time to first token is measured as well as latency. Prints one row per (mode, rate):
-throughput (tokens/s), p50/p99 latency, p50/p99 time to first token, refused (429) requests.
+One server per batching mode is started on a free loopback port (subprocesses, so client and
+servers do not share a GIL), all before the first measurement. At each arrival rate the modes take
+turns (--repeat times): requests arrive as a Poisson process (open loop: arrivals never wait for
+answers), bounded by --duration seconds and --max-requests. Each request streams, so time to first
+token is measured as well as latency. Prints one row per (mode, rate, repeat): throughput
+(tokens/s), p50/p99 latency, p50/p99 time to first token, refused (429) requests; then, per rate,
+in-flight's throughput over the other modes', paired by repeat.
 
     python benchmarks/load.py EXPORT_FOLDER --rates 5,20,50 --duration 10
 
@@ -123,6 +125,8 @@ def main() -> None:
     parser.add_argument("--max-queue", type=int, default=256, help="the servers' queue bound")
     parser.add_argument("--window-ms", type=float, default=10.0, help="request-level batching's collect window")
     parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads of the server")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each (rate, mode) this many times, "
+                        "modes taking turns; the ratios printed at the end are medians over the repeats")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--plot", type=Path, default=None, help="p50/p99 latency vs offered load, a PNG (matplotlib)")
@@ -138,22 +142,41 @@ def main() -> None:
     rows = []
     print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
           f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)
-    for mode in args.modes.split(","):
-        proc, url = start_server(args.folder, mode, args)
-        try:
-            for rate in [float(r) for r in args.rates.split(",")]:
-                row = {"mode": mode, **asyncio.run(run_rate(url, rate, pool, args))}
-                rows.append(row)
-                print(f"{mode:9} {rate:6.1f} {row['sent']:5d} {row['done']:5d} {row['refused']:4d} {row['failed']:4d} "
-                      f"{row['tokens_per_s']:8.1f} {row['p50_s']:7.3f} {row['p99_s']:7.3f} "
-                      f"{row['ttft_p50_s']:7.3f} {row['ttft_p99_s']:7.3f}", flush=True)
-        finally:
+    servers = {}
+    try:
+        for mode in args.modes.split(","):  # all up at once: idle ones wait on a lock and take no CPU
+            servers[mode] = start_server(args.folder, mode, args)
+        # Modes take turns at each rate (and each repeat), so a drift of this shared machine's speed
+        # shows in every mode alike rather than in whichever mode ran last.
+        for rate in [float(r) for r in args.rates.split(",")]:
+            for repeat in range(args.repeat):
+                for mode, (_, url) in servers.items():
+                    row = {"mode": mode, "repeat": repeat, **asyncio.run(run_rate(url, rate, pool, args))}
+                    rows.append(row)
+                    print(f"{mode:9} {rate:6.1f} {row['sent']:5d} {row['done']:5d} {row['refused']:4d} "
+                          f"{row['failed']:4d} {row['tokens_per_s']:8.1f} {row['p50_s']:7.3f} {row['p99_s']:7.3f} "
+                          f"{row['ttft_p50_s']:7.3f} {row['ttft_p99_s']:7.3f}", flush=True)
+    finally:
+        for proc, _ in servers.values():
             proc.terminate()
             proc.wait(60)
+    print_ratios(rows)
     if args.json:
         write_file_atomically(args.json, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)), OURS["json"])
     if args.plot:
         plot(rows, args.plot, args.folder.name)
+
+
+def print_ratios(rows: list[dict]) -> None:
+    """Per rate, in-flight's tokens/s over each other mode's, paired by repeat (median over repeats)."""
+    table = {(r["mode"], r["rate"], r.get("repeat", 0)): r["tokens_per_s"] for r in rows}
+    for mode in ("request", "single"):
+        for rate in dict.fromkeys(r["rate"] for r in rows):
+            pairs = [table[("inflight", rate, k)] / table[(mode, rate, k)] for (m, r, k) in table
+                     if m == mode and r == rate and ("inflight", rate, k) in table]
+            if pairs:
+                print(f"in-flight / {mode} at {rate:g}/s: {float(np.median(pairs)):.2f}x "
+                      f"({', '.join(f'{p:.2f}' for p in pairs)})", flush=True)
 
 
 SOFTWARE = "tfm-export benchmarks/load.py"  # stamped into the PNG's metadata: marks the charts we wrote
@@ -178,6 +201,13 @@ def is_load_chart(path: Path) -> bool:
 OURS = {"json": ("a load.py JSON report", is_load_rows), "plot": ("a load.py chart", is_load_chart)}
 
 
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per rate: the median of each measure over the repeats."""
+    keys = ("tokens_per_s", "p50_s", "p99_s")
+    by_rate = {rate: [r for r in rows if r["rate"] == rate] for rate in dict.fromkeys(r["rate"] for r in rows)}
+    return [{"rate": rate, **{k: float(np.median([r[k] for r in mine])) for k in keys}} for rate, mine in by_rate.items()]
+
+
 def plot(rows: list[dict], path: Path, title: str) -> None:
     """Latency (p50 solid, p99 dashed) and throughput against the offered rate, one colour per mode."""
     import matplotlib
@@ -187,7 +217,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     fig, (lat, thr) = plt.subplots(1, 2, figsize=(10, 3.8))
     for mode in dict.fromkeys(r["mode"] for r in rows):
-        mine = [r for r in rows if r["mode"] == mode]
+        mine = medians([r for r in rows if r["mode"] == mode])
         rates = [r["rate"] for r in mine]
         line, = lat.plot(rates, [r["p50_s"] for r in mine], marker="o", label=f"{mode} p50")
         lat.plot(rates, [r["p99_s"] for r in mine], marker="x", linestyle="--", color=line.get_color(),
