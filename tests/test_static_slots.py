@@ -94,6 +94,35 @@ def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
     assert got[1] == serial.generate_ids([short], SLOTS, stop_at_eos=False)[0]
 
 
+def test_in_flight_rows_step_only_up_to_the_last_bound_row(slots_export):
+    """A step runs the bound rows' prefix of the batch (rounded up to ROW_BUCKET), not every row: a
+    row bound past the others widens it, its leaving narrows it, and each row's tokens equal serial."""
+    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.rows import ROW_BUCKET, open_rows
+
+    model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    cfg, batch, high = model.config, 3 * ROW_BUCKET, 2 * ROW_BUCKET + 1  # high: a row in the last bucket
+    rows = open_rows(model.cache, batch, 16)
+    rows.bind([0], source_batch([SOURCES[0]], cfg))
+    rows.bind([high], source_batch([SOURCES[1]], cfg))
+    tokens, cache_len = np.full(batch, cfg.tgt_pad_id), np.zeros(batch, dtype=np.int64)
+    tokens[[0, high]] = cfg.bos_id
+    got, stepped = {0: [], high: []}, []
+    for step in range(SLOTS):
+        if step == 3:  # the high row leaves
+            rows.release(high)
+            tokens[high], cache_len[high] = cfg.tgt_pad_id, 0
+        stepped.append(rows._stepped())
+        next_ids = rows.step(tokens, cache_len)
+        for row in got if step < 3 else (0,):
+            got[row].append(int(next_ids[row]))
+            tokens[row], cache_len[row] = next_ids[row], cache_len[row] + 1
+    assert stepped == [batch] * 3 + [ROW_BUCKET] * (SLOTS - 3)
+    serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    assert got[high] == serial.generate_ids([SOURCES[1]], 3, stop_at_eos=False)[0]
+    assert got[0] == serial.generate_ids([SOURCES[0]], SLOTS, stop_at_eos=False)[0]
+
+
 def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):
     with pytest.raises(ExportError, match=r"must be 2\.\.64"):
         export_model(load_checkpoint(tiny_checkpoint), tmp_path / "x", ExportOptions(static_cache=True, static_slots=65))

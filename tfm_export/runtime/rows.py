@@ -5,8 +5,10 @@ slot written: on CPU that copy into the second buffer set was a third of every s
 transformer-base, batch 16, 64 slots: the Where op 31 % of the step). decoder_rows.onnx takes the
 same inputs but returns only each layer's new keys/values (batch, heads, 1, head_dim); `HostRows`
 writes them into slot cache_len[b] of one cache set that the session reads through OrtValues
-wrapping the same memory (no copy, no swap). On CUDA that host write would move the cache to the
-host, so there (and for exports without decoder_rows: float16, quantized) RowBatch stays.
+wrapping the same memory (no copy, no swap). A step runs only the rows up to the last bound one
+(`_stepped`): a server sized for many rows pays for the rows in use, not for max_batch. On CUDA
+that host write would move the cache to the host, so there (and for exports without decoder_rows:
+float16, quantized) RowBatch stays.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from .static import SRC_BUCKET, RowBatch, StaticCache
 log = logging.getLogger(__name__)
 
 GRAPH_NAME = "decoder_rows"
+# Rows stepped: the bound rows' prefix of the batch, rounded up to this (fewer bindings to keep).
+ROW_BUCKET = 4
 
 
 def open_rows(cache: StaticCache, batch: int, src_len: int) -> RowBatch:
@@ -62,7 +66,7 @@ class HostRows(RowBatch):
         check_sessions(cache.manifest, {GRAPH_NAME: self.session})
         self.cache, self.batch, self.src_len, self.index = cache, batch, src_len, 0
         self._spec = spec = entry.spec
-        self.binding = self.session.io_binding()
+        self._bindings: dict[int, ort.IOBinding] = {}  # rows stepped -> the binding of those rows' views
         self._host: dict[str, np.ndarray] = {}
         self._encoded = [t.name for t in spec.inputs if t.name == "src_mask" or t.name.startswith("cross.")]
         self._bind({t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs) if t.name not in self._encoded})
@@ -80,14 +84,31 @@ class HostRows(RowBatch):
         return np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype)
 
     def _bind(self, arrays: dict[str, np.ndarray]) -> None:
-        """Bind host arrays to the session in place: ORT reads and writes their memory (no copies)."""
-        inputs = self._spec.input_names()
-        for name, array in arrays.items():
-            value = ort.OrtValue.ortvalue_from_numpy(array)
-            if value.data_ptr() != array.ctypes.data:  # the in-place writes below rely on it
-                raise RuntimeError(f"ORT copied {name} instead of wrapping it")
-            (self.binding.bind_ortvalue_input if name in inputs else self.binding.bind_ortvalue_output)(name, value)
-            self._host[name] = array  # keeps the memory alive while bound
+        """Use these host arrays from now on (the bindings wrap their memory: see `_binding`)."""
+        self._host.update(arrays)  # keeps the memory alive while bound
+        self._bindings.clear()
+
+    def _binding(self, rows: int) -> ort.IOBinding:
+        """The session bound to the first `rows` rows of every host array, in place: ORT reads and
+        writes their memory (no copies). The batch axis leads every tensor, so a prefix is contiguous."""
+        binding = self._bindings.get(rows)
+        if binding is None:
+            binding, inputs = self.session.io_binding(), self._spec.input_names()
+            for name, array in self._host.items():
+                view = array[:rows]
+                value = ort.OrtValue.ortvalue_from_numpy(view)
+                if value.data_ptr() != view.ctypes.data:  # the in-place writes in `step` rely on it
+                    raise RuntimeError(f"ORT copied {name} instead of wrapping it")
+                (binding.bind_ortvalue_input if name in inputs else binding.bind_ortvalue_output)(name, value)
+            self._bindings[rows] = binding
+        return binding
+
+    def _stepped(self) -> int:
+        """How many rows a step runs: up to the last bound one (the engine fills the lowest free rows
+        first), rounded up to ROW_BUCKET. A server's light load then steps a few rows, not max_batch."""
+        bound = np.flatnonzero(self.src_lens)
+        last = int(bound[-1]) + 1 if bound.size else 1
+        return min(self.batch, -(-last // ROW_BUCKET) * ROW_BUCKET)
 
     def _fit(self, width: int) -> None:
         """Attend over `width` source positions: the widest bound source rounded up to SRC_BUCKET.
@@ -130,11 +151,12 @@ class HostRows(RowBatch):
         needed = max(SRC_BUCKET, -(-int(self.src_lens.max()) // SRC_BUCKET) * SRC_BUCKET)  # shrink: half or less
         if needed * 2 <= self.width:
             self._fit(needed)
+        stepped = self._stepped()  # rows past it are free: their ids and logits are stale
         self._host["input_ids"][:, 0] = tokens
         self._host["cache_len"][:] = cache_len
-        self.session.run_with_iobinding(self.binding)
+        self.session.run_with_iobinding(self._binding(stepped))
         for past, new in zip(self.past, self.new):  # each row's keys/values into its slot cache_len[b]
-            past[self._rows, :, cache_len, :] = new[:, :, 0, :]
+            past[self._rows[:stepped], :, cache_len[:stepped], :] = new[:stepped, :, 0, :]
         self.index += 1
         return self._host["next_ids"].copy()
 

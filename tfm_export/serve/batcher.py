@@ -77,8 +77,8 @@ class InflightBatcher(Engine):
     def _running(self) -> list[Job]:
         return [job for job in self.jobs if job is not None] + self.joiner.waiting()
 
-    def _fail_all(self, message: str) -> None:
-        super()._fail_all(message)
+    def fail_all(self, message: str) -> None:
+        super().fail_all(message)
         self.joiner.stop()
 
     def _run_once(self) -> None:
@@ -92,7 +92,7 @@ class InflightBatcher(Engine):
         # Free rows take waiting jobs at once, encoded here (all threads): a job that arrives while
         # others decode starts at the next step. Idle: wait for one (or for the joiner's).
         wait = None if self.active == 0 else 0
-        taken = self._take(len(free), wait, other_work=self.joiner.has_ready) if free else []
+        taken = self.take(len(free), wait, other_work=self.joiner.has_ready) if free else []
         joined = [job for job in taken if job.in_rows]
         if len(joined) < len(taken):
             self.lane.submit([job for job in taken if not job.in_rows])
@@ -148,7 +148,7 @@ class SearchLane(Engine):
         super().__init__(model, dataclasses.replace(config, max_queue=sys.maxsize))
 
     def _run_once(self) -> None:
-        for job in self._take(1, wait=None):
+        for job in self.take(1, wait=None):
             self.active = 1
             self._decode_alone(job)
             self.active = 0
@@ -160,10 +160,10 @@ class RequestBatcher(Engine):
     name = "request"
 
     def _run_once(self) -> None:
-        jobs = self._take(self.config.max_batch, wait=None)
+        jobs = self.take(self.config.max_batch, wait=None)
         deadline = time.perf_counter() + self.config.window_ms / 1000
         while jobs and len(jobs) < self.config.max_batch and (left := deadline - time.perf_counter()) > 0:
-            jobs += self._take(self.config.max_batch - len(jobs), wait=left)
+            jobs += self.take(self.config.max_batch - len(jobs), wait=left)
         for job in [job for job in jobs if not job.config.is_greedy]:
             self._decode_alone(job)
         jobs = [job for job in jobs if job.config.is_greedy]

@@ -121,7 +121,7 @@ class Engine:
         """Stop accepting, finish every queued and running job, then stop the thread."""
         with self._wake:
             self._accepting = False
-            self._wake.notify_all()  # every thread that waits in _take
+            self._wake.notify_all()  # every thread that waits in take
         self._thread.join(timeout)
 
     @property
@@ -130,23 +130,25 @@ class Engine:
         with self._wake:
             return not self._accepting and not self._queue
 
-    def wake(self) -> None:
-        """Wake whoever waits in `_take` (call with `_wake` held: see `_take`'s other_work)."""
-        self._wake.notify_all()
+    def announce(self, change: Callable[[], None]) -> None:
+        """Run `change` (it makes some `take` caller's other_work True) under the queue's lock, then wake
+        every waiter: a waiter checks other_work under that lock, so it cannot sleep through the change."""
+        with self._wake:
+            change()
+            self._wake.notify_all()
 
     def release(self, count: int) -> None:
-        """`count` held jobs are decoding now or answered (see `_take`)."""
+        """`count` held jobs are decoding now or answered (see `take`)."""
         with self._wake:
             self.held -= count
 
-    def _take(self, limit: int, wait: float | None, hold: bool = False,
-              other_work: Callable[[], bool] | None = None) -> list[Job]:
+    def take(self, limit: int, wait: float | None, hold: bool = False,
+             other_work: Callable[[], bool] | None = None) -> list[Job]:
         """Up to `limit` queued jobs that are still wanted; waits up to `wait` s (None: until one comes).
 
         `hold`: the jobs count as held until `release`d, so the engine does not stop while a job is
         out of the queue but not yet decoding (taken on another thread than the decode loop's).
-        `other_work`: no wait while it is True; whoever makes it True does so under this lock and
-        calls `wake` (checked under the lock, so that wake-up cannot be missed)."""
+        `other_work`: no wait while it is True; whoever makes it True does so through `announce`."""
         with self._wake:
             if not self._queue and self._accepting and wait != 0 and not (other_work and other_work()):
                 self._wake.wait(wait)
@@ -168,9 +170,10 @@ class Engine:
                 self._run_once()
         except Exception as exc:  # a bug or an ORT failure: answer everyone instead of hanging them
             log.exception("decode loop failed")
-            self._fail_all(f"decoding failed: {type(exc).__name__}: {exc}")
+            self.fail_all(f"decoding failed: {type(exc).__name__}: {exc}")
 
-    def _fail_all(self, message: str) -> None:
+    def fail_all(self, message: str) -> None:
+        """Stop accepting and answer every queued and running job with an error (the engine is broken)."""
         with self._wake:
             self._accepting = False
             jobs, self._queue = [*self._queue, *self._running()], deque()

@@ -83,7 +83,7 @@ class Joiner:
             self._join_all()
         except Exception as exc:  # a bug: answer everyone instead of hanging them
             log.exception("joiner failed")
-            self.engine._fail_all(f"joining failed: {type(exc).__name__}: {exc}")
+            self.engine.fail_all(f"joining failed: {type(exc).__name__}: {exc}")
 
     def _join_all(self) -> None:
         from ..runtime.decoding import source_batch
@@ -95,7 +95,7 @@ class Joiner:
                     self._changed.wait()
                 if self._stopped:
                     return
-            jobs = self.engine._take(1, wait=None, hold=True)  # until a job comes or the engine closes
+            jobs = self.engine.take(1, wait=None, hold=True)  # until a job comes or the engine closes
             if not jobs:
                 if self.engine.drained:
                     return
@@ -112,8 +112,10 @@ class Joiner:
                 job.emit("error", f"encoding failed: {type(exc).__name__}: {exc}")
                 self.engine.release(1)
                 continue
-            with self.engine._wake, self._changed:  # see Engine._take's other_work
-                self._ready.append((job, encoded))
-                self._changed.notify_all()
-                self.engine.wake()
+            self.engine.announce(lambda: self._add_ready(job, encoded))  # see Engine.take's other_work
+
+    def _add_ready(self, job: Job, encoded: list[np.ndarray]) -> None:
+        with self._changed:
+            self._ready.append((job, encoded))
+            self._changed.notify_all()
 
