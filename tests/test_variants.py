@@ -80,6 +80,24 @@ def test_optimized_export_is_fused_and_still_exact(optimized, tiny_export):
     assert manifest["graphs"]["decoder"]["inputs"] == plain["graphs"]["decoder"]["inputs"]
 
 
+def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_export, tmp_path):
+    """--optimize --cuda-graph keeps decoder_rows.onnx (the server's in-flight rows on CPU), fused like
+    the others, and its rows decode like the plain export; int8 keeps decoder_static alone."""
+    from tfm_export.runtime.rows import open_rows, greedy_in_rows
+
+    out = tmp_path / "opt_rows"
+    manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, optimize=True))
+    assert {"decoder_static", "decoder_rows"} <= set(manifest.graphs)
+    assert manifest.variant.transforms["optimize"]["decoder_rows"]["skip_layer_normalization"] > 0
+    model = open_export(out, "cpu", RuntimeOptions(cuda_graph=True))
+    assert type(open_rows(model.cache, 2, 8)).__name__ == "HostRows"
+    reference = open_export(tiny_export, device="cpu").generate_ids(SOURCES, 12)
+    assert greedy_in_rows(model.cache, SOURCES, 12) == reference
+    quantized = export_model(load_checkpoint(tiny_checkpoint), tmp_path / "q", ExportOptions(static_cache=True,
+                                                                                              quantize="int8"))
+    assert "decoder_static" in quantized.graphs and "decoder_rows" not in quantized.graphs
+
+
 def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):
     out = tmp_path / "q"
     result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(out), "--quantize", "int8"])

@@ -157,8 +157,10 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
 def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
     # decoder_rows serves in-flight batching on CPU in float32 (its runtime writes the cache on the
-    # host); variants keep decoder_static alone, which the runtime falls back to.
-    wanted = {"decoder_static": options.static_cache, "decoder_rows": options.static_cache and not options.is_variant}
+    # host), --optimize included. float16 (a GPU's) and int8 exports keep decoder_static alone, which
+    # the runtime falls back to: int8's activation scales span the batch, so its rows would decode
+    # differently from serial calls.
+    wanted = {"decoder_static": options.static_cache, "decoder_rows": options.static_cache and options.dtype == "float32" and not options.quantize}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
     return {**GRAPH_SPECS, **extra}
 

@@ -8,7 +8,7 @@ writes them into slot cache_len[b] of one cache set that the session reads throu
 wrapping the same memory (no copy, no swap). A step runs only the rows up to the last bound one
 (`_stepped`): a server sized for many rows pays for the rows in use, not for max_batch. On CUDA
 that host write would move the cache to the host, so there (and for exports without decoder_rows:
-float16, quantized) RowBatch stays.
+float16, int8) RowBatch stays.
 """
 
 from __future__ import annotations
