@@ -11,7 +11,8 @@ from .common import requires_extra, library_errors, main_group, ort_thread_optio
 
 
 # The server's limits as data: flag, default, help (each a positive integer).
-LIMITS = (("--max-batch", 8, "Sources decoded together (rows of the running batch)."),
+LIMITS = (("--max-batch", 16, "Sources decoded together (rows of the running batch; in flight on CPU a step "
+                             "runs only the rows in use, so a light load pays for what it uses)."),
           ("--max-queue", 64, "Sources waiting for a row; beyond it requests get 429 with Retry-After."),
           ("--max-texts", 32, "Sources per request; more get 413."))
 
