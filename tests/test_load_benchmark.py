@@ -1,0 +1,28 @@
+"""benchmarks/load.py against real servers: the modes take turns, every request is answered, and the
+paired ratios are reported. The plumbing only; the figures live in BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")  # the benchmark's client (the test extra)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_load_benchmark_takes_turns_answers_every_request_and_pairs_the_ratios(static_export, tmp_path):
+    report = tmp_path / "load.json"
+    cmd = [sys.executable, "benchmarks/load.py", str(static_export), "--modes", "request,inflight", "--rates", "30",
+           "--duration", "1", "--new-tokens", "2:6", "--repeat", "2", "--max-batch", "4", "--json", str(report)]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(report.read_text())
+    assert [(r["mode"], r["repeat"]) for r in rows] == [("request", 0), ("inflight", 0), ("request", 1), ("inflight", 1)]
+    for row in rows:
+        assert row["sent"] > 0 and row["done"] == row["sent"] and row["failed"] == 0 and row["tokens_per_s"] > 0
+    assert "in-flight / request at 30/s:" in result.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["load.json"]  # no temporary files left
