@@ -160,7 +160,8 @@ def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
     # host), --optimize included. float16 (a GPU's) and int8 exports keep decoder_static alone, which
     # the runtime falls back to: int8's activation scales span the batch, so its rows would decode
     # differently from serial calls.
-    wanted = {"decoder_static": options.static_cache, "decoder_rows": options.static_cache and options.dtype == "float32" and not options.quantize}
+    rows = options.static_cache and options.dtype == "float32" and not options.quantize
+    wanted = {"decoder_static": options.static_cache, "decoder_rows": rows}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
     return {**GRAPH_SPECS, **extra}
 

@@ -18,6 +18,7 @@ Torch-free; no web framework here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import deque
@@ -76,9 +77,6 @@ class Joiner:
             self._changed.notify_all()
 
     def _loop(self) -> None:
-        import os
-        if os.environ.get("JNICE"):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), int(os.environ["JNICE"]))
         try:
             self._join_all()
         except Exception as exc:  # a bug: answer everyone instead of hanging them
@@ -112,7 +110,7 @@ class Joiner:
                 job.emit("error", f"encoding failed: {type(exc).__name__}: {exc}")
                 self.engine.release(1)
                 continue
-            self.engine.announce(lambda: self._add_ready(job, encoded))  # see Engine.take's other_work
+            self.engine.announce(functools.partial(self._add_ready, job, encoded))  # see Engine.take's other_work
 
     def _add_ready(self, job: Job, encoded: list[np.ndarray]) -> None:
         with self._changed:
