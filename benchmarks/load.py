@@ -180,11 +180,11 @@ def main() -> None:
 
 def print_ratios(rows: list[dict]) -> None:
     """Per rate, in-flight's tokens/s over each other mode's, paired by repeat (median over repeats)."""
-    table = {(r["mode"], r["rate"], r.get("repeat", 0)): r["tokens_per_s"] for r in rows}
+    inflight = {(r["rate"], r["repeat"]): r["tokens_per_s"] for r in rows if r["mode"] == "inflight"}
     for mode in ("request", "single"):
         for rate in dict.fromkeys(r["rate"] for r in rows):
-            pairs = [table[("inflight", rate, k)] / table[(mode, rate, k)] for (m, r, k) in table
-                     if m == mode and r == rate and ("inflight", rate, k) in table]
+            pairs = [inflight[rate, r["repeat"]] / r["tokens_per_s"] for r in rows
+                     if r["mode"] == mode and r["rate"] == rate and (rate, r["repeat"]) in inflight]
             if pairs:
                 print(f"in-flight / {mode} at {rate:g}/s: {float(np.median(pairs)):.2f}x "
                       f"({', '.join(f'{p:.2f}' for p in pairs)})", flush=True)

@@ -69,7 +69,7 @@ class HostRows(RowBatch):
         self._bindings: dict[int, ort.IOBinding] = {}  # rows stepped -> the binding of those rows' views
         self._host: dict[str, np.ndarray] = {}
         self._encoded = [t.name for t in spec.inputs if t.name == "src_mask" or t.name.startswith("cross.")]
-        self._bind({t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs) if t.name not in self._encoded})
+        self._use({t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs) if t.name not in self._encoded})
         self.past = [self._host[t.name] for t in spec.inputs if t.name.startswith("past.")]  # (batch, heads, slots, head_dim)
         self.new = [self._host[t.name] for t in spec.outputs if t.name.startswith("new.")]  # (batch, heads, 1, head_dim)
         self._src_axis = {name: spec.tensor(name).shape.index("src_len") for name in self._encoded}
@@ -83,7 +83,7 @@ class HostRows(RowBatch):
         spec, dims = self._spec.tensor(name), {"batch": self.batch, "src_len": width}
         return np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype)
 
-    def _bind(self, arrays: dict[str, np.ndarray]) -> None:
+    def _use(self, arrays: dict[str, np.ndarray]) -> None:
         """Use these host arrays from now on (the bindings wrap their memory: see `_binding`)."""
         self._host.update(arrays)  # keeps the memory alive while bound
         self._bindings.clear()
@@ -127,7 +127,7 @@ class HostRows(RowBatch):
                 array[kept] = self._host[name][kept]
             arrays[name] = array
         arrays["src_mask"][self.src_lens == 0, 0] = True  # free rows attend to one (zero) position
-        self._bind(arrays)
+        self._use(arrays)
         self.slots.encoder_host = {name: self._host[name] for name in self._encoded}
         log.debug("in-flight rows attend over %d source positions (was %d)", width, self.width)
         self.width = width

@@ -7,11 +7,12 @@ request, which seeds its sampling generators as in a direct call).
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
   (runtime.rows.open_rows). Between two decoder steps, waiting jobs are encoded into free rows and
   join at the next step; while every row is busy, a second thread encodes the next jobs ahead
-  (serve.joiner), so a row that frees takes an encoded job at once; a row that emits EOS or reaches its `max_new_tokens` leaves at once and its
-  row is reused. A job that arrives while others decode starts within one step. Greedy rows take the
-  decoder's own next ids; rows that sample or use processors pick from the step's logits with their
-  own runtime.search.TokenPicker. Beam search and n-best jobs need several cache rows reordered
-  between steps: they go to a side thread (`SearchLane`) that decodes each with `generate`.
+  (serve.joiner), so a row that frees takes an encoded job at once. A row that emits EOS or reaches
+  its `max_new_tokens` leaves at once and its row is reused. A job that arrives while others decode
+  starts within one step. Greedy rows take the decoder's own next ids; rows that sample or use
+  processors pick from the step's logits with their own runtime.search.TokenPicker. Beam search and
+  n-best jobs need several cache rows reordered between steps: they go to a side thread
+  (`SearchLane`) that decodes each with `generate`.
 - `RequestBatcher`: collect jobs for `window_ms` (up to `max_batch`), decode that batch to its end
   with `generate_ids`, repeat. `max_batch=1` is one request at a time. The baselines of
   benchmarks/load.py; they work with any export (no static decoder needed). Jobs that are not plain
