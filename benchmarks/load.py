@@ -44,7 +44,7 @@ def free_port() -> int:
 
 def start_server(folder: Path, mode: str, args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder), "--port", str(port), "--batching", mode,
+    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder.resolve()), "--port", str(port), "--batching", mode,
            "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue),
            *(["--max-src-len", str(args.max_src_len)] if args.max_src_len else []),
            "--window-ms", str(args.window_ms), *(["--threads", str(args.threads)] if args.threads else [])]

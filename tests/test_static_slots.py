@@ -25,7 +25,7 @@ def slots_export(tiny_checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("slots") / "out"
     manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, static_slots=SLOTS))
     assert manifest.validation["outputs"]["decoder_static:logits"]["ok"]  # validated against eager, like any graph
-    assert manifest.validation["outputs"]["decoder_rows:new.0.self.key"]["ok"]
+    assert manifest.validation["outputs"]["decoder_rows:present.0.self.key"]["ok"]
     assert manifest.validation["greedy"]["static_cache_mismatched_rows"] == []
     return out
 
@@ -34,8 +34,9 @@ def test_the_static_decoder_has_the_slots_asked_for(slots_export):
     manifest = load_manifest(slots_export)
     assert static_slots(manifest) == SLOTS and manifest.config.max_len == 64
     assert manifest.graphs["decoder_static"].spec.tensor("present.0.self.key").shape[2] == SLOTS
-    rows = manifest.graphs["decoder_rows"].spec  # the same inputs; only the step's keys/values come out
-    assert rows.tensor("past.0.self.key").shape[2] == SLOTS and rows.tensor("new.0.self.key").shape[2] == 1
+    rows = manifest.graphs["decoder_rows"].spec  # decoder_static's I/O, self-attention fused and in place
+    assert rows.inputs == manifest.graphs["decoder_static"].spec.inputs
+    assert rows.tensor("present.0.self.key").shape[2] == SLOTS
 
 
 def test_static_rows_equal_the_growing_cache_up_to_the_slots(slots_export):
@@ -121,6 +122,31 @@ def test_in_flight_rows_step_only_up_to_the_last_bound_row(slots_export):
     serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
     assert got[high] == serial.generate_ids([SOURCES[1]], 3, stop_at_eos=False)[0]
     assert got[0] == serial.generate_ids([SOURCES[0]], SLOTS, stop_at_eos=False)[0]
+
+
+def test_in_flight_rows_write_the_cache_in_place_through_one_fused_node_per_layer(slots_export):
+    """decoder_rows.onnx: one GroupQueryAttention per decoder layer; HostRows binds present.* to past.*'s
+    memory, so a step writes each row's key/value into slot cache_len[b] there and leaves every other
+    slot as it was (no host write, no second cache)."""
+    import onnx
+
+    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.rows import HostRows, open_rows
+
+    graph = onnx.load(str(slots_export / "decoder_rows.onnx")).graph
+    model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    fused = [n for n in graph.node if n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft"]
+    assert len(fused) == model.config.n_decoder_layers
+    rows = open_rows(model.cache, 2, 16)
+    assert isinstance(rows, HostRows)
+    past = rows._host["past.0.self.key"]
+    assert rows._host["present.0.self.key"] is past  # one cache set
+    rows.bind([0, 1], source_batch(SOURCES[:2], model.config))
+    past[1, :, 5:] = 7.0  # filled-looking slots beyond row 1's cache_len: never read, never written
+    before = past.copy()
+    rows.step(np.array([model.config.bos_id] * 2), np.array([0, 4]))
+    changed = np.argwhere((past != before).any(axis=(1, 3)))  # (row, slot) pairs written by the step
+    assert changed.tolist() == [[0, 0], [1, 4]]
 
 
 def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):

@@ -24,6 +24,7 @@ from .. import __version__
 from ..model.checkpoint import Checkpoint
 from ..errors import ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
+from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
@@ -84,6 +85,7 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
             program = torch.onnx.export(
                 module, args, dynamo=True, opset_version=opset,
                 dynamic_shapes=dynamic_shapes(spec, module.n_named_args),
+                custom_translation_table=custom_translations(),
                 input_names=spec.input_names(), output_names=spec.output_names(), verbose=False)
         except Exception as exc:  # the exporter raises many types; keep its first line
             raise ExportError(f"torch.onnx could not export the {spec.name}: {first_line(exc)}") from exc

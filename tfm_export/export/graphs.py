@@ -75,15 +75,14 @@ class StaticDecoderGraph(DecoderGraph):
 
 
 class RowsDecoderGraph(DecoderGraph):
-    """StaticDecoderGraph's inputs -> (logits, next_ids, new...): the cache is read, not rewritten;
-    each layer returns the step's keys/values (batch, heads, 1, head_dim) for the runtime to write."""
+    """StaticDecoderGraph's step with one fused attention operator per layer (kv_cache.RowCache, ONNX
+    Runtime's GroupQueryAttention): bound to the past cache's memory, present.* is written in place."""
 
     n_named_args = 3  # input_ids, src_mask, cache_len; the caches come as *varargs
 
     def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
                 ) -> tuple[Tensor, ...]:
-        slots = caches[0].shape[-2]  # (batch, heads, slots, head_dim)
-        return self.step(input_ids, src_mask, caches, RowCache.at(cache_len, slots))
+        return self.step(input_ids, src_mask, caches, RowCache.at(cache_len))
 
 
 GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph,

@@ -87,21 +87,14 @@ def static_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots
     return GraphSpec("decoder_static", "decoder_static.onnx", tuple(inputs), tuple(outputs))
 
 
-def new_names(i: int) -> tuple[str, str]:
-    return f"new.{i}.self.key", f"new.{i}.self.value"
-
-
 def rows_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: int | None = None) -> GraphSpec:
-    """decoder_static's step with the cache read only: the inputs of static_decoder_spec, and per layer
-    the step's own keys/values `new.*` (batch, heads, 1, head_dim) instead of the whole cache. The
-    runtime writes them into slot cache_len[b] in place (runtime.rows: in-flight batching on CPU,
-    where copying the cache into a second buffer every step cost a third of the step)."""
+    """decoder_static's step through ONNX Runtime's fused GroupQueryAttention (kv_cache.RowCache): the
+    same inputs and outputs, but `present.*` may be bound to its `past.*` memory, and then the step
+    writes slot cache_len[b] in place (runtime.rows: in-flight batching on CPU, where copying the
+    cache into a second buffer every step cost a third of the step). Unbound, the slots after
+    cache_len[b] of `present.*` are unspecified."""
     static = static_decoder_spec(config, dtype, slots)
-    h, d = config.n_heads, config.head_dim
-    outputs = [t for t in static.outputs if not t.name.startswith("present.")]
-    for i in range(config.n_decoder_layers):
-        outputs += _kv(new_names(i), h, 1, d, dtype)  # type: ignore[arg-type]
-    return GraphSpec("decoder_rows", "decoder_rows.onnx", static.inputs, tuple(outputs))
+    return GraphSpec("decoder_rows", "decoder_rows.onnx", static.inputs, static.outputs)
 
 
 # Graphs exported only on request (ExportOptions.static_cache / --cuda-graph / --static-slots).

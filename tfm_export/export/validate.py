@@ -31,6 +31,8 @@ PAST_AND_TGT_LENS = ((0, 1), (0, 4), (1, 1), (1, 4), (23, 1), (23, 4))
 GREEDY_SOURCES = 16
 # The graphs over a fixed number of cache slots, checked on the same static-cache inputs.
 SLOT_GRAPH_MODULES = {"decoder_static": StaticDecoderGraph, "decoder_rows": RowsDecoderGraph}
+# Graphs whose present.* is specified up to slot cache_len[b] only (specs.rows_decoder_spec).
+FILLED_SLOTS_ONLY = ("decoder_rows",)
 
 
 def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, seed: int = 0,
@@ -66,7 +68,8 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
             if "decoder_static" in sessions and tgt_len == 1 and past_len < slots:
                 args = _static_inputs(model, args, gen, slots)
                 for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
-                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol)
+                    filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
+                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
     greedy = _compare_greedy(folder, manifest, model, gen, max_new_tokens, device)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()}, "greedy": greedy}
@@ -145,8 +148,11 @@ def _sessions(folder: Path, manifest: Manifest, device: str) -> tuple[str, dict[
 
 @torch.no_grad()
 def _compare(stats: dict[str, _Stat], graph: str, session: ort.InferenceSession, module: torch.nn.Module,
-             args: tuple[torch.Tensor, ...], tol: tuple[float, float]) -> tuple[torch.Tensor, ...]:
-    """Run both sides on `args`, fold the differences into `stats`; returns the eager outputs."""
+             args: tuple[torch.Tensor, ...], tol: tuple[float, float], filled: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, ...]:
+    """Run both sides on `args`, fold the differences into `stats`; returns the eager outputs.
+
+    `filled` (batch,): compare each present.* row up to that slot (the rest is unspecified)."""
     ref = module(*args)
     names = [o.name for o in session.get_outputs()]
     # float16 graphs take float16 caches: the eager float32 values, rounded.
@@ -156,8 +162,12 @@ def _compare(stats: dict[str, _Stat], graph: str, session: ort.InferenceSession,
     logits = ref[0].numpy() if graph.startswith("decoder") else None
     prefix = "" if graph in ("encoder", "decoder") else f"{graph}:"  # extra graphs' outputs share names
     for name, g, r in zip(names, got, ref):
+        g, r = np.asarray(g), r.numpy()
+        if filled is not None and name.startswith("present."):  # (batch, heads, slots, head_dim)
+            beyond = (np.arange(g.shape[2]) > filled.numpy()[:, None])[:, None, :, None]  # (batch, 1, slots, 1)
+            g, r = np.where(beyond, 0, g).astype(g.dtype), np.where(beyond, 0, r).astype(r.dtype)
         stat = stats.setdefault(prefix + name, _Stat(graph))
-        stat.update(np.asarray(g), r.numpy(), tol, logits if name == "next_ids" else None)
+        stat.update(g, r, tol, logits if name == "next_ids" else None)
     return ref
 
 

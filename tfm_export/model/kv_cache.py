@@ -1,20 +1,22 @@
 """How the decoder's self-attention cache takes a step: the policy object every DecoderLayer is given.
 
-One layer wiring (transformer.DecoderLayer) runs under two policies:
+One layer wiring (transformer.DecoderLayer) runs under three policies:
 
 - `AppendCache`: the past (batch, heads, past_len, head_dim) grows by the step's keys/values
   (decoder.onnx, eager decoding). Positions start at past_len; attention is causal.
 - `SlotCache`: a pre-allocated (batch, heads, max_len, head_dim) cache in which row b writes slot
   `cache_len[b]` and sees slots <= `cache_len[b]` (decoder_static.onnx). No shape depends on the
   step, so a CUDA graph of it replays; rows may be at different steps (in-flight batching).
-- `RowCache`: the same pre-allocated cache, read only: row b sees slots < `cache_len[b]` plus the
-  step's own key/value, and the graph returns just those (batch, heads, 1, head_dim); the runtime
-  writes them into slot `cache_len[b]` in place (decoder_rows.onnx, in-flight batching on CPU). A
-  SlotCache step copies the whole cache into its output (a third of a step on CPU); this one does not.
+- `RowCache`: the same pre-allocated cache, through one fused operator per layer
+  (model.row_attention, exported as ONNX Runtime's GroupQueryAttention): row b attends over the
+  slots <= `cache_len[b]` after writing its step's key/value at `cache_len[b]`, and the runtime
+  binds the present cache to the past cache's memory, so the write is in place (decoder_rows.onnx,
+  in-flight batching on CPU). A SlotCache step copies the whole cache into its output (a third of
+  a step on CPU); this one does not.
 
-A policy carries what the layers need: `offset` for the position embedding, `allowed` for the
-self-attention mask, and `attend(attention, h, past, new)`: a layer's self-attention output and the
-keys/values it keeps (its present).
+A policy carries what the layers need: `offset` for the position embedding, and
+`attend(attention, h, past, new)`: a layer's self-attention output and the keys/values it keeps
+(its present).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from .row_attention import row_attention
+
 KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 
 
 class CachePolicy(Protocol):
     offset: Tensor | int  # added to the new tokens' positions: int, () or (batch, 1)
-    allowed: Tensor  # self-attention mask, broadcast to (batch, heads, tgt_len, key_len)
 
     def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
         """Self-attention of `h` over the past and the step's keys/values `new`; (output, present)."""
@@ -90,16 +93,21 @@ class SlotCache(_UpdatedCache):
 
 @dataclass(frozen=True)
 class RowCache:
-    """The pre-allocated cache read only: the step's keys/values are attended to beside it and returned."""
+    """SlotCache's step as one fused operator per layer (model.row_attention); see the module docstring."""
 
     offset: Tensor  # (batch, 1): each row's position is its number of filled slots
-    allowed: Tensor  # (batch, 1, 1, slots): the filled slots (this step's key/value is added apart)
+    cache_len: Tensor  # (batch,): slots already filled per row, each < slots
 
     @classmethod
-    def at(cls, cache_len: Tensor, slots: int) -> "RowCache":
-        """`cache_len` (batch,) int64: slots already filled per row, each < slots."""
-        filled = cache_len[:, None]  # (batch, 1)
-        return cls(filled, (torch.arange(slots, device=cache_len.device) < filled)[:, None, None, :])
+    def at(cls, cache_len: Tensor) -> "RowCache":
+        return cls(cache_len[:, None], cache_len)
 
     def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
-        return attention(h, past[0], past[1], self.allowed, new=new), new  # new: (batch, heads, 1, head_dim)
+        batch, tgt_len, d_model = h.shape
+
+        def merge(x: Tensor) -> Tensor:  # (batch, heads, 1, head_dim) -> (batch, 1, d_model)
+            return x.transpose(1, 2).reshape(batch, tgt_len, d_model)
+
+        out, key, value = row_attention(attention.q_proj(h), merge(new[0]), merge(new[1]), past[0], past[1],
+                                        self.cache_len, attention.n_heads, attention.scale)
+        return attention.out_proj(out), (key, value)  # out: (batch, 1, d_model)

@@ -81,25 +81,16 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of `x` (batch, len, d_model), each (batch, heads, len, head_dim)."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
-    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor, new: KV | None = None) -> Tensor:
-        """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores.
-
-        `new`: one more key/value per row (batch, heads, 1, head_dim), always allowed, attended to
-        beside `key`/`value` without concatenating them (kv_cache.RowCache: no cache copy per step).
-        """
+    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor) -> Tensor:
+        """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores."""
         q = self.split_heads(self.q_proj(x))  # (batch, heads, tgt_len, head_dim)
         scores = torch.matmul(q, key.transpose(-1, -2)) * self.scale  # (batch, heads, tgt_len, key_len)
         # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
         # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
         # rounds back to the floor, so the weights equal masked_fill's.
         scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
-        if new is not None:  # (batch, heads, tgt_len, key_len + 1): the new position's score last
-            scores = torch.cat([scores, (q * new[0]).sum(-1, keepdim=True) * self.scale], dim=-1)
         weights = self.dropout(torch.softmax(scores, dim=-1))
-        if new is None:
-            out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
-        else:
-            out = torch.matmul(weights[..., :-1], value) + weights[..., -1:] * new[1]
+        out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)  # (batch, tgt_len, d_model)
         return self.out_proj(out)

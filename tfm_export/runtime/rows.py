@@ -1,14 +1,14 @@
-"""In-flight rows on CPU over decoder_rows.onnx: the cache is written in place on the host. Torch-free.
+"""In-flight rows on CPU over decoder_rows.onnx: the cache is written in place. Torch-free.
 
 runtime.static.RowBatch steps decoder_static.onnx, whose output is the whole cache with each row's
 slot written: on CPU that copy into the second buffer set was a third of every step (ORT profile of
-transformer-base, batch 16, 64 slots: the Where op 31 % of the step). decoder_rows.onnx takes the
-same inputs but returns only each layer's new keys/values (batch, heads, 1, head_dim); `HostRows`
-writes them into slot cache_len[b] of one cache set that the session reads through OrtValues
-wrapping the same memory (no copy, no swap). A step runs only the rows up to the last bound one
-(`_stepped`): a server sized for many rows pays for the rows in use, not for max_batch. On CUDA
-that host write would move the cache to the host, so there (and for exports without decoder_rows:
-float16, int8) RowBatch stays.
+transformer-base, batch 16, 64 slots: the Where op 31 % of the step). decoder_rows.onnx has the
+same inputs and outputs, with each layer's self-attention one GroupQueryAttention node; `HostRows`
+binds each `present.*` output to its `past.*` input's memory (one cache set, OrtValues wrapping
+numpy arrays), and the kernel writes slot cache_len[b] there in place: no copy, no swap, no host
+write. A step runs only the rows up to the last bound one (`_stepped`): a server sized for many
+rows pays for the rows in use, not for max_batch. CUDA (and exports without decoder_rows: float16,
+int8) keep RowBatch.
 """
 
 from __future__ import annotations
@@ -34,8 +34,12 @@ ROW_BUCKET = 4
 
 def open_rows(cache: StaticCache, batch: int, src_len: int) -> RowBatch:
     """The in-flight rows of `cache`'s export: HostRows on CPU when it has decoder_rows.onnx, else RowBatch."""
-    if GRAPH_NAME in cache.manifest.graphs and cache.device.ort_type == "cpu":
-        return HostRows(cache, batch, src_len)
+    entry = cache.manifest.graphs.get(GRAPH_NAME)
+    if entry and cache.device.ort_type == "cpu":
+        if any(t.name.startswith("present.") for t in entry.spec.outputs):
+            return HostRows(cache, batch, src_len)
+        log.warning("%s is from an older tfm-export (its rows graph returns new.* keys/values); re-export "
+                    "it for the fused in-place rows", cache.folder)
     log.info("in-flight rows over decoder_static.onnx on %s", cache.device.name)
     return RowBatch(cache, batch, src_len)
 
@@ -69,15 +73,17 @@ class HostRows(RowBatch):
         self._bindings: dict[int, ort.IOBinding] = {}  # rows stepped -> the binding of those rows' views
         self._host: dict[str, np.ndarray] = {}
         self._encoded = [t.name for t in spec.inputs if t.name == "src_mask" or t.name.startswith("cross.")]
-        self._use({t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs) if t.name not in self._encoded})
-        self.past = [self._host[t.name] for t in spec.inputs if t.name.startswith("past.")]  # (batch, heads, slots, head_dim)
-        self.new = [self._host[t.name] for t in spec.outputs if t.name.startswith("new.")]  # (batch, heads, 1, head_dim)
+        arrays = {t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs)
+                  if t.name not in self._encoded and not t.name.startswith("present.")}
+        # present.* written into past.*'s memory: (batch, heads, slots, head_dim), one cache set
+        arrays.update({t.name: arrays["past." + t.name[len("present."):]]
+                       for t in spec.outputs if t.name.startswith("present.")})
+        self._use(arrays)
         self._src_axis = {name: spec.tensor(name).shape.index("src_len") for name in self._encoded}
         self.slots = SimpleNamespace(encoder_host={n: None for n in self._encoded})  # RowBatch.encode's order
         self.src_lens = np.zeros(batch, dtype=np.int64)  # (batch,) source length of each bound row; 0: free
         self.width = 0  # the src_len the rows attend over now: src_len, or fewer (_fit)
         self._fit(min(src_len, SRC_BUCKET))
-        self._rows = np.arange(batch)
 
     def _zeros(self, name: str, width: int) -> np.ndarray:
         spec, dims = self._spec.tensor(name), {"batch": self.batch, "src_len": width}
@@ -97,7 +103,7 @@ class HostRows(RowBatch):
             for name, array in self._host.items():
                 view = array[:rows]
                 value = ort.OrtValue.ortvalue_from_numpy(view)
-                if value.data_ptr() != view.ctypes.data:  # the in-place writes in `step` rely on it
+                if value.data_ptr() != view.ctypes.data:  # the in-place cache writes rely on it
                     raise RuntimeError(f"ORT copied {name} instead of wrapping it")
                 (binding.bind_ortvalue_input if name in inputs else binding.bind_ortvalue_output)(name, value)
             self._bindings[rows] = binding
@@ -154,9 +160,7 @@ class HostRows(RowBatch):
         stepped = self._stepped()  # rows past it are free: their ids and logits are stale
         self._host["input_ids"][:, 0] = tokens
         self._host["cache_len"][:] = cache_len
-        self.session.run_with_iobinding(self._binding(stepped))
-        for past, new in zip(self.past, self.new):  # each row's keys/values into its slot cache_len[b]
-            past[self._rows[:stepped], :, cache_len[:stepped], :] = new[:stepped, :, 0, :]
+        self.session.run_with_iobinding(self._binding(stepped))  # writes slot cache_len[b] of each row in place
         self.index += 1
         return self._host["next_ids"].copy()
 

@@ -21,6 +21,7 @@ from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
 from .rows import greedy_in_rows
+from .static import static_slots
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,8 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
     # cuda_graph=False: decoder.onnx first, the reference for decoder_static.onnx below.
     runtime = open_export(folder, device, RuntimeOptions(cuda_graph=False), manifest=manifest)
     sources, origin = _sources(runtime, seed)
-    steps = min(max_new_tokens, manifest.config.max_len)
+    # At most the static decoder's slots (--static-slots): its rows are compared token for token below.
+    steps = min(max_new_tokens, static_slots(manifest) or manifest.config.max_len)
     rows = runtime.generate_ids(sources, max_new_tokens=steps)
     report: dict[str, Any] = {
         "device": runtime.device.name, "files": sum(len(g.files()) for g in manifest.graphs.values()),
