@@ -26,3 +26,16 @@ def test_load_benchmark_takes_turns_answers_every_request_and_pairs_the_ratios(s
         assert row["sent"] > 0 and row["done"] == row["sent"] and row["failed"] == 0 and row["tokens_per_s"] > 0
     assert "in-flight / request at 30/s:" in result.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["load.json"]  # no temporary files left
+
+
+def test_engine_benchmark_runs_both_engines_on_one_workload(static_export):
+    """benchmarks/engine.py: both engines answer every job of the same workload with the same tokens
+    (greedy rows equal serial decoding in either engine), and the paired ratio is printed."""
+    cmd = [sys.executable, "benchmarks/engine.py", str(static_export), "--jobs", "24", "--max-batch", "4",
+           "--new-tokens", "2:9", "--repeat", "1"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [r["mode"] for r in rows] == ["request", "inflight"] and all(r["jobs"] == 24 for r in rows)
+    assert rows[0]["tokens"] == rows[1]["tokens"] > 0
+    assert "in-flight / request: " in result.stdout

@@ -179,8 +179,24 @@ def test_the_runtime_checks_decode_the_in_flight_rows_like_the_growing_cache(slo
     from tfm_export.runtime.rows import greedy_in_rows
     from tfm_export.runtime.verify import format_verification, verify_export
 
-    report = verify_export(slots_export, max_new_tokens=SLOTS)
-    assert report["rows_mismatched"] == [] and "decoder_rows.onnx (in-flight rows)" in format_verification(report)
+    report = verify_export(slots_export)  # max_new_tokens 32 is capped at the static decoder's 12 slots
+    assert report["max_new_tokens"] == SLOTS
+    assert report["rows_mismatched"] == [] and "decoder_rows.onnx: the same rows" in format_verification(report)
     static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
     growing = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
     assert greedy_in_rows(static.cache, SOURCES, SLOTS) == growing.generate_ids(SOURCES, SLOTS)
+
+
+def test_the_runtime_checks_fail_on_other_rows_unless_the_export_is_int8():
+    """Rows that differ from decoder.onnx fail the check; for int8 (batch-wide activation scales) they
+    are reported instead, as the export's own agreement check does."""
+    from tfm_export.errors import ValidationError
+    from tfm_export.runtime.verify import _same_rows, format_verification
+
+    report = {"files": 1, "graphs": [], "device": "cpu", "sources": 2, "from": "random", "tokens": 3,
+              "max_new_tokens": 2, "eager_report": "none"}
+    with pytest.raises(ValidationError, match=r"decoder_rows.onnx decodes differently from decoder.onnx on rows \[1\]"):
+        _same_rows("decoder_rows", [[1], [2, 3]], [[1], [2, 4]], report, strict=True)
+    _same_rows("decoder_static", [[1], [2, 3]], [[1], [2, 4]], report, strict=False)
+    assert report["static_cache_mismatched_rows"] == [1]
+    assert "decoder_static.onnx: differs from decoder.onnx on rows [1] (int8" in format_verification(report)

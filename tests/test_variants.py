@@ -82,8 +82,10 @@ def test_optimized_export_is_fused_and_still_exact(optimized, tiny_export):
 
 def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_export, tmp_path):
     """--optimize --cuda-graph keeps decoder_rows.onnx (the server's in-flight rows on CPU), fused like
-    the others, and its rows decode like the plain export; int8 keeps decoder_static alone."""
+    the others, and its rows decode like the plain export; int8 keeps decoder_static alone, and the
+    runtime checks report (not fail) its rows, whose activation scales span the batch."""
     from tfm_export.runtime.rows import open_rows, greedy_in_rows
+    from tfm_export.runtime.verify import format_verification, verify_export
 
     out = tmp_path / "opt_rows"
     manifest = export_model(load_checkpoint(tiny_checkpoint), out, ExportOptions(static_cache=True, optimize=True))
@@ -96,6 +98,9 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
     quantized = export_model(load_checkpoint(tiny_checkpoint), tmp_path / "q", ExportOptions(static_cache=True,
                                                                                               quantize="int8"))
     assert "decoder_static" in quantized.graphs and "decoder_rows" not in quantized.graphs
+    assert "GroupQueryAttention" in {n.op_type for n in onnx.load(str(out / "decoder_rows.onnx")).graph.node}
+    report = verify_export(tmp_path / "q")
+    assert isinstance(report["static_cache_mismatched_rows"], list) and "decoder_static.onnx: " in format_verification(report)
 
 
 def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):

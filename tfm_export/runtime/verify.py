@@ -50,19 +50,25 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
         "tokens": sum(map(len, rows)), "eager_report": _eager_summary(manifest.validation)}
     if "decoder_static" in manifest.graphs:
         static = open_export(folder, device, RuntimeOptions(cuda_graph=True), manifest=manifest)
-        other = static.generate_ids(sources, max_new_tokens=steps)
-        report["static_cache_mismatched_rows"] = [i for i, (a, b) in enumerate(zip(other, rows)) if a != b][:10]
-        if report["static_cache_mismatched_rows"]:
-            raise ValidationError(f"decoder_static.onnx decodes differently from decoder.onnx on rows "
-                                  f"{report['static_cache_mismatched_rows']}; re-run the export", report)
+        # int8's dynamic activation scales span each batch tensor, and the static cache's tensors are
+        # not the growing cache's: a near-tie may flip. Reported, not failed (as the export's check).
+        strict = not manifest.variant.quantize
+        _same_rows("decoder_static", static.generate_ids(sources, max_new_tokens=steps), rows, report, strict)
         if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU
-            other = greedy_in_rows(static.cache, sources, steps)
-            report["rows_mismatched"] = [i for i, (a, b) in enumerate(zip(other, rows)) if a != b][:10]
-            if report["rows_mismatched"]:
-                raise ValidationError(f"decoder_rows.onnx decodes differently from decoder.onnx on rows "
-                                      f"{report['rows_mismatched']}; re-run the export", report)
+            _same_rows("decoder_rows", greedy_in_rows(static.cache, sources, steps), rows, report, strict)
     log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)
     return report
+
+
+ROW_REPORTS = {"decoder_static": "static_cache_mismatched_rows", "decoder_rows": "rows_mismatched"}
+
+
+def _same_rows(graph: str, got: list[list[int]], want: list[list[int]], report: dict[str, Any], strict: bool) -> None:
+    """Record the rows where `graph` decoded other tokens than decoder.onnx; raise on any when strict."""
+    bad = report[ROW_REPORTS[graph]] = [i for i, (a, b) in enumerate(zip(got, want)) if a != b][:10]
+    if bad and strict:
+        raise ValidationError(f"{graph}.onnx decodes differently from decoder.onnx on rows {bad}; re-run the export",
+                              report)
 
 
 def _sources(runtime: ExportedModel, seed: int) -> tuple[list[list[int]], str]:
@@ -93,9 +99,10 @@ def format_verification(report: dict[str, Any]) -> str:
              f"{', '.join(report['graphs'])} against the manifest: ok",
              f"greedy decoding on {report['device']}: {report['sources']} {report['from']} sources, "
              f"{report['tokens']} tokens ({report['max_new_tokens']} new tokens max per source)"]
-    if "static_cache_mismatched_rows" in report:
-        lines.append("decoder_static.onnx: the same rows as decoder.onnx")
-    if "rows_mismatched" in report:
-        lines.append("decoder_rows.onnx (in-flight rows): the same rows as decoder.onnx")
+    for graph, key in ROW_REPORTS.items():
+        if key in report:
+            bad = report[key]
+            lines.append(f"{graph}.onnx: " + (f"differs from decoder.onnx on rows {bad} (int8: reported, not failed)"
+                                              if bad else "the same rows as decoder.onnx"))
     lines.append(f"eager comparison recorded at export: {report['eager_report']}")
     return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""Engine-only throughput: the server's decode engines without HTTP, every job queued at once.
+
+    python benchmarks/engine.py EXPORT --jobs 320 --max-batch 16 --new-tokens 4:64 --max-src-len 64 \
+        --threads 2 --repeat 2
+
+The same workload as benchmarks/load.py (its sources and LOW:HIGH budgets), submitted in one go to a
+request-level and an in-flight engine (serve.batcher), modes taking turns; prints tokens/s per run
+and the paired in-flight / request-level ratios. What load.py measures minus the HTTP server and
+the load client (which share the machine's cores with the engine there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from load import sources
+from tfm_export.serve.batcher import EngineConfig, Job
+from tfm_export.serve.engine import ServeSettings, open_engine
+
+
+def run(folder: Path, mode: str, work: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
+    """Queue every job at once; wall time until the last one is answered."""
+    engine = open_engine(ServeSettings(str(folder), batching=mode, threads=args.threads,
+                                       engine=EngineConfig(max_batch=args.max_batch, max_queue=len(work),
+                                                           max_src_len=args.max_src_len)))
+    answered, tokens = threading.Semaphore(0), [0]
+
+    def emit(kind: str, value: object) -> None:
+        if kind == "token":
+            tokens[0] += 1
+        else:  # done or error: each job ends with exactly one
+            answered.release()
+
+    engine.start()
+    start = time.perf_counter()
+    engine.submit([Job(ids, steps, emit) for ids, steps in work])
+    for _ in work:
+        answered.acquire()
+    wall = time.perf_counter() - start
+    engine.close()
+    return {"mode": mode, "jobs": len(work), "tokens": tokens[0], "seconds": wall, "tokens_per_s": tokens[0] / wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="an export made with --cuda-graph or --static-slots")
+    parser.add_argument("--modes", default="request,inflight", help="comma-separated: request,inflight")
+    parser.add_argument("--jobs", type=int, default=320, help="jobs queued at once")
+    parser.add_argument("--max-batch", type=int, default=16, help="rows decoded together")
+    parser.add_argument("--new-tokens", default="4:64", help="max_new_tokens per job: N or LOW:HIGH (uniform)")
+    parser.add_argument("--max-src-len", type=int, default=None, help="the engines' longest source")
+    parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode, modes taking turns")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    low, _, high = args.new_tokens.partition(":")
+    budgets = random.Random(args.seed + 1)
+    pool = sources(args.folder, 200, args.seed, args.max_src_len)
+    work = [(pool[n % len(pool)], budgets.randint(int(low), int(high or low))) for n in range(args.jobs)]
+    rows = []
+    for repeat in range(args.repeat):
+        for mode in args.modes.split(","):
+            rows.append({"repeat": repeat, **run(args.folder, mode, work, args)})
+            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}), flush=True)
+    pairs = [i["tokens_per_s"] / r["tokens_per_s"] for i in rows if i["mode"] == "inflight"
+             for r in rows if r["mode"] == "request" and r["repeat"] == i["repeat"]]
+    if pairs:
+        print(f"in-flight / request: {float(np.median(pairs)):.2f}x ({', '.join(f'{p:.2f}' for p in pairs)})")
+
+
+if __name__ == "__main__":
+    main()
