@@ -200,3 +200,24 @@ def test_the_runtime_checks_fail_on_other_rows_unless_the_export_is_int8():
     _same_rows("decoder_static", [[1], [2, 3]], [[1], [2, 4]], report, strict=False)
     assert report["static_cache_mismatched_rows"] == [1]
     assert "decoder_static.onnx: differs from decoder.onnx on rows [1] (int8" in format_verification(report)
+
+
+def test_an_export_from_before_the_fused_rows_falls_back_to_static_rows(slots_export, monkeypatch, caplog):
+    """A decoder_rows.onnx of an older tfm-export returned new.* keys/values for the host to write: its
+    manifest says so, and the in-flight rows use decoder_static instead, with a line saying to re-export."""
+    import dataclasses
+    import logging
+
+    from tfm_export.runtime.rows import HostRows, open_rows
+
+    model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    manifest = model.cache.manifest
+    entry = manifest.graphs["decoder_rows"]
+    old_outputs = tuple(dataclasses.replace(t, name=t.name.replace("present.", "new.")) for t in entry.spec.outputs)
+    old = dataclasses.replace(entry, spec=dataclasses.replace(entry.spec, outputs=old_outputs))
+    monkeypatch.setattr(model.cache, "manifest", dataclasses.replace(manifest, graphs={**manifest.graphs,
+                                                                                       "decoder_rows": old}))
+    with caplog.at_level(logging.WARNING, logger="tfm_export.runtime.rows"):
+        rows = open_rows(model.cache, 2, 16)
+    assert isinstance(rows, RowBatch) and not isinstance(rows, HostRows)
+    assert "re-export it for the fused in-place rows" in caplog.text
