@@ -8,7 +8,9 @@ window; inputs and attributes as ONNX Runtime documents them) is registered once
 Why GroupQueryAttention (with kv_num_heads == num_heads, plain multi-head attention): it is the one
 fused CPU kernel that takes a per-row past length (`seqlens_k`) and, when present and past share
 memory, writes the new key/value into the cache in place. `seqlens_k` is the number of filled slots
-(cache_len) and `total_sequence_length` the cache's slots.
+(cache_len) and `total_sequence_length` the cache's slots. ONNX Runtime range-checks `seqlens_k`
+against the cache (ORT 1.31: "seqlens_k[0] = 4 is out of range [0, 4)"), so a full row is an error,
+never a write past the buffer.
 """
 
 from __future__ import annotations
