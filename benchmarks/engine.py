@@ -3,7 +3,7 @@
     python benchmarks/engine.py EXPORT --jobs 320 --max-batch 16 --new-tokens 4:64 --max-src-len 64 \
         --threads 2 --repeat 2
 
-The same workload as benchmarks/load.py (its sources and LOW:HIGH budgets), submitted in one go to a
+The same workload as benchmarks/load.py (load.workload: its sources and budgets), submitted in one go to a
 request-level and an in-flight engine (serve.batcher), modes taking turns; prints tokens/s per run
 and the paired in-flight / request-level ratios. What load.py measures minus the HTTP server and
 the load client (which share the machine's cores with the engine there).
@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from load import sources
+from load import workload
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
@@ -60,10 +59,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode, modes taking turns")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    low, _, high = args.new_tokens.partition(":")
-    budgets = random.Random(args.seed + 1)
-    pool = sources(args.folder, 200, args.seed, args.max_src_len)
-    work = [(pool[n % len(pool)], budgets.randint(int(low), int(high or low))) for n in range(args.jobs)]
+    pool = workload(args.folder, args.new_tokens, args.seed, args.max_src_len)
+    work = [pool[n % len(pool)] for n in range(args.jobs)]  # as load.py's requests cycle through it
     rows = []
     for repeat in range(args.repeat):
         for mode in args.modes.split(","):

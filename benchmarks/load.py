@@ -73,6 +73,13 @@ def sources(folder: Path, count: int, seed: int, longest: int | None = None) -> 
             for _ in range(count)]
 
 
+def workload(folder: Path, new_tokens: str, seed: int, longest: int | None = None) -> list[tuple[list[int], int]]:
+    """200 (source ids, max_new_tokens) pairs that requests cycle through; `new_tokens`: N or LOW:HIGH."""
+    low, _, high = new_tokens.partition(":")
+    lengths = random.Random(seed + 1)
+    return [(ids, lengths.randint(int(low), int(high or low))) for ids in sources(folder, 200, seed, longest)]
+
+
 async def one_request(http: aiohttp.ClientSession, url: str, ids: list[int], steps: int) -> dict:
     start = time.perf_counter()
     first, tokens = None, 0
@@ -146,10 +153,7 @@ def main() -> None:
     for path, (what, test) in outputs:  # before the long run: never replace a file we did not write
         if (path.exists() or path.is_symlink()) and (path.is_symlink() or not test(path)):
             raise SystemExit(f"{path} exists and is not {what}; choose another name")
-    low, _, high = args.new_tokens.partition(":")
-    lengths = random.Random(args.seed + 1)
-    pool = [(ids, lengths.randint(int(low), int(high or low)))
-            for ids in sources(args.folder, 200, args.seed, args.max_src_len)]
+    pool = workload(args.folder, args.new_tokens, args.seed, args.max_src_len)
     rows = []
     print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
           f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)

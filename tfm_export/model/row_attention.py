@@ -8,8 +8,8 @@ Written as plain ONNX ops, the same step either copies the whole cache every ste
 a third of a step on CPU) or runs about ten small ops per layer (transformer-base, batch 16: a
 fifth of the step, against under a tenth fused).
 
-The eager implementation is the SlotCache step itself (kv_cache.SlotCache: write, then attend over
-the filled slots), so a rows graph and a static graph of one model agree in eager PyTorch.
+The eager implementation is the SlotCache step itself (kv_cache.SlotCache's write and mask, then
+transformer.scaled_attention), so a rows graph and a static graph of one model agree in eager PyTorch.
 """
 
 from __future__ import annotations
@@ -25,20 +25,17 @@ def row_attention(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tenso
     cache_len (batch,) int64, each < slots. Returns (output (batch, 1, d_model), present_k, present_v):
     the caches with slot cache_len[b] written (slots after it are unspecified: the fused kernel
     leaves them as they were when in place, and does not copy them otherwise)."""
+    from .kv_cache import SlotCache  # not at the top: kv_cache imports this module
+    from .transformer import scaled_attention
+
     batch, tgt_len, d_model = q.shape
-    slots = past_k.shape[2]
 
     def split(x: Tensor) -> Tensor:
         return x.view(batch, tgt_len, heads, d_model // heads).transpose(1, 2)  # (batch, heads, 1, head_dim)
 
-    positions = torch.arange(slots, device=q.device)  # (slots,)
-    write = (positions == cache_len[:, None])[:, None, :, None]  # (batch, 1, slots, 1)
-    present_k = torch.where(write, split(k), past_k)  # (batch, heads, slots, head_dim)
-    present_v = torch.where(write, split(v), past_v)
-    allowed = (positions <= cache_len[:, None])[:, None, None, :]  # (batch, 1, 1, slots)
-    scores = torch.matmul(split(q), present_k.transpose(-1, -2)) * scale  # (batch, heads, 1, slots)
-    scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
-    out = torch.matmul(torch.softmax(scores, dim=-1), present_v)  # (batch, heads, 1, head_dim)
+    step = SlotCache.at(cache_len, past_k.shape[2])
+    present_k, present_v = step.update(past_k, split(k)), step.update(past_v, split(v))  # (batch, heads, slots, head_dim)
+    out = scaled_attention(split(q), present_k, present_v, step.allowed, scale)  # (batch, heads, 1, head_dim)
     return out.transpose(1, 2).reshape(batch, tgt_len, d_model), present_k, present_v
 
 

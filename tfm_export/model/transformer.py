@@ -62,6 +62,19 @@ class Embeddings(nn.Module):
         return self.dropout(x + nn.functional.embedding(positions, self.position_table()))
 
 
+def scaled_attention(q: Tensor, key: Tensor, value: Tensor, allowed: Tensor, scale: float,
+                     dropout: nn.Module | None = None) -> Tensor:
+    """q (batch, heads, tgt_len, head_dim) over key/value (batch, heads, key_len, head_dim) where
+    `allowed` (broadcast to the scores) is True; returns (batch, heads, tgt_len, head_dim)."""
+    scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # (batch, heads, tgt_len, key_len)
+    # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
+    # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
+    # rounds back to the floor, so the weights equal masked_fill's.
+    scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    return torch.matmul(dropout(weights) if dropout is not None else weights, value)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over several heads; keys/values can be precomputed."""
 
@@ -84,13 +97,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor) -> Tensor:
         """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` broadcasts to the scores."""
         q = self.split_heads(self.q_proj(x))  # (batch, heads, tgt_len, head_dim)
-        scores = torch.matmul(q, key.transpose(-1, -2)) * self.scale  # (batch, heads, tgt_len, key_len)
-        # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
-        # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
-        # rounds back to the floor, so the weights equal masked_fill's.
-        scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
-        weights = self.dropout(torch.softmax(scores, dim=-1))
-        out = torch.matmul(weights, value)  # (batch, heads, tgt_len, head_dim)
+        out = scaled_attention(q, key, value, allowed, self.scale, self.dropout)  # (batch, heads, tgt_len, head_dim)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)  # (batch, tgt_len, d_model)
         return self.out_proj(out)
