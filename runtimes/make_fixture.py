@@ -8,7 +8,10 @@ Without --export-dir the bundled model (models/num2words-de) is exported to a te
 The fixture holds only export-independent data: inputs, their source ids, and the torch-free runtime's
 output: greedy ids and texts, beam search n-best lists and seeded samples (ids and scores), and greedy
 decoding with the logits processors. tests/test_runtimes_fixture.py checks the committed file on every
-test run (scores within SCORE_TOLERANCE: numpy's exp/log may differ in the last bit between machines).
+test run: ids equal, scores within SCORE_TOLERANCE relative beyond 1, the rule the Node tests use. Scores
+are sums of float32 log-probabilities, and ONNX Runtime's float32 kernels round differently on another
+CPU (its vector width picks the kernel): between two x86 machines the same export moved beam scores by
+up to 2.5e-7 on -0.73 and sampled ones by 5.8e-6 on -88.7, with every token the same.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ FIXTURE = HERE / "fixtures" / "expected.json"
 BUNDLED = ROOT / "models" / "num2words-de"
 COUNT = 8  # held-out inputs: different lengths, so batches are padded
 TRUNCATE_AT = 7  # a max_new_tokens case: rows cut before their EOS
-SCORE_TOLERANCE = 1e-9  # between two machines' numpy; Node must match within 1e-6 (its own exp/log)
+SCORE_TOLERANCE = 1e-6  # times max(1, |score|): another CPU's float32 rounding (see above); Node's rule too
 # Decoding settings beyond greedy (GenerationConfig fields) and how many of the inputs each decodes in
 # one batch: n-best beam search with each early_stopping rule and length penalties, seeded sampling
 # with every warper, and the processors. Temperatures above 1 make the confident model's samples vary.
@@ -66,9 +69,10 @@ def build(export_dir: str | Path, count: int = COUNT) -> dict:
 
 
 def same(a, b) -> bool:
-    """Equal fixtures, floats (scores) within SCORE_TOLERANCE."""
+    """Equal fixtures, floats (scores) within SCORE_TOLERANCE * max(1, |score|)."""
     if isinstance(a, float) or isinstance(b, float):
-        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= SCORE_TOLERANCE
+        return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                and abs(a - b) <= SCORE_TOLERANCE * max(1.0, abs(b)))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):

@@ -5,6 +5,7 @@ this committed file, so it must be current: regenerate it with
 `.venv/bin/python runtimes/make_fixture.py --update`.
 """
 
+import copy
 import importlib.util
 from pathlib import Path
 
@@ -25,6 +26,18 @@ make_fixture = load_make_fixture()
 def test_committed_fixture_matches_the_python_runtime(bundled_export):
     assert make_fixture.same(make_fixture.build(bundled_export), make_fixture.load()), (
         "runtimes/fixtures/expected.json is stale: run `.venv/bin/python runtimes/make_fixture.py --update`")
+
+
+def test_the_check_tolerates_float32_rounding_but_not_a_changed_score_or_token():
+    fixture = make_fixture.load()
+    hypothesis = fixture["searches"][3]["hypotheses"][0][0]  # a sampled score near -93
+    rounded, changed = copy.deepcopy(fixture), copy.deepcopy(fixture)
+    rounded["searches"][3]["hypotheses"][0][0]["score"] += 6e-6  # another CPU's rounding (make_fixture.py)
+    changed["searches"][3]["hypotheses"][0][0]["score"] += 1e-3 * abs(hypothesis["score"])
+    assert make_fixture.same(rounded, fixture) and not make_fixture.same(changed, fixture)
+    changed = copy.deepcopy(fixture)
+    changed["cases"][0]["ids"][0] += 1
+    assert not make_fixture.same(changed, fixture)
 
 
 def test_fixture_covers_padding_and_truncation():
