@@ -193,7 +193,7 @@ def stream_events(response) -> list[tuple[str, dict]]:
 def test_a_client_that_disconnects_frees_its_row(static_export, serial):
     engine = open_engine(ServeSettings(str(static_export)))
     step = engine.rows.step
-    engine.rows.step = lambda *a: (time.sleep(0.01), step(*a))[1]  # 64 steps take ~0.6 s: time to hang up
+    engine.rows.step = lambda *a: (time.sleep(0.02), step(*a))[1]  # 64 steps take ~1.3 s: time to hang up
     long_ids = next(ids for ids, _ in varied_requests(200, 3) if len(serial(ids, 64)) == 64)
     with serving(ServeSettings(str(static_export)), engine) as (url, _):
         with httpx.stream("POST", f"{url}/v1/translate", json={"ids": [long_ids], "stream": True}) as response:

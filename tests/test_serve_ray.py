@@ -49,10 +49,17 @@ def test_two_replicas_survive_a_killed_replica(static_export):
         rng = random.Random(4)
         requests = [([rng.randrange(4, 60) for _ in range(rng.randrange(1, 30))], rng.randrange(1, 65))
                     for _ in range(120)]
-        killer = threading.Timer(1.0, _kill_one_replica)
+        answered = threading.Semaphore(0)
+        killer = threading.Thread(target=_kill_one_replica, args=(answered, 16), daemon=True)  # mid-load
         killer.start()
+
+        def client(request: tuple[list[int], int]) -> list[int]:
+            tokens = translate_with_retry(url, *request)
+            answered.release()
+            return tokens
+
         with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda r: translate_with_retry(url, *r), requests))
+            answers = list(pool.map(client, requests))
         load_ended = time.monotonic()
         killer.join()
         assert killer.killed_at < load_ended  # type: ignore[attr-defined]  # killed mid-load
@@ -63,7 +70,9 @@ def test_two_replicas_survive_a_killed_replica(static_export):
         ray.shutdown()
 
 
-def _kill_one_replica() -> None:
+def _kill_one_replica(answered: threading.Semaphore, after: int) -> None:
+    for _ in range(after):  # the kill waits for load, not for a clock: a fast machine could finish first
+        answered.acquire()
     replicas = [a for a in ray.util.list_named_actors(all_namespaces=True) if "SERVE_REPLICA" in a["name"]]
     handle = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
     ray.kill(handle, no_restart=True)  # the Serve controller notices and starts a replacement
