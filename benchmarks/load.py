@@ -153,6 +153,11 @@ def main() -> None:
     for path, (what, test) in outputs:  # before the long run: never replace a file we did not write
         if (path.exists() or path.is_symlink()) and (path.is_symlink() or not test(path)):
             raise SystemExit(f"{path} exists and is not {what}; choose another name")
+    if args.plot:  # found out before the run, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise SystemExit("--plot needs matplotlib: pip install -c constraints.txt '.[plot]'") from None
     pool = workload(args.folder, args.new_tokens, args.seed, args.max_src_len)
     rows = []
     print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "

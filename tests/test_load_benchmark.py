@@ -39,3 +39,14 @@ def test_engine_benchmark_runs_both_engines_on_one_workload(static_export):
     assert [r["mode"] for r in rows] == ["request", "inflight"] and all(r["jobs"] == 24 for r in rows)
     assert rows[0]["tokens"] == rows[1]["tokens"] > 0
     assert "in-flight / request: " in result.stdout
+
+
+def test_plot_without_matplotlib_is_refused_before_the_run(static_export, tmp_path):
+    hide = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    cmd = [sys.executable, "-c", hide, "benchmarks/load.py", str(static_export), "--rates", "30", "--duration", "60",
+           "--plot", str(tmp_path / "load.png")]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""  # no server started, no row measured
+    assert result.stderr.strip() == "--plot needs matplotlib: pip install -c constraints.txt '.[plot]'"
+    assert list(tmp_path.iterdir()) == []

@@ -87,9 +87,29 @@ def test_concurrent_clients_get_exactly_the_serial_tokens(server, serial):
     for requests, replies in zip(work, answers):
         for (ids, n), reply in zip(requests, replies):
             assert reply["translations"][0]["ids"] == serial(ids, n)
-    metrics = httpx.get(f"{url}/metrics").text
-    assert 'tfm_export_requests_total{status="200"}' in metrics and "tfm_export_batch_occupancy" in metrics
-    assert "tfm_export_request_seconds_bucket" in metrics and "tfm_export_tokens_per_second" in metrics
+    before = scrape(url)  # the fixture's server may have answered requests of other tests
+    assert before["tfm_export_requests_total"][(("status", "200"),)] >= 800
+    assert before["tfm_export_request_seconds_count"][()] >= 800
+    assert before["tfm_export_tokens_total"][()] >= sum(len(serial(ids, n)) for reqs in work for ids, n in reqs)
+    assert before["tfm_export_batch_occupancy"][()] == 0 and before["tfm_export_queue_depth"][()] == 0
+    assert before["tfm_export_tokens_per_second"][()] > 0  # tokens were made since the last scrape
+    buckets = {dict(labels)["le"]: n for labels, n in before["tfm_export_first_token_seconds_bucket"].items()}
+    assert buckets["+Inf"] == before["tfm_export_first_token_seconds_count"][()]
+    reply = httpx.post(f"{url}/v1/translate", json={"ids": [[5, 6, 7]], "max_new_tokens": 8})
+    after = scrape(url)
+    assert after["tfm_export_requests_total"][(("status", "200"),)] == before["tfm_export_requests_total"][(("status", "200"),)] + 1
+    assert after["tfm_export_tokens_total"][()] == before["tfm_export_tokens_total"][()] + len(reply.json()["translations"][0]["ids"])
+
+
+def scrape(url: str) -> dict[str, dict[tuple, float]]:
+    """GET /metrics parsed with prometheus_client's own parser: {sample name: {labels: value}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
 
 
 def test_a_request_joins_the_running_batch_within_a_step(static_export, serial):
@@ -97,24 +117,26 @@ def test_a_request_joins_the_running_batch_within_a_step(static_export, serial):
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=2)))
     long_ids = next(ids for ids, _ in varied_requests(200, 3) if len(serial(ids, 64)) == 64)
     events: list[tuple[str, str]] = []
-    started = threading.Event()
+    started, submitted = threading.Event(), threading.Event()
 
     def recorder(name):
         def emit(kind, value):
             events.append((name, kind))
-            if name == "long" and len(events) == 5:
-                started.set()
+            if name == "long" and len(events) == 5:  # the decode thread waits for the short job's submit:
+                started.set()  # on a busy machine it could otherwise step on before this thread runs
+                assert submitted.wait(10)
         return emit
 
     engine.start()
     engine.submit([Job(long_ids, 64, recorder("long"))])
     assert started.wait(10)
     engine.submit([Job([5, 6], 2, recorder("short"))])
+    submitted.set()
     engine.close(30)
     done = [name for name, kind in events if kind == "done"]
     assert done == ["short", "long"]
     short = [n for n, event in enumerate(events) if event[0] == "short"]
-    assert short[0] < 40  # the long row was still decoding: the short one joined it
+    assert short[0] <= 7  # it joined at the next step (the long row's 6th token), not after the batch
     # the two rows stepped together: one long token between the short one's two tokens (then its end)
     assert [events[n] for n in range(short[0], short[-1] + 1)] == [
         ("short", "token"), ("long", "token"), ("short", "token"), ("short", "done")]
