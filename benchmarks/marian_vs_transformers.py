@@ -20,7 +20,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.importers import load_any
-from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
 
 OPUS_MT = dict(vocab_size=58101, decoder_vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
                encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
@@ -59,7 +59,7 @@ def main() -> None:
 
         def ort_run(k: int):
             return lambda: ort_model.generate_ids(src.tolist(), max_new_tokens=k, stop_at_eos=False,
-                                                  num_beams=args.num_beams)
+                                                  config=GREEDY.replace(num_beams=args.num_beams))
 
         runs: dict[str, list[float]] = {"transformers": [], "ort": []}
         for fn in (hf_run, ort_run):  # warm-up

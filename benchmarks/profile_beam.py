@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 
-from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
 from tfm_export.runtime import beam, cache, head, reorder
 
 PARTS = {"decoder": (cache._GrowingState, "_run"), "head": (head.BeamHead, "__call__"),
@@ -64,7 +64,7 @@ def main() -> None:
             cache._GrowingState.top = with_head if mode == "device head" else None
             spent.clear()
             start = time.perf_counter()
-            model.generate_ids(sources, args.new_tokens, stop_at_eos=False, num_beams=args.num_beams)
+            model.generate_ids(sources, args.new_tokens, stop_at_eos=False, config=GREEDY.replace(num_beams=args.num_beams))
             if i:
                 runs[mode].append({"step": time.perf_counter() - start, **spent})
     print(f"{args.export_dir}: batch {args.batch} x {args.num_beams} beams, {args.new_tokens} tokens, "

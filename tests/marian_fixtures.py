@@ -11,11 +11,18 @@ EOS, UNK = 0, 1
 BASE = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
             encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64, dropout=0.0,
             init_std=0.3)  # wider than the default 0.02, so that greedy tokens depend on the source
+# generation_config.json as OPUS-MT folders are published (Helsinki-NLP/opus-mt-*): beam search, the pad
+# id banned, a long max_length, renormalised logits; forced_eos_token_id and the pad id are set per model.
+PUBLISHED = dict(num_beams=4, max_length=512, renormalize_logits=True)
 WORDS = ["the house", "a small cat", "green trees grow", "we eat bread", "das Haus", "eine Katze", "grüne Bäume"]
 
 
-def marian(vocab: int = 40, seed: int = 0, bad_pad: bool = False, forced_eos: bool = True, **changes):
-    """A random MarianMTModel in eval mode; the pad id (vocab - 1) is the decoder start, as in OPUS-MT."""
+def marian(vocab: int = 40, seed: int = 0, bad_pad: bool = False, forced_eos: bool = True,
+           generation: dict | None = None, **changes):
+    """A random MarianMTModel in eval mode; the pad id (vocab - 1) is the decoder start, as in OPUS-MT.
+
+    Its generation_config is a published folder's (PUBLISHED, the pad id in bad_words_ids) with
+    `generation`'s changes; `bad_pad` makes the banned pad id win wherever it is not banned."""
     import transformers
 
     settings = dict(BASE, vocab_size=vocab, decoder_vocab_size=vocab, pad_token_id=vocab - 1, eos_token_id=EOS,
@@ -28,7 +35,9 @@ def marian(vocab: int = 40, seed: int = 0, bad_pad: bool = False, forced_eos: bo
         if bad_pad:  # without the ban, greedy decoding would emit the pad id
             model.final_logits_bias[0, vocab - 1] += 20.0
     # Generation settings live in generation_config (written to generation_config.json).
-    model.generation_config.bad_words_ids = [[vocab - 1]] if bad_pad else None
+    settings = dict(PUBLISHED, bad_words_ids=[[settings["pad_token_id"]]], **(generation or {}))
+    for name, value in settings.items():
+        setattr(model.generation_config, name, value)
     model.generation_config.forced_eos_token_id = EOS if forced_eos else None
     return model
 

@@ -119,7 +119,9 @@ def test_device_head_equals_host_path_and_transformers(marian_exports, settings,
     for seed, (hf, runtime, forced) in enumerate(marian_exports):
         src, mask = padded_batch(seed=seed + 1)
         sources = [row[: int(m.sum())] for row, m in zip(src.tolist(), mask)]
-        config = GenerationConfig(max_new_tokens=HF_STEPS, forced_eos=forced, **settings)
+        # The folder's defaults (renormalize_logits, forced EOS or not) with the settings over them.
+        config = runtime.generation_config(max_new_tokens=HF_STEPS, forced_eos=forced, **settings)
+        assert config.renormalize_logits
         with monkeypatch.context() as patch:
             tops, logits = count_calls(patch, BeamHead, "__call__"), count_calls(patch, cache._GrowingState, "logits")
             on_device = runtime.generate(sources, config)

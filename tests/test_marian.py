@@ -20,10 +20,10 @@ from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.cli.common import cli_option
 from tfm_export.importers.marian import import_marian  # noqa: E402
-from tfm_export.importers.marian_generation import generation_report  # noqa: E402
+from tfm_export.importers.hf_generation import generation_report  # noqa: E402
 from tfm_export.text.marian import MarianTokenizer  # noqa: E402
 from tfm_export.model.transformer import sinusoidal_table  # noqa: E402
-from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.runtime import GREEDY, open_export  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
@@ -60,10 +60,9 @@ def assert_matches_transformers(hf, ckpt, forced_eos: bool) -> None:
     with torch.no_grad():
         expected = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
         got = ours(src, tgt)
-    # Banned ids are masked inside our logits (at generation time in transformers): compare the rest.
-    allowed = [i for i in range(expected.shape[-1]) if i not in ckpt.config.suppress_ids]
+    # Banned ids are banned when decoding (as in transformers), not in the logits: compare every id.
     assert got.shape == expected.shape
-    assert (got - expected)[..., allowed].abs().max() <= 1e-4
+    assert (got - expected).abs().max() <= 1e-4
     # transformers forces EOS as the last of N new tokens; then its first N-1 are ours.
     assert ckpt.meta["forced_eos_at_max_length"] == forced_eos
     ours_steps = STEPS - 1 if forced_eos else STEPS
@@ -81,7 +80,7 @@ def test_logits_and_greedy_match_transformers(name, weights, tmp_path):
     assert (cfg.share_embeddings, cfg.tie_output) == {
         "relu-unshared-untied": (False, False), "silu-unshared-tied": (False, True),
         "shared-flag-untied": (False, False)}.get(name, (True, True))
-    assert cfg.suppress_ids == ((39,) if settings.get("bad_pad") else ())
+    assert cfg.suppress_ids == (39,)  # published folders ban the pad id (bad_words_ids)
     assert_matches_transformers(hf, ckpt, settings.get("forced_eos", True))
 
 
@@ -141,14 +140,16 @@ def test_generation_settings(tmp_path, caplog):
     hf.generation_config.bad_words_ids = [[7], [8, 9]]
     hf.generation_config.no_repeat_ngram_size = 3
     hf.save_pretrained(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="tfm_export.importers.marian_generation"):
+    with caplog.at_level(logging.WARNING, logger="tfm_export.importers.hf_generation"):
         ckpt = import_marian(tmp_path)
     assert ckpt.config.suppress_ids == (5, 6, 7)
     ignored = ckpt.meta["generation"]["not_reproduced"]
     assert set(ignored) == {"bad_words_ids (phrases)"}
     assert "bad_words_ids (phrases)=[[8, 9]] is not reproduced" in caplog.text
     # no_repeat_ngram_size is reproduced (runtime.processors): it becomes the export's default decoding.
-    assert ckpt.meta["generation_defaults"] == {"no_repeat_ngram_size": 3}
+    # As published: 4 beams, max_length 512 (capped to the 64 positions), forced EOS.
+    assert ckpt.meta["generation_defaults"] == {"no_repeat_ngram_size": 3, "num_beams": 4, "max_new_tokens": 64,
+                                                "forced_eos": True, "renormalize_logits": True}
     neutral = {"min_new_tokens": None, "repetition_penalty": 1.0, "min_length": 1, "num_beams": 4}
     assert generation_report(neutral) == {"not_reproduced": {}, "num_beams": 4, "max_length": None}
     # Without the settings we do not reproduce, the static bans give transformers' tokens.
@@ -313,12 +314,17 @@ def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path
     assert manifest["tokenizer"]["type"] == "marian"
     runtime = open_export(out, device="cpu")
     batch = hf_tok(TEXTS, return_tensors="pt", padding=True)
+    sources = [hf_tok(t)["input_ids"] for t in TEXTS]
+    # The folder's defaults (4 beams, forced EOS) on both sides, then explicitly greedy.
+    default = model.generate(**batch, max_new_tokens=10)[:, 1:].tolist()
+    assert runtime.generate_ids(sources, 10) == [r[: r.index(EOS)] if EOS in r else r for r in default]
+    assert manifest["validation"]["default"]["equal"] and manifest["validation"]["greedy"]["equal"]
     expected = hf_greedy(model, batch["input_ids"], batch["attention_mask"], 10)
-    assert runtime.generate_ids([hf_tok(t)["input_ids"] for t in TEXTS], 9) == expected
-    texts = runtime.translate(TEXTS, max_new_tokens=9)
+    assert runtime.generate_ids(sources, 9, config=GREEDY) == expected
+    texts = runtime.translate(TEXTS, max_new_tokens=9, config=GREEDY)
     assert texts == [hf_tok.decode(ids, skip_special_tokens=True, use_source_tokenizer=False) for ids in expected]
     generated = CliRunner().invoke(cli, ["generate", str(out), "--text", TEXTS[0], "--json", "--device", "cpu",
-                                         "--max-new-tokens", "9"])
+                                         "--max-new-tokens", "9", "--greedy"])
     assert generated.exit_code == 0 and json.loads(generated.output)["text"] == texts[0]
     # The copied tokenizer files are recorded with their hashes: --force removes them only while unchanged.
     assert sorted(manifest["files"]) == ["source.spm", "target.spm", "vocab.json"]

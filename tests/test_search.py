@@ -16,7 +16,7 @@ from tfm_export.model.beam_oracle import beam_search_oracle
 from tfm_export.model.checkpoint import Checkpoint
 from tfm_export.model.eager import EagerModel
 from tfm_export.model.presets import init_model
-from tfm_export.runtime import open_export
+from tfm_export.runtime import GREEDY, open_export
 from tfm_export.runtime.beam import top_k
 from tfm_export.runtime.generation import GenerationConfig
 from tfm_export.runtime.sampling import SplitMix64, row_generators, warp
@@ -277,8 +277,8 @@ def test_beam_search_equals_transformers_generate(marian_models, settings):
         sources = [row[: int(m.sum())] for row, m in zip(src.tolist(), mask)]  # different lengths
         expected = hf_generate(hf, src, mask, **settings)
         forced = ckpt.meta["forced_eos_at_max_length"]
-        ours = EagerModel(ckpt.build_model()).generate(sources, max_new_tokens=HF_STEPS, forced_eos=forced,
-                                                       **settings)
+        ours = EagerModel.from_checkpoint(ckpt).generate(sources, max_new_tokens=HF_STEPS, forced_eos=forced,
+                                                         **settings)  # over the folder's defaults
         assert [[h.ids for h in row] for row in ours] == [[ids for ids, _ in row] for row in expected], seed
         if settings["num_beams"] > 1:
             same(ours, expected)
@@ -298,18 +298,24 @@ def test_ort_beam_search_equals_transformers_on_an_export(marian_models, tmp_pat
 
 
 def test_marian_generation_config_becomes_the_default_decoding(tmp_path):
+    """A published-style folder with a length penalty and n-gram bans: `generate()` with no options on
+    both sides gives the same hypotheses and scores."""
     pytest.importorskip("transformers")
-    from marian_fixtures import marian, save
+    from marian_fixtures import padded_batch, marian, save
     from tfm_export.importers.marian import import_marian
 
-    hf = marian(seed=4)
-    hf.generation_config.num_beams, hf.generation_config.length_penalty = 4, 0.7
+    hf = marian(seed=4, generation=dict(num_beams=6, length_penalty=0.7, no_repeat_ngram_size=3, max_length=13))
     ckpt = import_marian(save(hf, tmp_path / "hf"))
-    assert ckpt.meta["generation_defaults"] == {"num_beams": 4, "length_penalty": 0.7}
-    export_model(ckpt, tmp_path / "out", ExportOptions(validate=False))
+    defaults = {"num_beams": 6, "length_penalty": 0.7, "no_repeat_ngram_size": 3, "max_new_tokens": 12,
+                "forced_eos": True, "renormalize_logits": True}
+    assert ckpt.meta["generation_defaults"] == defaults
+    export_model(ckpt, tmp_path / "out", ExportOptions())  # validation compares the default decoding too
     runtime = open_export(tmp_path / "out", device="cpu")
-    assert runtime.manifest.generation == {"num_beams": 4, "length_penalty": 0.7}
-    sources = [[5, 9, 13, 0], [7, 0]]
-    assert runtime.generate_ids(sources, 8) == [r[0].ids for r in runtime.generate(
-        sources, GenerationConfig(num_beams=4, length_penalty=0.7, max_new_tokens=8))]
-    assert runtime.generate_ids(sources, 8, num_beams=1) == EagerModel(ckpt.build_model()).generate_ids(sources, 8)
+    assert runtime.manifest.generation == defaults and runtime.manifest.validation["default"]["equal"]
+    src, mask = padded_batch(seed=3)
+    sources = [row[: int(m.sum())] for row, m in zip(src.tolist(), mask)]
+    out = hf.generate(input_ids=src, attention_mask=mask, return_dict_in_generate=True, output_scores=True)
+    rows = [r[: r.index(0)] if 0 in r else r for r in out.sequences[:, 1:].tolist()]
+    same(runtime.generate(sources), [[pair] for pair in zip(rows, out.sequences_scores.tolist())])
+    assert runtime.generate_ids(sources) == rows
+    assert runtime.generate_ids(sources, 8, config=GREEDY) == EagerModel(ckpt.build_model()).generate_ids(sources, 8)

@@ -211,7 +211,9 @@ async function* searchSteps(ort, model, sources, config, timings) {
   const c = model.manifest.config;
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
-  const strategy = strategyFor(sources.length, steps, config, { bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id });
+  const strategy = strategyFor(sources.length, steps, config, {
+    bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [],
+  });
   const feeds = await encode(ort, model, padded, sources.length, strategy.rows / sources.length, timings);
   let tokens = Array(strategy.rows).fill(c.bos_id);
   while (!strategy.finished) {

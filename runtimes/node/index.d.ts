@@ -136,6 +136,8 @@ export interface DecodingOptions {
   noRepeatNgramSize?: number;
   /** The last allowed token is EOS. */
   forcedEos?: boolean;
+  /** Log-softmax again after the processors (transformers' renormalize_logits). */
+  renormalizeLogits?: boolean;
 }
 
 export interface GenerateOptions extends DecodingOptions {

@@ -18,12 +18,13 @@ export const PYTHON_NAMES = {
   repetitionPenalty: 'repetition_penalty',
   noRepeatNgramSize: 'no_repeat_ngram_size', // 0: off
   forcedEos: 'forced_eos', // the last allowed token is EOS
+  renormalizeLogits: 'renormalize_logits', // log-softmax again after the processors (beam scores)
 };
 
 export const DEFAULTS = Object.freeze({
   maxNewTokens: undefined, numBeams: 1, lengthPenalty: 1, earlyStopping: false, numReturnSequences: 1,
   doSample: false, temperature: 1, topK: 0, topP: 1, seed: 0, minNewTokens: 0, repetitionPenalty: 1,
-  noRepeatNgramSize: 0, forcedEos: false,
+  noRepeatNgramSize: 0, forcedEos: false, renormalizeLogits: false,
 });
 
 const isInt = (v) => Number.isInteger(v);
@@ -50,6 +51,7 @@ const CHECKS = [
   ['repetitionPenalty', (c) => above(0)(c.repetitionPenalty), 'must be greater than 0'],
   ['noRepeatNgramSize', (c) => intAtLeast(0)(c.noRepeatNgramSize), 'must be 0 (off) or more'],
   ['forcedEos', (c) => isBool(c.forcedEos), 'must be true or false'],
+  ['renormalizeLogits', (c) => isBool(c.renormalizeLogits), 'must be true or false'],
   ['doSample', (c) => isBool(c.doSample), 'must be true or false'],
 ];
 

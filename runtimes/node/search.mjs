@@ -54,10 +54,11 @@ export function bannedNgramTokens(row, n) {
 }
 
 /**
- * processors.process on one row (in place, returned): repetition penalty, no-repeat n-grams,
- * min_new_tokens, forced EOS. `history`: the row's ids so far, BOS first; `step`: ids generated so far.
+ * processors.process on one row (in place, returned; a new array when renormalised): repetition
+ * penalty, no-repeat n-grams, the model's banned ids, min_new_tokens, forced EOS, renormalisation.
+ * `history`: the row's ids so far, BOS first; `step`: ids generated so far.
  */
-export function processRow(scores, history, step, lastStep, config, eosId) {
+export function processRow(scores, history, step, lastStep, config, eosId, banned = []) {
   if (config.repetitionPenalty !== 1) {
     const p = config.repetitionPenalty;
     for (const t of new Set(history)) scores[t] = scores[t] < 0 ? scores[t] * p : scores[t] / p;
@@ -65,12 +66,13 @@ export function processRow(scores, history, step, lastStep, config, eosId) {
   if (config.noRepeatNgramSize) {
     for (const t of bannedNgramTokens(history, config.noRepeatNgramSize)) scores[t] = -Infinity;
   }
+  for (const t of banned) scores[t] = -Infinity;
   if (step < config.minNewTokens) scores[eosId] = -Infinity;
   if (config.forcedEos && step === lastStep) {
     scores.fill(-Infinity);
     scores[eosId] = 0;
   }
-  return scores;
+  return config.renormalizeLogits ? logSoftmax(scores) : scores;
 }
 
 /** SplitMix64 on BigInt (exact 64-bit arithmetic), Python's runtime.sampling.SplitMix64. */
@@ -155,7 +157,7 @@ export class TokenPicker {
     const nextIds = this.out.map((row, r) => {
       if (this.done[r]) return ids.padId;
       const scores = processRow(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)),
-        [ids.bosId, ...row], step, this.steps - 1, cfg, ids.eosId);
+        [ids.bosId, ...row], step, this.steps - 1, cfg, ids.eosId, ids.banned);
       const token = cfg.doSample
         ? sampleToken(warp(scores, cfg.temperature, cfg.topK, cfg.topP), this.generators[r]) : argmax(scores);
       this.scores[r] += logSoftmax(scores)[token];
@@ -242,7 +244,7 @@ export class BeamSearch {
     for (let j = 0; j < k; j++) {
       const r = b * k + j;
       const scores = processRow(logSoftmax(logits, r * vocab, vocab), [ids.bosId, ...this.runIds[r]], this.step,
-        this.steps - 1, config, ids.eosId);
+        this.steps - 1, config, ids.eosId, ids.banned);
       const base = this.runScores[r];
       for (let t = 0; t < vocab; t++) insertTop(best, 2 * k, scores[t] + base, j * vocab + t);
     }

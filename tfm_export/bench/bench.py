@@ -22,13 +22,13 @@ import torch
 from ..model.checkpoint import Checkpoint
 from ..errors import InputError
 from ..manifest import Manifest, load_manifest
-from ..runtime import DecodeTimings, RuntimeOptions, open_export
+from ..runtime import GREEDY, DecodeTimings, GenerationConfig, RuntimeOptions, open_export
 
 
 class Runner(Protocol):
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None, *,
-                     num_beams: int = 1) -> list[list[int]]: ...
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None,
+                     config: GenerationConfig | None = None) -> list[list[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,9 @@ def run_benchmark(checkpoint: Checkpoint | None, export_dir: str | os.PathLike |
 
 def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]:
     s = ctx.settings
+    # Plain greedy or beam search by name: an export's defaults (n-gram bans, length penalty, ...) would
+    # make its rows do other work than the eager and CTranslate2 rows.
+    config = GREEDY.replace(num_beams=s.num_beams)
     runners = {}
     for name, factory in {**BACKENDS, **_peer_backends(ctx)}.items():
         before = _rss_mb()
@@ -185,13 +188,13 @@ def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]
             continue
         sources = _sources(runner, batch, s)
         for _ in range(s.warmup):
-            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, num_beams=s.num_beams)
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, config=config)
         runners[_row_name(name, s)] = (runner, sources, _rss_mb() - before)
     timings: dict[str, list[DecodeTimings]] = {name: [] for name in runners}
     for i in range(s.repeat):
         for name, (runner, sources, _) in runners.items():
             t = DecodeTimings()
-            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t, num_beams=s.num_beams)
+            runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t, config=config)
             timings[name].append(t)
         if ctx.progress:
             ctx.progress(f"{device} b{batch}: repeat {i + 1}/{s.repeat} ({len(runners)} backends)")

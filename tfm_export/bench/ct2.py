@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from ..errors import ConfigError
 from ..model.transformer import Transformer
 from ..runtime.exported import DecodeTimings
+from ..runtime.generation import GenerationConfig
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 
@@ -128,11 +129,11 @@ class CT2Runner:
         return [[index[t] for t in r.hypotheses[0]] for r in results]
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
-                     stop_at_eos: bool = True, timings: DecodeTimings | None = None, *,
-                     num_beams: int = 1) -> list[list[int]]:
-        """Greedy (or `num_beams` beam) decoding; with `stop_at_eos=False` every row is `max_new_tokens`
-        long (EOS banned)."""
-        steps = max_new_tokens or self.config.max_len
+                     stop_at_eos: bool = True, timings: DecodeTimings | None = None,
+                     config: GenerationConfig | None = None) -> list[list[int]]:
+        """Greedy (or `config.num_beams` beam) decoding; with `stop_at_eos=False` every row is
+        `max_new_tokens` long (EOS banned). Other settings of `config` are not CTranslate2's."""
+        steps, num_beams = max_new_tokens or self.config.max_len, config.num_beams if config else 1
         tokens = [[self.vocab[i] for i in src] for src in sources]
         if stop_at_eos and timings is None:
             return self._run(tokens, steps, fixed=False, beams=num_beams)

@@ -51,6 +51,9 @@ def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
 def decoding_options(fn: Any) -> Any:
     """The decoding flags of `generate` (runtime.generation.GenerationConfig; unset: the export's defaults)."""
     flags = [
+        click.option("--greedy", is_flag=True,
+                     help="Start from plain greedy decoding instead of the export's default settings (e.g. a "
+                          "folder's beam search and forced EOS); the flags below still apply."),
         click.option("--num-beams", type=int, default=None, help="Beam search with this many beams (1: greedy)."),
         click.option("--n-best", "num_return_sequences", type=int, default=None,
                      help="Hypotheses per source, best first (at most --num-beams; with --sample, samples)."),
@@ -66,16 +69,22 @@ def decoding_options(fn: Any) -> Any:
         click.option("--min-new-tokens", type=int, default=None, help="Ban EOS until this many tokens."),
         click.option("--repetition-penalty", type=float, default=None, help="Penalise tokens already generated."),
         click.option("--no-repeat-ngram-size", type=int, default=None, help="Never repeat an n-gram of this size."),
+        click.option("--forced-eos/--no-forced-eos", "forced_eos", default=None,
+                     help="The last allowed token is EOS (transformers' forced_eos_token_id)."),
     ]
     for flag in reversed(flags):
         fn = flag(fn)
     return fn
 
 
-def _generation_options(options: dict[str, Any], max_new_tokens: int | None) -> dict[str, Any]:
-    """Click's values -> GenerationConfig fields (None: keep the export's default)."""
+def generation_config(model: Any, options: dict[str, Any], max_new_tokens: int | None) -> Any:
+    """Click's values -> the GenerationConfig to decode with (None values: the export's default, or
+    plain greedy's with --greedy)."""
+    from ..runtime.generation import GREEDY
+
     stopping = {"true": True, "false": False, "never": "never", None: None}[options.pop("early_stopping")]
-    return {**options, "early_stopping": stopping, "max_new_tokens": max_new_tokens}
+    start = GREEDY if options.pop("greedy") else None
+    return model.generation_config(start, **options, early_stopping=stopping, max_new_tokens=max_new_tokens)
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -120,7 +129,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     kind, sources = _sources(text, ids, input_file, input_format)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
-    config = model.generation_config(**_generation_options(decoding, max_new_tokens))
+    config = generation_config(model, decoding, max_new_tokens)
     has_tokenizer = bool(model.manifest.tokenizer)
     if kind == "text":
         encoded = [model.tokenizer.encode(s) for s in sources]

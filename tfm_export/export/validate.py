@@ -15,7 +15,7 @@ import torch
 
 from ..config import TransformerConfig
 from ..errors import ValidationError, shorten
-from ..model.generate import greedy_decode
+from .decoding_checks import compare_default, compare_greedy, decoding_sources, default_decoding
 from .graphs import DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
 from ..manifest import Manifest, load_manifest
 from ..runtime.static import static_slots
@@ -28,7 +28,6 @@ BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))  # None: the model's max_len,
 # gigabytes of attention scores; beyond this the graph's shapes are no different anyway.
 MAX_VALIDATED_SRC_LEN = 512
 PAST_AND_TGT_LENS = ((0, 1), (0, 4), (1, 1), (1, 4), (23, 1), (23, 4))
-GREEDY_SOURCES = 16
 # The graphs over a fixed number of cache slots, checked on the same static-cache inputs.
 SLOT_GRAPH_MODULES = {"decoder_static": StaticDecoderGraph, "decoder_rows": RowsDecoderGraph}
 # Graphs whose present.* is specified up to slot cache_len[b] only (specs.rows_decoder_spec).
@@ -70,15 +69,28 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
                 for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
                     filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
                     _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
-    greedy = _compare_greedy(folder, manifest, model, gen, max_new_tokens, device)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
-              "outputs": {k: s.to_dict() for k, s in stats.items()}, "greedy": greedy}
+              "outputs": {k: s.to_dict() for k, s in stats.items()},
+              **_compare_decoding(folder, manifest, model, gen, max_new_tokens, device)}
     failed = [k for k, s in stats.items() if not s.ok]
-    greedy_ok = greedy["equal"] and not greedy.get("static_cache_mismatched_rows")
-    if (mode != "agreement" and failed) or (mode == "parity" and not greedy_ok):
-        raise ValidationError(_failure_message(stats, failed, greedy), report)
+    greedy, default = report["greedy"], report.get("default") or {"equal": True}
+    tokens_ok = greedy["equal"] and not greedy.get("static_cache_mismatched_rows") and default["equal"]
+    if (mode != "agreement" and failed) or (mode == "parity" and not tokens_ok):
+        raise ValidationError(_failure_message(stats, failed, greedy, report.get("default")), report)
     log.info("validation (%s, %s) passed: %d outputs, greedy tokens %s on %d sources", mode, device, len(stats),
              "equal" if greedy["equal"] else f"{greedy['token_agreement']:.1%} equal", greedy["sources"])
+    return report
+
+
+def _compare_decoding(folder: Path, manifest: Manifest, model: Transformer, gen: torch.Generator,
+                      max_new_tokens: int, device: str) -> dict[str, Any]:
+    """Greedy tokens, and the export's default decoding when it is not greedy, against eager."""
+    sources = decoding_sources(manifest, folder, model.config, gen)
+    steps = min(max_new_tokens, model.config.max_len)
+    report = {"greedy": compare_greedy(folder, manifest, model, sources, steps, device)}
+    config = default_decoding(manifest, steps)
+    if config is not None:
+        report["default"] = compare_default(folder, manifest, model, sources, config, device)
     return report
 
 
@@ -212,48 +224,11 @@ def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], pas
     return (ids, src_mask, *past, *cross)
 
 
-def _compare_greedy(folder: Path, manifest: Manifest, model: Transformer, gen: torch.Generator,
-                    max_new_tokens: int, device: str) -> dict:
-    """Greedy tokens from the ORT runtime and from eager PyTorch on the same sources.
-
-    With a static-cache decoder, its rows must also equal the growing-cache decoder's exactly.
-    """
-    from ..runtime import RuntimeOptions, open_export  # the torch-free runtime is what apps will use
-
-    cfg = model.config
-    # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.
-    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), manifest=manifest)
-    sources = _greedy_sources(runtime, cfg, gen)
-    steps = min(max_new_tokens, cfg.max_len)
-    got = runtime.generate_ids(sources, max_new_tokens=steps)
-    extra = {}
-    if "decoder_static" in manifest.graphs:  # the static-cache loop (CUDA-graph form) must give the growing cache's rows
-        static_runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=True), manifest=manifest)
-        limit = min(steps, static_slots(manifest))  # fewer slots than steps: compare the first `limit` tokens
-        rows = static_runtime.generate_ids(sources, max_new_tokens=limit)
-        extra["static_cache_mismatched_rows"] = [i for i, (a, b) in enumerate(zip(rows, got)) if a != b[:limit]][:10]
-    width = max(len(s) for s in sources)
-    padded = torch.tensor([s + [cfg.src_pad_id] * (width - len(s)) for s in sources])
-    ref = greedy_decode(model, padded, steps)
-    bad = [i for i, (a, b) in enumerate(zip(got, ref)) if a != b]
-    same = sum(x == y for a, b in zip(got, ref) for x, y in zip(a, b))
-    total = sum(max(len(a), len(b)) for a, b in zip(got, ref)) or 1
-    return {"sources": len(sources), "max_new_tokens": steps, "equal": not bad, "mismatched_rows": bad[:10],
-            "row_agreement": 1 - len(bad) / len(sources), "token_agreement": same / total,
-            "from": "sample" if manifest.samples and manifest.tokenizer else "random",
-            **extra}
+def _settings(default: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in default["config"].items())
 
 
-def _greedy_sources(runtime: Any, cfg: Any, gen: torch.Generator) -> list[list[int]]:
-    samples = runtime.manifest.samples
-    if samples and runtime.manifest.tokenizer:
-        return [runtime.tokenizer.encode(text) for text in samples]
-    lengths = torch.randint(1, min(cfg.max_len, 12) + 1, (GREEDY_SOURCES,), generator=gen).tolist()
-    rows = [torch.randint(0, cfg.src_vocab_size, (n,), generator=gen).tolist() for n in lengths]
-    return [[t if t != cfg.src_pad_id else (t + 1) % cfg.src_vocab_size for t in row] for row in rows]
-
-
-def _failure_message(stats: dict[str, _Stat], failed: list[str], greedy: dict) -> str:
+def _failure_message(stats: dict[str, _Stat], failed: list[str], greedy: dict, default: dict | None) -> str:
     parts = [f"{k} ({stats[k].graph}) max abs diff {stats[k].max_abs:.3g} at shape {stats[k].shape}"
              + (f", {stats[k].mismatches} mismatched ids" if stats[k].mismatches else "") for k in failed]
     if not greedy["equal"]:
@@ -261,6 +236,9 @@ def _failure_message(stats: dict[str, _Stat], failed: list[str], greedy: dict) -
     if greedy.get("static_cache_mismatched_rows"):
         rows = greedy["static_cache_mismatched_rows"]
         parts.append(f"the static-cache decoder's greedy tokens differ on rows {rows}")
+    if default and not default["equal"]:
+        parts.append(f"the default decoding ({_settings(default)}) differs from the {default['reference']} "
+                     f"on rows {default['mismatched_rows']}")
     return "validation failed: " + "; ".join(parts)
 
 
@@ -281,6 +259,10 @@ def format_report(report: dict[str, Any]) -> str:
     elif greedy:
         lines.append(f"greedy tokens: {'equal' if greedy['equal'] else 'DIFFER'} on {greedy['sources']} "
                      f"{greedy['from']} sources ({greedy['max_new_tokens']} new tokens max)")
+    default = report.get("default")
+    if default:
+        lines.append(f"default decoding ({_settings(default)}): {'equal' if default['equal'] else 'DIFFERS'} "
+                     f"to the {default['reference']} on {default['sources']} sources")
     if greedy and "static_cache_mismatched_rows" in greedy:
         bad = greedy["static_cache_mismatched_rows"]
         lines.append(f"static-cache decoder (--cuda-graph): {'same rows' if not bad else f'DIFFERS on rows {bad}'}")

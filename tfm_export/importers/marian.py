@@ -5,12 +5,13 @@ sinusoidal positions with all sines first (`sinusoidal_concat`), SiLU ("swish") 
 activation, optionally scaled embeddings, a `final_logits_bias` (`output_bias`), the pad id as
 decoder start (`bos_id`), and a banned pad id (`suppress_ids`, from `bad_words_ids`).
 
-Greedy decoding of the result equals transformers' `generate(num_beams=1, do_sample=False,
-max_new_tokens=N)` token for token, with one documented difference: transformers forces EOS as
-the N-th token (`forced_eos_token_id`), so its first N-1 tokens are ours with `max_new_tokens=N-1`.
-Generation settings that we do not reproduce are logged and listed in `meta["generation"]`; those we
-do (num_beams, length_penalty, sampling, ...) become the export's default decoding
-(`meta["generation_defaults"]` -> the manifest's `generation` section, runtime.generation).
+The folder's generation settings (importers.hf_generation) become the export's default decoding
+(`meta["generation_defaults"]` -> the manifest's `generation` section), so that decoding with no
+options equals transformers' `generate()` with none: OPUS-MT's 4 beams, its max_length, its forced
+EOS. Explicitly greedy decoding (runtime.generation.GREEDY) equals `generate(num_beams=1,
+max_new_tokens=N)` except that transformers forces EOS as the N-th token (`forced_eos_token_id`):
+its first N-1 tokens are ours with `max_new_tokens=N-1`, or ours with `forced_eos=True`.
+Settings we do not reproduce are logged and listed in `meta["generation"]`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..model.transformer import sinusoidal_table
 from .base import run
 from ..files import read_json_object
 from .common import KeyMap, max_len_for_table
-from .marian_generation import banned_ids, generation_defaults, generation_report, generation_settings
+from .hf_generation import banned_ids, generation_defaults, generation_report, generation_settings
 from .source import Source
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ class MarianImporter:
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
                              config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
                              "shared": config.share_embeddings, "tied": config.tie_output},
-                "generation": generation_report(generation),
-                "generation_defaults": generation_defaults(generation),
+                "generation": generation_report(generation, config.eos_id),
+                "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
 

@@ -1,9 +1,11 @@
-"""A plain eager beam search: the slow oracle that runtime.beam is tested against.
+"""A plain eager beam search: the slow oracle that runtime.beam (and an export's default decoding) is
+checked against.
 
-One source at a time, no KV cache (the whole target prefix is recomputed every step), Python lists
-for beams and hypotheses, and the rules of transformers' beam search (runtime.beam's docstring)
-written one by one. Only `num_beams`, `length_penalty`, `early_stopping`, `num_return_sequences`
-and `forced_eos` are honoured: the processors are tested on their own.
+One source at a time, no KV cache (the whole target prefix goes through the decoder every step),
+Python lists for beams and hypotheses, and the rules of transformers' beam search (runtime.beam's
+docstring) written one by one. The logits processors (min_new_tokens, forced_eos, repetition
+penalty, n-gram bans) are runtime.processors' `process`, tested on their own against transformers';
+everything after them (candidates, finished slots, stopping) is written here again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..runtime.generation import GenerationConfig, Hypothesis
+from ..runtime.processors import process
 from .transformer import Transformer
 
 NEG = -1e9  # transformers' offset for excluded candidates and empty slots
@@ -24,24 +27,39 @@ def beam_search_oracle(model: Transformer, src_ids: Tensor, steps: int, config: 
     return [_one_source(model, src_ids[i:i + 1], steps, config) for i in range(src_ids.shape[0])]
 
 
+def _log_probs(model: Transformer, memory: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
+    """(K, vocab) float64 log-probabilities of the next token after each beam's prefix `tgt` (K, 1 + step)."""
+    k = tgt.shape[0]
+    cross = model.cross_kv(memory.expand(k, -1, -1))  # (K, src_len, d_model) per layer
+    logits, _ = model.decode(tgt, src_mask.expand(k, -1), cross, model.empty_cache(k), last_only=True)
+    return torch.log_softmax(logits[:, -1].double(), dim=-1)
+
+
+def _candidates(logp: Tensor, beams: list[tuple[list[int], float]], k: int) -> list[tuple[float, int, int, int]]:
+    """The 2K best (score, flat index, beam, token) over every beam's tokens, best first; ties: lower flat index.
+
+    A beam's 2K best are enough (the source's 2K best are among them); ids tied with its 2K-th are kept."""
+    vocab, candidates = logp.shape[1], []
+    for b, (_, score) in enumerate(beams):
+        row = logp[b] + score
+        kth = torch.topk(row, min(2 * k, vocab)).values[-1]
+        for t in torch.nonzero(row >= kth).flatten().tolist():
+            candidates.append((float(row[t]), b * vocab + t, b, t))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    return candidates[: 2 * k]
+
+
 def _one_source(model: Transformer, src: Tensor, steps: int, config: GenerationConfig) -> list[Hypothesis]:
     cfg, k, lp = model.config, config.num_beams, config.length_penalty
+    memory, src_mask = model.encode(src)  # (1, src_len, d_model), (1, src_len)
     beams = [([], 0.0 if i == 0 else NEG) for i in range(k)]  # (ids, running score); beam 0 alone is live
     slots: list[tuple[float, list[int], bool]] = [(NEG, [], False)] * k  # (score, ids, finished)
     still_open = True
     for step in range(steps):
         tgt = torch.tensor([[cfg.bos_id] + ids for ids, _ in beams])  # (K, 1 + step)
-        logp = torch.log_softmax(model(src.expand(k, -1), tgt)[:, -1].double(), dim=-1)  # (K, vocab)
-        if config.forced_eos and step == steps - 1:
-            logp = torch.full_like(logp, float("-inf"))
-            logp[:, cfg.eos_id] = 0.0
-        vocab = logp.shape[1]
-        candidates = []  # (score, flat index, beam, token)
-        for b, (ids, score) in enumerate(beams):
-            for t in range(vocab):
-                candidates.append((score + float(logp[b, t]), b * vocab + t, b, t))
-        candidates.sort(key=lambda c: (-c[0], c[1]))
-        candidates = candidates[: 2 * k]
+        scores = process(_log_probs(model, memory, src_mask, tgt).numpy(), tgt.numpy(), step, steps - 1, config,
+                         cfg.eos_id, cfg.suppress_ids)
+        candidates = _candidates(torch.from_numpy(scores), beams, k)
         full = all(done for _, _, done in slots) and config.early_stopping is True
         new_slots = list(slots)
         running = []

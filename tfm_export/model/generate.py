@@ -50,7 +50,7 @@ class _EagerState:
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
         logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
-        return logits[:, -1].argmax(-1).cpu().numpy()  # (batch,): waits for the step on CUDA
+        return self.model.pick(logits[:, -1]).cpu().numpy()  # (batch,): waits for the step on CUDA
 
     @torch.no_grad()
     def logits(self, tokens: np.ndarray) -> np.ndarray:
@@ -91,7 +91,7 @@ def greedy_decode_full(model: Transformer, src_ids: Tensor, max_new_tokens: int)
     tgt = torch.full((src_ids.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)
     done = torch.zeros(src_ids.shape[0], dtype=torch.bool, device=src_ids.device)
     for _ in range(max_new_tokens):
-        next_ids = model(src_ids, tgt)[:, -1].argmax(-1).masked_fill(done, cfg.tgt_pad_id)
+        next_ids = model.pick(model(src_ids, tgt)[:, -1]).masked_fill(done, cfg.tgt_pad_id)
         done = done | (next_ids == cfg.eos_id)
         tgt = torch.cat([tgt, next_ids[:, None]], dim=1)  # (batch, tgt_len + 1)
         if bool(done.all()):

@@ -231,11 +231,18 @@ class Transformer(nn.Module):
         return self.project(self.decoder_norm(x)), present
 
     def project(self, hidden: Tensor) -> Tensor:
-        """Output logits (..., tgt_vocab); suppressed ids get the lowest finite value."""
-        logits = self.lm_head(hidden)
+        """Output logits (..., tgt_vocab), as the model computes them: banned ids are not masked here.
+
+        The ban belongs after the log-softmax (runtime.processors, as transformers' bad_words_ids):
+        masked here, every beam score would leave out the banned ids' probability mass, and a
+        repetition penalty would scale log-probabilities that transformers does not see."""
+        return self.lm_head(hidden)
+
+    def pick(self, logits: Tensor) -> Tensor:
+        """Greedy ids (...,) of logits (..., tgt_vocab): the best id that is not banned (suppress_ids)."""
         if self.config.suppress_ids:
             logits = logits.masked_fill(self.suppress, torch.finfo(logits.dtype).min)
-        return logits
+        return logits.argmax(-1)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, tgt_vocab) for target inputs `tgt_ids`."""

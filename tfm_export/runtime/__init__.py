@@ -10,7 +10,7 @@
 
 from .device import Device, RuntimeOptions, parse_device
 from .exported import DecodeTimings, ExportedModel, open_export
-from .generation import GenerationConfig, Hypothesis
+from .generation import GREEDY, GenerationConfig, Hypothesis
 
-__all__ = ["DecodeTimings", "Device", "ExportedModel", "GenerationConfig", "Hypothesis", "RuntimeOptions",
+__all__ = ["DecodeTimings", "Device", "ExportedModel", "GREEDY", "GenerationConfig", "Hypothesis", "RuntimeOptions",
            "open_export", "parse_device"]

@@ -59,8 +59,10 @@ class GenerateMixin:
         gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
         src, steps = self._batch(sources), self.steps_for(config)
-        if config.is_greedy:
-            rows = self._greedy(src, steps, stop_at_eos, timings)
+        # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
+        forced = stop_at_eos and config.forced_eos
+        if config.is_greedy or (forced and config.replace(forced_eos=False).is_greedy):
+            rows = self._greedy(src, steps - forced, stop_at_eos, timings)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in rows]
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)

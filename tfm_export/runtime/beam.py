@@ -30,8 +30,8 @@ at the 2K-th place could pick another id; `advance` ranks after the addition, as
 Scores are float64 throughout (transformers uses float32: only exact near-ties can differ, the tests
 show equal tokens and scores within 1e-4). A port (runtimes/) computing log_softmax with a plain
 sequential sum may differ from numpy's pairwise sum in the last bits, likewise only on near-ties.
-Banned ids (the model's suppress_ids) are masked before log_softmax, so they are left out of the
-normalisation; transformers bans them after it (equal only when the banned ids' probability is ~0).
+Banned ids (the model's suppress_ids) are banned after log_softmax, as transformers does; with
+renormalize_logits the scores are log-softmaxed again after every processor (runtime.processors).
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ def _take(array: np.ndarray, index: np.ndarray) -> np.ndarray:
 class BeamSearch:
     """The state of one batched beam search; `advance` takes each step's logits (see the module docstring)."""
 
-    def __init__(self, batch: int, steps: int, config: GenerationConfig, bos_id: int, eos_id: int, pad_id: int):
+    def __init__(self, batch: int, steps: int, config: GenerationConfig, bos_id: int, eos_id: int, pad_id: int,
+                 banned: tuple[int, ...] = ()):
         k = config.num_beams
         self.batch, self.k, self.steps, self.config = batch, k, steps, config
-        self.bos_id, self.eos_id = bos_id, eos_id
+        self.bos_id, self.eos_id, self.banned = bos_id, eos_id, banned  # banned: the model's suppress_ids
         self.rows = batch * k  # decoder rows: source b's beams are rows b*K .. b*K + K-1
         self.run_ids = np.full((batch, k, steps), pad_id, dtype=np.int64)  # (batch, beams, steps)
         self.run_scores = np.zeros((batch, k))  # only beam 0 starts live: the K beams are the same row
@@ -102,11 +103,12 @@ class BeamSearch:
         the whole row (then `advance` takes the logits)."""
         if self.whole_rows:
             return None
-        return head_bias(vocab, self.step, self.steps - 1, self.config, self.eos_id)
+        return head_bias(vocab, self.step, self.steps - 1, self.config, self.eos_id, self.banned)
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from (rows, vocab) logits -> (next ids (rows,), beam_idx (rows,): the row each continues)."""
-        scores = process(log_softmax(logits), self.history(), self.step, self.steps - 1, self.config, self.eos_id)
+        scores = process(log_softmax(logits), self.history(), self.step, self.steps - 1, self.config, self.eos_id,
+                         self.banned)
         scores += self.run_scores.reshape(-1, 1)  # (rows, vocab)
         # The 2K best of a source are among the 2K best of each of its beams: select per row first.
         per_row = top_k(scores, self.width)  # (rows, 2K) token ids

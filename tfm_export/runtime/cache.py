@@ -103,10 +103,11 @@ class _GrowingState:
         """Search: the logits (rows, tgt_vocab) cross instead (on CPU they are host memory already)."""
         return self._run(tokens, on_host="logits")[0].numpy()
 
-    def top(self, tokens: np.ndarray, bias: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    def top(self, tokens: np.ndarray, bias: np.ndarray, width: int, renormalize: bool = False
+            ) -> tuple[np.ndarray, np.ndarray]:
         """Beam search: each row's `width` best log-probabilities + bias (rows, width) float64 and their
         ids, picked on the device (runtime.head); the logits stay there."""
-        return self.cache.head(self._run(tokens, on_host=None)[0], bias, width)
+        return self.cache.head(self._run(tokens, on_host=None)[0], bias, width, renormalize)
 
     def reorder(self, beam_idx: np.ndarray) -> None:
         """Beam search: row r of the past becomes row beam_idx[r], gathered on the device."""

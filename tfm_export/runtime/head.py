@@ -6,8 +6,11 @@ through IOBinding: the step's logits (rows, tgt_vocab) stay an OrtValue, and per
 processors.head_bias), best first, equal values in id order (ONNX TopK's rule, runtime.beam.top_k's):
 
     ids, values = TopK(logits + bias, width)               # (rows, width) int64, float32 logits
-    max = ReduceMax(logits)                                # (rows, 1)
-    sum = ReduceSum(Exp(double(logits) - max))             # (rows, 1) float64
+    max = ReduceMax(x)                                     # (rows, 1)
+    sum = ReduceSum(Exp(double(x) - max))                  # (rows, 1) float64
+
+where x is the logits, or logits + bias when the search renormalises after its processors
+(renormalize_logits: the banned ids leave the normalisation).
 
 and the host finishes `(double(values) - max) - log(sum)`, processors.log_softmax's formula on the same
 float32 inputs: log_softmax is the logits shifted by one constant per row, so the top-k of the
@@ -39,7 +42,7 @@ HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 f
 ROW_ALIGN = 16  # the exp sum runs over rows padded to a multiple of this many values (see head_model)
 
 
-def head_model(logits_dtype: str, width: int, vocab: int) -> bytes:
+def head_model(logits_dtype: str, width: int, vocab: int, renormalize: bool = False) -> bytes:
     """The serialized graph: inputs logits (rows, vocab) and bias (vocab,) float32; outputs ids,
     values (rows, width) and max, sum (rows, 1) float64.
 
@@ -58,7 +61,7 @@ def head_model(logits_dtype: str, width: int, vocab: int) -> bytes:
         node("Cast", ["logits"], ["x32"], to=TensorProto.FLOAT),
         node("Add", ["x32", "bias"], ["biased"]),
         node("TopK", ["biased", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
-        node("Cast", ["logits"], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
+        node("Cast", ["biased" if renormalize else "logits"], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
     ]
     if pad:
         constants += [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, pad]),
@@ -80,17 +83,19 @@ class BeamHead:
 
     def __init__(self, device: Device, threads: int = 0):
         self.device, self.threads = device, threads
-        self._sessions: dict[tuple[str, int, int], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[str, int, int, bool], ort.InferenceSession] = {}
 
-    def _session(self, key: tuple[str, int, int]) -> ort.InferenceSession:
+    def _session(self, key: tuple[str, int, int, bool]) -> ort.InferenceSession:
         if key not in self._sessions:
             self._sessions[key] = helper_session(head_model(*key), self.device, self.threads)
         return self._sessions[key]
 
-    def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int, renormalize: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """logits (rows, vocab) on the device, bias (vocab,) -> log-probabilities (rows, width) float64 and
-        their ids (rows, width) int64 on the host, best first per row."""
-        session = self._session((numpy_dtype(logits), width, logits.shape()[-1]))
+        their ids (rows, width) int64 on the host, best first per row (normalised after the bias when
+        `renormalize`)."""
+        session = self._session((numpy_dtype(logits), width, logits.shape()[-1], renormalize))
         binding = session.io_binding()
         binding.bind_ortvalue_input("logits", logits)
         bias = np.ascontiguousarray(bias, dtype=np.float32)

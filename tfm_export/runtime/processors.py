@@ -1,13 +1,17 @@
 """Log-probability processors, in transformers' order and with its semantics. Torch-free.
 
 Each works on `scores` (rows, tgt_vocab) float64 log-probabilities (log_softmax of the decoder's
-logits: banned ids are masked inside the model, so they are left out of the normalisation) and the
-rows' ids so far `history` (rows, 1 + generated), which starts with BOS as transformers' decoder
-input does (so BOS counts for the repetition penalty and n-grams, as there).
+logits, which include the banned ids: beam search, as transformers') or logits (greedy and sampling,
+as transformers') and the rows' ids so far `history` (rows, 1 + generated), which starts with BOS as
+transformers' decoder input does (so BOS counts for the repetition penalty and n-grams, as there).
+`banned` are the model's suppress_ids (a folder's single-token bad_words_ids and suppress_tokens):
+-inf after the other processors, as transformers' NoBadWords/SuppressTokens, so that they are part
+of the normalisation unless renormalize_logits asks for another log-softmax at the end.
 
 Beam search on ONNX Runtime picks each row's candidates on the device (runtime.head) when no
-processor needs the whole row (`needs_rows`): min_new_tokens and forced_eos then act through
-`head_bias` (an additive ban of ids) and `process_top` (forced EOS's score), with the same result.
+processor needs the whole row (`needs_rows`): the bans, min_new_tokens and forced_eos then act
+through `head_bias` (an additive ban of ids) and `process_top` (forced EOS's score), and the head
+renormalises over the biased logits when asked, with the same result.
 """
 
 from __future__ import annotations
@@ -45,18 +49,22 @@ def no_repeat_ngram(scores: np.ndarray, history: np.ndarray, n: int) -> None:
 
 
 def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, config: GenerationConfig,
-            eos_id: int) -> np.ndarray:
-    """Apply the configured processors to `scores` (in place; returned). `step`: ids generated so far;
-    `last_step`: the step at which the row reaches max_new_tokens."""
+            eos_id: int, banned: tuple[int, ...] = ()) -> np.ndarray:
+    """Apply the configured processors and the `banned` ids to `scores` (in place; returned). `step`:
+    ids generated so far; `last_step`: the step at which the row reaches max_new_tokens."""
     if config.repetition_penalty != 1.0:
         repetition_penalty(scores, history, config.repetition_penalty)
     if config.no_repeat_ngram_size:
         no_repeat_ngram(scores, history, config.no_repeat_ngram_size)
+    if banned:
+        scores[:, list(banned)] = -np.inf
     if step < config.min_new_tokens:
         scores[:, eos_id] = -np.inf
     if _forced(step, last_step, config):
         scores[:] = -np.inf
         scores[:, eos_id] = 0.0
+    if config.renormalize_logits:  # a row of one finite score (forced EOS) stays as it is
+        scores[:] = log_softmax(scores)
     return scores
 
 
@@ -69,10 +77,13 @@ def _forced(step: int, last_step: int, config: GenerationConfig) -> bool:
     return config.forced_eos and step == last_step
 
 
-def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, eos_id: int) -> np.ndarray:
+def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, eos_id: int,
+              banned: tuple[int, ...] = ()) -> np.ndarray:
     """`process` without the whole-row processors, as an additive (vocab,) float32 bias of the
-    log-probabilities: -inf bans EOS before min_new_tokens; a forced-EOS step bans all but EOS."""
+    log-probabilities: -inf on the banned ids, on EOS before min_new_tokens, and on all but EOS at a
+    forced-EOS step."""
     bias = np.zeros(vocab, dtype=np.float32)
+    bias[list(banned)] = -np.inf
     if step < config.min_new_tokens:
         bias[eos_id] = -np.inf
     if _forced(step, last_step, config):

@@ -68,7 +68,8 @@ class TokenPicker:
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, None]:
         cfg, step = self.config, self.step
         history = np.concatenate([np.full((self.rows, 1), self.cfg.bos_id), self.ids[:, :step]], axis=1)
-        scores = process(logits.astype(np.float64), history, step, self.steps - 1, cfg, self.cfg.eos_id)
+        scores = process(logits.astype(np.float64), history, step, self.steps - 1, cfg, self.cfg.eos_id,
+                         self.cfg.suppress_ids)
         if cfg.do_sample:
             chosen = np.array([sample(warp(row, cfg.temperature, cfg.top_k, cfg.top_p), gen)
                                for row, gen in zip(scores, self.generators)], dtype=np.int64)
@@ -93,7 +94,7 @@ class TokenPicker:
 def strategy_for(batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig, first_row: int = 0
                  ) -> TokenPicker | BeamSearch:
     if config.num_beams > 1:
-        return BeamSearch(batch, steps, config, cfg.bos_id, cfg.eos_id, cfg.tgt_pad_id)
+        return BeamSearch(batch, steps, config, cfg.bos_id, cfg.eos_id, cfg.tgt_pad_id, cfg.suppress_ids)
     return TokenPicker(batch, steps, config, cfg, first_row)
 
 
@@ -126,7 +127,8 @@ def _advance(strategy: TokenPicker | BeamSearch, state: SearchState, tokens: np.
     if isinstance(strategy, BeamSearch) and top is not None:
         bias = strategy.head_bias(vocab)
         if bias is not None:
-            return strategy.advance_top(*top(tokens, bias, strategy.width), vocab)
+            renormalize = strategy.config.renormalize_logits
+            return strategy.advance_top(*top(tokens, bias, strategy.width, renormalize), vocab)
     return strategy.advance(state.logits(tokens))
 
 

@@ -20,6 +20,7 @@ from ..errors import ValidationError
 from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
+from .generation import GREEDY
 from .rows import greedy_in_rows
 from .static import static_slots
 
@@ -43,7 +44,7 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
     sources, origin = _sources(runtime, seed)
     # At most the static decoder's slots (--static-slots): its rows are compared token for token below.
     steps = min(max_new_tokens, static_slots(manifest) or manifest.config.max_len)
-    rows = runtime.generate_ids(sources, max_new_tokens=steps)
+    rows = runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps))  # never the defaults
     report: dict[str, Any] = {
         "device": runtime.device.name, "files": sum(len(g.files()) for g in manifest.graphs.values()),
         "graphs": list(manifest.graphs), "sources": len(sources), "from": origin, "max_new_tokens": steps,
@@ -53,7 +54,8 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
         # int8's dynamic activation scales span each batch tensor, and the static cache's tensors are
         # not the growing cache's: a near-tie may flip. Reported, not failed (as the export's check).
         strict = not manifest.variant.quantize
-        _same_rows("decoder_static", static.generate_ids(sources, max_new_tokens=steps), rows, report, strict)
+        _same_rows("decoder_static", static.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps)), rows,
+                   report, strict)
         if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU
             _same_rows("decoder_rows", greedy_in_rows(static.cache, sources, steps), rows, report, strict)
     log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)

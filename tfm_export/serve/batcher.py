@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import InputError, TfmExportError
 from ..runtime.decoding import source_batch
 from ..runtime.search import TokenPicker
+from ..runtime.generation import GREEDY
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
 
@@ -172,8 +173,10 @@ class RequestBatcher(Engine):
             return
         self.active = len(jobs)
         try:
-            # generate_ids decodes every row for the longest budget; each row is cut at its own below
-            rows = self.model.generate_ids([job.ids for job in jobs], max(job.max_new_tokens for job in jobs))
+            # generate_ids decodes every row for the longest budget; each row is cut at its own below.
+            # GREEDY by name: the export's defaults may be beam search, and these jobs are greedy.
+            budget = max(job.max_new_tokens for job in jobs)
+            rows = self.model.generate_ids([job.ids for job in jobs], config=GREEDY.replace(max_new_tokens=budget))
         except TfmExportError as exc:
             for job in jobs:
                 job.emit("error", str(exc))

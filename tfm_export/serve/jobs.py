@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import InputError, TfmExportError
-from ..runtime.generation import GenerationConfig, Hypothesis
+from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]  # ("token", id) | ("done", list[Hypothesis] | None) | ("error", message)
-GREEDY = GenerationConfig()
 
 
 class QueueFull(TfmExportError):
