@@ -19,10 +19,11 @@ from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noq
 from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.cli.common import cli_option
-from tfm_export.importers.marian import import_marian  # noqa: E402
+from tfm_export.importers.hf import import_hf as import_marian  # noqa: E402
 from tfm_export.importers.hf_generation import generation_report  # noqa: E402
+from tfm_export.text.languages import Languages  # noqa: E402
 from tfm_export.text.marian import MarianTokenizer  # noqa: E402
-from tfm_export.model.transformer import sinusoidal_table  # noqa: E402
+from tfm_export.model.layers import sinusoidal_table  # noqa: E402
 from tfm_export.runtime import GREEDY, open_export  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -175,9 +176,9 @@ def _edit(path, change):
 
 
 def test_bad_folders(tmp_path, monkeypatch):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     result = CliRunner().invoke(cli, [str(tmp_path)])
-    assert result.exit_code == 1 and "only marian folders are supported" in result.output
+    assert result.exit_code == 1 and "describes a 'gpt2' model; supported model types: bart, m2m_100" in result.output
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         import_marian(tmp_path)
@@ -191,8 +192,8 @@ def test_bad_folders(tmp_path, monkeypatch):
         patch.setitem(sys.modules, "safetensors.torch", None)
         with pytest.raises(ConfigError, match="needs safetensors: pip install"):
             import_marian(tmp_path)
-    _edit(tmp_path / "config.json", lambda c: c.update(activation_function="gelu_new"))
-    with pytest.raises(ConfigError, match="activation 'gelu_new' is not supported"):
+    _edit(tmp_path / "config.json", lambda c: c.update(activation_function="quick_gelu"))
+    with pytest.raises(ConfigError, match="activation 'quick_gelu' is not supported"):
         import_marian(tmp_path)
 
 
@@ -220,7 +221,7 @@ def test_weights_that_do_not_fit(tmp_path):
 
 
 def test_library_does_not_import_transformers():
-    code = ("import sys, tfm_export.importers.marian, tfm_export.text.marian; "
+    code = ("import sys, tfm_export.importers.hf, tfm_export.text.marian; "
             "sys.exit('transformers' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -255,7 +256,10 @@ def test_tokenizer_matches_transformers(opus_folder):
     assert again.encode(TEXTS[2]) == tok.encode(TEXTS[2]) and again.to_dict() == tok.to_dict()
     earlier = {"type": "marian", "source_spm": "source.spm", "target_spm": "target.spm", "vocab": "vocab.json",
                "unk_id": 1, "eos_id": 0, "pad_id": tok.pad_id}  # the first release's dict form
-    assert MarianTokenizer.from_dict(earlier, folder).to_dict() == tok.to_dict()
+    # The first release's dict has no languages: the same tokenizer, no language codes.
+    assert MarianTokenizer.from_dict(earlier, folder).to_dict() == {**tok.to_dict(), "languages": Languages().to_dict()}
+    assert tok.languages.codes("target") == ["de", "nl"] and tok.languages.target_on_source
+    assert tok.encode("the house", target_lang="de") == hf_tok(">>de<< the house")["input_ids"]
 
 
 def test_separate_target_vocab(opus_folder, tmp_path):

@@ -10,13 +10,19 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
-ACTIVATIONS = ("relu", "gelu", "silu")
+# gelu is the exact (erf) GELU; gelu_tanh its tanh approximation (transformers' gelu_new, T5 v1.1's).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 # Marian and fairseq call SiLU "swish"; checkpoints carry either name.
 ACTIVATION_ALIASES = {"swish": "silu"}
 
-# How sinusoidal tables are laid out is a real difference between frameworks:
-# the paper interleaves sin/cos over even/odd dims; fairseq/Marian put all sines first.
-POSITIONS = ("sinusoidal", "sinusoidal_concat", "learned")
+# How sinusoidal tables are laid out is a real difference between frameworks: the paper
+# interleaves sin/cos over even/odd dims; Marian and Pegasus put all sines first
+# (sinusoidal_concat); fairseq (M2M100, NLLB) puts all sines first too but spaces the frequencies
+# by half_dim - 1 instead of half_dim (sinusoidal_fairseq). T5 has no absolute positions (none):
+# its attention adds a learned bias by relative distance (relative_buckets).
+POSITIONS = ("sinusoidal", "sinusoidal_concat", "sinusoidal_fairseq", "learned", "none")
+# The normalisation of every block: LayerNorm, or T5's RMS norm (no mean subtraction, no bias).
+NORMS = ("layer", "rms")
 
 # Softmax temperature of attention. The paper divides by sqrt(head_dim); the widely
 # copied "Transformer from scratch" tutorial divides by sqrt(d_model).
@@ -55,6 +61,17 @@ class TransformerConfig:
     attention_scale: str = "head_dim"  # key of ATTENTION_SCALES
     layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
     suppress_ids: tuple[int, ...] = ()  # ids never generated (Marian bans its pad id)
+    # --- Hugging Face families; each default is the paper's model -------------------------------
+    position_offset: int = 0  # table rows before position 0 (BART's learned table, M2M100's padding offset: 2)
+    embed_norm: bool = False  # a norm right after token + position embeddings (BART's layernorm_embedding)
+    norm: str = "layer"  # layer (LayerNorm) or rms (T5); key of NORMS
+    d_head: int | None = None  # width of one head when n_heads * d_head != d_model (T5's d_kv); None: d_model / n_heads
+    attention_bias: bool = True  # the q/k/v/out projections have biases (T5's have none)
+    ffn_bias: bool = True  # the feed-forward layers have biases (T5's have none)
+    ffn_gated: bool = False  # feed-forward fc2(act(fc1(x)) * gate(x)) (T5 v1.1's gated-gelu)
+    relative_buckets: int = 0  # T5's relative attention bias: buckets of distance per head (0: none)
+    relative_max_distance: int = 128  # T5: distances from here on share the last (log-spaced) bucket
+    output_scale: bool = False  # decoder output times d_model ** -0.5 before the head (T5 with a tied head)
 
     def __post_init__(self) -> None:
         act = ACTIVATION_ALIASES.get(self.activation, self.activation)
@@ -65,7 +82,12 @@ class TransformerConfig:
     @property
     def head_dim(self) -> int:
         """Width of one attention head."""
-        return self.d_model // self.n_heads
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of the attention's concatenated heads (d_model unless d_head says otherwise)."""
+        return self.n_heads * self.head_dim
 
     @property
     def attn_scale(self) -> float:
@@ -79,15 +101,24 @@ class TransformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"config.{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
+        if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(f"config.d_model ({self.d_model}) must be divisible by "
                              f"config.n_heads ({self.n_heads})")
+        for name in ("d_head", "relative_max_distance"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"config.{name} must be a positive integer, got {value!r}")
+        for name in ("position_offset", "relative_buckets"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"config.{name} must be an integer of at least 0, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"config.dropout must be in [0, 1), got {self.dropout}")
         if self.layer_norm_eps <= 0:
             raise ValueError(f"config.layer_norm_eps must be positive, got {self.layer_norm_eps}")
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("positions", self.positions, POSITIONS)
+        _check_choice("norm", self.norm, NORMS)
         _check_choice("attention_scale", self.attention_scale, tuple(ATTENTION_SCALES))
         self._validate_ids()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

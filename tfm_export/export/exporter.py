@@ -21,6 +21,7 @@ import onnx
 import torch
 
 from .. import __version__
+from ..config import TransformerConfig
 from ..model.checkpoint import Checkpoint
 from ..errors import ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
@@ -134,7 +135,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                   stage: "_Stages") -> Manifest:
     """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`."""
     specs, extra = {}, {}
-    for name, make_spec in _graph_specs(options).items():
+    for name, make_spec in _graph_specs(options, model.config).items():
         spec = make_spec(model.config)
         with stage(f"export {name}"):
             extra[name] = export_graph(model, spec, folder, options.opset)
@@ -156,13 +157,15 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                     created_by=_versions(), generation=checkpoint.meta.get("generation_defaults") or None)
 
 
-def _graph_specs(options: ExportOptions) -> dict[str, Callable[..., GraphSpec]]:
+def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
     # decoder_rows serves in-flight batching on CPU in float32 (its runtime writes the cache on the
     # host), --optimize included. float16 (a GPU's) and int8 exports keep decoder_static alone, which
     # the runtime falls back to: int8's activation scales span the batch, so its rows would decode
-    # differently from serial calls.
-    rows = options.static_cache and options.dtype == "float32" and not options.quantize
+    # differently from serial calls. So do models with T5's relative position bias: the fused
+    # operator of the rows graph takes no bias.
+    rows = (options.static_cache and options.dtype == "float32" and not options.quantize
+            and not config.relative_buckets)
     wanted = {"decoder_static": options.static_cache, "decoder_rows": rows}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
     return {**GRAPH_SPECS, **extra}

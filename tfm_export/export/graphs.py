@@ -6,7 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from ..model.kv_cache import CachePolicy, RowCache, SlotCache
-from ..model.transformer import KV, Transformer
+from ..model.attention import KV
+from ..model.transformer import Transformer
 from .specs import EXAMPLE_SIZES, GraphSpec
 
 

@@ -24,7 +24,7 @@ from ..errors import CheckpointError, ConfigError, shorten
 from ..model.checkpoint import Checkpoint
 from . import nn_transformer, tutorial
 from .base import Importer, StateDictImporter, run
-from .marian import MarianImporter
+from .hf import HFImporter
 from .native import NativeImporter
 from .source import Source
 
@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 # Every source format, in detection order.
 IMPORTERS: dict[str, Importer] = {importer.name: importer for importer in (
     NativeImporter(), StateDictImporter("tutorial", tutorial), StateDictImporter("nn_transformer", nn_transformer),
-    MarianImporter())}
+    HFImporter())}
+IMPORTERS["marian"] = IMPORTERS["hf"]  # the name of the folder layout before the other families came
 LAYOUTS = tuple(IMPORTERS)
 # Options that the weights of other layouts cannot tell (keys of load_any's `options`).
 IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation", "max_len")

@@ -11,7 +11,7 @@ import torch
 from ..config import POSITIONS
 from ..errors import CheckpointError, ConfigError
 from ..model.checkpoint import key_problems
-from ..model.transformer import sinusoidal_table
+from ..model.layers import sinusoidal_table
 
 def option(options: dict[str, Any], name: str, default: Any) -> Any:
     """An optional option; None counts as not given (the CLI passes None for absent flags)."""

@@ -14,9 +14,10 @@ One layer wiring (transformer.DecoderLayer) runs under three policies:
   in-flight batching on CPU). A SlotCache step copies the whole cache into its output (a third of
   a step on CPU); this one does not.
 
-A policy carries what the layers need: `offset` for the position embedding, and
-`attend(attention, h, past, new)`: a layer's self-attention output and the keys/values it keeps
-(its present).
+A policy carries what the layers need: `offset` for the position embedding, the query and key
+positions of its step (`query_pos`, `key_pos`: T5's relative position bias, computed once per step
+by the model), and `attend(attention, h, past, new, bias)`: a layer's self-attention output and the
+keys/values it keeps (its present).
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from .attention import KV, slot_masks
 from .row_attention import row_attention
-
-KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 
 
 class CachePolicy(Protocol):
     offset: Tensor | int  # added to the new tokens' positions: int, () or (batch, 1)
+    query_pos: Tensor  # the new tokens' positions: (tgt_len,) or (batch, 1)
+    key_pos: Tensor  # the positions the keys sit at: (key_len,)
 
-    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
-        """Self-attention of `h` over the past and the step's keys/values `new`; (output, present)."""
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV, bias: Tensor | None = None
+               ) -> tuple[Tensor, KV]:
+        """Self-attention of `h` over the past and the step's keys/values `new` (plus `bias`, broadcast
+        to the scores); (output, present)."""
         ...
 
 
@@ -48,9 +52,10 @@ class _UpdatedCache:
     def update(self, past: Tensor, new: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV, bias: Tensor | None = None
+               ) -> tuple[Tensor, KV]:
         k, v = self.update(past[0], new[0]), self.update(past[1], new[1])  # (batch, heads, key_len, head_dim)
-        return attention(h, k, v, self.allowed), (k, v)
+        return attention(h, k, v, self.allowed, bias), (k, v)
 
 
 @dataclass(frozen=True)
@@ -59,12 +64,14 @@ class AppendCache(_UpdatedCache):
 
     offset: Tensor | int  # past_len
     allowed: Tensor  # (tgt_len, past_len + tgt_len): causal over the past and the new positions
+    query_pos: Tensor  # (tgt_len,)
+    key_pos: Tensor  # (past_len + tgt_len,)
 
     @classmethod
     def after(cls, past_len: int, tgt_len: int, device: torch.device) -> "AppendCache":
         query_pos = torch.arange(tgt_len, device=device) + past_len  # (tgt_len,)
         key_pos = torch.arange(tgt_len + past_len, device=device)  # (past_len + tgt_len,)
-        return cls(past_len, key_pos[None, :] <= query_pos[:, None])
+        return cls(past_len, key_pos[None, :] <= query_pos[:, None], query_pos, key_pos)
 
     def update(self, past: Tensor, new: Tensor) -> Tensor:
         # dim=-2, not 2: ORT's attention-with-past fusion (--optimize) matches Concat(axis=-2) only.
@@ -78,13 +85,15 @@ class SlotCache(_UpdatedCache):
     offset: Tensor  # (batch, 1): each row's position is its number of filled slots
     allowed: Tensor  # (batch, 1, 1, max_len): the filled slots and this step's
     write: Tensor  # (batch, 1, max_len, 1): this step's slot
+    query_pos: Tensor  # (batch, 1): the offset
+    key_pos: Tensor  # (max_len,): slot s holds position s
 
     @classmethod
     def at(cls, cache_len: Tensor, max_len: int) -> "SlotCache":
         """`cache_len` (batch,) int64: slots already filled per row, each < max_len."""
-        slots = torch.arange(max_len, device=cache_len.device)  # (max_len,)
+        allowed, write = slot_masks(cache_len, max_len)
         filled = cache_len[:, None]  # (batch, 1)
-        return cls(filled, (slots <= filled)[:, None, None, :], (slots == filled)[:, None, :, None])
+        return cls(filled, allowed, write, filled, torch.arange(max_len, device=cache_len.device))
 
     def update(self, past: Tensor, new: Tensor) -> Tensor:
         # A select rather than a scatter: elementwise, so it exports and runs the same everywhere.
@@ -97,16 +106,22 @@ class RowCache:
 
     offset: Tensor  # (batch, 1): each row's position is its number of filled slots
     cache_len: Tensor  # (batch,): slots already filled per row, each < slots
+    query_pos: Tensor  # (batch, 1): the offset (no model with a position bias is exported with rows)
+    key_pos: Tensor  # (0,): unused
 
     @classmethod
     def at(cls, cache_len: Tensor) -> "RowCache":
-        return cls(cache_len[:, None], cache_len)
+        return cls(cache_len[:, None], cache_len, cache_len[:, None], cache_len[:0])
 
-    def attend(self, attention: Any, h: Tensor, past: KV, new: KV) -> tuple[Tensor, KV]:
-        batch, tgt_len, d_model = h.shape
+    def attend(self, attention: Any, h: Tensor, past: KV, new: KV, bias: Tensor | None = None
+               ) -> tuple[Tensor, KV]:
+        if bias is not None:
+            raise ValueError("the fused rows step takes no attention bias (T5's relative positions)")
+        batch, tgt_len, _ = h.shape
+        inner = attention.n_heads * attention.head_dim
 
-        def merge(x: Tensor) -> Tensor:  # (batch, heads, 1, head_dim) -> (batch, 1, d_model)
-            return x.transpose(1, 2).reshape(batch, tgt_len, d_model)
+        def merge(x: Tensor) -> Tensor:  # (batch, heads, 1, head_dim) -> (batch, 1, inner_dim)
+            return x.transpose(1, 2).reshape(batch, tgt_len, inner)
 
         out, key, value = row_attention(attention.q_proj(h), merge(new[0]), merge(new[1]), past[0], past[1],
                                         self.cache_len, attention.n_heads, attention.scale)

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from ..files import read_json_object
 from ..errors import ConfigError, ManifestError
+from .languages import Languages
 
 WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
 SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}
@@ -62,8 +63,8 @@ class MarianTokenizer:
     kind = "marian"
 
     def __init__(self, folder: Path, files: dict[str, str | None] | None = None,
-                 specials: dict[str, str] | None = None):
-        self.folder = Path(folder)
+                 specials: dict[str, str] | None = None, languages: Languages | None = None):
+        self.folder, self.languages = Path(folder), languages or Languages()
         self.names = {**FILE_DEFAULTS, **(files or {})}
         self.specials = {**SPECIAL_DEFAULTS, **(specials or {})}
         self.encoder = _vocab(self.folder / self.names["vocab"])
@@ -93,10 +94,23 @@ class MarianTokenizer:
                 raise ManifestError(f"{config_path} is not valid JSON ({exc})") from None
         files = {"target_vocab": "target_vocab.json"} if settings.get("separate_vocabs") else {}
         specials = {k: _token_text(settings[k]) for k in SPECIAL_DEFAULTS if settings.get(k) is not None}
-        return cls(folder, files, specials)
+        tokenizer = cls(folder, files, specials)
+        # Multi-target models read the target from a >>fra<< token on the source; a single pair is
+        # named by tokenizer_config.json's source_lang / target_lang when the folder has them.
+        languages = Languages.from_tokens(tokenizer.encoder, "marian")
+        pair = settings.get("source_lang"), settings.get("target_lang")
+        if not languages.target and all(isinstance(code, str) for code in pair):
+            languages = Languages(pair=(str(pair[0]), str(pair[1])))
+        tokenizer.languages = languages
+        return tokenizer
 
-    def encode(self, text: str) -> list[int]:
-        """Source text -> ids, ending with eos (as transformers' MarianTokenizer)."""
+    def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
+        """Source text -> ids, ending with eos (as transformers' MarianTokenizer). `target_lang` puts its
+        >>code<< token first (multi-target models); a single pair checks the codes it is given."""
+        self.languages.source_token(source_lang)
+        token = self.languages.target_token(target_lang)
+        if token:
+            text = f"{token} {text}"
         specials = set(self.specials.values())
         ids: list[int] = []
         for chunk in self._special_split.split(text):
@@ -113,6 +127,10 @@ class MarianTokenizer:
             code, text = [text[: end + 2]], text[end + 2:]
         return code + self.source.encode(text, out_type=str)
 
+    def forced_bos(self, target_lang: str | None) -> int | None:
+        """Marian starts every target from its pad id: the target language is on the source."""
+        return None
+
     def decode(self, ids: Sequence[int]) -> str:
         """Target ids -> text; special and unknown ids are skipped."""
         pieces = [self.decoder[i] for i in ids if i not in self.special_ids and i in self.decoder]
@@ -122,7 +140,8 @@ class MarianTokenizer:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (see the module docstring); ids are informative, the files rule."""
         return {"type": self.kind, **self.names, **self.specials,
-                "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id}
+                "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id,
+                "languages": self.languages.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "MarianTokenizer":
@@ -134,7 +153,7 @@ class MarianTokenizer:
             raise ManifestError(f"marian tokenizer is missing {', '.join(missing)}; re-export the model")
         files = {k: data.get(k) for k in FILE_DEFAULTS}
         specials = {k: data[k] for k in SPECIAL_DEFAULTS if data.get(k)}
-        return cls(Path(folder), files, specials)
+        return cls(Path(folder), files, specials, Languages.from_dict(data.get("languages")))
 
     def files(self) -> list[Path]:
         """The files an export folder needs (copied next to manifest.json)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 from ..errors import InputError, ManifestError, load_object
+from .languages import Languages
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PAD, BOS, EOS = 0, 1, 2
@@ -26,8 +27,10 @@ class Tokenizer(Protocol):
     """What every tokenizer type provides."""
 
     kind: str
+    languages: Languages  # the codes encode and forced_bos take (none for a single-language model)
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]: ...
+    def forced_bos(self, target_lang: str | None) -> int | None: ...
     def decode(self, ids: Sequence[int]) -> str: ...
     def to_dict(self) -> dict[str, Any]: ...
     def files(self) -> list[Path]: ...
@@ -37,6 +40,7 @@ class CharTokenizer:
     """One token per character, with separate source and target vocabularies."""
 
     kind = "chars"
+    languages = Languages()
 
     def __init__(self, src_vocab: Sequence[str], tgt_vocab: Sequence[str], append_eos: bool = True):
         for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
@@ -58,8 +62,9 @@ class CharTokenizer:
         tgt = sorted({ch for text in targets for ch in text})
         return cls([*SPECIALS, *src], [*SPECIALS, *tgt])
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         """Source text -> ids (+ eos); unknown characters are an InputError naming them."""
+        self.languages.source_token(source_lang), self.languages.target_token(target_lang)  # no codes
         unknown = sorted({ch for ch in text if ch not in self._src_ids})
         if unknown:
             allowed = "".join(self.src_vocab[len(SPECIALS):])
@@ -75,6 +80,9 @@ class CharTokenizer:
         if missing:
             raise InputError(f"target characters {''.join(missing)!r} are not in the vocabulary")
         return [self._tgt_ids[ch] for ch in text]
+
+    def forced_bos(self, target_lang: str | None) -> int | None:
+        return None
 
     def decode(self, ids: Sequence[int]) -> str:
         """Target ids -> text, skipping special and out-of-range ids."""
@@ -103,6 +111,7 @@ class CharTokenizer:
 TOKENIZER_TYPES = {
     "chars": "tfm_export.text.tokenizer:CharTokenizer",
     "marian": "tfm_export.text.marian:MarianTokenizer",
+    "hf": "tfm_export.text.hf:HFTokenizer",
 }
 
 
