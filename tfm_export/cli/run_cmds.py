@@ -41,11 +41,12 @@ def _read_text(path: Path) -> str:
 
 
 def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
-    """--ids follow the tokenizer's convention: when encoding appends EOS, append it if missing."""
-    suffix = tokenizer.encode("")  # [eos] for tokenizers that end every source with it, else []
-    if not suffix:
+    """--ids follow the tokenizer's convention: when encoding appends only EOS, append it if missing
+    (ids for a language-marking template are taken as given)."""
+    suffix = tokenizer.encode("")  # [eos] for tokenizers that end every source with it
+    if len(suffix) != 1:
         return sources
-    return [s if s[-len(suffix):] == suffix else s + suffix for s in sources]
+    return [s if s[-1:] == suffix else s + suffix for s in sources]
 
 
 def decoding_options(fn: Any) -> Any:
@@ -82,6 +83,7 @@ def generation_config(model: Any, options: dict[str, Any], max_new_tokens: int |
     plain greedy's with --greedy)."""
     from ..runtime.generation import GREEDY
 
+    options = dict(options)
     stopping = {"true": True, "false": False, "never": "never", None: None}[options.pop("early_stopping")]
     start = GREEDY if options.pop("greedy") else None
     return model.generation_config(start, **options, early_stopping=stopping, max_new_tokens=max_new_tokens)
@@ -117,22 +119,28 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--stream", is_flag=True,
               help="Print each source's output as it is decoded (greedy and sampling; beam search prints "
                    "when done), one source at a time.")
+@click.option("--source-lang", default=None,
+              help="The source language's code, for multilingual models (`tfm-export languages FOLDER` lists them).")
+@click.option("--target-lang", default=None,
+              help="The target language's code, for multilingual models: its token starts every output.")
 @decoding_options
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
                      threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool,
-                     **decoding: Any) -> None:
-    """Decode with the export in FOLDER on ONNX Runtime (greedy unless the export or flags say otherwise)."""
+                     source_lang: str | None, target_lang: str | None, **decoding: Any) -> None:
+    """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
     kind, sources = _sources(text, ids, input_file, input_format)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
-    config = generation_config(model, decoding, max_new_tokens)
     has_tokenizer = bool(model.manifest.tokenizer)
+    if target_lang is not None and has_tokenizer:
+        decoding = {**model.language_options(target_lang), **decoding}
+    config = generation_config(model, decoding, max_new_tokens)
     if kind == "text":
-        encoded = [model.tokenizer.encode(s) for s in sources]
+        encoded = [model.encode(s, source_lang, target_lang) for s in sources]
     else:
         encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
     tokenizer = model.tokenizer if has_tokenizer else None

@@ -5,7 +5,8 @@ checkpoint's meta), and the single-token bans that become the model's `suppress_
 
 transformers counts the decoder start token in `max_length` and `min_length`; our `max_new_tokens`
 and `min_new_tokens` count generated tokens (EOS included), so each is the length minus one.
-`forced_eos_token_id` becomes `forced_eos` (the last allowed token is EOS). A folder without
+`forced_eos_token_id` becomes `forced_eos` (the last allowed token is EOS); `forced_bos_token_id`
+(BART's <s>) is kept as it is (a target language given at decoding time replaces it). A folder without
 `max_length` decodes up to the model's position table (transformers would stop at its default of 20).
 `renormalize_logits` is reproduced. Bans (`suppress_ids`) are masked inside the model before the
 softmax, which is what transformers gives with `renormalize_logits` (published OPUS-MT folders set
@@ -27,14 +28,14 @@ log = logging.getLogger(__name__)
 # Generation settings that would change the tokens but are not part of our decoding:
 # name -> the value at which they do nothing.
 UNSUPPORTED_GENERATION = {
-    "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None,
-    "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
+    "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
     "num_beam_groups": 1, "diversity_penalty": 0.0, "constraints": None, "force_words_ids": None,
 }
 # Settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces under
 # the same names; they become the export's default decoding. Sampling settings count only with do_sample.
 GENERATION_DEFAULTS = ("num_beams", "length_penalty", "early_stopping", "num_return_sequences", "min_new_tokens",
-                       "max_new_tokens", "repetition_penalty", "no_repeat_ngram_size", "renormalize_logits")
+                       "max_new_tokens", "repetition_penalty", "no_repeat_ngram_size", "renormalize_logits",
+                       "forced_bos_token_id")
 SAMPLING_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}  # transformers' defaults
 
 

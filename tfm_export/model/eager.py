@@ -65,6 +65,6 @@ class EagerModel(GenerateMixin):
         return torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
 
     @torch.no_grad()
-    def _greedy(self, src: torch.Tensor, steps: int, stop_at_eos: bool, timings: DecodeTimings | None
-                ) -> list[list[int]]:
-        return greedy_loop(self._search_cache, src, steps, self.config, stop_at_eos, timings)
+    def _greedy(self, src: torch.Tensor, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
+                first_token: int | None = None) -> list[list[int]]:
+        return greedy_loop(self._search_cache, src, steps, self.config, stop_at_eos, timings, first_token)

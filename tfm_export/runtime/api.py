@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+from ..errors import InputError
 from .decoding import DecodeTimings, resolve_max_new_tokens, trim
 from .generation import GenerationConfig, Hypothesis
 from .search import search, search_steps
@@ -24,13 +25,19 @@ class GenerateMixin:
 
     def _batch(self, sources: Sequence[Sequence[int]]) -> Any: ...
 
-    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None) -> list[list[int]]: ...
+    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
+                first_token: int | None = None) -> list[list[int]]: ...
 
     _search_cache: Any
 
     def generation_config(self, config: GenerationConfig | None = None, **options: Any) -> GenerationConfig:
         """`config` (default: this model's `generation`) with `options` (None values ignored) applied."""
-        return (config or self.generation).replace(**options)
+        config = (config or self.generation).replace(**options)
+        forced = config.forced_bos_token_id
+        if forced is not None and forced >= self.config.tgt_vocab_size:
+            raise InputError(f"{{forced_bos_token_id}} {forced} is out of range for a vocabulary of "
+                             f"{self.config.tgt_vocab_size} ids", options={"forced_bos_token_id": forced})
+        return config
 
     def steps_for(self, config: GenerationConfig) -> int:
         """How many tokens to generate per row: `config.max_new_tokens`, checked against what fits."""
@@ -62,29 +69,43 @@ class GenerateMixin:
         # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
         forced = stop_at_eos and config.forced_eos
         if config.is_greedy or (forced and config.replace(forced_eos=False).is_greedy):
-            rows = self._greedy(src, steps - forced, stop_at_eos, timings)
+            rows = self._greedy(src, steps - forced, stop_at_eos, timings, config.forced_bos_token_id)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in rows]
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)
         hyps = search(self._search_cache, src, steps, config, self.config, timings)
         return [h[0].ids for h in hyps]
 
+    def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
+        """Source text -> ids with the tokenizer; a multilingual model's `source_lang` marks the source
+        (and a Marian model's `target_lang`); InputError naming the valid codes otherwise."""
+        return self.tokenizer.encode(text, source_lang, target_lang)
+
+    def language_options(self, target_lang: str | None) -> dict[str, int]:
+        """GenerationConfig options that make the output `target_lang` (the forced first token)."""
+        forced = self.tokenizer.forced_bos(target_lang) if target_lang is not None else None
+        return {} if forced is None else {"forced_bos_token_id": forced}
+
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None,
-                  config: GenerationConfig | None = None, **options: Any) -> list[str]:
-        """Encode texts with the tokenizer, decode (greedy unless configured), return the best texts."""
-        sources = [self.tokenizer.encode(t) for t in texts]
+                  config: GenerationConfig | None = None, source_lang: str | None = None,
+                  target_lang: str | None = None, **options: Any) -> list[str]:
+        """Encode texts with the tokenizer, decode (the export's default decoding unless configured),
+        return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages)."""
+        sources = [self.encode(t, source_lang, target_lang) for t in texts]
+        options = {**self.language_options(target_lang), **options}
         rows = self.generate_ids(sources, max_new_tokens, config=config, **options)
         return [self.tokenizer.decode(ids) for ids in rows]
 
     def stream(self, source: str | Sequence[int], config: GenerationConfig | None = None,
-               **options: Any) -> Iterator[Any]:
+               source_lang: str | None = None, target_lang: str | None = None, **options: Any) -> Iterator[Any]:
         """Yield one source's output as it is decoded: token ids for an id list, text pieces for a str.
 
         Greedy and sampling yield each id as it is chosen (EOS is not yielded). Beam search cannot
         know its result before it ends (a later step can overtake every running beam), so it yields
         the best hypothesis' ids (or text) once, when the search is done."""
+        options = {**self.language_options(target_lang), **options}
         config = self.generation_config(config, num_return_sequences=1, **options)
-        ids = self.tokenizer.encode(source) if isinstance(source, str) else list(source)
+        ids = self.encode(source, source_lang, target_lang) if isinstance(source, str) else list(source)
         pieces = _ids_stream(self, ids, config)
         yield from (text_pieces(self.tokenizer, pieces) if isinstance(source, str) else pieces)
 

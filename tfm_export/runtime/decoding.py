@@ -132,10 +132,11 @@ class DecoderCache(Protocol):
 
 
 def greedy_loop(cache: DecoderCache, src: Any, steps: int, config: TransformerConfig, stop_at_eos: bool,
-                timings: DecodeTimings | None = None) -> list[list[int]]:
+                timings: DecodeTimings | None = None, first_token: int | None = None) -> list[list[int]]:
     """Greedy decoding of `src` (batch, src_len) for up to `steps` tokens; rows as generated (EOS kept).
 
-    Rows start from config.bos_id; `timings` gets the encoder's time and each step's.
+    Rows start from config.bos_id; `first_token` replaces the first step's ids (forced_bos_token_id);
+    `timings` gets the encoder's time and each step's.
     """
     batch = src.shape[0]
     with cache.lock:
@@ -145,9 +146,12 @@ def greedy_loop(cache: DecoderCache, src: Any, steps: int, config: TransformerCo
             timings.encoder_s = time.perf_counter() - start
         tokens = np.full((batch, 1), config.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
         rows = GreedyRows(batch, steps, config.eos_id, config.tgt_pad_id, stop_at_eos)
-        for _ in range(steps):
+        for step in range(steps):
             start = time.perf_counter() if timings is not None else 0.0
-            next_ids = rows.add(state.step(tokens))  # (batch,)
+            chosen = state.step(tokens)  # (batch,)
+            if step == 0 and first_token is not None:
+                chosen = np.full_like(chosen, first_token)
+            next_ids = rows.add(chosen)
             if timings is not None:
                 timings.steps_s.append(time.perf_counter() - start)
             if rows.finished:

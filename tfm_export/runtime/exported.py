@@ -62,8 +62,9 @@ class ExportedModel(GenerateMixin):
     def _batch(self, sources: Sequence[Sequence[int]]) -> Any:
         return source_batch(sources, self.config)  # (batch, src_len)
 
-    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None) -> list[list[int]]:
-        return greedy_loop(self.cache, src, steps, self.config, stop_at_eos, timings)
+    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
+                first_token: int | None = None) -> list[list[int]]:
+        return greedy_loop(self.cache, src, steps, self.config, stop_at_eos, timings, first_token)
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.cache.slots if isinstance(self.cache, StaticCache) else None  # fixed by its export

@@ -36,6 +36,9 @@ class GenerationConfig:
     repetition_penalty: float = 1.0  # log-probs of tokens already in the row: x * p if x < 0 else x / p
     no_repeat_ngram_size: int = 0  # ban any token that would repeat an n-gram of the row (0: off)
     forced_eos: bool = False  # the last allowed token is EOS (transformers' forced_eos_token_id)
+    # The first generated token (transformers' forced_bos_token_id): a multilingual model's target
+    # language, BART's <s>. Greedy decoding stays on its fast path (the first step's id is replaced).
+    forced_bos_token_id: int | None = None
     # Log-softmax again after the processors (transformers' renormalize_logits): beam scores then sum
     # normalised log-probabilities even where a processor banned ids (published OPUS-MT folders set it).
     renormalize_logits: bool = False
@@ -52,7 +55,8 @@ class GenerationConfig:
     @property
     def is_greedy(self) -> bool:
         """Plain greedy decoding: the decoder's own next_ids suffice (no logits cross to the host)."""
-        # renormalize_logits does not count: a row's argmax is the same after a log-softmax.
+        # renormalize_logits does not count: a row's argmax is the same after a log-softmax; nor does
+        # forced_bos_token_id: the greedy loops put it in place of the first step's id.
         return (self.num_beams == 1 and not self.do_sample and self.min_new_tokens == 0
                 and self.repetition_penalty == 1.0 and self.no_repeat_ngram_size == 0 and not self.forced_eos
                 and self.num_return_sequences == 1)
@@ -103,6 +107,8 @@ CHECKS = (
     ("repetition_penalty", lambda c: _number_above(0)(c.repetition_penalty), "must be greater than 0"),
     ("no_repeat_ngram_size", lambda c: _int_at_least(0)(c.no_repeat_ngram_size), "must be 0 (off) or more"),
     ("forced_eos", lambda c: isinstance(c.forced_eos, bool), "must be true or false"),
+    ("forced_bos_token_id", lambda c: c.forced_bos_token_id is None or _int_at_least(0)(c.forced_bos_token_id),
+     "must be a token id (0 or more) or null"),
     ("renormalize_logits", lambda c: isinstance(c.renormalize_logits, bool), "must be true or false"),
     ("do_sample", lambda c: isinstance(c.do_sample, bool), "must be true or false"),
 )

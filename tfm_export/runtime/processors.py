@@ -60,9 +60,10 @@ def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, 
         scores[:, list(banned)] = -np.inf
     if step < config.min_new_tokens:
         scores[:, eos_id] = -np.inf
-    if _forced(step, last_step, config):
-        scores[:] = -np.inf
-        scores[:, eos_id] = 0.0
+    for forced in (_forced_bos(step, config), eos_id if _forced(step, last_step, config) else None):
+        if forced is not None:  # transformers' order: forced BOS, then forced EOS (which wins at step 0)
+            scores[:] = -np.inf
+            scores[:, forced] = 0.0
     if config.renormalize_logits:  # a row of one finite score (forced EOS) stays as it is
         scores[:] = log_softmax(scores)
     return scores
@@ -77,6 +78,10 @@ def _forced(step: int, last_step: int, config: GenerationConfig) -> bool:
     return config.forced_eos and step == last_step
 
 
+def _forced_bos(step: int, config: GenerationConfig) -> int | None:
+    return config.forced_bos_token_id if step == 0 else None
+
+
 def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, eos_id: int,
               banned: tuple[int, ...] = ()) -> np.ndarray:
     """`process` without the whole-row processors, as an additive (vocab,) float32 bias of the
@@ -86,16 +91,18 @@ def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, e
     bias[list(banned)] = -np.inf
     if step < config.min_new_tokens:
         bias[eos_id] = -np.inf
-    if _forced(step, last_step, config):
-        bias[:] = -np.inf
-        bias[eos_id] = 0.0
+    for forced in (_forced_bos(step, config), eos_id if _forced(step, last_step, config) else None):
+        if forced is not None:
+            bias[:] = -np.inf
+            bias[forced] = 0.0
     return bias
 
 
 def process_top(scores: np.ndarray, ids: np.ndarray, step: int, last_step: int, config: GenerationConfig,
                 eos_id: int) -> np.ndarray:
     """The per-row best `scores` of ids (rows, width) after `head_bias`, as `process` leaves them: at a
-    forced-EOS step EOS scores 0 (in place; returned)."""
-    if _forced(step, last_step, config):
-        scores[:] = np.where(ids == eos_id, 0.0, -np.inf)
+    forced step the forced id scores 0 (in place; returned)."""
+    forced = eos_id if _forced(step, last_step, config) else _forced_bos(step, config)
+    if forced is not None:
+        scores[:] = np.where(ids == forced, 0.0, -np.inf)
     return scores
