@@ -23,7 +23,7 @@ import onnxruntime as ort
 
 from .checks import check_sessions
 from .device import create_session
-from .static import SRC_BUCKET, RowBatch, StaticCache
+from .static import SRC_BUCKET, RowBatch, StaticCache, gather_rows
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,11 @@ class HostRows(RowBatch):
 
     def logits(self) -> np.ndarray:
         return self._host["logits"].copy()  # (batch, tgt_vocab)
+
+    def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
+        """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled), in place."""
+        caches = [array for name, array in self._host.items() if name.startswith("past.")]
+        gather_rows(caches, rows, np.asarray(rows)[beam_idx], filled)
 
 
 def greedy_in_rows(cache: StaticCache, sources: list[list[int]], steps: int) -> list[list[int]]:

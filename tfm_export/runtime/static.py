@@ -64,6 +64,9 @@ class _Slots:
     logits: ort.OrtValue  # (batch, tgt_vocab): read only by rows that sample or run processors
     bindings: tuple[Any, Any]
     run_options: tuple[ort.RunOptions | None, ort.RunOptions | None]
+    # The two cache sets: OrtValues (batch, heads, slots, head_dim), and on CPU the host arrays they wrap.
+    caches: tuple[list[ort.OrtValue], list[ort.OrtValue]] = ((), ())  # type: ignore[assignment]
+    caches_host: tuple[list[np.ndarray], list[np.ndarray]] | None = None
 
 
 class StaticCache:
@@ -129,7 +132,10 @@ class StaticCache:
         host = {name: self._zeros_host(name, batch, src_len) for name in self._inputs if not name.startswith("past.")}
         shared = {name: device_value(self.device, array) for name, array in host.items()}
         outs = {name: self._zeros(name, batch, src_len) for name in ("logits", "next_ids")}
-        caches = [[self._zeros(name, batch, src_len) for name in past] for _ in range(2)]
+        caches_host = [[self._zeros_host(name, batch, src_len) for name in past] for _ in range(2)]
+        caches = [[device_value(self.device, array) for array in arrays] for arrays in caches_host]
+        wrapped = all(v.data_ptr() == a.ctypes.data for vs, arrays in zip(caches, caches_host)
+                      for v, a in zip(vs, arrays))  # CPU: the OrtValues wrap the host arrays
         bindings = []
         for reads, writes in ((caches[0], caches[1]), (caches[1], caches[0])):
             binding = self.session.io_binding()
@@ -141,7 +147,8 @@ class StaticCache:
         encoded = [k for k in shared if k == "src_mask" or k.startswith("cross.")]
         return _Slots({k: shared[k] for k in encoded}, {k: host[k] for k in encoded}, shared["input_ids"],
                       shared["cache_len"], outs["next_ids"], outs["logits"],
-                      (bindings[0], bindings[1]), (self._run_options(), self._run_options()))
+                      (bindings[0], bindings[1]), (self._run_options(), self._run_options()),
+                      (caches[0], caches[1]), (caches_host[0], caches_host[1]) if wrapped else None)
 
     def _run_options(self) -> ort.RunOptions | None:
         """One CUDA graph per binding: ORT captures each gpu_graph_id on its first runs, then replays."""
@@ -235,6 +242,25 @@ class RowBatch:
     def logits(self) -> np.ndarray:
         """The last step's logits (batch, tgt_vocab), copied to the host."""
         return self.slots.logits.numpy()
+
+    def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
+        """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled) (the cache
+        set the next step reads). On CPU a gather of those rows in the host arrays the OrtValues wrap;
+        elsewhere a round trip through the host (a device gather is left for a GPU machine)."""
+        parity, source = self.index % 2, np.asarray(rows)[beam_idx]
+        if self.slots.caches_host is not None:
+            gather_rows(self.slots.caches_host[parity], rows, source, filled)
+            return
+        for value in self.slots.caches[parity]:
+            array = value.numpy()
+            gather_rows([array], rows, source, filled)
+            value.update_inplace(array)
+
+
+def gather_rows(caches: list[np.ndarray], rows: list[int], source: np.ndarray, filled: int) -> None:
+    """In each cache (batch, heads, slots, head_dim): rows[j] becomes source[j], slots [0, filled) only."""
+    for cache in caches:
+        cache[rows, :, :filled] = cache[source, :, :filled]  # the right side is a copy: no overlap issue
 
 
 def static_slots(manifest: Manifest) -> int | None:

@@ -5,18 +5,18 @@ the runner's `generate` of the job's request decoded directly (`Job.row`: the so
 request, which seeds its sampling generators as in a direct call).
 
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
-  (runtime.rows.open_rows). Between two decoder steps, waiting jobs are encoded into free rows and
-  join at the next step; while every row is busy, a second thread encodes the next jobs ahead
-  (serve.joiner), so a row that frees takes an encoded job at once. A row that emits EOS or reaches
-  its `max_new_tokens` leaves at once and its row is reused. A job that arrives while others decode
-  starts within one step. Greedy rows take the decoder's own next ids; rows that sample or use
-  processors pick from the step's logits with their own runtime.search.TokenPicker. Beam search and
-  n-best jobs need several cache rows reordered between steps: they go to a side thread
+  (runtime.rows.open_rows). Each job takes a group of rows (serve.groups): one for greedy decoding
+  and one sample, k for a beam search of k beams or k samples, whose strategies all share one
+  decoder step; a beam group's cache rows are gathered in its beams' order after the step. Between
+  two steps, waiting jobs are encoded into free rows and join at the next step; while the next job
+  does not fit, a second thread encodes it ahead (serve.joiner), so rows that free take it at once.
+  A group that ends (EOS, its `max_new_tokens`, its search done) leaves at once and its rows are
+  reused. Jobs wider than the batch or longer than its rows' slots go to a side thread
   (`SearchLane`) that decodes each with `generate`.
-- `RequestBatcher`: collect jobs for `window_ms` (up to `max_batch`), decode that batch to its end
-  with `generate_ids`, repeat. `max_batch=1` is one request at a time. The baselines of
-  benchmarks/load.py; they work with any export (no static decoder needed). Jobs that are not plain
-  greedy are decoded one at a time with `generate`.
+- `RequestBatcher`: collect jobs for `window_ms` (up to `max_batch`), decode that batch to its end,
+  repeat: plain greedy jobs together with `generate_ids`, beam jobs of the same settings together
+  with `generate`, others one at a time. `max_batch=1` is one request at a time. The baselines of
+  benchmarks/load.py; they work with any export (no static decoder needed).
 
 Torch-free; no web framework here (serve.app puts HTTP around an engine).
 """
@@ -32,8 +32,8 @@ import numpy as np
 
 from ..errors import InputError, TfmExportError
 from ..runtime.decoding import source_batch
-from ..runtime.search import TokenPicker
-from ..runtime.generation import GREEDY
+from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
+from .groups import RowGroup, width
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
 
@@ -51,20 +51,27 @@ class InflightBatcher(Engine):
 
         if not isinstance(model.cache, StaticCache):
             raise InputError(f"{model.folder} is not opened with its static-cache decoder; in-flight batching "
-                             f"needs decoder_static.onnx: re-export with --cuda-graph, or use request-level "
+                             f"needs decoder_static.onnx: re-export with --static-slots N, or use request-level "
                              f"{{batching}}", options={"batching": "request"})
         super().__init__(model, config)
         cfg = model.config
         width = min(config.max_src_len or cfg.max_len, cfg.max_len)
         self.rows = open_rows(model.cache, config.max_batch, width)  # every row holds up to `width` source tokens
-        self.jobs: list[Job | None] = [None] * config.max_batch  # (batch,): the job in each row
-        self.pickers: list[TokenPicker | None] = [None] * config.max_batch  # rows that pick from logits
-        self.lane = SearchLane(model, config)  # beam search and n-best jobs, decoded beside the rows
+        self.slots = model.cache.slots  # the longest output a row can hold
+        self.groups: list[RowGroup | None] = [None] * config.max_batch  # (batch,): the group each row is in
+        self.lane = SearchLane(model, config)  # jobs wider than the batch or longer than the rows' slots
         side = side_encoder(model.cache)
-        self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit,
-                             lambda: self.config.max_batch - self.active)
+        self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit, self.rows_for)
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
+
+    def rows_for(self, job: Job) -> int:
+        """Rows `job` takes in the batch; 0 when it does not fit (the search lane decodes it)."""
+        rows = width(job.config)
+        return rows if rows <= self.config.max_batch and job.max_new_tokens <= self.slots else 0
+
+    def free_rows(self) -> list[int]:
+        return [row for row, group in enumerate(self.groups) if group is None]
 
     def start(self) -> "Engine":
         self.lane.start()
@@ -77,66 +84,91 @@ class InflightBatcher(Engine):
         self.lane.close(timeout)
 
     def _running(self) -> list[Job]:
-        return [job for job in self.jobs if job is not None] + self.joiner.waiting()
+        return [group.job for group in self._groups()] + self.joiner.waiting()
+
+    def _groups(self) -> list[RowGroup]:
+        """Each bound group once, in row order."""
+        return list({id(g): g for g in self.groups if g is not None}.values())
 
     def fail_all(self, message: str) -> None:
         super().fail_all(message)
         self.joiner.stop()
 
     def _run_once(self) -> None:
-        free = [row for row, job in enumerate(self.jobs) if job is None]
-        was_full = not free
-        ready = self.joiner.ready(len(free)) if free else []  # encoded by the joiner while every row was busy
+        free = self.free_rows()
+        ready = self.joiner.ready(len(free))  # encoded by the joiner while the next job did not fit
         self.release(len(ready))
         for job, encoded in ready:
             if not job.cancelled:
-                self._bind([free.pop(0)], [job], encoded)
+                self._bind(free, job, encoded)
         # Free rows take waiting jobs at once, encoded here (all threads): a job that arrives while
         # others decode starts at the next step. Idle: wait for one (or for the joiner's).
+        # Jobs the joiner holds came first: nothing newer is taken until they are bound (else narrower
+        # jobs could keep taking the rows a beam group waits for).
         wait = None if self.active == 0 else 0
-        taken = self.take(len(free), wait, other_work=self.joiner.has_ready) if free else []
-        joined = [job for job in taken if job.in_rows]
-        if len(joined) < len(taken):
-            self.lane.submit([job for job in taken if not job.in_rows])
+        taken = self.take(0 if self.held else len(free), wait, other_work=self.joiner.has_ready, width=self.rows_for)
+        self.lane.submit([job for job in taken if not self.rows_for(job)])
+        joined = [job for job in taken if self.rows_for(job)]
         if joined:
             src = source_batch([job.ids for job in joined], self.model.config)  # (joined, src_len)
-            self._bind(free[: len(joined)], joined, self.rows.encode(src))
-        if not was_full and self.active == self.config.max_batch:
-            self.joiner.poke()  # every row is busy now: time to encode ahead
+            encoded = self.rows.encode(src)
+            for n, job in enumerate(joined):
+                self._bind(free, job, [value[n:n + 1] for value in encoded])
+        self.joiner.poke()  # the rows changed: the joiner looks again whether to encode ahead
         if self.active:
             self._step()
 
-    def _bind(self, rows: list[int], jobs: list[Job], encoded: list[np.ndarray]) -> None:
-        cfg = self.model.config
-        self.rows.write(rows, encoded)
-        for row, job in zip(rows, jobs):
-            self.jobs[row] = job
-            self.pickers[row] = None if job.config.is_greedy else TokenPicker(
-                1, job.max_new_tokens, job.config, cfg, first_row=job.row)
-            self.tokens[row], self.cache_len[row] = cfg.bos_id, 0
-        self.active += len(jobs)
+    def _bind(self, free: list[int], job: Job, encoded: list[np.ndarray]) -> None:
+        """Write one job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
+        rows = [free.pop(0) for _ in range(self.rows_for(job))]
+        self.rows.write(rows, [np.repeat(value, len(rows), axis=0) for value in encoded])
+        group = RowGroup.start(job, rows, self.model.config)
+        for row in rows:
+            self.groups[row] = group
+        self.tokens[rows], self.cache_len[rows] = self.model.config.bos_id, 0
+        self.active += len(rows)
 
     def _step(self) -> None:
         next_ids = self.rows.step(self.tokens, self.cache_len)  # (batch,)
-        # (batch, tgt_vocab) to the host only when a row samples or runs processors
-        logits = self.rows.logits() if any(self.pickers) else None
-        for row, job in enumerate(self.jobs):
-            if job is None:
+        groups = self._groups()
+        # (batch, tgt_vocab) to the host only when a group picks from the logits
+        logits = self.rows.logits() if any(g.strategy is not None for g in groups) else None
+        for group in groups:
+            chosen, beam_idx = group.advance(next_ids, logits)
+            group.first_step = False
+            if self._ended(group, chosen):
+                self._leave(group)
                 continue
-            picker = self.pickers[row]
-            token = int(next_ids[row]) if picker is None else int(picker.advance(logits[row: row + 1])[0][0])
-            if self._token(job, token):
-                self._finish(job, None if picker is None else picker.results()[0])
-                self._leave(row)
-            else:
-                self.tokens[row], self.cache_len[row] = token, self.cache_len[row] + 1
+            if beam_idx is not None and np.any(beam_idx != np.arange(len(beam_idx))):
+                self.rows.reorder(group.rows, beam_idx, int(self.cache_len[group.rows[0]]) + 1)
+            self.tokens[group.rows], self.cache_len[group.rows] = chosen, self.cache_len[group.rows] + 1
 
-    def _leave(self, row: int) -> None:
-        """Free a row at once: it idles (pad at slot 0) until the next job is bound into it."""
-        self.jobs[row], self.pickers[row] = None, None
-        self.rows.release(row)
-        self.tokens[row], self.cache_len[row] = self.model.config.tgt_pad_id, 0
-        self.active -= 1
+    def _ended(self, group: RowGroup, chosen: np.ndarray) -> bool:
+        """Send what the step decided; True when the job is over (EOS, budget, search ended, cancelled)."""
+        job = group.job
+        if group.streams:
+            if not self._token(job, int(chosen[0])):
+                return False
+            self._finish(job, group.results())
+            return True
+        if job.cancelled:
+            return True
+        if not group.finished:
+            return False
+        hypotheses = group.results()
+        for token in hypotheses[0].ids:
+            if self._token(job, token):
+                break
+        self._finish(job, hypotheses)
+        return True
+
+    def _leave(self, group: RowGroup) -> None:
+        """Free a group's rows at once: they idle (pad at slot 0) until the next job is bound into them."""
+        for row in group.rows:
+            self.groups[row] = None
+            self.rows.release(row)
+        self.tokens[group.rows], self.cache_len[group.rows] = self.model.config.tgt_pad_id, 0
+        self.active -= len(group.rows)
 
 
 class SearchLane(Engine):
@@ -166,27 +198,49 @@ class RequestBatcher(Engine):
         deadline = time.perf_counter() + self.config.window_ms / 1000
         while jobs and len(jobs) < self.config.max_batch and (left := deadline - time.perf_counter()) > 0:
             jobs += self.take(self.config.max_batch - len(jobs), wait=left)
-        for job in [job for job in jobs if not job.config.is_greedy]:
-            self._decode_alone(job)
-        jobs = [job for job in jobs if job.config.is_greedy]
-        if not jobs:
-            return
-        self.active = len(jobs)
+        batches: dict[Any, list[Job]] = {}
+        for job in jobs:
+            batches.setdefault(_batch_key(job), []).append(job)
+        for key, batch in batches.items():
+            self.active = len(batch)
+            if key is None:  # sampling: its generators follow the job's row of its own request
+                for job in batch:
+                    self._decode_alone(job)
+            else:
+                self._decode_together(batch, key[1])
+        self.active = 0
+
+    def _decode_together(self, jobs: list[Job], setting: Any) -> None:
+        """Plain greedy jobs (setting: their forced first token) with generate_ids for the longest budget,
+        each cut at its own; beam jobs of one GenerationConfig (setting) with generate."""
         try:
-            # generate_ids decodes every row for the longest budget; each row is cut at its own below.
-            # GREEDY by name: the export's defaults may be beam search, and these jobs are greedy.
-            budget = max(job.max_new_tokens for job in jobs)
-            rows = self.model.generate_ids([job.ids for job in jobs], config=GREEDY.replace(max_new_tokens=budget))
+            if isinstance(setting, GenerationConfig):
+                results = self.model.generate([job.ids for job in jobs], setting)
+            else:  # GREEDY by name: the export's defaults may be beam search, and these jobs are greedy
+                budget = max(job.max_new_tokens for job in jobs)
+                rows = self.model.generate_ids([job.ids for job in jobs], config=GREEDY.replace(
+                    max_new_tokens=budget, forced_bos_token_id=setting))
+                results = [[Hypothesis(row, float("nan"))] for row in rows]
         except TfmExportError as exc:
             for job in jobs:
                 job.emit("error", str(exc))
-            rows = []
-        for job, row in zip(jobs, rows):
-            for token in row[: job.max_new_tokens]:
+            return
+        for job, hypotheses in zip(jobs, results):
+            for token in hypotheses[0].ids[: job.max_new_tokens]:
                 if self._token(job, token):
                     break
-            self._finish(job)
-        self.active = 0
+            self._finish(job, None if not isinstance(setting, GenerationConfig) else hypotheses)
+
+
+def _batch_key(job: Job) -> tuple[str, Any] | None:
+    """Jobs decoded together share a key: plain greedy ones their forced first token, deterministic
+    searches their whole GenerationConfig (budget included); sampling jobs are decoded alone (None)."""
+    config = job.config
+    if config.is_greedy:
+        return "greedy", config.forced_bos_token_id
+    if config.do_sample:
+        return None
+    return "search", dataclasses.replace(config, max_new_tokens=job.max_new_tokens)
 
 
 ENGINES = {"inflight": InflightBatcher, "request": RequestBatcher}

@@ -72,10 +72,6 @@ class Job:
     def cancel(self) -> None:
         self.cancelled = True
 
-    @property
-    def in_rows(self) -> bool:
-        return one_row(self.config)
-
     def decode_alone(self, model: Any) -> list[Hypothesis]:
         """This job's hypotheses from `generate`, exactly as in a direct call on its whole request."""
         config = dataclasses.replace(self.config, max_new_tokens=self.max_new_tokens)
@@ -104,6 +100,15 @@ class Engine:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    def head(self) -> Job | None:
+        """The next queued job that is still wanted (None: none)."""
+        with self._wake:
+            return next((job for job in self._queue if not job.cancelled), None)
+
+    def free_rows(self) -> list[int]:
+        """Batch rows free now (engines without rows: none)."""
+        return []
 
     def submit(self, jobs: list[Job]) -> None:
         """Queue jobs, all or none: QueueFull when they do not fit, Closed when shutting down."""
@@ -142,20 +147,28 @@ class Engine:
             self.held -= count
 
     def take(self, limit: int, wait: float | None, hold: bool = False,
-             other_work: Callable[[], bool] | None = None) -> list[Job]:
-        """Up to `limit` queued jobs that are still wanted; waits up to `wait` s (None: until one comes).
+             other_work: Callable[[], bool] | None = None, width: Callable[[Job], int] | None = None) -> list[Job]:
+        """Queued jobs that are still wanted, in order, up to `limit` rows; waits up to `wait` s (None:
+        until one comes). `width`: the rows a job takes (default 1; 0: none, taken whatever the limit).
 
         `hold`: the jobs count as held until `release`d, so the engine does not stop while a job is
         out of the queue but not yet decoding (taken on another thread than the decode loop's).
         `other_work`: no wait while it is True; whoever makes it True does so through `announce`."""
+        width = width or (lambda job: 1)
         with self._wake:
-            if not self._queue and self._accepting and wait != 0 and not (other_work and other_work()):
+            head = self._queue[0] if self._queue else None
+            takeable = head is not None and (head.cancelled or width(head) <= limit)
+            if not takeable and self._accepting and wait != 0 and not (other_work and other_work()):
                 self._wake.wait(wait)
-            jobs = []
-            while self._queue and len(jobs) < limit:
-                job = self._queue.popleft()
+            jobs, rows = [], 0
+            while self._queue:
+                job = self._queue[0]
+                if not job.cancelled and rows + width(job) > limit:
+                    break  # first come, first served: a later, narrower job does not overtake it
+                self._queue.popleft()
                 if not job.cancelled:
                     jobs.append(job)
+                    rows += width(job)
             self.held += len(jobs) if hold else 0
             return jobs
 

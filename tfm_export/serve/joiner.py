@@ -8,9 +8,10 @@ step; when a row frees, the decode loop only copies the ready encoder outputs in
 (runtime.static.RowBatch.write). ORT releases the GIL while it runs, so the two threads overlap.
 
 It stays at most AHEAD jobs ahead (a job it holds is out of the queue but not yet decoding), and it
-takes nothing while a row is free: then the decode loop encodes a waiting job itself, at once, with
-all threads, so a request that arrives while others decode still starts at the next step (a second
-thread would wait for the GIL, which a small model's Python-bound decode loop seldom lets go).
+takes nothing while the next job fits the free rows (a beam search takes one row per beam): then
+the decode loop encodes it itself, at once, with all threads, so a request that arrives while
+others decode still starts at the next step (a second thread would wait for the GIL, which a small
+model's Python-bound decode loop seldom lets go).
 
 Each source is encoded alone: no padding, and the encoder is compute-bound at one source already.
 Torch-free; no web framework here.
@@ -38,8 +39,10 @@ class Joiner:
     """Encodes `engine`'s queued jobs on a thread of its own; `ready` hands them to the decode loop."""
 
     def __init__(self, engine: Engine, encode: Encode, aside: Callable[[list[Job]], None],
-                 free_rows: Callable[[], int]):
-        self.engine, self._encode, self._aside, self._free_rows = engine, encode, aside, free_rows
+                 rows_for: Callable[[Job], int]):
+        """`rows_for(job)`: the rows `job` takes in the batch (0: it goes `aside`, to the search lane);
+        `engine.free_rows()`: the rows free now."""
+        self.engine, self._encode, self._aside, self._rows_for = engine, encode, aside, rows_for
         self._ready: deque[tuple[Job, list[np.ndarray]]] = deque()  # encoded, waiting for a free row
         self._changed = threading.Condition()  # `_ready` grew or shrank, the rows changed, or stop
         self._stopped = False
@@ -53,10 +56,13 @@ class Joiner:
         with self._changed:
             return [job for job, _ in self._ready]
 
-    def ready(self, limit: int) -> list[tuple[Job, list[np.ndarray]]]:
-        """Up to `limit` encoded jobs, oldest first (the decode loop binds them into free rows)."""
+    def ready(self, free: int) -> list[tuple[Job, list[np.ndarray]]]:
+        """Encoded jobs, oldest first, as many as fit `free` rows (the decode loop binds them)."""
         with self._changed:
-            taken = [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
+            taken = []
+            while self._ready and self._rows_for(self._ready[0][0]) <= free:
+                free -= self._rows_for(self._ready[0][0])
+                taken.append(self._ready.popleft())
             if taken:
                 self._changed.notify_all()  # room to encode ahead again
         return taken
@@ -88,8 +94,8 @@ class Joiner:
 
         while True:
             with self._changed:
-                # a row is free (the decode loop takes jobs itself) or enough are encoded ahead
-                while not self._stopped and (self._free_rows() > 0 or len(self._ready) >= AHEAD):
+                # the next job fits the free rows (the decode loop takes it itself) or enough are encoded ahead
+                while not self._stopped and (self._next_fits() or len(self._ready) >= AHEAD):
                     self._changed.wait()
                 if self._stopped:
                     return
@@ -99,7 +105,7 @@ class Joiner:
                     return
                 continue
             job = jobs[0]
-            if not job.in_rows:  # beam search and n-best: the engine's side lane decodes them
+            if not self._rows_for(job):  # wider than the batch or longer than its slots: the side lane
                 self._aside([job])
                 self.engine.release(1)
                 continue
@@ -111,6 +117,14 @@ class Joiner:
                 self.engine.release(1)
                 continue
             self.engine.announce(functools.partial(self._add_ready, job, encoded))  # see Engine.take's other_work
+
+    def _next_fits(self) -> bool:
+        """Whether the decode loop will take the next queued job itself: free rows for it (with none
+        queued: any free row), or it goes to the side lane."""
+        free, head = len(self.engine.free_rows()), self.engine.head()
+        if head is None:
+            return free > 0
+        return free >= self._rows_for(head)
 
     def _add_ready(self, job: Job, encoded: list[np.ndarray]) -> None:
         with self._changed:
