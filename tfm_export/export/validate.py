@@ -71,7 +71,7 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
                     _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()},
-              **_compare_decoding(folder, manifest, model, gen, max_new_tokens, device)}
+              **_compare_decoding(folder, manifest, model, gen, max_new_tokens, device, tol)}
     failed = [k for k, s in stats.items() if not s.ok]
     greedy, default = report["greedy"], report.get("default") or {"equal": True}
     tokens_ok = greedy["equal"] and not greedy.get("static_cache_mismatched_rows") and default["equal"]
@@ -83,14 +83,14 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
 
 
 def _compare_decoding(folder: Path, manifest: Manifest, model: Transformer, gen: torch.Generator,
-                      max_new_tokens: int, device: str) -> dict[str, Any]:
+                      max_new_tokens: int, device: str, tol: tuple[float, float]) -> dict[str, Any]:
     """Greedy tokens, and the export's default decoding when it is not greedy, against eager."""
     sources = decoding_sources(manifest, folder, model.config, gen)
     steps = min(max_new_tokens, model.config.max_len)
     report = {"greedy": compare_greedy(folder, manifest, model, sources, steps, device)}
     config = default_decoding(manifest, steps)
     if config is not None:
-        report["default"] = compare_default(folder, manifest, model, sources, config, device)
+        report["default"] = compare_default(folder, manifest, model, sources, config, device, tol)
     return report
 
 
@@ -236,9 +236,13 @@ def _failure_message(stats: dict[str, _Stat], failed: list[str], greedy: dict, d
     if greedy.get("static_cache_mismatched_rows"):
         rows = greedy["static_cache_mismatched_rows"]
         parts.append(f"the static-cache decoder's greedy tokens differ on rows {rows}")
-    if default and not default["equal"]:
+    if default and default["mismatched_rows"]:
         parts.append(f"the default decoding ({_settings(default)}) differs from the {default['reference']} "
                      f"on rows {default['mismatched_rows']}")
+    numeric = (default or {}).get("logits")
+    if numeric and not numeric["ok"]:
+        parts.append(f"the default decoding's logits differ from eager's by {numeric['max_abs']:.3g} "
+                     f"(searches apart at {numeric['missing']} steps)")
     return "validation failed: " + "; ".join(parts)
 
 
@@ -261,8 +265,10 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{greedy['from']} sources ({greedy['max_new_tokens']} new tokens max)")
     default = report.get("default")
     if default:
+        numeric = default.get("logits")
+        along = f"; its logits within {numeric['max_abs']:.2e} of eager's" if numeric else ""
         lines.append(f"default decoding ({_settings(default)}): {'equal' if default['equal'] else 'DIFFERS'} "
-                     f"to the {default['reference']} on {default['sources']} sources")
+                     f"to the {default['reference']} on {default['sources']} sources{along}")
     if greedy and "static_cache_mismatched_rows" in greedy:
         bad = greedy["static_cache_mismatched_rows"]
         lines.append(f"static-cache decoder (--cuda-graph): {'same rows' if not bad else f'DIFFERS on rows {bad}'}")

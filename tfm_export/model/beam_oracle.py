@@ -3,36 +3,65 @@ checked against.
 
 One source at a time, no KV cache (the whole target prefix goes through the decoder every step),
 Python lists for beams and hypotheses, and the rules of transformers' beam search (runtime.beam's
-docstring) written one by one. The logits processors (min_new_tokens, forced_eos, repetition
-penalty, n-gram bans) are runtime.processors' `process`, tested on their own against transformers';
-everything after them (candidates, finished slots, stopping) is written here again.
+docstring) written one by one. The logits processors (min_new_tokens, forced BOS/EOS, repetition
+penalty, n-gram bans, bans) are runtime.processors' `process`, tested on their own against
+transformers'; everything after them (candidates, finished slots, stopping) is written here again.
+
+`given(source, prefix)` may supply the logits of a prefix (another runner's, recorded as it
+decoded): the oracle then decides on those, so that two searches that agree see bit-identical
+inputs, and `report` records how far they are from the eager model's logits of the same prefixes
+(the graphs' error) and whether a prefix was missing (the searches went apart).
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..runtime.generation import GenerationConfig, Hypothesis
-from ..runtime.processors import process
+from ..runtime.processors import log_softmax, process
 from .transformer import Transformer
 
 NEG = -1e9  # transformers' offset for excluded candidates and empty slots
+Given = Callable[[int, tuple[int, ...]], np.ndarray | None]  # (source, prefix) -> logits (vocab,), or None
 
 
 @torch.no_grad()
-def beam_search_oracle(model: Transformer, src_ids: Tensor, steps: int, config: GenerationConfig
-                       ) -> list[list[Hypothesis]]:
+def beam_search_oracle(model: Transformer, src_ids: Tensor, steps: int, config: GenerationConfig,
+                       given: Given | None = None, report: dict[str, Any] | None = None) -> list[list[Hypothesis]]:
     """Beam search of each row of a padded (batch, src_len) id tensor, for up to `steps` tokens."""
-    return [_one_source(model, src_ids[i:i + 1], steps, config) for i in range(src_ids.shape[0])]
+    report = report if report is not None else {}
+    report.update(max_abs=0.0, max_ref=0.0, missing=0)
+    return [_one_source(model, src_ids[i:i + 1], steps, config, _logits_of(i, given, report))
+            for i in range(src_ids.shape[0])]
 
 
-def _log_probs(model: Transformer, memory: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
-    """(K, vocab) float64 log-probabilities of the next token after each beam's prefix `tgt` (K, 1 + step)."""
+def _logits_of(source: int, given: Given | None, report: dict[str, Any]) -> Callable[[Tensor, np.ndarray], np.ndarray]:
+    """The logits each beam decides on: the given ones where there are (their distance to eager's noted)."""
+    def pick(tgt: Tensor, eager: np.ndarray) -> np.ndarray:
+        if given is None:
+            return eager
+        rows = [given(source, tuple(prefix)) for prefix in tgt.tolist()]
+        if any(row is None for row in rows):
+            report["missing"] += 1
+            return eager
+        chosen = np.stack(rows).astype(np.float64)
+        report["max_abs"] = max(report["max_abs"], float(np.abs(chosen - eager).max()))
+        report["max_ref"] = max(report["max_ref"], float(np.abs(eager).max()))
+        return chosen
+
+    return pick
+
+
+def _logits(model: Transformer, memory: Tensor, src_mask: Tensor, tgt: Tensor) -> np.ndarray:
+    """(K, vocab) float64 logits of the next token after each beam's prefix `tgt` (K, 1 + step)."""
     k = tgt.shape[0]
     cross = model.cross_kv(memory.expand(k, -1, -1))  # (K, src_len, d_model) per layer
     logits, _ = model.decode(tgt, src_mask.expand(k, -1), cross, model.empty_cache(k), last_only=True)
-    return torch.log_softmax(logits[:, -1].double(), dim=-1)
+    return logits[:, -1].double().numpy()
 
 
 def _candidates(logp: Tensor, beams: list[tuple[list[int], float]], k: int) -> list[tuple[float, int, int, int]]:
@@ -49,7 +78,8 @@ def _candidates(logp: Tensor, beams: list[tuple[list[int], float]], k: int) -> l
     return candidates[: 2 * k]
 
 
-def _one_source(model: Transformer, src: Tensor, steps: int, config: GenerationConfig) -> list[Hypothesis]:
+def _one_source(model: Transformer, src: Tensor, steps: int, config: GenerationConfig,
+                pick: Callable[[Tensor, np.ndarray], np.ndarray]) -> list[Hypothesis]:
     cfg, k, lp = model.config, config.num_beams, config.length_penalty
     memory, src_mask = model.encode(src)  # (1, src_len, d_model), (1, src_len)
     beams = [([], 0.0 if i == 0 else NEG) for i in range(k)]  # (ids, running score); beam 0 alone is live
@@ -57,8 +87,8 @@ def _one_source(model: Transformer, src: Tensor, steps: int, config: GenerationC
     still_open = True
     for step in range(steps):
         tgt = torch.tensor([[cfg.bos_id] + ids for ids, _ in beams])  # (K, 1 + step)
-        scores = process(_log_probs(model, memory, src_mask, tgt).numpy(), tgt.numpy(), step, steps - 1, config,
-                         cfg.eos_id, cfg.suppress_ids)
+        logits = pick(tgt, _logits(model, memory, src_mask, tgt))
+        scores = process(log_softmax(logits), tgt.numpy(), step, steps - 1, config, cfg.eos_id, cfg.suppress_ids)
         candidates = _candidates(torch.from_numpy(scores), beams, k)
         full = all(done for _, _, done in slots) and config.early_stopping is True
         new_slots = list(slots)
