@@ -18,6 +18,7 @@ the same prefixes within the validation's tolerance, which proves the graphs and
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ from ..runtime.search import search
 from ..runtime.static import static_slots
 
 GREEDY_SOURCES = 16
+# The growing-cache decoder (the static one is checked against it), with no spinning threads: these
+# checks run PyTorch and ORT in turn, and spinning ORT threads would take PyTorch's cores.
+QUIET = RuntimeOptions(cuda_graph=False, spin_wait=False)
 # Hypothesis scores (sums of float32 log-probabilities) may round differently in ORT and eager.
 SCORE_RTOL = 1e-4
 
@@ -45,11 +49,12 @@ def compare_greedy(folder: Path, manifest: Manifest, model: Transformer, sources
     With a static-cache decoder, its rows must also equal the growing-cache decoder's exactly.
     """
     # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.
-    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), manifest=manifest)
+    runtime = open_export(folder, device=device, options=QUIET, manifest=manifest)
     got = runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps))
     extra = {}
     if "decoder_static" in manifest.graphs:  # the static-cache loop (CUDA-graph form) must give the growing cache's rows
-        static_runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=True), manifest=manifest)
+        static_runtime = open_export(folder, device=device, options=dataclasses.replace(QUIET, cuda_graph=True),
+                                     manifest=manifest)
         limit = min(steps, static_slots(manifest))  # fewer slots than steps: compare the first `limit` tokens
         rows = static_runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=limit))
         extra["static_cache_mismatched_rows"] = [i for i, (a, b) in enumerate(zip(rows, got)) if a != b[:limit]][:10]
@@ -77,7 +82,7 @@ def compare_default(folder: Path, manifest: Manifest, model: Transformer, source
     returned hypothesis' ids equal, scores within SCORE_RTOL. Rows whose hypotheses differ but score
     the same (within SCORE_RTOL) are tied, not failed: sequences of one probability, which a random
     model makes of every reordering of its few repeated tokens, leave the pick to float rounding."""
-    runtime = open_export(folder, device=device, options=RuntimeOptions(cuda_graph=False), manifest=manifest)
+    runtime = open_export(folder, device=device, options=QUIET, manifest=manifest)
     numeric: dict[str, Any] = {}
     if config.num_beams > 1:
         records: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}

@@ -154,7 +154,8 @@ def _sessions(folder: Path, manifest: Manifest, device: str) -> tuple[str, dict[
     from ..runtime.device import RuntimeOptions, open_sessions
 
     paths = {name: folder / g.file for name, g in manifest.graphs.items()}
-    chosen, sessions = open_sessions(paths, device, RuntimeOptions())
+    # No spinning: validation runs PyTorch and ORT in turn, and spinning ORT threads would take its cores.
+    chosen, sessions = open_sessions(paths, device, RuntimeOptions(spin_wait=False))
     return chosen.name, sessions
 
 

@@ -33,6 +33,7 @@ TEMPLATES = {
     "t5": ([], ["</s>"], None),
 }
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+M2M100_SPM = "sentencepiece.bpe.model"  # with vocab.json: M2M100 folders have no tokenizer.json
 
 
 def template_of(model_type: str, settings: dict[str, Any]) -> str:
@@ -52,6 +53,8 @@ def folder_tokenizer(path: Path, model_type: str, config: TransformerConfig) -> 
     settings = read_optional_json(path / "tokenizer_config.json")
     if model_type == "marian":
         return _marian(path, config, settings)
+    if model_type == "m2m_100" and not (path / "tokenizer.json").exists() and (path / M2M100_SPM).exists():
+        return _m2m100(path, config, settings)
     if not (path / "tokenizer.json").exists():
         log.warning("%s has no tokenizer.json: the export will take token ids only (save the tokenizer with "
                     "transformers' save_pretrained to write one)", path)
@@ -76,6 +79,26 @@ def _check_ids(tokenizer: Any, settings: dict[str, Any], config: TransformerConf
         if isinstance(token, str) and tokenizer.tokenizer.token_to_id(token) not in (None, ours):
             raise ConfigError(f"{file} gives {name} {token!r} id {tokenizer.tokenizer.token_to_id(token)}, "
                               f"config.json {ours}; the folder mixes two models")
+
+
+def _m2m100(path: Path, config: TransformerConfig, settings: dict[str, Any]) -> dict[str, Any]:
+    """M2M100Tokenizer's files: one SentencePiece model, vocab.json, and the language tokens added after
+    it (added_tokens.json, or tokenizer_config.json's added_tokens_decoder)."""
+    from ..text.marian import MarianTokenizer
+
+    added = read_optional_json(path / "added_tokens.json") or {
+        token["content"]: int(i) for i, token in (settings.get("added_tokens_decoder") or {}).items()}
+    languages = Languages.from_tokens(added, "m2m100", settings.get("src_lang"))
+    if not languages.source:
+        raise ConfigError(f"{path} has no M2M100 language tokens (__en__, ...) in added_tokens.json or "
+                          f"tokenizer_config.json; re-save the tokenizer")
+    tokens = {t: i for t, i in added.items() if t in languages.source.values()}
+    files = {"source_spm": M2M100_SPM, "target_spm": M2M100_SPM, "vocab": "vocab.json"}
+    tokenizer = MarianTokenizer(path, files, None, languages, tokens, ["{lang}"], "m2m100")
+    if (tokenizer.eos_id, tokenizer.pad_id) != (config.eos_id, config.src_pad_id):
+        raise ConfigError(f"vocab.json gives eos {tokenizer.eos_id} and pad {tokenizer.pad_id}, config.json "
+                          f"{config.eos_id} and {config.src_pad_id}; the folder mixes two models")
+    return tokenizer.to_dict()
 
 
 def _marian(path: Path, config: TransformerConfig, settings: dict[str, Any]) -> dict[str, Any] | None:

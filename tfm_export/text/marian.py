@@ -1,4 +1,4 @@
-"""Marian's tokenisation: SentencePiece pieces mapped through vocab.json. Torch-free.
+"""SentencePiece pieces mapped through vocab.json: Marian's tokenisation, and M2M100's. Torch-free.
 
 Needs the optional `sentencepiece` package (pip install 'tfm-export[sentencepiece]'). The dict
 form names files that live next to it (the export folder, or the Hugging Face model folder):
@@ -12,6 +12,11 @@ rest goes through source.spm, each piece becomes its vocab.json id (unknown piec
 `<unk>`), and `</s>` ends the source. Decoding drops special ids, joins the target pieces with
 target.spm and turns stray word markers into spaces. `target_vocab` is set for models saved with
 `separate_vocabs` (then target ids are looked up in that file).
+
+M2M100 folders (published without a tokenizer.json) work the same way with one SentencePiece model
+for both sides (type "m2m100"): `added` holds the language tokens (`__de__`) with their ids after
+vocab.json's, split out of the text and skipped when decoding as transformers' added special tokens
+are, and `source_prefix` ["{lang}"] puts the source language's token first.
 """
 
 from __future__ import annotations
@@ -63,20 +68,23 @@ class MarianTokenizer:
     kind = "marian"
 
     def __init__(self, folder: Path, files: dict[str, str | None] | None = None,
-                 specials: dict[str, str] | None = None, languages: Languages | None = None):
-        self.folder, self.languages = Path(folder), languages or Languages()
+                 specials: dict[str, str] | None = None, languages: Languages | None = None,
+                 added: dict[str, int] | None = None, source_prefix: Sequence[str] = (), kind: str = "marian"):
+        self.folder, self.languages, self.kind = Path(folder), languages or Languages(), kind
+        self.added, self.prefix = dict(added or {}), list(source_prefix)
         self.names = {**FILE_DEFAULTS, **(files or {})}
         self.specials = {**SPECIAL_DEFAULTS, **(specials or {})}
         self.encoder = _vocab(self.folder / self.names["vocab"])
         target = _vocab(self.folder / self.names["target_vocab"]) if self.names["target_vocab"] else self.encoder
-        self.decoder = {i: piece for piece, i in target.items()}
+        self.decoder = {i: piece for piece, i in {**target, **self.added}.items()}
         missing = [t for t in self.specials.values() if t not in self.encoder]
         if missing:
             raise ManifestError(f"{self.names['vocab']} has no {', '.join(missing)}; it is not a Marian vocabulary")
         self.unk_id, self.eos_id, self.pad_id = (self.encoder[self.specials[k]] for k in SPECIAL_DEFAULTS)
-        self.special_ids = {self.unk_id, self.eos_id, self.pad_id}
+        self.special_ids = {self.unk_id, self.eos_id, self.pad_id, *self.added.values(),
+                            *(self.encoder[t] for t in ("<s>",) if t in self.encoder and self.added)}
         # transformers splits these strings out of the text before SentencePiece sees it.
-        ordered = sorted(self.specials.values(), key=len, reverse=True)
+        ordered = sorted({*self.specials.values(), *self.added}, key=len, reverse=True)
         self._special_split = re.compile("(" + "|".join(re.escape(t) for t in ordered) + ")")
         self.source = _spm(self.folder / self.names["source_spm"])
         self.target = _spm(self.folder / self.names["target_spm"])
@@ -107,15 +115,15 @@ class MarianTokenizer:
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         """Source text -> ids, ending with eos (as transformers' MarianTokenizer). `target_lang` puts its
         >>code<< token first (multi-target models); a single pair checks the codes it is given."""
-        self.languages.source_token(source_lang)
-        token = self.languages.target_token(target_lang)
+        marker = self.languages.source_token(source_lang)
+        token = self.languages.target_token(target_lang) if self.languages.target_on_source else None
         if token:
             text = f"{token} {text}"
-        specials = set(self.specials.values())
-        ids: list[int] = []
+        specials = {*self.specials.values(), *self.added}
+        ids: list[int] = [self.added[marker] for t in self.prefix if t == "{lang}" and marker]
         for chunk in self._special_split.split(text):
             if chunk in specials:
-                ids.append(self.encoder[chunk])
+                ids.append(self.added.get(chunk, self.encoder.get(chunk)))
             elif chunk:
                 ids.extend(self.encoder.get(p, self.unk_id) for p in self._pieces(chunk))
         return ids + [self.eos_id]
@@ -123,25 +131,37 @@ class MarianTokenizer:
     def _pieces(self, text: str) -> list[str]:
         # A leading ">>lang<<" picks the target language of multilingual models: one token.
         code = []
-        if text.startswith(">>") and (end := text.find("<<")) != -1:
+        if self.kind == "marian" and text.startswith(">>") and (end := text.find("<<")) != -1:
             code, text = [text[: end + 2]], text[end + 2:]
         return code + self.source.encode(text, out_type=str)
 
     def forced_bos(self, target_lang: str | None) -> int | None:
-        """Marian starts every target from its pad id: the target language is on the source."""
-        return None
+        """M2M100: the target language's token id, forced first; Marian: None (the language is on the source)."""
+        token = None if self.languages.target_on_source else self.languages.target_token(target_lang)
+        return self.added[token] if token else None
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Target ids -> text; special and unknown ids are skipped."""
-        pieces = [self.decoder[i] for i in ids if i not in self.special_ids and i in self.decoder]
-        # As transformers: stray word markers (pieces unknown to target.spm) become spaces.
-        return self.target.decode_pieces(pieces).replace(WORD_MARKER, " ").strip()
+        """Target ids -> text; special ids are skipped, and so are ids past the vocabulary (Marian);
+        M2M100 writes those as its unknown token, as transformers does (its model's vocabulary is
+        padded past the tokenizer's with "madeup words")."""
+        if self.kind == "marian":
+            pieces = [self.decoder[i] for i in ids if i not in self.special_ids and i in self.decoder]
+            # As transformers: stray word markers (pieces unknown to target.spm) become spaces.
+            return self.target.decode_pieces(pieces).replace(WORD_MARKER, " ").strip()
+        text, pieces = "", []
+        for i in (i for i in ids if i not in self.special_ids):
+            if i in self.decoder:
+                pieces.append(self.decoder[i])
+            else:
+                text, pieces = text + self.target.decode_pieces(pieces) + self.specials["unk_token"], []
+        return (text + self.target.decode_pieces(pieces)).strip()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (see the module docstring); ids are informative, the files rule."""
         return {"type": self.kind, **self.names, **self.specials,
                 "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id,
-                "languages": self.languages.to_dict()}
+                "languages": self.languages.to_dict(), **({"added": self.added, "source_prefix": self.prefix}
+                                                          if self.added else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "MarianTokenizer":
@@ -153,8 +173,9 @@ class MarianTokenizer:
             raise ManifestError(f"marian tokenizer is missing {', '.join(missing)}; re-export the model")
         files = {k: data.get(k) for k in FILE_DEFAULTS}
         specials = {k: data[k] for k in SPECIAL_DEFAULTS if data.get(k)}
-        return cls(Path(folder), files, specials, Languages.from_dict(data.get("languages")))
+        return cls(Path(folder), files, specials, Languages.from_dict(data.get("languages")), data.get("added"),
+                   data.get("source_prefix", ()), data.get("type", "marian"))
 
     def files(self) -> list[Path]:
         """The files an export folder needs (copied next to manifest.json)."""
-        return [self.folder / name for name in self.names.values() if name]
+        return [self.folder / name for name in dict.fromkeys(self.names.values()) if name]

@@ -112,6 +112,7 @@ TOKENIZER_TYPES = {
     "chars": "tfm_export.text.tokenizer:CharTokenizer",
     "marian": "tfm_export.text.marian:MarianTokenizer",
     "hf": "tfm_export.text.hf:HFTokenizer",
+    "m2m100": "tfm_export.text.marian:MarianTokenizer",  # M2M100's SentencePiece + vocab.json
 }
 
 
