@@ -42,6 +42,8 @@ import { makeTokenizer, resolveMaxNewTokens } from 'tfm-export-node/greedy';
 import * as decoding from 'tfm-export-node/decoding';
 import { connect, ServerError, type ServerClient } from 'tfm-export-node';
 import { serverSentEvents } from 'tfm-export-node/client';
+import { languages, type LanguageCodes } from 'tfm-export-node';
+import { languageOptions, makeTokenizer as makeHfTokenizer, tokenizerFiles } from 'tfm-export-node/tokenizers';
 const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
 const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
 const timings: Timings = {};
@@ -55,6 +57,15 @@ for await (const piece of stream(model, '4718', { numBeams: 4 })) { const text: 
 for await (const id of model.stream([7, 2], { timings })) { const n: number = id; console.log(n); }
 const config: decoding.GenerationConfig = decoding.generationConfig(model.manifest, decoding.fromPythonNames({ num_beams: 4 }));
 console.log(rows, ids, max, timings.stepsMs?.length, nbest[0][0].score, sampled, config.numBeams);
+const forced: number | null = config.forcedBosTokenId;
+const codes: LanguageCodes = await languages('model_onnx');
+const german: string[] = await translate(model, ['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE', numBeams: 4 });
+for await (const piece of model.stream('Hello', { targetLang: 'de_DE' })) { const text: string = piece; console.log(text); }
+const first: number | null = model.tokenizer?.forcedBos('de_DE') ?? null;
+const tok = makeHfTokenizer(model.manifest.tokenizer, { 'tokenizer.json': {} });
+const extra = languageOptions(tok, 'de_DE').forcedBosTokenId;
+console.log(forced, codes.source, codes.sourceDefault, german, first, model.languages().target, tokenizerFiles(null), extra,
+  await generateIds(model, [[7, 2]], { forcedBosTokenId: 5 }));
 const server: ServerClient = connect('http://127.0.0.1:8080', { apiKey: 'key', retries: 1, maxRetryWait: 5 });
 const remote: string[] = await server.translate(['4718'], { maxNewTokens: 20 });
 const remoteIds: number[][] = await server.generateIds([[7, 2]], { numBeams: 4 });
@@ -63,13 +74,16 @@ for await (const piece of server.stream('4718')) { const text: string = piece; c
 for await (const event of server.streamEvents(['4718', '12'])) { if (event.type === 'token') console.log(event.index); }
 const error: ServerError = new ServerError('x', 413);
 console.log(remote, remoteIds, score, (await server.health()).batching, error.status, typeof serverSentEvents);
+console.log(await server.translate(['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }));
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });",
        "await generate(model, [[7, 2]], { numBeams: '4' });", "await translate(model, ['4'], { earlyStopping: 'always' });",
        "for await (const piece of model.stream('4718')) { const n: number = piece; }",
        "connect('http://127.0.0.1:8080', { apikey: 'key' });", "await server.translate('4718');",
-       "for await (const id of server.stream([7, 2])) { const s: string = id; }"]
+       "for await (const id of server.stream([7, 2])) { const s: string = id; }",
+       "await translate(model, ['4'], { targetLang: 5 });", "await generateIds(model, [[7]], { forcedBosTokenId: '5' });",
+       "const c: string[] = (await languages('x')).sourceDefault;"]
 
 
 def npm(args: list, cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
@@ -87,8 +101,9 @@ def app(tmp_path_factory) -> Path:
     packed = tmp_path_factory.mktemp("pack")
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
-        ["README.md", "cli.mjs", "client.d.ts", "client.mjs", "decoding.d.ts", "decoding.mjs", "greedy.d.ts",
-         "greedy.mjs", "index.d.ts", "options.mjs", "package.json", "search.mjs", "translate.mjs"])
+        ["README.md", "charsmap.mjs", "cli.mjs", "client.d.ts", "client.mjs", "decoding.d.ts", "decoding.mjs",
+         "greedy.d.ts", "greedy.mjs", "index.d.ts", "options.mjs", "package.json", "search.mjs", "tokenizers.d.ts",
+         "tokenizers.mjs", "translate.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:
@@ -149,10 +164,10 @@ def exported_names(text: str) -> set[str]:
 
 
 def test_every_export_is_declared():
-    """The names translate.mjs, decoding.mjs and client.mjs export are exactly those their .d.ts files declare;
-    greedy.mjs and greedy.d.ts (the old entry point) re-export decoding's."""
+    """The names translate.mjs, decoding.mjs, client.mjs and tokenizers.mjs export are exactly those their
+    .d.ts files declare; greedy.mjs and greedy.d.ts (the old entry point) re-export decoding's."""
     for module, types in (("translate.mjs", "index.d.ts"), ("decoding.mjs", "decoding.d.ts"),
-                          ("client.mjs", "client.d.ts")):
+                          ("client.mjs", "client.d.ts"), ("tokenizers.mjs", "tokenizers.d.ts")):
         exported = exported_names((PACKAGE / module).read_text())
         declared = exported_names((PACKAGE / types).read_text())
         assert exported and exported == declared, (module, exported ^ declared)

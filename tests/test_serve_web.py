@@ -1,8 +1,10 @@
 """tfm_export.serve.web and `tfm-export serve-web`: what the browser page is served (no browser here)."""
 
 import http.client
+import json
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,13 @@ from tfm_export.errors import InputError, ManifestError
 from tfm_export.serve.web import is_loopback, make_server
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 @pytest.fixture
 def web_dir(tmp_path) -> Path:
-    """A stand-in for runtimes/web (page + onnxruntime-web's dist) and runtimes/node/greedy.mjs."""
+    """A stand-in for runtimes/web (page, onnxruntime-web's and @huggingface/tokenizers' dist) and
+    runtimes/node/greedy.mjs."""
     web = tmp_path / "runtimes" / "web"
     dist = web / "node_modules" / "onnxruntime-web" / "dist"
     dist.mkdir(parents=True)
@@ -23,6 +29,10 @@ def web_dir(tmp_path) -> Path:
     (web / "app.mjs").write_text("export {};")
     (dist / "ort.wasm.min.mjs").write_text("export {};")
     (dist / "ort-wasm-simd-threaded.wasm").write_bytes(b"\0asm")
+    tokenizers = web / "node_modules" / "@huggingface" / "tokenizers"
+    (tokenizers / "dist").mkdir(parents=True)
+    (tokenizers / "dist" / "tokenizers.min.mjs").write_text("export {};")
+    (tokenizers / "package.json").write_text("{}")
     (tmp_path / "runtimes" / "node" / "node_modules").mkdir(parents=True)
     (tmp_path / "runtimes" / "node" / "greedy.mjs").write_text("export {};")
     (tmp_path / "runtimes" / "node" / "node_modules" / "x.js").write_text("no")
@@ -30,14 +40,22 @@ def web_dir(tmp_path) -> Path:
     return web
 
 
-@pytest.fixture
-def server(tiny_export, web_dir):
-    srv = make_server(tiny_export, port=0, web_dir=web_dir)
+@contextmanager
+def serving(export: Path, web_dir: Path):
+    srv = make_server(export, port=0, web_dir=web_dir)
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.fixture
+def server(tiny_export, web_dir):
+    with serving(tiny_export, web_dir) as srv:
+        yield srv
 
 
 def get(server, path):
@@ -60,6 +78,7 @@ def test_binds_loopback_by_default(server):
     ("/lib/greedy.mjs", "text/javascript"),
     ("/ort/ort.wasm.min.mjs", "text/javascript"),
     ("/ort/ort-wasm-simd-threaded.wasm", "application/wasm"),
+    ("/tokenizers/tokenizers.min.mjs", "text/javascript"),
     ("/export/manifest.json", "application/json"),
     ("/export/decoder.onnx", "application/octet-stream"),
 ])
@@ -72,7 +91,8 @@ def test_serves_each_mount_with_its_mime_type(server, path, mime):
     "/export/../../secret.txt", "/export/%2e%2e/%2e%2e/secret.txt", "/lib/../../secret.txt",
     "/lib/node_modules/x.js",
     "/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs",  # only the page's top-level files under /
-    "/export/", "/ort/", "/missing.js",
+    "/tokenizers/../package.json", "/tokenizers/%2e%2e/package.json", "/tokenizers/../../../app.mjs",
+    "/export/", "/ort/", "/tokenizers/", "/missing.js",
 ])
 def test_nothing_outside_the_mounts_and_no_listings(server, path):
     assert get(server, path)[0] == 404
@@ -82,14 +102,37 @@ def test_export_bytes_are_the_files(server, tiny_export):
     assert get(server, "/export/encoder.onnx")[3] == (tiny_export / "encoder.onnx").read_bytes()
 
 
+def test_serves_the_export_tokenizer_json(tiny_export, web_dir, tmp_path):
+    """An export with an hf tokenizer: the page fetches its tokenizer.json from /export/."""
+    export = tmp_path / "hf_export"
+    shutil.copytree(tiny_export, export)
+    (export / "tokenizer.json").write_text('{"model": {}}')
+    with serving(export, web_dir) as srv:
+        status, content_type, _, body = get(srv, "/export/tokenizer.json")
+    assert (status, content_type.split(";")[0], body) == (200, "application/json", b'{"model": {}}')
+
+
 def test_missing_pieces_are_clear_errors(tiny_export, web_dir, tmp_path):
     with pytest.raises(ManifestError, match="export folder not found"):
         make_server(tmp_path / "nope", port=0, web_dir=web_dir)
     with pytest.raises(InputError, match="has no index.html"):
         make_server(tiny_export, port=0, web_dir=tmp_path)
-    shutil.rmtree(web_dir / "node_modules")
-    with pytest.raises(InputError, match="run `npm ci` in"):
+    shutil.rmtree(web_dir / "node_modules" / "@huggingface")
+    with pytest.raises(InputError, match=r"@huggingface/tokenizers not found in .*; run `npm ci` in"):
         make_server(tiny_export, port=0, web_dir=web_dir)
+    shutil.rmtree(web_dir / "node_modules")
+    with pytest.raises(InputError, match="onnxruntime-web not found in .*; run `npm ci` in"):
+        make_server(tiny_export, port=0, web_dir=web_dir)
+
+
+def test_the_page_and_node_pin_one_tokenizer_library():
+    """The page imports runtimes/node/tokenizers.mjs, which Node runs with its own copy: the same version."""
+    def pinned(folder: str) -> str:
+        lock = json.loads((ROOT / "runtimes" / folder / "package-lock.json").read_text())
+        return lock["packages"]["node_modules/@huggingface/tokenizers"]["version"]
+    assert pinned("web") == pinned("node")
+    index = (ROOT / "runtimes" / "web" / "index.html").read_text()
+    assert '"@huggingface/tokenizers": "/tokenizers/tokenizers.min.mjs"' in index
 
 
 def test_cli_help_and_errors(tiny_export, tmp_path):

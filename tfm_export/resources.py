@@ -29,7 +29,11 @@ BUNDLES = {
     "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs")),
     # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
     # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
-    "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs")),
+    "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs",
+                                          "tokenizers.mjs", "charsmap.mjs")),
+    # The page's tokenizer.json reader (@huggingface/tokenizers, from `npm ci` in runtimes/web).
+    "tokenizers": Bundle("tokenizers", "runtimes/web/node_modules/@huggingface/tokenizers/dist",
+                         ("tokenizers.min.mjs",), optional=True),
     # What app.mjs loads from onnxruntime-web (the WASM build, no proxy worker); ~14 MB, ~4 MB zipped.
     "ort": Bundle("ort", "runtimes/web/node_modules/onnxruntime-web/dist",
                   ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),

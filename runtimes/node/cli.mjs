@@ -6,14 +6,17 @@
 // Decoding options (default: the manifest's `generation` section, else greedy): --max-new-tokens N,
 // --num-beams N, --n-best N (then each hypothesis is a line "score<TAB>output"), --length-penalty X,
 // --sample with --seed N, --temperature X, --top-k N, --top-p X; --stream prints tokens as they come.
+// Multilingual exports: --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages` lists the codes.
 import { parseArgs } from 'node:util';
 import { connect } from './client.mjs';
 
 const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs EXPORT_DIR [options] --ids "3 17 9" ["5 6" ...]\n' +
   '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
+  '       cli.mjs EXPORT_DIR --languages                           (the codes --source-lang/--target-lang take)\n' +
   'options: --max-new-tokens N --num-beams N --n-best N --length-penalty X\n' +
-  '         --sample --seed N --temperature X --top-k N --top-p X --stream';
+  '         --sample --seed N --temperature X --top-k N --top-p X --stream\n' +
+  '         --source-lang CODE --target-lang CODE';
 
 // flag -> decoding option (options.mjs); each takes a number.
 const NUMERIC = {
@@ -30,7 +33,7 @@ function parseIds(text) {
 }
 
 function decodingOptions(values) {
-  const options = { doSample: values.sample };
+  const options = { doSample: values.sample, sourceLang: values['source-lang'], targetLang: values['target-lang'] };
   for (const [flag, name] of Object.entries(NUMERIC)) {
     if (values[flag] === undefined) continue;
     options[name] = Number(values[flag]);
@@ -42,17 +45,27 @@ function decodingOptions(values) {
 /** The export folder opened here: best lines, n-best hypotheses { score, output } and streams. */
 async function openLocal(exportDir, ids) {
   const { openExport } = await import('./translate.mjs'); // onnxruntime-node: loaded only when decoding here
+  const { languageOptions } = await import('./tokenizers.mjs');
   const model = await openExport(exportDir);
   if (!ids && !model.tokenizer) {
     await model.release();
     throw new Error('this export has no tokenizer; pass token ids with --ids');
   }
-  const encode = (source) => (ids ? source : model.tokenizer.encode(source));
   const show = (row) => (ids ? row.join(' ') : model.tokenizer.decode(row));
+  // Language codes: the source's marks the text; the target's is the forced first token (decoding option).
+  const prepare = (sources, { sourceLang, targetLang, ...options }) => ({
+    sources: ids ? sources : sources.map((s) => model.tokenizer.encode(s, sourceLang, targetLang)),
+    options: { ...languageOptions(model.tokenizer, targetLang), ...options },
+  });
   return {
-    best: async (sources, options) => (await model.generateIds(sources.map(encode), options)).map(show),
-    nBest: async (source, options) => (await model.generate([encode(source)], options))[0]
-      .map((h) => ({ score: h.score, output: show(h.ids) })),
+    best: async (inputs, opts) => {
+      const { sources, options } = prepare(inputs, opts);
+      return (await model.generateIds(sources, options)).map(show);
+    },
+    nBest: async (input, opts) => {
+      const { sources, options } = prepare([input], opts);
+      return (await model.generate(sources, options))[0].map((h) => ({ score: h.score, output: show(h.ids) }));
+    },
     stream: (source, options) => model.stream(source, options),
     release: () => model.release(),
   };
@@ -69,6 +82,20 @@ function openRemote(url, apiKey, ids) {
     stream: (source, options) => server.stream(source, options),
     release: async () => {},
   };
+}
+
+/** `--languages`: the lines of Python's `tfm-export languages FOLDER`. */
+async function printLanguages(exportDir) {
+  const { languages } = await import('./translate.mjs');
+  const codes = await languages(exportDir);
+  if (!codes.source.length && !codes.target.length) {
+    console.log('this model takes no language codes (it translates one pair, or its tokenizer marks none)');
+    return;
+  }
+  for (const side of ['source', 'target']) {
+    console.log(`${side} (${codes[side].length}): ${codes[side].length ? codes[side].join(' ') : '-'}`);
+  }
+  if (codes.sourceDefault) console.log(`default source: ${codes.sourceDefault}`);
 }
 
 /** Best outputs in one batch; n-best ("score<TAB>output") and streams one input at a time. */
@@ -93,7 +120,8 @@ try {
     allowPositionals: true,
     options: {
       ids: { type: 'boolean' }, sample: { type: 'boolean' }, stream: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-      server: { type: 'string' }, 'api-key': { type: 'string' },
+      server: { type: 'string' }, 'api-key': { type: 'string' }, languages: { type: 'boolean' },
+      'source-lang': { type: 'string' }, 'target-lang': { type: 'string' },
       ...Object.fromEntries(Object.keys(NUMERIC).map((flag) => [flag, { type: 'string' }])),
     },
   });
@@ -102,6 +130,10 @@ try {
     process.exit(0);
   }
   const [exportDir, ...inputs] = values.server ? [values.server, ...positionals] : positionals;
+  if (values.languages && exportDir && !values.server) {
+    await printLanguages(exportDir);
+    process.exit(0);
+  }
   if (!exportDir || inputs.length === 0) {
     console.error(USAGE);
     process.exit(2);

@@ -1,6 +1,6 @@
 // Types of 'tfm-export-node/client' (client.mjs), also exported by 'tfm-export-node': a client of
 // `tfm-export serve` with the local model's API. Needs only fetch (Node >= 18, browsers).
-import type { DecodingOptions, StreamOptions } from './index.js';
+import type { DecodingOptions, StreamOptions, TranslateOptions } from './index.js';
 
 export interface ConnectOptions {
   /** Sent as `Authorization: Bearer KEY` (a server started with --api-key needs it). */
@@ -29,17 +29,17 @@ export type ServerEvent =
 export interface ServerClient {
   /** The server's base URL (no trailing slash). */
   url: string;
-  /** Texts in (the server's tokenizer), the best texts out. */
-  translate(texts: string[], opts?: DecodingOptions): Promise<string[]>;
+  /** Texts in (the server's tokenizer; `sourceLang`/`targetLang` sent as source_lang/target_lang), the best texts out. */
+  translate(texts: string[], opts?: TranslateOptions): Promise<string[]>;
   /** Token ids in, the best ids out (without BOS and EOS). */
   generateIds(idLists: number[][], opts?: DecodingOptions): Promise<number[][]>;
   /** Per source (a text or an id list), its hypotheses: the server's n-best, else the best one. */
-  generate(sources: string[] | number[][], opts?: DecodingOptions): Promise<ServerHypothesis[][]>;
+  generate(sources: string[] | number[][], opts?: TranslateOptions): Promise<ServerHypothesis[][]>;
   /** One source as it is decoded: text pieces for a string, ids for an id list. Breaking out hangs up. */
   stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
   stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
   /** Every event of one streamed request over several sources. */
-  streamEvents(sources: string[] | number[][], opts?: DecodingOptions): AsyncGenerator<ServerEvent, void, undefined>;
+  streamEvents(sources: string[] | number[][], opts?: TranslateOptions): AsyncGenerator<ServerEvent, void, undefined>;
   /** GET /healthz. */
   health(): Promise<{ status: string; batching: string; queue_depth: number; active: number }>;
 }
@@ -55,8 +55,8 @@ export class ServerError extends Error {
 /** A client of the `tfm-export serve` at `url` (nothing is sent until the first call). */
 export function connect(url: string, options?: ConnectOptions): ServerClient;
 
-/** The JSON body of POST /v1/translate: `texts` or `ids`, and the options under their Python names. */
-export function requestBody(sources: string[] | number[][], opts?: DecodingOptions): Record<string, unknown>;
+/** The JSON body of POST /v1/translate: `texts` or `ids`, the options under their Python names, `source_lang`, `target_lang`. */
+export function requestBody(sources: string[] | number[][], opts?: TranslateOptions): Record<string, unknown>;
 
 /** Seconds to wait from a Retry-After header (seconds or an HTTP date); 1 when absent or unreadable. */
 export function retryAfterSeconds(header: string | null | undefined, now?: number): number;

@@ -1,6 +1,7 @@
 // A client of `tfm-export serve` with the local model's API: `connect(url, { apiKey })` gives
 // translate, generateIds, generate and stream over HTTP (POST /v1/translate), plus health. Decoding
-// options are the local ones (camelCase, options.mjs), sent under the server's snake_case names.
+// options are the local ones (camelCase, options.mjs), sent under the server's snake_case names;
+// `sourceLang` / `targetLang` go as `source_lang` / `target_lang`.
 // Runtime-agnostic (fetch, TextDecoder, ReadableStream: Node >= 18 and browsers): the web page
 // imports this file too (/lib/client.mjs).
 //
@@ -10,6 +11,8 @@
 import { PYTHON_NAMES } from './options.mjs';
 
 const RETRIED = new Set([429, 503]); // queue full, shutting down: the server says when to try again
+// A multilingual model's language codes: request fields beside the decoding options (the server encodes).
+const LANGUAGE_NAMES = { sourceLang: 'source_lang', targetLang: 'target_lang' };
 const BIGINT = '\u0000bigint:'; // marks a BigInt (a seed beyond 2**53) until it is written as a JSON number
 
 /** A non-2xx answer: the server's one-line `error` and the HTTP status; `body` is its JSON. */
@@ -23,16 +26,18 @@ export class ServerError extends Error {
 }
 
 /**
- * The JSON body of POST /v1/translate: `texts` (strings) or `ids` (id lists), and the decoding
- * options under their Python names (undefined/null: the server's default). Unknown options throw.
+ * The JSON body of POST /v1/translate: `texts` (strings) or `ids` (id lists), the decoding options
+ * under their Python names and `source_lang` / `target_lang` (undefined/null: the server's default).
+ * Unknown options throw.
  */
 export function requestBody(sources, options = {}) {
   const body = { [sources.every((s) => typeof s === 'string') ? 'texts' : 'ids']: sources };
+  const names = { ...PYTHON_NAMES, ...LANGUAGE_NAMES };
   for (const [name, value] of Object.entries(options)) {
-    if (!(name in PYTHON_NAMES)) {
-      throw new Error(`unknown decoding option ${JSON.stringify(name)}; known: ${Object.keys(PYTHON_NAMES).join(', ')}`);
+    if (!(name in names)) {
+      throw new Error(`unknown decoding option ${JSON.stringify(name)}; known: ${Object.keys(names).join(', ')}`);
     }
-    if (value !== undefined && value !== null) body[PYTHON_NAMES[name]] = value;
+    if (value !== undefined && value !== null) body[names[name]] = value;
   }
   return body;
 }

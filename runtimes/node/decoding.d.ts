@@ -2,8 +2,8 @@
 // beam search, seeded sampling, streaming), shared by onnxruntime-node and onnxruntime-web (the
 // browser page imports the same file). 'tfm-export-node/greedy' is the same module under its old name.
 import type { InferenceSession, Tensor } from 'onnxruntime-node';
-import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Tokenizer,
-  TokenizerSpec } from './index.js';
+import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Tokenizer
+  } from './index.js';
 
 export const MANIFEST_FORMAT: 'tfm-export-manifest/1';
 
@@ -19,7 +19,8 @@ export interface DecodableModel {
 }
 
 /** Every decoding option resolved: the defaults, the manifest's `generation` section, then the call's options. */
-export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens'>> & { maxNewTokens: number | undefined };
+export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens' | 'forcedBosTokenId'>> &
+  { maxNewTokens: number | undefined; forcedBosTokenId: number | null };
 
 /** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
 export function checkManifest(manifest: unknown, where?: string): Manifest;
@@ -27,8 +28,8 @@ export function checkManifest(manifest: unknown, where?: string): Manifest;
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */
 export function graphFiles(graph: GraphEntry): Record<string, string>;
 
-/** The manifest's tokenizer, or null when the export has none (only type "chars" is implemented). */
-export function makeTokenizer(spec: TokenizerSpec | null): Tokenizer | null;
+/** tokenizers.mjs's makeTokenizer (it lived here first): the manifest's tokenizer, or null. */
+export { makeTokenizer } from './tokenizers.js';
 
 /** The Python runtime's rule: default max_len; below 1 or above max_len throws. */
 export function resolveMaxNewTokens(maxNewTokens: number | undefined | null, maxLen: number): number;
@@ -46,7 +47,10 @@ export function generateIds(ort: Ort, model: DecodableModel, sources: number[][]
 /** Per source, `numReturnSequences` hypotheses (beam search: best first). */
 export function generate(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
 
-/** One source as it is decoded: text pieces for a string, token ids for an id list (beam search: at the end). */
+/**
+ * One source as it is decoded: text pieces for a string, token ids for an id list (beam search: at
+ * the end). `sourceLang` / `targetLang` as in translate (the model's tokenizer maps them).
+ */
 export function stream(ort: Ort, model: DecodableModel, source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
 export function stream(ort: Ort, model: DecodableModel, source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
 

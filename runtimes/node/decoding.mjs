@@ -1,6 +1,6 @@
 // The shared decoding module of the Node package (onnxruntime-node) and the browser page
-// (onnxruntime-web): manifest checks, the "chars" tokenizer, and the decoding loop with greedy,
-// beam search, seeded sampling and the logits processors (search.mjs), one-shot or streamed. The
+// (onnxruntime-web): manifest checks and the decoding loop with greedy, beam search, seeded sampling
+// and the logits processors (search.mjs), one-shot or streamed; text goes through tokenizers.mjs. The
 // rules are those of the Python runtime (tfm_export/runtime/decoding.py, search.py, api.py), so all
 // three produce the same tokens (runtimes/fixtures/expected.json is the Python side's output).
 //
@@ -13,14 +13,15 @@
 // decoder's outputs already are JS typed arrays, so a graph would copy them into ORT and back out
 // again. Measured in Node (12 caches of (64, 8, 50, 64) float32, 79 MB): 16-18 ms by copy vs 46 ms by
 // a Gather session; 6 caches of (4, 4, 24, 32) (the bundled model, 4 beams): 0.04 vs 0.11 ms.
+// Imports go one way, down: options.mjs, search.mjs and tokenizers.mjs (charsmap.mjs) never import this module.
 import { generationConfig, isGreedy } from './options.mjs';
 import { strategyFor } from './search.mjs';
+import { languageOptions, makeTokenizer } from './tokenizers.mjs';
 
 export { fromPythonNames, generationConfig } from './options.mjs';
+export { makeTokenizer } from './tokenizers.mjs'; // it lived here first: existing imports keep working
 
 export const MANIFEST_FORMAT = 'tfm-export-manifest/1';
-const SPECIALS = ['<pad>', '<bos>', '<eos>']; // ids 0, 1, 2 of every "chars" vocabulary
-const EOS = 2;
 
 /** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
 export function checkManifest(manifest, where = 'manifest.json') {
@@ -40,46 +41,6 @@ export function checkManifest(manifest, where = 'manifest.json') {
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */
 export function graphFiles(graph) {
   return { [graph.file]: graph.sha256, ...(graph.external_data ?? {}) };
-}
-
-/**
- * The manifest's tokenizer, or null when the export has none. Only type "chars" is implemented:
- * ids are positions in `src_vocab` / `tgt_vocab`, whose first `specials` entries are pad, bos, eos.
- */
-export function makeTokenizer(spec) {
-  if (!spec) return null;
-  if (spec.type !== 'chars') {
-    throw new Error(`tokenizer type "${spec.type}" is not supported by this runtime (only "chars"); ` +
-      'use the Python runtime (tfm_export.runtime) or pass token ids');
-  }
-  const specials = spec.specials ?? SPECIALS.length;
-  for (const name of ['src_vocab', 'tgt_vocab']) {
-    if (!Array.isArray(spec[name]) || SPECIALS.some((s, i) => spec[name][i] !== s)) {
-      throw new Error(`tokenizer ${name} must start with ${SPECIALS.join(', ')}; re-export the model`);
-    }
-  }
-  const index = new Map();
-  spec.src_vocab.forEach((ch, i) => { if (i >= specials) index.set(ch, i); });
-  const allowed = spec.src_vocab.slice(specials).join('');
-  const appendEos = spec.append_eos ?? true;
-  return {
-    /** Source text -> ids (+ eos when the manifest says so). */
-    encode(text) {
-      const chars = [...text];
-      const unknown = [...new Set(chars.filter((ch) => !index.has(ch)))].sort().join('');
-      if (unknown) {
-        const shown = chars.length <= 60 ? text : `${chars.slice(0, 57).join('')}...`;
-        throw new Error(`cannot encode ${JSON.stringify(unknown)} in ${JSON.stringify(shown)}: ` +
-          `the model knows only the characters ${JSON.stringify(allowed)}`);
-      }
-      const ids = chars.map((ch) => index.get(ch));
-      return appendEos ? [...ids, EOS] : ids;
-    },
-    /** Target ids -> text; special and out-of-range ids are skipped. */
-    decode(ids) {
-      return ids.filter((i) => i >= specials && i < spec.tgt_vocab.length).map((i) => spec.tgt_vocab[i]).join('');
-    },
-  };
 }
 
 /** Python's resolve_max_new_tokens: default fills the position table; too many is an error. */
@@ -176,7 +137,10 @@ function setPast(feeds, out, layers, map = (t) => t) {
   }
 }
 
-/** Plain greedy decoding on the decoder's own next_ids (the logits never reach JS): runtime.decoding.greedy_loop. */
+/**
+ * Plain greedy decoding on the decoder's own next_ids (the logits never reach JS), the first step's
+ * ids replaced by forcedBosTokenId when set: runtime.decoding.greedy_loop.
+ */
 async function greedyRows(ort, model, sources, config, timings) {
   const c = model.manifest.config;
   const padded = padSources(c, sources);
@@ -190,7 +154,8 @@ async function greedyRows(ort, model, sources, config, timings) {
     const start = performance.now();
     feeds.input_ids = int64(ort, tokens, [batch, 1]);
     const out = await model.decoder.run(feeds);
-    const next = Array.from(out.next_ids.data, Number);
+    const forced = step === 0 && config.forcedBosTokenId !== null; // the forced first token replaces the argmax
+    const next = forced ? Array(batch).fill(config.forcedBosTokenId) : Array.from(out.next_ids.data, Number);
     for (let b = 0; b < batch; b++) {
       if (done[b]) next[b] = c.tgt_pad_id; // finished rows feed the padding id
       else if (next[b] === c.eos_id) done[b] = true;
@@ -285,12 +250,15 @@ export async function* textPieces(tokenizer, ids) {
  * One source's output as it is decoded (Python's model.stream): text pieces for a string, token ids
  * for an id list. Greedy and sampling yield each token as it is chosen (EOS is not yielded); beam
  * search cannot know its result before it ends, so it yields the best hypothesis once, at the end.
+ * `sourceLang` marks a text's source language, `targetLang` forces the target's (tokenizers.mjs).
  */
-export async function* stream(ort, model, source, { timings, ...options } = {}) {
-  const config = generationConfig(model.manifest, { ...options, numReturnSequences: 1 });
+export async function* stream(ort, model, source, { timings, sourceLang, targetLang, ...options } = {}) {
   const isText = typeof source === 'string';
-  const tokenizer = isText ? (model.tokenizer ?? makeTokenizer(model.manifest.tokenizer)) : null;
+  const needed = isText || (targetLang !== undefined && targetLang !== null);
+  const tokenizer = needed ? (model.tokenizer ?? makeTokenizer(model.manifest.tokenizer)) : null;
   if (isText && !tokenizer) throw new Error('this export has no tokenizer; stream token ids instead of text');
-  const ids = idStream(ort, model, isText ? tokenizer.encode(source) : source, config, timings);
+  const languages = languageOptions(tokenizer, targetLang);
+  const config = generationConfig(model.manifest, { ...languages, ...options, numReturnSequences: 1 });
+  const ids = idStream(ort, model, isText ? tokenizer.encode(source, sourceLang, targetLang) : source, config, timings);
   yield* (isText ? textPieces(tokenizer, ids) : ids);
 }

@@ -2,10 +2,12 @@
 // onnxruntime-node: greedy, beam search, seeded sampling, streamed or not. The manifest fields are those this runtime reads; the whole contract is
 // tfm_export/manifest.schema.json in the tfm-export repository.
 import type { InferenceSession } from 'onnxruntime-node';
+import type { LanguageCodes, Languages } from './tokenizers.js';
 
 /** The client of a `tfm-export serve` (client.d.ts): `connect(url, { apiKey })`. */
 export { connect, ServerError } from './client.js';
 export type { ConnectOptions, ServerClient, ServerEvent, ServerHypothesis } from './client.js';
+export type { LanguageCodes, Languages } from './tokenizers.js';
 
 /** One graph input or output: symbolic axes are names (`batch`, `src_len`, `past_len`), fixed ones numbers. */
 export interface TensorSpec {
@@ -49,8 +51,30 @@ export interface CharsTokenizerSpec {
   append_eos?: boolean;
 }
 
-/** Other tokenizer types (`marian`) are recorded but refused by this runtime: pass token ids instead. */
-export type TokenizerSpec = CharsTokenizerSpec | { type: string; [field: string]: unknown };
+/** A tokenizer's language codes (Python's text.languages): code -> token, per side. */
+export interface LanguagesSpec {
+  source?: Record<string, string>;
+  target?: Record<string, string>;
+  source_default?: string | null;
+  target_on_source?: boolean;
+  pair?: [string, string] | null;
+}
+
+/**
+ * The `hf` tokenizer: `file` (tokenizer.json beside the graphs) without its post-processor, wrapped
+ * in `source_prefix` + ids + `source_suffix` (token strings; "{lang}": the source language's token).
+ */
+export interface HfTokenizerSpec {
+  type: 'hf';
+  file: string;
+  source_prefix: string[];
+  source_suffix: string[];
+  clean_up_spaces: boolean;
+  languages: LanguagesSpec;
+}
+
+/** Other tokenizer types (`marian`) are ids only in this runtime: encode/decode throw, token ids work. */
+export type TokenizerSpec = CharsTokenizerSpec | HfTokenizerSpec | { type: string; [field: string]: unknown };
 
 /** manifest.json (format tfm-export-manifest/1). */
 export interface Manifest {
@@ -62,13 +86,26 @@ export interface Manifest {
   graphs: { encoder: GraphEntry; decoder: GraphEntry; decoder_static?: GraphEntry };
   /** Default decoding settings (Python's GenerationConfig field names, e.g. num_beams), when the export has them. */
   generation?: Record<string, unknown> | null;
+  /** Files beside the graphs (tokenizer.json) -> their sha256 (absent from older exports). */
+  files?: Record<string, string>;
   [field: string]: unknown;
 }
 
-/** Text <-> ids with the manifest's vocabulary. */
+/** Text <-> ids with the manifest's tokenizer (tokenizers.mjs). */
 export interface Tokenizer {
-  /** Source text -> ids (+ eos when the manifest says so); throws on characters outside the vocabulary. */
-  encode(text: string): number[];
+  /** The manifest's tokenizer type: 'chars', 'hf', or an ids-only type ('marian'). */
+  kind: string;
+  /** The language codes it takes (none for a single-language model). */
+  languages: Languages;
+  /** True for a type this runtime cannot encode (encode/decode throw; token ids still work). */
+  idsOnly?: boolean;
+  /**
+   * Source text -> ids in the export's template (chars: + eos when the manifest says so); `sourceLang`
+   * marks a multilingual model's source. Throws one line on text or codes it cannot encode.
+   */
+  encode(text: string, sourceLang?: string | null, targetLang?: string | null): number[];
+  /** The id forced as the first generated token for `targetLang` (null: none). */
+  forcedBos(targetLang?: string | null): number | null;
   /** Target ids -> text; special and out-of-range ids are skipped. */
   decode(ids: number[]): string;
 }
@@ -83,16 +120,17 @@ export interface ExportedModel {
   decoder: InferenceSession;
   /** Releases both sessions. */
   release(): Promise<void>;
-  /** generateIds / generate / translate / stream bound to this model. */
+  /** generateIds / generate / translate / stream / languages bound to this model. */
   generateIds(idLists: number[][], opts?: GenerateOptions): Promise<number[][]>;
   generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
-  translate(texts: string[], opts?: DecodingOptions): Promise<string[]>;
+  translate(texts: string[], opts?: TranslateOptions): Promise<string[]>;
+  languages(): LanguageCodes;
   stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
   stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
 }
 
 export interface OpenOptions {
-  /** Check the sha256 of every graph file (default true). */
+  /** Check the sha256 of every graph and tokenizer file (default true). */
   verify?: boolean;
   /** Passed to ort.InferenceSession.create (default: logSeverityLevel 3). */
   sessionOptions?: InferenceSession.SessionOptions;
@@ -136,6 +174,8 @@ export interface DecodingOptions {
   noRepeatNgramSize?: number;
   /** The last allowed token is EOS. */
   forcedEos?: boolean;
+  /** The first generated token (transformers' forced_bos_token_id): a target language, BART's <s>. */
+  forcedBosTokenId?: number;
   /** Log-softmax again after the processors (transformers' renormalize_logits). */
   renormalizeLogits?: boolean;
 }
@@ -144,8 +184,19 @@ export interface GenerateOptions extends DecodingOptions {
   timings?: Timings;
 }
 
+/** A multilingual model's language codes (`languages()` lists them); unknown codes throw one line. */
+export interface LanguageOptions {
+  /** Marks the source language (default: the tokenizer's); text sources only. */
+  sourceLang?: string;
+  /** Forces the target language's token as the first generated token (forcedBosTokenId, when not given). */
+  targetLang?: string;
+}
+
+/** translate's options: decoding options and language codes. */
+export interface TranslateOptions extends DecodingOptions, LanguageOptions {}
+
 /** `numReturnSequences` is always 1 for a stream. */
-export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences'>;
+export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences'> & LanguageOptions;
 
 /** One decoded row: ids without BOS/EOS and its score (beam search: sum(log p) / length ** lengthPenalty; else sum(log p)). */
 export interface Hypothesis {
@@ -166,7 +217,10 @@ export function generate(exportDirOrModel: string | ExportedModel, idLists: numb
 
 /** Translate texts with the manifest's tokenizer (throws when the export has none): the best texts. */
 export function translate(exportDirOrModel: string | ExportedModel, texts: string[],
-  opts?: DecodingOptions): Promise<string[]>;
+  opts?: TranslateOptions): Promise<string[]>;
+
+/** The language codes the export takes (reads only manifest.json for a folder path). */
+export function languages(exportDirOrModel: string | ExportedModel): Promise<LanguageCodes>;
 
 /** One source as it is decoded: text pieces for a string, ids for an id list (beam search: all at the end). */
 export function stream(exportDirOrModel: string | ExportedModel, source: string,

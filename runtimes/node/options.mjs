@@ -18,13 +18,14 @@ export const PYTHON_NAMES = {
   repetitionPenalty: 'repetition_penalty',
   noRepeatNgramSize: 'no_repeat_ngram_size', // 0: off
   forcedEos: 'forced_eos', // the last allowed token is EOS
+  forcedBosTokenId: 'forced_bos_token_id', // the first generated token (a target language, BART's <s>)
   renormalizeLogits: 'renormalize_logits', // log-softmax again after the processors (beam scores)
 };
 
 export const DEFAULTS = Object.freeze({
   maxNewTokens: undefined, numBeams: 1, lengthPenalty: 1, earlyStopping: false, numReturnSequences: 1,
   doSample: false, temperature: 1, topK: 0, topP: 1, seed: 0, minNewTokens: 0, repetitionPenalty: 1,
-  noRepeatNgramSize: 0, forcedEos: false, renormalizeLogits: false,
+  noRepeatNgramSize: 0, forcedEos: false, forcedBosTokenId: null, renormalizeLogits: false,
 });
 
 const isInt = (v) => Number.isInteger(v);
@@ -51,6 +52,8 @@ const CHECKS = [
   ['repetitionPenalty', (c) => above(0)(c.repetitionPenalty), 'must be greater than 0'],
   ['noRepeatNgramSize', (c) => intAtLeast(0)(c.noRepeatNgramSize), 'must be 0 (off) or more'],
   ['forcedEos', (c) => isBool(c.forcedEos), 'must be true or false'],
+  ['forcedBosTokenId', (c) => c.forcedBosTokenId === null || intAtLeast(0)(c.forcedBosTokenId),
+    'must be a token id (0 or more) or null'],
   ['renormalizeLogits', (c) => isBool(c.renormalizeLogits), 'must be true or false'],
   ['doSample', (c) => isBool(c.doSample), 'must be true or false'],
 ];
@@ -79,10 +82,17 @@ export function generationConfig(manifest, options = {}) {
   for (const [name, ok, requirement] of CHECKS) {
     if (!ok(config)) throw new Error(`${name} ${requirement}, got ${String(config[name])}`);
   }
+  const vocab = manifest?.config?.tgt_vocab_size;
+  if (config.forcedBosTokenId !== null && vocab !== undefined && config.forcedBosTokenId >= vocab) {
+    throw new Error(`forcedBosTokenId ${config.forcedBosTokenId} is out of range for a vocabulary of ${vocab} ids`);
+  }
   return config;
 }
 
-/** Python's GenerationConfig.is_greedy: the decoder's own next_ids suffice (no logits cross to JS). */
+/**
+ * Python's GenerationConfig.is_greedy: the decoder's own next_ids suffice (no logits cross to JS).
+ * forcedBosTokenId does not count: the greedy loop puts it in place of the first step's ids.
+ */
 export function isGreedy(config) {
   return config.numBeams === 1 && !config.doSample && config.minNewTokens === 0 && config.repetitionPenalty === 1
     && config.noRepeatNgramSize === 0 && !config.forcedEos && config.numReturnSequences === 1;

@@ -55,7 +55,8 @@ export function bannedNgramTokens(row, n) {
 
 /**
  * processors.process on one row (in place, returned; a new array when renormalised): repetition
- * penalty, no-repeat n-grams, the model's banned ids, min_new_tokens, forced EOS, renormalisation.
+ * penalty, no-repeat n-grams, the model's banned ids, min_new_tokens, forced BOS (step 0), forced
+ * EOS, renormalisation.
  * `history`: the row's ids so far, BOS first; `step`: ids generated so far.
  */
 export function processRow(scores, history, step, lastStep, config, eosId, banned = []) {
@@ -68,9 +69,11 @@ export function processRow(scores, history, step, lastStep, config, eosId, banne
   }
   for (const t of banned) scores[t] = -Infinity;
   if (step < config.minNewTokens) scores[eosId] = -Infinity;
-  if (config.forcedEos && step === lastStep) {
+  // transformers' order: forced BOS, then forced EOS (which wins when both fall on step 0)
+  for (const forced of [step === 0 ? config.forcedBosTokenId : null, config.forcedEos && step === lastStep ? eosId : null]) {
+    if (forced === null || forced === undefined) continue;
     scores.fill(-Infinity);
-    scores[eosId] = 0;
+    scores[forced] = 0;
   }
   return config.renormalizeLogits ? logSoftmax(scores) : scores;
 }

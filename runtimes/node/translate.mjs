@@ -1,7 +1,9 @@
 // Run a tfm-export folder from Node.js with onnxruntime-node.
-// Reads manifest.json, checks the graphs' sha256 (like the Python runtime), tokenises with its
-// "chars" vocabulary, runs the encoder once and the KV-cache decoder once per token, and returns
-// exactly the Python runtime's tokens: greedy, beam search, seeded sampling, streamed or not.
+// Reads manifest.json, checks the sha256 of the graphs and the tokenizer's files (like the Python
+// runtime), tokenises with its tokenizer ("chars", or tokenizer.json: tokenizers.mjs), runs the
+// encoder once and the KV-cache decoder once per token, and returns exactly the Python runtime's
+// tokens: greedy, beam search, seeded sampling, streamed or not; multilingual models take language
+// codes (`sourceLang`, `targetLang`; `languages(dir)` lists them).
 //
 //   import { translate, generateIds, openExport } from './translate.mjs';
 //   await translate('model_onnx', ['4718']);                  // opens the folder for this call
@@ -9,6 +11,7 @@
 //   await generateIds(model, [[7, 4, 8, 11, 2]], { maxNewTokens: 20 });
 //   await model.generate([[7, 4, 8, 11, 2]], { numBeams: 4, numReturnSequences: 2 }); // n-best with scores
 //   for await (const piece of model.stream('4718', { doSample: true, seed: 1 })) process.stdout.write(piece);
+//   await translate(model, ['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }); // a multilingual export
 //   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -16,7 +19,8 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import * as decoding from './decoding.mjs';
-import { checkManifest, graphFiles, makeTokenizer } from './decoding.mjs';
+import { checkManifest, graphFiles } from './decoding.mjs';
+import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './tokenizers.mjs';
 
 export { connect, ServerError } from './client.mjs';
 
@@ -24,6 +28,32 @@ async function sha256(file) {
   const hash = createHash('sha256');
   for await (const chunk of createReadStream(file)) hash.update(chunk); // graphs can be gigabytes
   return hash.digest('hex');
+}
+
+const CHANGED = 'does not match the sha256 in manifest.json (changed, corrupt, or from another export); ' +
+  're-run the export or restore the file';
+
+/**
+ * The manifest's tokenizer with its files read from the folder (tokenizer.json), each checked
+ * against the sha256 the manifest's `files` records (exports from before `files` record none).
+ */
+async function openTokenizer(exportDir, manifest, verify) {
+  const files = {};
+  for (const name of tokenizerFiles(manifest.tokenizer)) {
+    const full = path.join(exportDir, name);
+    const bytes = await readFile(full).catch(() => null);
+    if (!bytes) throw new Error(`${full} is missing; it belongs to the tokenizer: re-run the export`);
+    const expected = manifest.files?.[name];
+    if (verify && expected && createHash('sha256').update(bytes).digest('hex') !== expected) {
+      throw new Error(`${full} ${CHANGED}`);
+    }
+    try {
+      files[name] = JSON.parse(bytes.toString('utf8'));
+    } catch (err) {
+      throw new Error(`${full} is not valid JSON (${err.message}); re-run the export`);
+    }
+  }
+  return makeTokenizer(manifest.tokenizer, files);
 }
 
 async function readManifest(exportDir) {
@@ -45,21 +75,19 @@ async function readManifest(exportDir) {
 }
 
 /**
- * Open an export folder: manifest checks, sha256 of every graph file (unless `verify: false`),
- * and one ONNX Runtime session per graph. `sessionOptions` go to ort.InferenceSession.create.
+ * Open an export folder: manifest checks, sha256 of every graph and tokenizer file (unless
+ * `verify: false`), the tokenizer, and one ONNX Runtime session per graph. `sessionOptions` go to
+ * ort.InferenceSession.create.
  */
 export async function openExport(exportDir, { verify = true, sessionOptions = {} } = {}) {
   const manifest = await readManifest(exportDir);
   const options = { logSeverityLevel: 3, ...sessionOptions }; // keep ORT's C++ warnings quiet
-  const model = { folder: exportDir, manifest, tokenizer: makeTokenizer(manifest.tokenizer) };
+  const model = { folder: exportDir, manifest, tokenizer: await openTokenizer(exportDir, manifest, verify) };
   for (const name of ['encoder', 'decoder']) {
     for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
       const full = path.join(exportDir, file);
       if (!(await stat(full).catch(() => null))) throw new Error(`${name} graph file ${full} is missing; re-run the export`);
-      if (verify && (await sha256(full)) !== expected) {
-        throw new Error(`${full} does not match the sha256 in manifest.json (changed, corrupt, or from another ` +
-          'export); re-run the export or restore the file');
-      }
+      if (verify && (await sha256(full)) !== expected) throw new Error(`${full} ${CHANGED}`);
     }
     model[name] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
   }
@@ -68,6 +96,7 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
   model.generate = (idLists, opts) => generate(model, idLists, opts);
   model.translate = (texts, opts) => translate(model, texts, opts);
   model.stream = (source, opts) => decoding.stream(ort, model, source, opts);
+  model.languages = () => languageCodes(manifest.tokenizer);
   return model;
 }
 
@@ -95,13 +124,27 @@ export function generate(exportDirOrModel, idLists, opts = {}) {
   return withModel(exportDirOrModel, (model) => decoding.generate(ort, model, idLists, opts));
 }
 
-/** Translate texts with the manifest's tokenizer (an export folder path or an opened model): the best texts. */
-export function translate(exportDirOrModel, texts, opts = {}) {
+/**
+ * Translate texts with the manifest's tokenizer (an export folder path or an opened model): the best
+ * texts. `sourceLang` / `targetLang`: a multilingual model's language codes (see `languages`).
+ */
+export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...opts } = {}) {
   return withModel(exportDirOrModel, async (model) => {
     if (!model.tokenizer) throw new Error('this export has no tokenizer; pass token ids (generateIds, --ids) instead of text');
-    const ids = await decoding.generateIds(ort, model, texts.map((t) => model.tokenizer.encode(t)), opts);
+    const sources = texts.map((t) => model.tokenizer.encode(t, sourceLang, targetLang));
+    const options = { ...languageOptions(model.tokenizer, targetLang), ...opts };
+    const ids = await decoding.generateIds(ort, model, sources, options);
     return ids.map((row) => model.tokenizer.decode(row));
   });
+}
+
+/**
+ * The language codes the export takes (Python's `tfm-export languages --json`): { source, target,
+ * sourceDefault }; empty lists for a model without language tokens. Reads only manifest.json.
+ */
+export async function languages(exportDirOrModel) {
+  const manifest = typeof exportDirOrModel === 'string' ? await readManifest(exportDirOrModel) : exportDirOrModel.manifest;
+  return languageCodes(manifest.tokenizer);
 }
 
 /**

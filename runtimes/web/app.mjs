@@ -3,13 +3,16 @@
 // its per-token latency. The decoding module is ../node/decoding.mjs, shared with Node.
 // Or, "on a server": send the lines to a `tfm-export serve` (../node/client.mjs, Node's client) and
 // show its streamed tokens; that server must allow this page's origin (--cors-origin).
+// Text goes through the export's tokenizer (../node/tokenizers.mjs: its vocabulary, or its
+// tokenizer.json with @huggingface/tokenizers); a multilingual export shows language selectors.
 // `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
-// dist/ at /ort/ and OUT at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts
-// it on that server.
+// dist/ at /ort/, @huggingface/tokenizers' dist/ at /tokenizers/ (index.html's import map) and OUT
+// at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts it on that server.
 import * as ort from '/ort/ort.wasm.min.mjs';
 import { connect } from '/lib/client.mjs';
-import { checkManifest, generationConfig, graphFiles, makeTokenizer, stream } from '/lib/decoding.mjs';
+import { checkManifest, generationConfig, graphFiles, stream } from '/lib/decoding.mjs';
 import { DEFAULTS } from '/lib/options.mjs';
+import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from '/lib/tokenizers.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/'; // served locally: no CDN
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation; one is plenty for small models
@@ -32,11 +35,30 @@ async function sha256(bytes) {
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-/** manifest.json (checked), the graphs (sha256 checked) and one WASM session per graph. */
+/** The manifest's tokenizer with its files (tokenizer.json), each checked against the sha256 in `files`. */
+async function openTokenizer(base, manifest) {
+  const files = {};
+  for (const name of tokenizerFiles(manifest.tokenizer)) {
+    const bytes = new Uint8Array(await (await fetchOk(`${base}/${name}`)).arrayBuffer());
+    const expected = manifest.files?.[name]; // exports from before `files` record none
+    if (expected && (await sha256(bytes)) !== expected) {
+      throw new Error(`${name} does not match the sha256 in manifest.json; re-run the export`);
+    }
+    files[name] = JSON.parse(new TextDecoder().decode(bytes));
+  }
+  const tokenizer = makeTokenizer(manifest.tokenizer, files);
+  if (!tokenizer) throw new Error('this export has no tokenizer; the page needs one to encode text');
+  if (tokenizer.idsOnly) {
+    throw new Error(`the page cannot encode text with a "${tokenizer.kind}" tokenizer (only "chars" and "hf"); ` +
+      'use `tfm-export serve` and "Run on a server"');
+  }
+  return tokenizer;
+}
+
+/** manifest.json (checked), its tokenizer, the graphs (sha256 checked) and one WASM session per graph. */
 async function openExport(base) {
   const manifest = checkManifest(await (await fetchOk(`${base}/manifest.json`)).json(), `${base}/manifest.json`);
-  const model = { manifest, tokenizer: makeTokenizer(manifest.tokenizer) };
-  if (!model.tokenizer) throw new Error('this export has no tokenizer; the page needs one to encode text');
+  const model = { manifest, tokenizer: await openTokenizer(base, manifest) };
   for (const name of ['encoder', 'decoder']) {
     const graph = manifest.graphs[name];
     if (Object.keys(graphFiles(graph)).length > 1) {
@@ -73,12 +95,34 @@ function formOptions(model) {
   return options;
 }
 
+/** The language selectors' codes (none when hidden, or "(none)" chosen): { sourceLang, targetLang }. */
+function formLanguages() {
+  if ($('languages').hidden) return {};
+  const chosen = (id) => $(id).value || undefined;
+  return { sourceLang: chosen('source-lang'), targetLang: chosen('target-lang') };
+}
+
+function fillSelect(select, codes, selected, empty) {
+  const choices = empty ? [['', empty], ...codes.map((c) => [c, c])] : codes.map((c) => [c, c]);
+  select.replaceChildren(...choices.map(([value, label]) => new Option(label, value, false, value === selected)));
+}
+
+/** Language selectors for an export whose tokenizer has codes (the source preselects its default). */
+function showLanguages(manifest) {
+  const codes = languageCodes(manifest.tokenizer);
+  $('languages').hidden = !codes.source.length && !codes.target.length;
+  fillSelect($('source-lang'), codes.source, codes.sourceDefault ?? '', codes.sourceDefault ? null : '(none)');
+  fillSelect($('target-lang'), codes.target, '', "(the model's choice)");
+}
+
 /** What the server is asked for: the options that are not greedy's (a server's export may have its own defaults). */
 const serverOptions = (options) => Object.fromEntries(Object.entries(options).filter(([k, v]) => v !== DEFAULTS[k]));
 
 /** One text at a time, streamed into its row as the tokens come, so each row has its own latency. */
-async function translate(model, texts, options) {
-  const sources = texts.map((text) => model.tokenizer.encode(text)); // every line checked before any runs
+async function translate(model, texts, options, { sourceLang, targetLang }) {
+  // every line checked before any runs; the target language is the forced first token
+  const sources = texts.map((text) => model.tokenizer.encode(text, sourceLang, targetLang));
+  const decoding = { ...languageOptions(model.tokenizer, targetLang), ...options };
   $('results').replaceChildren();
   const rows = [];
   for (const [n, text] of texts.entries()) {
@@ -86,7 +130,7 @@ async function translate(model, texts, options) {
     const timings = {};
     const ids = [];
     let pieces = 0;
-    for await (const id of stream(ort, model, sources[n], { ...options, timings })) {
+    for await (const id of stream(ort, model, sources[n], { ...decoding, timings })) {
       ids.push(id);
       pieces += 1;
       cells[1].textContent = model.tokenizer.decode(ids);
@@ -101,12 +145,12 @@ async function translate(model, texts, options) {
 }
 
 /** All lines in one streamed request; each row shows its tokens as they arrive, then the final text. */
-async function translateOnServer(server, texts, options) {
+async function translateOnServer(server, texts, options, languages) {
   $('results').replaceChildren();
   const rows = texts.map((input) => ({ input, cells: addRow(input), output: '', ids: [], pieces: 0, arrivedMs: 0 }));
   const show = (row) => { row.cells[1].textContent = row.output; row.cells[2].textContent = row.ids.length; };
   const started = performance.now();
-  for await (const event of server.streamEvents(texts, serverOptions(options))) {
+  for await (const event of server.streamEvents(texts, { ...serverOptions(options), ...languages })) {
     if (event.type === 'token') {
       const row = rows[event.index];
       Object.assign(row, { output: row.output + (event.text ?? ''), arrivedMs: performance.now() - started });
@@ -169,7 +213,14 @@ function localReady(model) {
   const v = model.manifest.variant;
   const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
   return `ready: ${base} (${variant}; d_model ${c.d_model}, ${c.n_encoder_layers}+${c.n_decoder_layers} layers, ` +
-    `max_len ${c.max_len}); knows ${JSON.stringify(model.manifest.tokenizer.src_vocab.slice(model.manifest.tokenizer.specials ?? 3).join(''))}`;
+    `max_len ${c.max_len}); ${knows(model.manifest.tokenizer)}`;
+}
+
+/** What the tokenizer takes: a chars model's characters, or tokenizer.json and its language count. */
+function knows(spec) {
+  if (spec.type === 'chars') return `knows ${JSON.stringify(spec.src_vocab.slice(spec.specials ?? 3).join(''))}`;
+  const { target } = languageCodes(spec);
+  return `${spec.file}${target.length > 1 ? `, ${target.length} target languages` : ''}`;
 }
 
 /** On load and when the mode or server changes: open the export or ask the server's health. */
@@ -182,6 +233,7 @@ async function prepare() {
     const { model, server } = await backend();
     const ready = server ? `ready: server ${server.url} (${(await server.health()).batching} batching)`
       : localReady(model);
+    if (model && !$('source-lang').options.length) showLanguages(model.manifest); // once: keep the user's choice
     if (turn !== turns) return;
     setStatus(ready);
     $('translate').disabled = false;
@@ -203,7 +255,9 @@ async function onTranslate() {
   try {
     const { model, server } = await backend();
     const options = formOptions(model);
-    const rows = server ? await translateOnServer(server, texts, options) : await translate(model, texts, options);
+    const languages = formLanguages();
+    const rows = server ? await translateOnServer(server, texts, options, languages)
+      : await translate(model, texts, options, languages);
     setStatus(summary(rows, options, server));
     window.tfmResults = rows;
   } catch (err) {

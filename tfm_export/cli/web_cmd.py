@@ -16,12 +16,14 @@ from .common import library_errors, main_group
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one.")
 @click.option("--web-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="A runtimes/web folder, after `npm ci` there (default: the page installed with tfm-export).")
+              help="A runtimes/web folder, after `npm ci` there (onnxruntime-web, @huggingface/tokenizers; "
+                   "default: the page installed with tfm-export).")
 @library_errors
 def serve_web_command(folder: Path, host: str, port: int, web_dir: Path | None) -> None:
     """Serve the browser page (onnxruntime-web, WASM) for the export in OUT until Ctrl+C.
 
-    The page loads OUT from /export/, translates what you type and shows the per-token latency.
+    The page loads OUT from /export/ (its graphs, and tokenizer.json when it has one), translates what you
+    type (a multilingual export: in the languages you pick) and shows the per-token latency.
     """
     from ..serve.web import make_server
 

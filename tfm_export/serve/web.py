@@ -5,7 +5,9 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
     /            runtimes/web/index.html and app.mjs (top-level files only)
     /lib/        runtimes/node/*.mjs (decoding.mjs and its modules, shared with Node; top-level files only)
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
-    /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx)
+    /tokenizers/ runtimes/web/node_modules/@huggingface/tokenizers/dist/ (top-level files only): the
+                 tokenizer.json library that /lib/tokenizers.mjs imports (index.html's import map)
+    /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
 
 Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or
 the checkout's folders); with it, from that runtimes/web folder and its ../node.
@@ -28,31 +30,46 @@ from ..resources import bundled
 log = logging.getLogger(__name__)
 
 ORT_DIST = Path("node_modules", "onnxruntime-web", "dist")  # inside a runtimes/web folder, after `npm ci`
-NO_ORT_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web and pass it as --web-dir"
-FLAT = ("/", "/lib/")  # mounts that serve only their folder's top-level files (not node_modules/)
+TOKENIZERS_DIST = Path("node_modules", "@huggingface", "tokenizers", "dist")  # likewise
+NO_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web and pass it as --web-dir"
+FLAT = ("/", "/lib/", "/tokenizers/")  # mounts that serve only their folder's top-level files (not node_modules/)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",
         ".onnx": "application/octet-stream", ".data": "application/octet-stream",
         ".spm": "application/octet-stream", ".json": "application/json", ".map": "application/json"}
 
 
-def asset_folders(web_dir: Path | None) -> tuple[Path, Path, Path]:
-    """(page, lib, ort) folders: the installed package's, or those of the runtimes/web folder given."""
+def _tokenizers_dist() -> Path:
+    """The installed tokenizer library: its own bundle once tfm_export.resources lists one, else the
+    page's node_modules (a checkout after `npm ci`; a wheel without the bundle has no copy)."""
+    try:
+        return bundled("tokenizers")
+    except KeyError:
+        return bundled("web") / TOKENIZERS_DIST
+
+
+def asset_folders(web_dir: Path | None) -> tuple[Path, Path, Path, Path]:
+    """(page, lib, ort, tokenizers) folders: the installed package's, or those of the runtimes/web folder given."""
     if web_dir is None:
-        return bundled("web"), bundled("lib"), bundled("ort")
-    return web_dir, web_dir.parent / "node", web_dir / ORT_DIST
+        return bundled("web"), bundled("lib"), bundled("ort"), _tokenizers_dist()
+    return web_dir, web_dir.parent / "node", web_dir / ORT_DIST, web_dir / TOKENIZERS_DIST
+
+
+def _require(folder: Path, package: str, page: Path) -> None:
+    """npm's files are not in git: a checkout needs `npm ci`, a wheel built without it has no copy."""
+    if not folder.is_dir():
+        fix = f"run `npm ci` in {page}" if (page / "package.json").exists() else NO_COPY
+        raise InputError(f"{package} not found in {folder}; {fix}")
 
 
 def routes(export_dir: Path, web_dir: Path | None = None) -> dict[str, Path]:
     """URL prefix -> folder (longest prefixes first); checks that everything needed is there."""
-    page, lib, ort_dist = asset_folders(web_dir)
+    page, lib, ort_dist, tokenizers_dist = asset_folders(web_dir)
     if not (page / "index.html").exists():
         raise InputError(f"{page} has no index.html; pass a tfm-export checkout's runtimes/web as --web-dir")
-    if not ort_dist.is_dir():
-        # npm's files are not in git: a checkout needs `npm ci`, a wheel built without it has no copy
-        fix = f"run `npm ci` in {page}" if (page / "package.json").exists() else NO_ORT_COPY
-        raise InputError(f"onnxruntime-web not found in {ort_dist}; {fix}")
+    _require(ort_dist, "onnxruntime-web", page)
+    _require(tokenizers_dist, "@huggingface/tokenizers", page)  # lib/tokenizers.mjs imports it on every page
     load_manifest(export_dir)  # a clear error now rather than a broken page later
-    return {"/export/": export_dir.resolve(), "/ort/": ort_dist.resolve(),
+    return {"/export/": export_dir.resolve(), "/ort/": ort_dist.resolve(), "/tokenizers/": tokenizers_dist.resolve(),
             "/lib/": lib.resolve(), "/": page.resolve()}
 
 

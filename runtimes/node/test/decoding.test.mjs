@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import * as decoding from '../decoding.mjs';
 import { fromPythonNames, generationConfig } from '../decoding.mjs';
-import { bannedNgramTokens, pairwiseSum, rowGenerators, SplitMix64, warp } from '../search.mjs';
+import { bannedNgramTokens, pairwiseSum, processRow, rowGenerators, SplitMix64, warp } from '../search.mjs';
 import { generate, generateIds, openExport, stream } from '../translate.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -82,6 +82,63 @@ describe('sampling, processors and options (no export needed)', () => {
       [{ earlyStopping: 'sometimes' }, /earlyStopping must be true, false or "never"/],
       [{ numbeams: 4 }, /unknown decoding option "numbeams"; known: maxNewTokens, numBeams/]];
     for (const [options, message] of bad) assert.throws(() => generationConfig({}, options), message);
+  });
+});
+
+// A stand-in for a model (no export needed): no decoder layers; from input id t the decoder's best
+// next id is NEXT[t] (logit 5, all others 0), and next_ids is that argmax, as in the graph.
+const NEXT = { 1: 5, 5: 6, 6: 2, 7: 8, 8: 2 }; // BOS -> 5 -> 6 -> EOS; forced 7 -> 8 -> EOS
+const fakeOrt = { Tensor: class { constructor(type, data, dims) { Object.assign(this, { type, data, dims }); } } };
+const VOCAB = 10;
+const fakeModel = {
+  manifest: {
+    config: { n_decoder_layers: 0, n_heads: 1, d_model: 4, max_len: 8, src_vocab_size: VOCAB, tgt_vocab_size: VOCAB,
+      bos_id: 1, eos_id: 2, src_pad_id: 0, tgt_pad_id: 0 },
+    graphs: { decoder: { inputs: [] } },
+  },
+  encoder: { run: async ({ src_ids: src }) => ({ src_mask: src }) },
+  decoder: {
+    async run({ input_ids: input }) {
+      const rows = input.dims[0];
+      const best = Array.from(input.data, (t) => NEXT[Number(t)] ?? 2);
+      const logits = new Float32Array(rows * VOCAB);
+      best.forEach((t, r) => { logits[r * VOCAB + t] = 5; });
+      return { next_ids: new fakeOrt.Tensor('int64', BigInt64Array.from(best, BigInt), [rows]),
+        logits: new fakeOrt.Tensor('float32', logits, [rows, 1, VOCAB]) };
+    },
+  },
+};
+
+describe('forced BOS: the first generated token (no export needed)', () => {
+  test('processRow: at step 0 every id but the forced one is -Infinity; forced EOS wins on the same step', () => {
+    const config = generationConfig({}, { forcedBosTokenId: 3 });
+    assert.deepEqual([...processRow(Float64Array.from([1, 2, 3, 4]), [1], 0, 5, config, 2)], [-Infinity, -Infinity, -Infinity, 0]);
+    assert.deepEqual([...processRow(Float64Array.from([1, 2, 3, 4]), [1, 3], 1, 5, config, 2)], [1, 2, 3, 4]);
+    const both = generationConfig({}, { forcedBosTokenId: 3, forcedEos: true });
+    assert.deepEqual([...processRow(Float64Array.from([1, 2, 3, 4]), [1], 0, 0, both, 2)], [-Infinity, -Infinity, 0, -Infinity]);
+  });
+
+  test('options: forced_bos_token_id from the manifest, checked against the vocabulary', () => {
+    assert.equal(generationConfig({}).forcedBosTokenId, null);
+    assert.equal(generationConfig({ generation: { forced_bos_token_id: 0 } }).forcedBosTokenId, 0);
+    assert.deepEqual(fromPythonNames({ forced_bos_token_id: 7 }), { forcedBosTokenId: 7 });
+    assert.throws(() => generationConfig({}, { forcedBosTokenId: -1 }), /forcedBosTokenId must be a token id \(0 or more\) or null, got -1/);
+    assert.throws(() => generationConfig({}, { forcedBosTokenId: 1.5 }), /forcedBosTokenId must be a token id/);
+    assert.throws(() => generationConfig(fakeModel.manifest, { forcedBosTokenId: 10 }),
+      /^Error: forcedBosTokenId 10 is out of range for a vocabulary of 10 ids$/);
+  });
+
+  test('greedy (the fast path), greedy with processors, sampling and beam search all start with it', async () => {
+    assert.deepEqual(await decoding.generateIds(fakeOrt, fakeModel, [[3, 4]]), [[5, 6]]);
+    for (const options of [{}, { minNewTokens: 1 }, { doSample: true, seed: 3 }, { numBeams: 2 }]) {
+      const forced = { ...options, forcedBosTokenId: 7 };
+      assert.deepEqual(await decoding.generateIds(fakeOrt, fakeModel, [[3, 4], [5]], forced), [[7, 8], [7, 8]], JSON.stringify(options));
+    }
+    const [[best]] = await decoding.generate(fakeOrt, fakeModel, [[3]], { forcedBosTokenId: 7, numBeams: 2 });
+    assert.deepEqual(best.ids, [7, 8]);
+    const withDefault = { ...fakeModel, manifest: { ...fakeModel.manifest, generation: { forced_bos_token_id: 7 } } };
+    assert.deepEqual(await decoding.generateIds(fakeOrt, withDefault, [[3]]), [[7, 8]]);
+    assert.deepEqual(await collect(decoding.stream(fakeOrt, withDefault, [3])), [7, 8]);
   });
 });
 

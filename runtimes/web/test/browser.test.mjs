@@ -4,8 +4,11 @@
 // 4 beams), compares them with the Python runtime's output and fails on any console error, page
 // error, failed request or HTTP error. In server mode the page calls a `tfm-export serve` of the same
 // export on another port (another origin: the server allows the page's with --cors-origin).
+// With TFM_FAMILY_EXPORT_DIR (an export with a tokenizer.json and language codes) and
+// TFM_FAMILY_EXPECTED (a JSON file of the Python runtime's outputs on it), it also translates that
+// export in the page, languages chosen in its selectors; tests/test_runtimes_families.py sets both.
 // Environment: TFM_EXPORT_DIR (an export of the bundled model), TFM_PYTHON (a Python with tfm_export,
-// default python3), CHROMIUM (default /usr/bin/chromium). Screenshot: runtimes/web/test-output/.
+// default python3), CHROMIUM (default /usr/bin/chromium). Screenshots: runtimes/web/test-output/.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,30 +22,32 @@ import { chromium } from 'playwright-core';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const exportDir = process.env.TFM_EXPORT_DIR;
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const skip = !exportDir ? 'TFM_EXPORT_DIR is not set (export the bundled model first: runtimes/run-tests.sh)'
-  : !existsSync(browserPath) ? `SKIPPED: chromium not found at ${browserPath}` : false;
+const familyDir = process.env.TFM_FAMILY_EXPORT_DIR;
+const noBrowser = !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
+const skip = !exportDir ? 'TFM_EXPORT_DIR is not set (export the bundled model first: runtimes/run-tests.sh)' : noBrowser;
+const familySkip = !familyDir ? 'TFM_FAMILY_EXPORT_DIR is not set (tests/test_runtimes_families.py sets it)' : noBrowser;
 const fixture = JSON.parse(readFileSync(path.join(here, '..', '..', 'fixtures', 'expected.json'), 'utf8'));
 const outDir = path.join(here, '..', 'test-output');
 const python = process.env.TFM_PYTHON ?? 'python3';
 const API_KEY = 'page-test-key';
 let server;
 let url;
+let family; // the serve-web of TFM_FAMILY_EXPORT_DIR: { proc, url }
 let context;
 let profile;
 let api; // the `tfm-export serve` of the server-mode tests, started by the first of them
 
-/** `tfm-export serve-web EXPORT --port 0` on 127.0.0.1; resolves with the URL it prints. */
-function startServer() {
-  server = spawn(python, ['-m', 'tfm_export', 'serve-web', exportDir, '--port', '0'],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+/** `tfm-export serve-web DIR --port 0` on 127.0.0.1; resolves with { proc, url } (the URL it prints). */
+function startServer(dir) {
+  const proc = spawn(python, ['-m', 'tfm_export', 'serve-web', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
   return new Promise((resolve, reject) => {
     let text = '';
-    server.stderr.on('data', (chunk) => {
+    proc.stderr.on('data', (chunk) => {
       text += chunk;
       const match = text.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (match) resolve(match[1]);
+      if (match) resolve({ proc, url: match[1] });
     });
-    server.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
+    proc.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
   });
 }
 
@@ -75,13 +80,13 @@ async function startApi() {
 }
 
 /** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
-async function openPage(problems, query = '') {
+async function openPage(problems, query = '', base = url) {
   const page = await context.newPage();
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
   page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(`${url}${query}`);
+  await page.goto(`${base}${query}`);
   await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
   assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
   return page;
@@ -96,8 +101,8 @@ async function translate(page, lines, { beams = 1 } = {}) {
 }
 
 before(async () => {
-  if (skip) return;
-  url = await startServer();
+  if (skip && familySkip) return;
+  if (!skip) ({ proc: server, url } = await startServer(exportDir));
   profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-')); // a fresh --user-data-dir
   context = await chromium.launchPersistentContext(profile, {
     executablePath: browserPath,
@@ -110,6 +115,7 @@ before(async () => {
 after(async () => {
   await context?.close();
   server?.kill();
+  family?.proc.kill();
   api?.proc.kill();
   if (profile) rmSync(profile, { recursive: true, force: true });
 });
@@ -194,4 +200,32 @@ test('the server\'s errors show on the page; it switches back to this browser', 
   await page.waitForFunction(() => document.getElementById('status').textContent.startsWith('ready: /export'));
   const { rows: local } = await translate(page, [fixture.cases[0].input]);
   assert.deepEqual(local.map((r) => r.ids), [fixture.cases[0].ids]);
+});
+
+const familyTest = { skip: familySkip, timeout: 180_000 };
+test('an export with tokenizer.json and language codes translates like the Python runtime', familyTest, async () => {
+  // expected: { inputs, source_lang, runs: [{ target_lang, num_beams, ids, texts }] } (tests/test_runtimes_families.py)
+  const expected = JSON.parse(readFileSync(process.env.TFM_FAMILY_EXPECTED, 'utf8'));
+  family = await startServer(familyDir);
+  const problems = [];
+  const page = await openPage(problems, '', family.url);
+  assert.match(await page.textContent('#status'), /^ready: .*tokenizer\.json/);
+  assert.equal(await page.isVisible('#languages'), true);
+  const codes = await page.$$eval('#target-lang option', (options) => options.map((o) => o.value));
+  assert.ok(expected.runs.every((run) => codes.includes(run.target_lang)), codes.join(' '));
+  await page.selectOption('#source-lang', expected.source_lang);
+  for (const run of expected.runs) {
+    await page.selectOption('#target-lang', run.target_lang);
+    const { rows, error } = await translate(page, expected.inputs, { beams: run.num_beams });
+    const what = `${run.target_lang}, ${run.num_beams} beams`;
+    assert.equal(error, null, what);
+    assert.deepEqual(rows.map((r) => r.ids), run.ids, what);
+    assert.deepEqual(rows.map((r) => r.output), run.texts, what);
+  }
+  mkdirSync(outDir, { recursive: true });
+  await page.screenshot({ path: path.join(outDir, 'languages.png'), fullPage: true });
+  await page.selectOption('#target-lang', '');
+  const { rows: chosen } = await translate(page, expected.inputs.slice(0, 1), { beams: 1 }); // the model's choice
+  assert.equal(chosen.length, 1);
+  assert.deepEqual(problems, []);
 });

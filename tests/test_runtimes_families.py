@@ -1,0 +1,373 @@
+"""runtimes/: Node and the browser tokenize, decode and generate like the Python runtime on the Hugging
+Face families (tests/hf_fixtures.py, tests/fixtures/trained).
+
+Every family whose folder has a tokenizer.json (the manifest's "hf" tokenizer: runtimes/node/tokenizers.mjs
+on @huggingface/tokenizers) is compared token for token: encode on hf_fixtures.sources (unicode of many
+kinds, plus each multilingual source language), the forced first token of every target language,
+unknown codes (the same one-line message), decode on random ids. Marian and m2m100 (SentencePiece
+files, no tokenizer.json) are ids only in Node. The charsmap normaliser (runtimes/node/charsmap.mjs)
+is compared with the Rust library's on random strings. Trained exports generate in Node exactly the
+Python runtime's ids (greedy and the export's default decoding; with a target language where the model
+is multilingual; mt5's heads are not d_model / n_heads wide), and in headless Chromium (mbart50); a
+Marian export decodes ids in Node like Python and refuses text in one line. Node and the browser
+skip, saying why, as in tests/test_runtimes.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("tokenizers")
+
+import hf_fixtures  # noqa: E402
+from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
+from tfm_export.cli import cli  # noqa: E402
+from tfm_export.errors import InputError  # noqa: E402
+from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
+from tfm_export.importers import load_any  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.text.tokenizer import tokenizer_from_dict  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+NODE = RUNTIMES / "node"
+HF_FAMILIES = [f for f in hf_fixtures.FAMILIES if (hf_fixtures.TRAINED / f / "tokenizer.json").exists()]
+MULTILINGUAL = "mbart50"  # the trained export decoded with target languages, in Node and in the browser
+GENERATED = (MULTILINGUAL, "mt5")  # mt5: 3 heads of 16 for d_model 64, so the past is not d_model / n_heads wide
+
+# Node scripts: the package's modules by path (argv[2]), a JSON job on stdin, JSON results on stdout.
+TOKENIZE_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const { makeTokenizer } = await import(pathToFileURL(process.argv[2]).href);
+const attempt = (fn) => { try { return { value: fn() }; } catch (err) { return { error: err.message }; } };
+const out = {};
+for (const [family, job] of Object.entries(JSON.parse(readFileSync(0, 'utf8')))) {
+  const tok = makeTokenizer(job.spec, { [job.spec.file]: JSON.parse(readFileSync(job.json, 'utf8')) });
+  out[family] = {
+    encoded: job.encode.map(([text, lang]) => attempt(() => tok.encode(text, lang))),
+    forced: job.targets.map((code) => attempt(() => tok.forcedBos(code))),
+    decoded: job.ids.map((row) => tok.decode(row)),
+  };
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+NORMALIZE_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const { CharsmapNormalizer } = await import(pathToFileURL(process.argv[2]).href);
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const normalizer = new CharsmapNormalizer({ type: 'Precompiled', precompiled_charsmap: job.charsmap });
+process.stdout.write(JSON.stringify(job.texts.map((text) => normalizer.normalize(text))));
+"""
+
+GENERATE_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
+const { openExport } = await lib('translate.mjs');
+const { fromPythonNames } = await lib('decoding.mjs');
+const { languageOptions } = await lib('tokenizers.mjs');
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const model = await openExport(job.dir);
+const runs = [];
+for (const run of job.runs) {
+  const langs = { sourceLang: job.source_lang ?? undefined, targetLang: run.target_lang ?? undefined };
+  const options = fromPythonNames(run.options);
+  const sources = job.inputs.map((text) => model.tokenizer.encode(text, langs.sourceLang, langs.targetLang));
+  const ids = await model.generateIds(sources, { ...languageOptions(model.tokenizer, langs.targetLang), ...options });
+  const texts = await model.translate(job.inputs, { ...langs, ...options });
+  const pieces = [];
+  for await (const piece of model.stream(job.inputs[0], { ...langs, ...options })) pieces.push(piece);
+  runs.push({ sources, ids, texts, pieces });
+}
+await model.release();
+process.stdout.write(JSON.stringify({ languages: model.languages(), runs }));
+"""
+
+
+def node_script(tmp_path: Path, script: str, job, module: Path) -> object:
+    """Run one of the scripts above on `job` with node; its JSON answer."""
+    if shutil.which("node") is None:
+        pytest.skip("SKIPPED: node not found; install Node.js >= 18 to test runtimes/")
+    if not (NODE / "node_modules" / "@huggingface" / "tokenizers").exists():
+        pytest.skip(f"SKIPPED: {NODE}/node_modules missing; run `npm ci` there (make test does)")
+    path = tmp_path / "script.mjs"
+    path.write_text(script)
+    done = subprocess.run(["node", str(path), str(module)], input=json.dumps(job), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def attempt(fn):
+    """{'value': fn()} or {'error': its one-line message}: the shape TOKENIZE_JS answers in."""
+    try:
+        return {"value": fn()}
+    except InputError as exc:
+        return {"error": str(exc)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizers: every family with a tokenizer.json
+
+
+def tokenizer_job(family: str) -> tuple[dict, dict]:
+    """(what Node is given, what Python answers) for one family's tokenizer."""
+    folder = hf_fixtures.trained_folder(family)
+    checkpoint = load_any(folder)
+    spec = checkpoint.tokenizer
+    python = tokenizer_from_dict(spec, folder)
+    texts = hf_fixtures.sources(family)
+    sources = python.languages.codes("source")
+    langs = [None, *sources[:1], *sources[-1:], "xx_YY"] if sources else [None, "en"]
+    encode = [[text, lang] for lang in langs for text in (texts if lang is None else texts[:8])]
+    targets = [None, *python.languages.codes("target"), "xx_YY"]
+    rng = random.Random(family)
+    vocab = checkpoint.config.tgt_vocab_size  # T5 pads it beyond the tokenizer's: those ids decode to nothing
+    ids = [[rng.randrange(vocab) for _ in range(rng.randrange(16))] for _ in range(120)]
+    job = {"spec": spec, "json": str(folder / spec["file"]), "encode": encode, "targets": targets, "ids": ids}
+    answer = {"encoded": [attempt(lambda t=t, lang=lang: python.encode(t, lang)) for t, lang in encode],
+              "forced": [attempt(lambda code=code: python.forced_bos(code)) for code in targets],
+              "decoded": [python.decode(row) for row in ids]}
+    return job, answer
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory) -> dict:
+    """family -> (job, Python's answer, Node's answer): one node process for every family."""
+    if not HF_FAMILIES:
+        pytest.skip("SKIPPED: no trained fixture has a tokenizer.json (tests/fixtures/train_fixtures.py)")
+    jobs = {family: tokenizer_job(family) for family in HF_FAMILIES}
+    node = node_script(tmp_path_factory.mktemp("tokenize"), TOKENIZE_JS, {f: job for f, (job, _) in jobs.items()},
+                       NODE / "tokenizers.mjs")
+    return {family: (job, python, node[family]) for family, (job, python) in jobs.items()}
+
+
+def test_the_families_with_a_tokenizer_json():
+    assert set(HF_FAMILIES) <= set(hf_fixtures.FAMILIES)
+    assert {"marian", "m2m100"}.isdisjoint(HF_FAMILIES)  # SentencePiece files / no tokenizer.json: ids only
+    assert len(hf_fixtures.sources(HF_FAMILIES[0])) >= 50
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_node_encodes_like_python(tokenized, family):
+    job, python, node = tokenized[family]
+    for (text, lang), want, got in zip(job["encode"], python["encoded"], node["encoded"]):
+        assert got == want, (text, lang)
+    assert sum("value" in e for e in python["encoded"]) >= 50
+    assert any("error" in e for e in python["encoded"])  # an unknown or inapplicable code: the same message
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_node_forces_the_target_language_like_python(tokenized, family):
+    job, python, node = tokenized[family]
+    assert node["forced"] == python["forced"], job["targets"]
+    if family in hf_fixtures.LANGS:
+        assert sum(f.get("value") is not None for f in python["forced"]) >= 2
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_node_decodes_random_ids_like_python(tokenized, family):
+    job, python, node = tokenized[family]
+    assert node["decoded"] == python["decoded"]
+    assert sum(bool(text) for text in python["decoded"]) > 100
+
+
+def test_charsmap_normaliser_is_the_rust_one(tmp_path):
+    """Every distinct precompiled charsmap of the fixtures, on random strings of the characters its
+    rules cover, combining marks, Hangul jamo and emoji with modifiers and joiners."""
+    from tokenizers.normalizers import Precompiled
+
+    charsmaps = {}
+    for family in HF_FAMILIES:
+        normalizer = json.loads((hf_fixtures.TRAINED / family / "tokenizer.json").read_text())["normalizer"] or {}
+        for part in [normalizer, *normalizer.get("normalizers", [])]:
+            if part.get("type") == "Precompiled":
+                charsmaps.setdefault(part["precompiled_charsmap"], family)
+    if not charsmaps:
+        pytest.skip("SKIPPED: no fixture tokenizer.json has a Precompiled normaliser")
+    blocks = ((0x20, 0x250), (0x300, 0x370), (0x1100, 0x1120), (0x2000, 0x2070), (0x2460, 0x2474),
+              (0xFB00, 0xFB07), (0xFF01, 0xFF5F), (0x1F3FB, 0x1F400))
+    pool = [chr(c) for a, b in blocks for c in range(a, b)] + list("\u200d\ufe0f\U0001F468\U0001F469\uac00")
+    pool += sorted({c for text in hf_fixtures.UNICODE for c in text})
+    rng = random.Random(0)
+    texts = [''.join(rng.choice(pool) for _ in range(rng.randrange(1, 10))) for _ in range(3000)]
+    for charsmap, family in charsmaps.items():
+        rust = Precompiled(base64.b64decode(charsmap))
+        got = node_script(tmp_path, NORMALIZE_JS, {"charsmap": charsmap, "texts": texts}, NODE / "charsmap.mjs")
+        wrong = [(t, w, g) for t, w, g in zip(texts, map(rust.normalize_str, texts), got) if w != g]
+        assert not wrong, (family, wrong[:5])
+
+
+# --------------------------------------------------------------------------------------------------
+# Trained exports: generation in Node and in the browser
+
+
+@pytest.fixture(scope="session")
+def trained_export(tmp_path_factory):
+    """family -> its trained folder exported once (validation is the exporter's own tests' business)."""
+    made: dict[str, Path] = {}
+
+    def export(family: str) -> Path:
+        if family not in made:
+            out = tmp_path_factory.mktemp(family) / "onnx"
+            export_model(load_any(hf_fixtures.trained_folder(family)), out, ExportOptions(validate=False))
+            made[family] = out
+        return made[family]
+    return export
+
+
+def generation_job(family: str, folder: Path) -> dict:
+    """Eight held-out task inputs; greedy and the export's default decoding (each target language of a
+    multilingual model; T5's task prefix chooses instead), and beam 4 for one of them."""
+    examples = hf_fixtures.task_examples(family, 8)
+    if family in hf_fixtures.LANGS:
+        source, targets = hf_fixtures.LANGS[family]
+        inputs = [e.source for e in examples]
+        runs = [{"target_lang": t, "options": o} for t in targets for o in ({"num_beams": 1}, {})]
+    else:
+        source, inputs = None, [e.source for e in examples]
+        runs = [{"target_lang": None, "options": o} for o in ({"num_beams": 1}, {}, {"num_beams": 4})]
+    return {"dir": str(folder), "inputs": inputs, "source_lang": source, "runs": runs}
+
+
+def python_generation(job: dict) -> dict:
+    """What GENERATE_JS answers, from the Python runtime."""
+    model = open_export(job["dir"], "cpu")
+    runs = []
+    for run in job["runs"]:
+        src, tgt, options = job["source_lang"], run["target_lang"], run["options"]
+        sources = [model.encode(text, src, tgt) for text in job["inputs"]]
+        ids = model.generate_ids(sources, **{**model.language_options(tgt), **options})
+        texts = model.translate(job["inputs"], source_lang=src, target_lang=tgt, **options)
+        pieces = list(model.stream(job["inputs"][0], source_lang=src, target_lang=tgt, **options))
+        runs.append({"sources": sources, "ids": ids, "texts": texts, "pieces": pieces})
+    languages = model.tokenizer.languages
+    return {"languages": {"source": languages.codes("source"), "target": languages.codes("target"),
+                          "sourceDefault": languages.source_default}, "runs": runs}
+
+
+@pytest.mark.parametrize("family", GENERATED)
+def test_node_generates_like_python(trained_export, tmp_path, family):
+    folder = trained_export(family)
+    job = generation_job(family, folder)
+    node = node_script(tmp_path, GENERATE_JS, job, NODE)
+    python = python_generation(job)
+    assert node["languages"] == python["languages"]
+    for run, got, want in zip(job["runs"], node["runs"], python["runs"]):
+        assert got == want, run
+    ids = [row for run in python["runs"] for row in run["ids"]]
+    assert sum(map(len, ids)) > 3 * len(ids)  # real outputs, not EOS at once
+    if family in hf_fixtures.LANGS:  # the target language changes the output
+        assert python["runs"][0]["texts"] != python["runs"][2]["texts"]
+        assert all(row[0] == python["runs"][0]["ids"][0][0] for row in python["runs"][0]["ids"])
+    else:
+        spec = json.loads((folder / "manifest.json").read_text())["graphs"]["decoder"]["inputs"]
+        past = next(s for s in spec if s["name"] == "past.0.self.key")["shape"]
+        config = json.loads((folder / "manifest.json").read_text())["config"]
+        assert past[3] != config["d_model"] // config["n_heads"]
+
+
+MARIAN_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const { openExport } = await import(pathToFileURL(process.argv[2]).href);
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const model = await openExport(job.dir);
+const ids = await model.generateIds(job.sources);
+let refused = null;
+try { await model.translate(['Hello']); } catch (err) { refused = err.message; }
+await model.release();
+process.stdout.write(JSON.stringify({ kind: model.tokenizer.kind, ids, refused }));
+"""
+
+
+def test_node_runs_a_marian_export_on_ids(trained_export, tmp_path):
+    """SentencePiece stays Python's: Node opens the export, decodes ids (its default beams) like Python,
+    and refuses text in one line."""
+    pytest.importorskip("sentencepiece")
+    folder = trained_export("marian")
+    model = open_export(folder, "cpu")
+    sources = [model.encode(e.source) for e in hf_fixtures.task_examples("marian", 4)]
+    node = node_script(tmp_path, MARIAN_JS, {"dir": str(folder), "sources": sources}, NODE / "translate.mjs")
+    assert node["ids"] == model.generate_ids(sources)
+    assert node["kind"] == "marian" and model.generation.num_beams > 1
+    assert node["refused"].startswith('tokenizer type "marian" is not supported by this runtime (only "chars" and '
+                                      '"hf"); pass token ids')
+
+
+def test_node_refuses_a_changed_tokenizer_json(trained_export, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(trained_export(MULTILINGUAL), copy)
+    with open(copy / "tokenizer.json", "a", encoding="utf-8") as f:
+        f.write("\n")
+    script = (
+        "import { pathToFileURL } from 'node:url';\n"
+        "const { openExport } = await import(pathToFileURL(process.argv[2]).href);\n"
+        f"try {{ await openExport({json.dumps(str(copy))}); console.log('opened'); }}\n"
+        "catch (err) { console.log(err.message); }\n"
+        f"const model = await openExport({json.dumps(str(copy))}, {{ verify: false }});\n"
+        "console.log(model.tokenizer.kind); await model.release();\n")
+    (tmp_path / "changed.mjs").write_text(script)
+    if shutil.which("node") is None or not (NODE / "node_modules").exists():
+        pytest.skip("SKIPPED: node or runtimes/node/node_modules missing")
+    done = subprocess.run(["node", str(tmp_path / "changed.mjs"), str(NODE / "translate.mjs")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    refused, kind = done.stdout.strip().split("\n")
+    assert re.fullmatch(r".*tokenizer\.json does not match the sha256 in manifest\.json .*re-run the export.*", refused)
+    assert kind == "hf"
+
+
+def test_node_cli_takes_language_codes(trained_export):
+    if shutil.which("node") is None or not (NODE / "node_modules").exists():
+        pytest.skip("SKIPPED: node or runtimes/node/node_modules missing")
+    folder = trained_export(MULTILINGUAL)
+    source, (_, target) = hf_fixtures.LANGS[MULTILINGUAL]
+    cli_js = [shutil.which("node"), str(NODE / "cli.mjs"), str(folder)]
+    listed = subprocess.run([*cli_js, "--languages"], capture_output=True, text=True, timeout=300)
+    assert listed.stdout == CliRunner().invoke(cli, ["languages", str(folder)]).output
+    inputs = [e.source for e in hf_fixtures.task_examples(MULTILINGUAL, 3)]
+    done = subprocess.run([*cli_js, "--num-beams", "1", "--source-lang", source, "--target-lang", target, *inputs],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    want = open_export(folder, "cpu").translate(inputs, source_lang=source, target_lang=target, num_beams=1)
+    assert done.stdout.splitlines() == want
+    bad = subprocess.run([*cli_js, "--target-lang", "xx_YY", inputs[0]], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: unknown target language 'xx_YY'; this model knows ")
+
+
+def test_browser_translates_like_python(trained_export, tmp_path):
+    """The page on the multilingual export: greedy into one language, the default beams into another."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"SKIPPED: chromium not found at {CHROMIUM}; `apt-get install chromium` to run the browser test")
+    if not (RUNTIMES / "web" / "node_modules" / "@huggingface" / "tokenizers").exists():
+        pytest.skip(f"SKIPPED: {RUNTIMES}/web/node_modules missing; run `npm ci` there (make test does)")
+    folder = trained_export(MULTILINGUAL)
+    model = open_export(folder, "cpu")
+    source, (first, second) = hf_fixtures.LANGS[MULTILINGUAL]
+    inputs = [e.source for e in hf_fixtures.task_examples(MULTILINGUAL, 4)]
+    runs = []
+    for target, beams in ((second, 1), (first, model.generation.num_beams)):
+        ids = model.generate_ids([model.encode(t, source, target) for t in inputs],
+                                 **{**model.language_options(target), "num_beams": beams})
+        runs.append({"target_lang": target, "num_beams": beams, "ids": ids,
+                     "texts": [model.tokenizer.decode(row) for row in ids]})
+    assert runs[1]["num_beams"] > 1  # the export's default decoding is beam search
+    expected = tmp_path / "expected.json"
+    expected.write_text(json.dumps({"inputs": inputs, "source_lang": source, "runs": runs}))
+    out = run_node_tests(RUNTIMES / "web", None, files=("test/browser.test.mjs",),
+                         env={"TFM_FAMILY_EXPORT_DIR": str(folder), "TFM_FAMILY_EXPECTED": str(expected)},
+                         skips="TFM_EXPORT_DIR is not set")
+    assert re.search(r"^ok \d+ - an export with tokenizer\.json and language codes", out, re.M), out[-2000:]
