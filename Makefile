@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test install install-test runtimes-npm clean
+.PHONY: demo test test-long install install-test runtimes-npm clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,11 @@ runtimes-npm:
 	else echo "SKIPPED: npm not found; the Node and browser runtime tests will be skipped"; fi
 
 test: $(VENV)/.installed-test runtimes-npm
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not long"
+
+# The realistic-size exports (every family's base layer structure, random weights): ~7 minutes more.
+test-long: $(VENV)/.installed-test runtimes-npm
+	$(PY) -m pytest -q -m long
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -569,13 +569,15 @@ def trained_folder(family: str) -> Path:
     return folder
 
 
-def random_folder(family: str, folder: Path, size: str = "tiny", seed: int = 0) -> Path:
+def random_folder(family: str, folder: Path, size: str = "tiny", seed: int = 0, wide: bool = True) -> Path:
     """A folder of the family with random weights, saved as published: save_pretrained's files, the
     published generation_config.json and the tokenizer files of the trained folder (its vocabulary).
 
     size "tiny": d_model 32, 2 + 2 layers (mt5: 3 + 2); "layers": the heads and layer structure of the
     family's checkpoint, narrow, at most 6 + 6 layers (mt5 8 + 6) (SHAPES). marian uses
-    marian_fixtures.marian. Multilingual families: see LANGS and translate for the target language."""
+    marian_fixtures.marian. Multilingual families: see LANGS and translate for the target language.
+    `wide`: weights drawn wider than transformers' initialisation (RANDOM_STD), so that greedy output
+    depends on the source; else transformers' own initialisation (what a fresh model has)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
     if size not in ("tiny", "layers"):
@@ -594,7 +596,7 @@ def random_folder(family: str, folder: Path, size: str = "tiny", seed: int = 0) 
                              decoder_ffn_dim=ffn, max_position_embeddings=MAX_POSITIONS[family], scale_embedding=True,
                              activation_function="swish", **LEGACY_KEYS["marian"])
     else:
-        model = build_model(family, vocab, shape, seed=seed, init_std=RANDOM_STD[family])
+        model = build_model(family, vocab, shape, seed=seed, init_std=RANDOM_STD[family] if wide else None)
     save_folder(model, source, folder, family)
     if source.name == ".tokenizer-build":
         shutil.rmtree(source)

@@ -101,16 +101,28 @@ def write_vocab(path: Path, spm_files: list[Path], extra: tuple[str, ...] = ()) 
     return vocab
 
 
-def marian_folder(folder: Path, seed: int = 5) -> Path:
-    """A downloaded-looking OPUS-MT folder: weights, configs, source/target.spm, vocab.json."""
+# Helsinki-NLP/opus-mt-*'s size: 6 + 6 layers of 512 wide, 8 heads, ffn 2048, 512 positions.
+OPUS_MT = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
+               encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512, init_std=0.02)
+
+
+def marian_folder(folder: Path, seed: int = 5, vocab_size: int | None = None, **sizes) -> Path:
+    """A downloaded-looking OPUS-MT folder: weights, configs, source/target.spm, vocab.json. `vocab_size`:
+    vocab.json padded to that many ids (opus-mt's are 15k..60k; the SentencePiece files stay small);
+    `sizes`: MarianConfig changes (OPUS_MT for an opus-mt-sized model)."""
     import transformers
 
     sources = [" ".join(WORDS[(i * 7 + j) % 4] for j in range(3)) for i in range(300)]
     targets = [" ".join(WORDS[4 + (i * 5 + j) % 3] for j in range(3)) for i in range(300)]
     train_spm(folder, "source", sources, 28)
     train_spm(folder, "target", targets, 24)
-    vocab = write_vocab(folder / "vocab.json", [folder / "source.spm", folder / "target.spm"], (">>de<<", ">>nl<<"))
-    model = marian(vocab=len(vocab), seed=seed, bad_pad=True, scale_embedding=True, activation_function="swish")
+    spm_files, codes = [folder / "source.spm", folder / "target.spm"], (">>de<<", ">>nl<<")
+    vocab = write_vocab(folder / "vocab.json", spm_files, codes)
+    if vocab_size and vocab_size > len(vocab):  # pieces the spm files never produce, before <pad>
+        filler = tuple(f"▁piece{i}" for i in range(vocab_size - len(vocab)))
+        vocab = write_vocab(folder / "vocab.json", spm_files, codes + filler)
+    model = marian(vocab=len(vocab), seed=seed, bad_pad=True, scale_embedding=True, activation_function="swish",
+                   **sizes)
     model.save_pretrained(folder)
     tok = transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
                                        str(folder / "vocab.json"))

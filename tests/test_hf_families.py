@@ -76,9 +76,8 @@ def hf_hypotheses(model, batch, eos: int, **settings) -> list[list[tuple[list[in
     """transformers' hypotheses per source: ids after the decoder start, cut at EOS; score (beams)."""
     out = model.generate(**batch, return_dict_in_generate=True, output_scores=True, **settings)
     n = settings.get("num_return_sequences", 1)
+    # Rows that end before others are padded after their EOS: cutting at EOS removes the padding.
     rows = [r[: r.index(eos)] if eos in r else r for r in out.sequences[:, 1:].tolist()]
-    pad = model.config.pad_token_id
-    rows = [r[: len(r) - next((i for i, t in enumerate(reversed(r)) if t != pad), len(r))] for r in rows]
     scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else [None] * len(rows)
     return [list(zip(rows[i:i + n], scores[i:i + n])) for i in range(0, len(rows), n)]
 
@@ -144,11 +143,13 @@ def test_translate_with_a_target_language(family, exports):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("size", ["tiny", "layers"])
+@pytest.mark.parametrize("size", ["tiny", pytest.param("layers", marks=pytest.mark.long)])
 def test_random_folders_export_with_default_flags(family, size, tmp_path):
-    """Random weights, the family's published generation settings and tokenizer; the realistic
-    layer structure (the base checkpoint's depth, heads and ffn ratio, narrow) or a tiny one."""
-    folder = random_folder(family, tmp_path / "hf", size)
+    """Random weights (transformers' own initialisation), the family's published generation settings and
+    tokenizer; the realistic layer structure (the base checkpoint's depth, heads and ffn ratio, narrow)
+    or a tiny one. (Weights drawn much wider than any trained model's grow float32 differences past
+    validation's tolerance: 4.6e-4 on mBART-50's keys at std 1.0; the trained fixtures test decoding.)"""
+    folder = random_folder(family, tmp_path / "hf", size, wide=False)
     export_cli(folder, tmp_path / "out")
     runtime, model = open_export(tmp_path / "out", "cpu"), hf_model(folder)
     batch = hf_tokenizer(folder)(["123", "4567 89"], return_tensors="pt", padding=True)
