@@ -65,7 +65,7 @@ def load_any(path: str | os.PathLike, layout: str | None = None, trust_pickle: b
     if layout is not None and layout not in IMPORTERS:
         raise ConfigError(f"unknown layout {layout!r}; supported: {', '.join(LAYOUTS)}")
     importer = IMPORTERS[layout] if layout is not None else _detect(source, options)
-    return run(importer, source, options)
+    return run(importer, source, options, name=layout)
 
 
 def _detect(source: Source, options: dict[str, Any]) -> Importer:

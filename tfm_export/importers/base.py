@@ -30,9 +30,10 @@ class Importer(Protocol):
     def load(self, source: Source, options: dict[str, Any]) -> Checkpoint: ...
 
 
-def run(importer: Importer, source: Source, options: dict[str, Any]) -> Checkpoint:
-    """load -> validate: the importer's Checkpoint, once its weights fit its config and are finite."""
-    path, name = source.path, importer.name
+def run(importer: Importer, source: Source, options: dict[str, Any], name: str | None = None) -> Checkpoint:
+    """load -> validate: the importer's Checkpoint, once its weights fit its config and are finite.
+    `name`: the layout as the user called it (an alias of importer.name), for messages."""
+    path, name = source.path, name or importer.name
     if importer.reads == "folder" and not path.is_dir():
         raise CheckpointError(f"{path} is not a folder; the {name} layout reads a model folder")
     if importer.reads == "file" and path.is_dir():

@@ -66,6 +66,7 @@ class MarianTokenizer:
     """Source text -> pieces (source.spm) -> ids (vocab.json) + eos; target ids -> pieces -> text."""
 
     kind = "marian"
+    kinds = ("marian", "m2m100")  # the manifest types this class reads; an instance's `kind` is one of them
 
     def __init__(self, folder: Path, files: dict[str, str | None] | None = None,
                  specials: dict[str, str] | None = None, languages: Languages | None = None,
