@@ -31,12 +31,14 @@ runtimes-npm:
 	  for d in runtimes/node runtimes/web; do (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; done; \
 	else echo "SKIPPED: npm not found; the Node and browser runtime tests will be skipped"; fi
 
+# Two workers (pytest-xdist): most of the suite is single-threaded PyTorch exporting (tests/conftest.py
+# keeps each module, and modules sharing fixtures, on one worker).
 test: $(VENV)/.installed-test runtimes-npm
-	$(PY) -m pytest -q -m "not long"
+	$(PY) -m pytest -q -m "not long" -n 2 --dist loadfile
 
 # The realistic-size exports (every family's base layer structure, random weights): ~7 minutes more.
 test-long: $(VENV)/.installed-test runtimes-npm
-	$(PY) -m pytest -q -m long
+	$(PY) -m pytest -q -m long -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) demo_out

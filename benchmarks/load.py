@@ -4,13 +4,17 @@ One server per batching mode is started on a free loopback port (subprocesses, s
 servers do not share a GIL), all before the first measurement. At each arrival rate the modes take
 turns (--repeat times): requests arrive as a Poisson process (open loop: arrivals never wait for
 answers), bounded by --duration seconds and --max-requests. Each request streams, so time to first
-token is measured as well as latency. Prints one row per (mode, rate, repeat): throughput
-(tokens/s), p50/p99 latency, p50/p99 time to first token, refused (429) requests; then, per rate,
-in-flight's throughput over the other modes', paired by repeat.
+token is measured as well as latency. Requests send ids and max_new_tokens only, no decoding options,
+so the server decodes with the export's default (greedy, or the folder's generation_config.json: beam 4
+for an OPUS-MT folder). Prints one row per (mode, rate, repeat): throughput (generated tokens/s, and
+source tokens/s: the source lengths of the answered requests over the same span), p50/p99 latency,
+p50/p99 time to first token, refused (429) requests; then, per rate, in-flight's throughput over the
+other modes', paired by repeat.
 
     python benchmarks/load.py EXPORT_FOLDER --rates 5,20,50 --duration 10
 
-EXPORT_FOLDER must have decoder_static.onnx (`tfm-export MODEL -o EXPORT_FOLDER --cuda-graph`).
+The modes single and request work on any export; inflight needs decoder_static.onnx
+(`tfm-export MODEL -o EXPORT_FOLDER --static-slots N`, or `--cuda-graph`).
 """
 
 from __future__ import annotations
@@ -67,9 +71,13 @@ def sources(folder: Path, count: int, seed: int, longest: int | None = None) -> 
     """Varied sources: random in-vocabulary ids of 4..longest/2 tokens (longest: max_len; the same for every mode)."""
     config = load_manifest(folder, verify_hashes=False).config
     rng = random.Random(seed)
-    low = max(config.src_pad_id, config.bos_id, config.eos_id) + 1
+    specials = {config.src_pad_id, config.bos_id, config.eos_id}
+    top = config.src_vocab_size
+    while top - 1 in specials:  # Marian: the pad id (the decoder start) is the last id
+        top -= 1
+    low = max((s for s in specials if s < top), default=-1) + 1
     half = (longest or config.max_len) // 2
-    return [[rng.randrange(low, config.src_vocab_size) for _ in range(rng.randrange(4, half))]
+    return [[rng.randrange(low, top) for _ in range(rng.randrange(4, half))]
             for _ in range(count)]
 
 
@@ -99,7 +107,7 @@ async def one_request(http: aiohttp.ClientSession, url: str, ids: list[int], ste
             tail = (tail + chunk)[-(len(TOKEN_EVENT) - 1):]
     end = time.perf_counter()
     return {"status": 200, "start": start, "end": end, "latency": end - start,
-            "ttft": (first or end) - start, "tokens": tokens}
+            "ttft": (first or end) - start, "tokens": tokens, "src_tokens": len(ids)}
 
 
 async def run_rate(url: str, rate: float, pool: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
@@ -123,7 +131,8 @@ async def run_rate(url: str, rate: float, pool: list[tuple[list[int], int]], arg
     return {"rate": rate, "sent": len(tasks), "done": len(done),
             "refused": sum(isinstance(r, dict) and r["status"] == 429 for r in results),
             "failed": sum(not isinstance(r, dict) or r["status"] not in (200, 429) for r in results),
-            "tokens_per_s": sum(r["tokens"] for r in done) / span, "p50_s": pct("latency", 50),
+            "tokens_per_s": sum(r["tokens"] for r in done) / span,
+            "src_tokens_per_s": sum(r["src_tokens"] for r in done) / span, "p50_s": pct("latency", 50),
             "p99_s": pct("latency", 99), "ttft_p50_s": pct("ttft", 50), "ttft_p99_s": pct("ttft", 99)}
 
 
@@ -160,7 +169,7 @@ def main() -> None:
             raise SystemExit("--plot needs matplotlib: pip install -c constraints.txt '.[plot]'") from None
     pool = workload(args.folder, args.new_tokens, args.seed, args.max_src_len)
     rows = []
-    print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} "
+    print(f"{'mode':9} {'rate/s':>6} {'sent':>5} {'done':>5} {'429':>4} {'fail':>4} {'tok/s':>8} {'src/s':>8} "
           f"{'p50 s':>7} {'p99 s':>7} {'ttft50':>7} {'ttft99':>7}", flush=True)
     servers = {}
     try:
@@ -174,7 +183,8 @@ def main() -> None:
                     row = {"mode": mode, "repeat": repeat, **asyncio.run(run_rate(url, rate, pool, args))}
                     rows.append(row)
                     print(f"{mode:9} {rate:6.1f} {row['sent']:5d} {row['done']:5d} {row['refused']:4d} "
-                          f"{row['failed']:4d} {row['tokens_per_s']:8.1f} {row['p50_s']:7.3f} {row['p99_s']:7.3f} "
+                          f"{row['failed']:4d} {row['tokens_per_s']:8.1f} "
+                          f"{row['src_tokens_per_s']:8.1f} {row['p50_s']:7.3f} {row['p99_s']:7.3f} "
                           f"{row['ttft_p50_s']:7.3f} {row['ttft_p99_s']:7.3f}", flush=True)
     finally:
         for proc, _ in servers.values():

@@ -10,6 +10,98 @@ from tfm_export.model.presets import init_checkpoint
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de"
 
+# `make test` runs on two pytest-xdist workers with --dist loadfile: a test module stays on one worker
+# (its module fixtures are built once), and modules that share heavy session fixtures or write the same
+# files also share a worker (pytest_xdist_make_scheduler below).
+SHARED_GROUPS = {
+    "trained": ("test_hf_families", "test_runtimes_families", "test_serve_libretranslate"),  # trained_export
+    "wheel": ("test_wheel_install", "test_runtime_install"),  # both build this checkout's wheel in place
+    "npm": ("test_node_package", "test_runtimes", "test_runtimes_fixture", "test_runtime_client"),  # runtimes/
+}
+GROUP_OF = {module: group for group, modules in SHARED_GROUPS.items() for module in modules}
+# Handed out first (longest first), so that the two workers finish together rather than one waiting
+# on a long module that started last.
+LONGEST_FIRST = ("test_marian_published", "trained", "wheel", "npm", "test_variants", "test_serve",
+                 "test_serve_groups", "test_search", "test_export")
+
+
+def group_of(module: str) -> str:
+    return GROUP_OF.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        group = group_of(item.module.__name__.rpartition(".")[2])
+        return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a module's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with SHARED_GROUPS' modules as one unit. (xdist's own loadgroup marks do not
+    work with pytest 9, whose node ids xdist can no longer suffix with the group.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py"))
+
+    return ModuleGroups(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reuse_identical_graph_exports(tmp_path_factory):
+    """torch.onnx.export of the same weights, config, graph spec and opset writes the same file, and the
+    suite exports the same few models dozens of times (every variant, server and runtime test starts
+    from the float32 graphs; the variants are applied afterwards). The first export of each graph is
+    kept for the session and copied for the others: the exporter's own checks still run on every
+    first export, and whole minutes of CI go. TFM_EXPORT_TEST_EXPORT_CACHE=0 turns it off."""
+    import hashlib
+    import json
+    import os
+    import shutil
+
+    import torch
+
+    from tfm_export.export import exporter
+
+    if os.environ.get("TFM_EXPORT_TEST_EXPORT_CACHE") == "0":
+        yield
+        return
+    real, cache = exporter.export_graph, tmp_path_factory.mktemp("graph-cache")
+
+    def key(model, spec, opset) -> str:
+        digest = hashlib.sha256(repr((type(model).__qualname__, model.config, spec, opset)).encode())
+        for name, tensor in sorted(model.state_dict().items()):
+            flat = tensor.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    def export_graph(model, spec, folder, opset):
+        entry = cache / key(model, spec, opset)
+        if not entry.is_dir():
+            extra = real(model, spec, folder, opset)
+            partial = cache / f".{entry.name}.partial"
+            partial.mkdir()
+            for name in (spec.file, *extra):
+                shutil.copy2(folder / name, partial / name)
+            (partial / "extra.json").write_text(json.dumps(extra))
+            partial.rename(entry)
+            return extra
+        extra = json.loads((entry / "extra.json").read_text())
+        for name in (spec.file, *extra):
+            shutil.copy2(entry / name, folder / name)
+        return extra
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(exporter, "export_graph", export_graph)
+    yield
+    patch.undo()
+
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
@@ -50,3 +142,44 @@ def bundled_export(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundled") / "model_onnx"
     export_model(load_checkpoint(BUNDLED / "model.pt"), out)
     return out
+
+
+@pytest.fixture(scope="session")
+def chars_export(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny model with a character tokenizer (digits in, letters out) and no language codes:
+    text in, text out, for the servers' text APIs (LibreTranslate's, the OpenAPI schema test)."""
+    import dataclasses
+
+    from tfm_export.text.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer.build(["0123456789 "], ["abcdefghijklmnopqrstuvwxyz -"])
+    checkpoint = dataclasses.replace(load_checkpoint(tiny_checkpoint), tokenizer=tokenizer.to_dict())
+    out = tmp_path_factory.mktemp("chars") / "model_onnx"
+    export_model(checkpoint, out, ExportOptions(validate=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained_export(tmp_path_factory):
+    """family -> its trained, published-style folder (tests/fixtures/trained) exported once with the
+    CLI's default flags (validation on, exit 0); shared by the Python and the Node/browser tests."""
+    import json
+
+    from click.testing import CliRunner
+
+    import hf_fixtures
+    from tfm_export.cli import cli
+
+    made: dict[str, Path] = {}
+
+    def export(family: str) -> Path:
+        if family not in made:
+            out = tmp_path_factory.mktemp(f"export-{family}") / "out"
+            result = CliRunner().invoke(cli, [str(hf_fixtures.trained_folder(family)), "-o", str(out)])
+            assert result.exit_code == 0, result.output
+            validation = json.loads((out / "manifest.json").read_text())["validation"]
+            assert validation["greedy"]["equal"] and validation.get("default", {"equal": True})["equal"]
+            made[family] = out
+        return made[family]
+
+    return export

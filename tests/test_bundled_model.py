@@ -64,6 +64,7 @@ def test_unknown_characters_are_refused_clearly(bundled_export):
         open_export(bundled_export, device="cpu").translate(["12x4"])
 
 
+@pytest.mark.long  # an int8 export of the bundled model; variants' parity is in test_variants
 def test_int8_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     out = tmp_path / "int8"
     manifest = export_model(load_checkpoint(BUNDLED / "model.pt"), out, ExportOptions(quantize="int8")).to_dict()
@@ -74,6 +75,7 @@ def test_int8_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     assert int8 >= float32 - 0.01, f"int8 {int8:.3f} vs float32 {float32:.3f}"
 
 
+@pytest.mark.long  # a float16 export of the bundled model; variants' parity is in test_variants
 def test_float16_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     """--dtype float16 (with the --cuda-graph decoder) on the trained model: same held-out accuracy."""
     out = tmp_path / "f16"

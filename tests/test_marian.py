@@ -307,6 +307,7 @@ def test_import_carries_the_tokenizer(opus_folder):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the trained Marian family fixture and test_marian_published cover it in make test
 def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path):
     folder, model, hf_tok = opus_folder
     out = tmp_path / "export"

@@ -32,7 +32,6 @@ import hf_fixtures  # noqa: E402
 from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
-from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.text.tokenizer import tokenizer_from_dict  # noqa: E402
@@ -212,20 +211,6 @@ def test_charsmap_normaliser_is_the_rust_one(tmp_path):
 
 # --------------------------------------------------------------------------------------------------
 # Trained exports: generation in Node and in the browser
-
-
-@pytest.fixture(scope="session")
-def trained_export(tmp_path_factory):
-    """family -> its trained folder exported once (validation is the exporter's own tests' business)."""
-    made: dict[str, Path] = {}
-
-    def export(family: str) -> Path:
-        if family not in made:
-            out = tmp_path_factory.mktemp(family) / "onnx"
-            export_model(load_any(hf_fixtures.trained_folder(family)), out, ExportOptions(validate=False))
-            made[family] = out
-        return made[family]
-    return export
 
 
 def generation_job(family: str, folder: Path) -> dict:

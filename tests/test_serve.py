@@ -270,12 +270,38 @@ def test_api_key(static_export):
     check_bind("::1", None)
 
 
-def test_cli_refuses_an_export_without_the_static_decoder(tiny_export):
-    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--port", str(free_port())])
-    assert result.exit_code == 1 and "re-export with --cuda-graph" in result.output
-    assert "--batching request" in result.output
+def test_cli_needs_the_static_decoder_only_for_inflight_batching(tiny_export):
+    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--port", str(free_port()), "--batching", "inflight"])
+    assert result.exit_code == 1 and "re-export with --static-slots N" in result.output
+    assert "serving" not in result.output and len(result.output.strip().splitlines()) == 1
     result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--host", "0.0.0.0"])
     assert result.exit_code == 1 and "--api-key" in result.output
+
+
+@pytest.mark.parametrize("export, kind, notice", [("tiny_export", "request-level", True),
+                                                  ("static_export", "in-flight", False)])
+def test_cli_serves_any_export_and_says_so_once_it_listens(export, kind, notice, request):
+    """Default flags serve an export without the static decoder too (request-level batching, with a
+    notice saying how to get in-flight batching); "serving on" comes once requests are answered."""
+    port = free_port()
+    folder = request.getfixturevalue(export)
+    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder), "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline()]
+        if notice:
+            assert "request-level batching; for in-flight batching re-export with --static-slots N" in lines[0]
+            lines.append(proc.stderr.readline())
+        assert f"serving {folder} on http://127.0.0.1:{port}/ with {kind} batching" in lines[-1]
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz")  # no retry: it listens already
+        assert health.json()["batching"] == ("request" if notice else "inflight")
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/translate", json={"ids": [[5, 6]], "max_new_tokens": 3})
+        assert reply.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_write_config(static_export, tmp_path):

@@ -59,6 +59,7 @@ def test_wheel_carries_the_page_and_the_model(wheel):
     assert wheel.stat().st_size < 30 * 2**20
 
 
+@pytest.mark.long  # a fresh venv with PyTorch (~90 s); the runtime-only install is in make test
 def test_demo_uses_the_installed_model(demo, scripts):
     out, printed = demo
     assert f"export {scripts.parent}" in printed  # the venv's copy, not the checkout's
@@ -77,6 +78,7 @@ def get(port: int, path: str) -> tuple[int, str, bytes]:
     return res.status, res.getheader("Content-Type", "").split(";")[0], body
 
 
+@pytest.mark.long  # the same full install
 def test_serve_web_serves_the_installed_page(demo, scripts, tmp_path):
     out, _ = demo
     server = subprocess.Popen([str(scripts / "tfm-export"), "serve-web", str(out), "--port", "0"], cwd=tmp_path,

@@ -1,4 +1,5 @@
-"""`tfm-export serve`: the HTTP translation server (in-flight batching), alone or on Ray Serve."""
+"""`tfm-export serve`: the HTTP translation server (in-flight batching when the export has its static
+decoder, else request-level), alone or on Ray Serve."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from .common import requires_extra, library_errors, main_group, ort_thread_optio
 LIMITS = (("--max-batch", 16, "Sources decoded together (rows of the running batch; in flight on CPU a step "
                              "runs only the rows in use, so a light load pays for what it uses)."),
           ("--max-queue", 64, "Sources waiting for a row; beyond it requests get 429 with Retry-After."),
-          ("--max-texts", 32, "Sources per request; more get 413."))
+          ("--max-texts", 32, "Sources per request; more get 413."),
+          ("--max-beams", 8, "Cache rows one source may take: num_beams, sampled num_return_sequences "
+                             "(LibreTranslate: alternatives + 1); more get 413."))
 
 
 def limit_options(fn):
@@ -29,10 +32,11 @@ def limit_options(fn):
               help="Address to bind; anything but loopback needs --api-key.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
-@click.option("--batching", type=click.Choice(["inflight", "request", "single"]), default="inflight",
-              show_default=True, help="inflight: requests join a running batch at the next step (needs an export "
-                                      "made with --cuda-graph); request: collect --window-ms, decode each batch "
-                                      "to its end; single: one request at a time.")
+@click.option("--batching", type=click.Choice(["auto", "inflight", "request", "single"]), default="auto",
+              show_default=True, help="auto: inflight when the export supports it, else request; inflight: requests "
+                                      "join a running batch at the next step (needs an export made with "
+                                      "--static-slots N or --cuda-graph); request: collect --window-ms, decode "
+                                      "each batch to its end; single: one request at a time.")
 @limit_options
 @click.option("--max-src-len", type=click.IntRange(min=1), default=None,
               help="Longest source accepted (default: the model's max_len; longer get 413). In-flight rows are "
@@ -55,22 +59,24 @@ def limit_options(fn):
               help="Write a Ray Serve config (for `serve deploy`) with these settings and exit.")
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
-                  max_queue: int, max_texts: int, max_src_len: int | None, window_ms: float, api_key: str | None,
-                  cors_origins: tuple[str, ...], threads: int | None,
+                  max_queue: int, max_texts: int, max_beams: int, max_src_len: int | None, window_ms: float,
+                  api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
-    """Serve the export in FOLDER over HTTP: POST /v1/translate, GET /healthz, /metrics, docs at /docs.
+    """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
+    GET /languages, GET /healthz, /metrics, docs at /docs.
 
     SIGTERM or Ctrl+C stops accepting, finishes the requests in flight and exits 0.
     """
     from ..serve.batcher import EngineConfig
     from ..serve.cors import check_origins
-    from ..serve.engine import ServeSettings, check_bind, run_server
+    from ..serve.engine import ServeSettings, check_batching, check_bind, resolve_batching
+    from ..serve.server import run_server
 
     if folder is None and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
     settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
                              EngineConfig(max_batch, max_queue, window_ms, max_src_len),
-                             max_texts, threads, spin, api_key, cors_origins=cors_origins)
+                             max_texts, threads, spin, api_key, cors_origins=cors_origins, max_beams=max_beams)
     check_origins(cors_origins)
     if write_config is not None:
         from ..serve.ray_config import write_config as write
@@ -79,11 +85,19 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
         click.echo(f"wrote {write_config}; edit replicas there, then `serve deploy {write_config}`", err=True)
         return
     check_bind(host, api_key)
+    settings = check_batching(resolve_batching(settings))  # before binding; Ray's replicas get the same choice
+    if batching == "auto" and settings.batching == "request":
+        click.echo(f"{folder} has no decoder_static.onnx: serving with request-level batching; for in-flight "
+                   f"batching re-export with --static-slots N (the most tokens a row generates)", err=True)
     if use_ray:
         _run_ray(settings, replicas, host, port)
         return
-    click.echo(f"serving {folder} on http://{host}:{port}/ (docs at /docs; Ctrl+C stops)", err=True)
-    run_server(settings, host, port)
+    run_server(settings, host, port, lambda kind: click.echo(
+        f"serving {folder} on http://{host}:{port}/ with {KINDS[kind]} batching (docs at /docs; Ctrl+C stops)",
+        err=True))
+
+
+KINDS = {"inflight": "in-flight", "request": "request-level", "single": "one-at-a-time"}
 
 
 def _run_ray(settings, replicas: int, host: str, port: int) -> None:  # noqa: ANN001 (ServeSettings)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
 from ..runtime.generation import GenerationConfig
-from .batcher import ENGINES, EngineConfig, one_row
+from .batcher import ENGINES, EngineConfig
 from .web import is_loopback
 
 log = logging.getLogger(__name__)
@@ -26,8 +25,10 @@ class LimitError(InputError):
     """A request over one of the server's size limits (HTTP 413); `options` names the limit."""
 
 
-# batching -> (engine, whether it needs the static-cache decoder); "single" is one request at a time
+# batching -> (engine, whether it needs the static-cache decoder); "single" is one request at a time;
+# "auto" is resolved by resolve_batching before anything opens the export.
 BATCHING = {"inflight": ("inflight", True), "request": ("request", False), "single": ("request", False)}
+BATCHING_CHOICES = ("auto", *BATCHING)
 
 
 @dataclass(frozen=True)
@@ -36,44 +37,100 @@ class ServeSettings:
 
     folder: str  # the export folder
     device: str = "cpu"  # cpu, cuda, cuda:N or auto
-    batching: str = "inflight"  # inflight | request (collect window_ms, decode to the end) | single
+    # auto (in-flight when the export has decoder_static.onnx, else request) | inflight | request | single
+    batching: str = "auto"
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_texts: int = 32  # sources per request; more is 413
     threads: int | None = None  # ORT intra-op threads (None: ORT's default)
     spin: bool = False  # idle ORT threads spin between ops (off: sessions run by turns, see cli.serve_cmd)
-    api_key: str | None = None  # when set, every request but /healthz and the docs needs Bearer KEY
+    api_key: str | None = None  # when set, every request but /healthz, /languages and the docs needs it
     cors_origins: tuple[str, ...] = ()  # web pages' origins allowed to call (serve.cors); none: no CORS
+    # Cache rows one source may take: num_beams, sampled num_return_sequences (LibreTranslate's
+    # alternatives + 1). Each beam is a row of decoder cache, so this bounds one request's memory.
+    max_beams: int = 8
 
     def __post_init__(self) -> None:
-        if self.batching not in BATCHING:
-            raise InputError(f"unknown {{batching}}; use one of {', '.join(BATCHING)}",
+        if self.batching not in BATCHING_CHOICES:
+            raise InputError(f"unknown {{batching}}; use one of {', '.join(BATCHING_CHOICES)}",
                              options={"batching": self.batching})
+        if self.max_beams < 1:
+            raise InputError(f"{{max_beams}} must be at least 1, got {self.max_beams}", options={"max_beams": None})
+
+
+def has_static_decoder(folder: str) -> bool:
+    """The export has decoder_static.onnx (made with --cuda-graph or --static-slots): in-flight batching."""
+    from ..manifest import load_manifest
+    from ..runtime.static import GRAPH_NAME
+
+    return GRAPH_NAME in load_manifest(Path(folder), verify_hashes=False).graphs
+
+
+def resolve_batching(settings: ServeSettings) -> ServeSettings:
+    """`auto` made concrete: in-flight when the export supports it, else request-level batching."""
+    if settings.batching != "auto":
+        return settings
+    return dataclasses.replace(settings, batching="inflight" if has_static_decoder(settings.folder) else "request")
+
+
+def check_batching(settings: ServeSettings) -> ServeSettings:
+    """`settings`, when the export has what its batching needs (InputError naming the fix otherwise)."""
+    from ..runtime.static import GRAPH_NAME
+
+    if BATCHING[settings.batching][1] and not has_static_decoder(settings.folder):
+        raise InputError(f"{settings.folder} has no {GRAPH_NAME}.onnx, which {{batching}} needs; re-export "
+                         f"with --static-slots N (or --cuda-graph), or leave --batching at auto to serve it with "
+                         f"request-level batching", options={"batching": "inflight"})
+    return settings
 
 
 def open_engine(settings: ServeSettings) -> Any:
     """Open the export (with its static-cache decoder for in-flight batching) and build the engine."""
     from ..runtime import RuntimeOptions, open_export
-    from ..runtime.static import GRAPH_NAME
-    from ..manifest import load_manifest
 
+    settings = check_batching(resolve_batching(settings))
     kind, needs_static = BATCHING[settings.batching]
-    if needs_static and GRAPH_NAME not in load_manifest(Path(settings.folder), verify_hashes=False).graphs:
-        raise InputError(f"{settings.folder} has no {GRAPH_NAME}.onnx, which in-flight batching needs; re-export "
-                         f"with --cuda-graph, or serve with request-level {{batching}}",
-                         options={"batching": "request"})
     options = RuntimeOptions(intra_op_threads=settings.threads, spin_wait=settings.spin, cuda_graph=needs_static)
     model = open_export(settings.folder, settings.device, options)
+    default_beams = max(model.generation.num_beams, model.generation.num_return_sequences)
+    if default_beams > settings.max_beams:  # else every request that keeps the defaults would be refused
+        raise InputError(f"{settings.folder} decodes with {default_beams} beams by default, more than "
+                         f"{{max_beams}} {settings.max_beams}; raise it", options={"max_beams": None})
     config = settings.engine
     if settings.batching == "single":
         config = dataclasses.replace(config, max_batch=1, window_ms=0)
     return ENGINES[kind](model, config)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one server accepts from one request, given its model: what prepare_sources enforces and
+    the OpenAPI schema declares (serve.contract)."""
+
+    max_texts: int  # sources per request
+    src_len: int  # tokens per source
+    src_limit: str  # the setting that sets src_len: max_src_len or max_len
+    src_vocab: int  # source ids are 0 .. src_vocab - 1
+    max_new_tokens: int  # tokens per source (the static decoder's slots when it has fewer than max_len)
+    max_beams: int  # rows per source: the server's max_beams, within what beam search can pick from
+
+
+def limits(model: Any, settings: ServeSettings) -> Limits:
+    cfg = model.config
+    cap = settings.engine.max_src_len  # the server's own limit, when tighter than the model's
+    src_len, src_limit = (cap, "max_src_len") if cap and cap < cfg.max_len else (cfg.max_len, "max_len")
+    # Beam search picks 2 x num_beams candidates per row from the vocabulary (transformers' rule).
+    beams = min(settings.max_beams, max(1, cfg.tgt_vocab_size // 2))
+    return Limits(settings.max_texts, src_len, src_limit, cfg.src_vocab_size,
+                  model.steps_for(GenerationConfig()), beams)
+
+
 def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | None,
                     ids: Sequence[Sequence[int]] | None, max_new_tokens: int | None,
-                    options: Mapping[str, Any] | None = None) -> tuple[list[list[int]], int, GenerationConfig]:
+                    options: Mapping[str, Any] | None = None, source_lang: str | None = None,
+                    target_lang: str | None = None) -> tuple[list[list[int]], int, GenerationConfig]:
     """Checked sources, their token budget and decoding settings (`options`: GenerationConfig fields
-    over the export's defaults); InputError naming the limit or option otherwise."""
+    over the export's defaults; `source_lang`/`target_lang`: codes of the tokenizer's languages, see
+    runtime.api.encode); InputError naming the limit, option or valid codes otherwise."""
     from ..runtime.decoding import source_batch
 
     if (texts is None) == (ids is None):
@@ -81,23 +138,60 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
     given = texts if texts is not None else ids
     if not given:
         raise InputError("{texts} is empty; send at least one source", options={"texts": None})
-    if len(given) > settings.max_texts:
-        raise LimitError(f"{len(given)} sources exceed the limit of {settings.max_texts} per request "
+    bounds = limits(model, settings)
+    if len(given) > bounds.max_texts:
+        raise LimitError(f"{len(given)} sources exceed the limit of {bounds.max_texts} per request "
                          f"({{max_texts}}); split the request", options={"max_texts": None})
-    sources = [model.tokenizer.encode(t) for t in texts] if texts is not None else [list(s) for s in ids]
-    cfg = model.config
-    cap = settings.engine.max_src_len  # the server's own limit, when tighter than the model's
-    longest, limit = (cap, "max_src_len") if cap and cap < cfg.max_len else (cfg.max_len, "max_len")
+    if source_lang is not None or target_lang is not None:
+        check_codes(model, source_lang, target_lang)
+    # ids are used as given: their language tokens are the caller's (target_lang still forces the
+    # first generated token on models that start the target with it)
+    if texts is not None:
+        sources = [model.encode(text, source_lang, target_lang) for text in texts]
+    else:
+        sources = [list(source) for source in ids]
     for n, source in enumerate(sources, 1):
-        if len(source) > longest:
-            raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{limit}}} of {longest}; "
-                             f"shorten or split it", options={limit: None})
-        source_batch([source], cfg)  # empty, out-of-vocabulary or non-int64 ids: InputError
-    config = model.generation_config(**dict(options or {}), max_new_tokens=max_new_tokens)
-    # Jobs of one cache row (serve.batcher.Job.in_rows) decode in the opened cache, whose static
-    # decoder may hold fewer slots than max_len (--static-slots); the greedy budget says how many.
-    budget = GenerationConfig(max_new_tokens=max_new_tokens) if one_row(config) else config
-    return sources, model.steps_for(budget), config
+        if len(source) > bounds.src_len:
+            raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{bounds.src_limit}}} of "
+                             f"{bounds.src_len}; shorten or split it", options={bounds.src_limit: None})
+        source_batch([source], model.config)  # empty, out-of-vocabulary or non-int64 ids: InputError
+    options = {**model.language_options(target_lang), **dict(options or {})}
+    config = model.generation_config(**options, max_new_tokens=max_new_tokens)
+    check_beams(config, bounds, settings, model.config.tgt_vocab_size)
+    return sources, token_budget(model, config, max_new_tokens), config
+
+
+def token_budget(model: Any, config: GenerationConfig, asked: int | None) -> int:
+    """Tokens per job: what the request asks (InputError when it does not fit a cache row), else the
+    export's default capped to a row. Every job decodes within one row's budget: a static decoder may
+    hold fewer slots than max_len (--static-slots), and the in-flight engine decodes beam groups in
+    those rows too; a folder's default (max_length 512) is a ceiling, not a request to refuse."""
+    if asked is not None:
+        return model.steps_for(GenerationConfig(max_new_tokens=asked))
+    room = model.steps_for(GenerationConfig())
+    return min(config.max_new_tokens or room, room)
+
+
+def check_codes(model: Any, source_lang: str | None, target_lang: str | None) -> None:
+    """Language codes the export's tokenizer knows (InputError naming the valid ones)."""
+    if not model.manifest.tokenizer:
+        raise InputError("this export has no tokenizer, hence no language codes; drop {source_lang} and target_lang",
+                         options={"source_lang": source_lang})
+    languages = model.tokenizer.languages
+    languages.source_token(source_lang), languages.target_token(target_lang)
+
+
+def check_beams(config: GenerationConfig, bounds: Limits, settings: ServeSettings, vocab: int) -> None:
+    """Rows per source within max_beams (413), and beams the vocabulary can feed (422)."""
+    for name in ("num_beams", "num_return_sequences"):
+        value = getattr(config, name)
+        if value > settings.max_beams:
+            raise LimitError(f"{name} {value} exceeds the server's limit of {settings.max_beams} rows per "
+                             f"source ({{max_beams}})", options={"max_beams": None})
+    if config.num_beams > bounds.max_beams:
+        raise InputError(f"{{num_beams}} {config.num_beams} is too many for a vocabulary of {vocab} ids: beam "
+                         f"search picks 2 x num_beams candidates per step; use at most {bounds.max_beams}",
+                         options={"num_beams": config.num_beams})
 
 
 def check_bind(host: str, api_key: str | None) -> None:
@@ -105,24 +199,3 @@ def check_bind(host: str, api_key: str | None) -> None:
     if not is_loopback(host) and not api_key:
         raise InputError(f"binding {host} makes the server reachable from other machines; set {{api_key}} "
                          f"(or {API_KEY_ENV}) or bind 127.0.0.1", options={"api_key": None})
-
-
-def run_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve until SIGTERM or Ctrl+C: stop accepting, finish what is in flight, return (exit 0)."""
-    import uvicorn
-
-    from .app import create_app
-
-    check_bind(host, settings.api_key)
-    engine = open_engine(settings)  # before binding: a bad folder fails fast, with one line
-    config = uvicorn.Config(create_app(settings, engine), host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=None)
-    server = uvicorn.Server(config)
-    # uvicorn re-raises the signal that stopped it once it has shut down cleanly; ignore that one so
-    # a graceful SIGTERM ends the process with 0 rather than 143.
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM,)}
-    try:
-        server.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -13,8 +13,11 @@ from typing import Any, Awaitable, Callable
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # answered without the API key (probes, the schema)
-COUNTED = "/v1/"  # requests under this prefix are counted by status (tfm_export_requests_total)
+# Answered without the API key: probes, the schema, and LibreTranslate's language list (open there too).
+OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/languages")
+# Checked by the route itself: LibreTranslate clients may send the key as `api_key` in the body.
+SELF_CHECKED = ("/translate",)
+COUNTED = ("/v1/", "/translate")  # requests on these paths are counted by status (tfm_export_requests_total)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -28,7 +31,8 @@ def authorized(scope: Scope, key: str) -> bool:
 
 
 class Guard:
-    """Refuses requests without the API key (401, except OPEN_PATHS) and counts /v1/ answers by status."""
+    """Refuses requests without the API key (401, except OPEN_PATHS and SELF_CHECKED) and counts the
+    translation answers by status."""
 
     def __init__(self, app: ASGIApp, api_key: str | None, count: Callable[[int], None]):
         self.app, self.api_key, self.count = app, api_key, count
@@ -44,7 +48,8 @@ class Guard:
                 self.count(message["status"])
             await send(message)
 
-        if self.api_key and path not in OPEN_PATHS and not authorized(scope, self.api_key):
+        checked = path in OPEN_PATHS or path in SELF_CHECKED
+        if self.api_key and not checked and not authorized(scope, self.api_key):
             refused = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"}, 401,
                                    {"WWW-Authenticate": "Bearer"})
             await refused(scope, receive, send_counted)

@@ -1,4 +1,5 @@
-"""The same server on Ray Serve: each replica runs serve.app with its own engine (in-flight batcher).
+"""The same server on Ray Serve: each replica runs serve.app with its own engine (in-flight batching when
+the export has its static decoder, else request-level: serve.engine.resolve_batching, as one process).
 
     tfm-export serve FOLDER --ray --replicas 2          # a local Ray instance, until Ctrl+C
     tfm-export serve FOLDER --write-config serve.yaml   # for `serve deploy serve.yaml` on a cluster

@@ -31,7 +31,8 @@ def settings_from_dict(data: dict[str, Any]) -> ServeSettings:
 
 CONFIG_TEMPLATE = """\
 # Ray Serve config for tfm-export (`serve deploy {path}` on a running Ray cluster).
-# Each replica runs its own in-flight batcher over the export folder, which every node must be able
+# Each replica runs its own engine over the export folder (batching "auto": in-flight when the export
+# has decoder_static.onnx, else request-level), which every node must be able
 # to read at `folder`. Edit num_replicas, or replace it with the autoscaling_config below.
 proxy_location: EveryNode
 http_options:

@@ -1,0 +1,325 @@
+r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 on Hugging Face families (random weights).
+
+    .venv/bin/python benchmarks/families.py --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
+        [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json]
+
+Each family is built at its published checkpoint's sizes (FULL below; --scale tiny shrinks it for
+smoke tests) with transformers' own config class and random, seeded weights, saved with
+save_pretrained (no tokenizer: sources are random ids, special ids avoided), exported with the
+library call `tfm-export FOLDER -o OUT` makes (validation included) and converted with CTranslate2's
+TransformersConverter (float32; its vocabulary comes from a stand-in tokenizer that names the ids).
+With --work the three folders are kept and a rerun reuses them.
+
+Every backend does the same work: `--new-tokens` new tokens per row (EOS banned until then: min ==
+max new tokens), greedy and beam search (--num-beams), for each batch size, on `--threads` threads.
+Per (family, decoding, batch) every backend runs once as a warm-up (its output lengths are checked),
+then each repeat runs every backend in turn. The time per decoding step (one new token for each
+row of the batch; at batch 1 the time per generated token) is (t(N tokens) - t(1 token)) / (N - 1),
+so the encoder and set-up cancel, as in marian_vs_transformers.py; the table shows its median over
+the repeats, and the ORT/transformers and ORT/CTranslate2 ratios of the medians (below 1: ORT is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import transformers
+from transformers import AutoModelForSeq2SeqLM, BartConfig, GenerationConfig, M2M100Config, MarianConfig, T5Config
+
+from marian_vs_transformers import OPUS_MT, timed
+from tfm_export.bench.bench import machine_info
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.importers import load_any
+from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+
+# The published checkpoints' layouts: transformers' config class and what differs from its defaults.
+FULL: dict[str, tuple[type, dict[str, Any]]] = {
+    "bart": (BartConfig, dict(  # facebook/bart-base
+        vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+        decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_position_embeddings=1024,
+        forced_eos_token_id=None,
+        normalize_before=False)),  # as bart-base's config.json; CTranslate2 reads it (transformers 5 dropped it)
+    "t5": (T5Config, dict(  # t5-small
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
+        feed_forward_proj="relu", decoder_start_token_id=0)),
+    "flan_t5": (T5Config, dict(  # google/flan-t5-base: T5 v1.1, gated GELU, untied lm_head
+        vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_decoder_layers=12, num_heads=12,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0)),
+    "nllb": (M2M100Config, dict(  # facebook/nllb-200-distilled-600M
+        vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+        scale_embedding=True, activation_function="relu", decoder_start_token_id=2)),
+    "marian": (MarianConfig, OPUS_MT),  # Helsinki-NLP/opus-mt-*
+}
+# --scale tiny: these replace the sizes a family's layout sets (Marian: its pad, the last id, too).
+TINY = dict(vocab_size=512, d_model=64, d_kv=16, d_ff=128, encoder_ffn_dim=128, decoder_ffn_dim=128, num_heads=4,
+            encoder_attention_heads=4, decoder_attention_heads=4, num_layers=2, num_decoder_layers=2,
+            encoder_layers=2, decoder_layers=2)
+TINY_MARIAN = dict(decoder_vocab_size=512, pad_token_id=511, decoder_start_token_id=511)
+UNK_ID = {"bart": 3, "t5": 2, "flan_t5": 2, "nllb": 3, "marian": 1}  # the tokenizers' <unk>
+FIRST_ID = 4  # source ids are drawn from FIRST_ID .. vocab - 2 (no special id of any family)
+IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+BACKENDS = ("transformers", "ort", "ctranslate2")
+
+
+def family_config(family: str, scale: str) -> Any:
+    cls, sizes = FULL[family]
+    if scale == "tiny":
+        sizes = {**sizes, **{k: v for k, v in TINY.items() if k in sizes}}
+        sizes |= TINY_MARIAN if family == "marian" else {}
+    return cls(**sizes)
+
+
+def build(family: str, scale: str, seed: int, folder: Path) -> None:
+    """Random weights of the family's layout, saved as transformers saves them (no tokenizer)."""
+    cfg = family_config(family, scale)
+    torch.manual_seed(seed)
+    model = AutoModelForSeq2SeqLM.from_config(cfg).eval()
+    # Only the ids: no forced EOS, no n-gram bans, no default beams (each run says how it decodes).
+    ids = {k: getattr(cfg, k, None) for k in IDS}
+    model.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+    if family == "flan_t5":  # T5 v1.1: an lm_head of its own (transformers 5 ties every T5 it builds)
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * cfg.d_model ** -0.5)
+        model.all_tied_weights_keys.pop("lm_head.weight", None)
+    model.save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    if "scale_decoder_outputs" in saved:  # T5: as published, tie_word_embeddings says whether outputs are scaled
+        saved["tie_word_embeddings"] = saved.pop("scale_decoder_outputs")
+        (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+
+
+class IdTokenizer:
+    """What CTranslate2's loaders read from a tokenizer: token strings for ids (`t{id}`, the special
+    ids by their names), so a folder without tokenizer files converts and ids map to tokens 1:1."""
+
+    special_tokens_map: dict[str, Any] = {}
+
+    def __init__(self, cfg: Any, unk_id: int):
+        names = {"pad": "<pad>", "eos": "</s>", "bos": "<s>"}
+        special = {getattr(cfg, f"{role}_token_id", None): name for role, name in names.items()
+                   if getattr(cfg, f"{role}_token_id", None) is not None} | {unk_id: "<unk>"}
+        self.tokens = [special.get(i, f"t{i}") for i in range(cfg.vocab_size)]
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.unk_token_id = unk_id
+        for role, name in (*names.items(), ("unk", "<unk>")):
+            setattr(self, f"{role}_token", name if name in self.index else None)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.index)
+
+    def convert_ids_to_tokens(self, ids: int | list[int]) -> str | list[str]:
+        return self.tokens[ids] if isinstance(ids, int) else [self.tokens[i] for i in ids]
+
+
+def convert_ct2(folder: Path, out: Path, tokenizer: IdTokenizer) -> None:
+    from ctranslate2.converters import TransformersConverter
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, *args: Any, **kwargs: Any) -> IdTokenizer:
+            return tokenizer
+
+        def load_model(self, *args: Any, **kwargs: Any) -> Any:
+            model = super().load_model(*args, **kwargs)
+            # transformers 5's T5Config always says tied (scale_decoder_outputs tells whether the outputs
+            # are scaled); CTranslate2 scales them when it reads tied.
+            if hasattr(model.config, "scale_decoder_outputs"):
+                model.config.tie_word_embeddings = model.config.scale_decoder_outputs
+            return model
+
+    Converter(str(folder)).convert(str(out), force=True)  # float32
+
+
+def prepared(path: Path, make: Callable[[Path], None]) -> float | None:
+    """Make `path` unless it is there (a previous run's); seconds taken, or None when reused."""
+    if path.exists():
+        return None
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's
+    start = time.perf_counter()
+    make(partial)
+    partial.rename(path)
+    return time.perf_counter() - start
+
+
+class Backends:
+    """One family's three backends: name -> run(sources, new_tokens, beams) -> new ids per row."""
+
+    def __init__(self, family: str, args: argparse.Namespace, root: Path):
+        self.family, self.runs, self.made, self.skipped = family, {}, {}, {}
+        hf_dir, onnx_dir, ct2_dir = root / "hf", root / "onnx", root / "ct2"
+        self.made["build_s"] = prepared(hf_dir, lambda p: build(family, args.scale, args.seed, p))
+        self.made["export_s"] = prepared(onnx_dir, lambda p: export_model(
+            load_any(hf_dir), p, ExportOptions(validate=not args.no_validate)))
+        hf = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+        self.vocab_size = hf.config.vocab_size
+        ort = open_export(onnx_dir, "cpu", RuntimeOptions(intra_op_threads=args.threads))
+
+        def run_hf(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+            ids = torch.tensor(src)
+            out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beams, do_sample=False,
+                              max_new_tokens=k, min_new_tokens=k)
+            return out[:, 1:].tolist()  # without the decoder start
+
+        def run_ort(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+            # Greedy: the fast path (argmax in the graph), EOS ignored rather than banned: the same k steps
+            # of work as transformers'/CT2's banned EOS, without the logits going to the host for the ban.
+            # Beam search bans EOS like them (min_new_tokens), so its hypotheses are comparable.
+            config = GREEDY if beams == 1 else GREEDY.replace(num_beams=beams, min_new_tokens=k)
+            return ort.generate_ids(src, max_new_tokens=k, stop_at_eos=False, config=config)
+
+        self.runs = {"transformers": run_hf, "ort": run_ort}
+        tokenizer = IdTokenizer(hf.config, UNK_ID[family])
+        try:
+            import ctranslate2
+
+            self.made["ct2_convert_s"] = prepared(ct2_dir, lambda p: convert_ct2(hf_dir, p, tokenizer))
+            translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
+                                                intra_threads=args.threads)
+        except Exception as exc:  # not installed, or a layout its converter refuses
+            self.skipped["ctranslate2"] = f"{type(exc).__name__}: {exc}"
+            print(f"{family}: CTranslate2 skipped ({self.skipped['ctranslate2']})", flush=True)
+            return
+
+        def run_ct2(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+            results = translator.translate_batch([tokenizer.convert_ids_to_tokens(s) for s in src], beam_size=beams,
+                                                 max_decoding_length=k, min_decoding_length=k)
+            return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
+
+        self.runs["ctranslate2"] = run_ct2
+
+
+def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Warm-up (output lengths checked), then --repeat rounds of every backend in turn."""
+    n, outputs = args.new_tokens, {}
+    for name, run in backends.runs.items():
+        for k in (1, n):
+            outputs[name] = run(src, k, beams)
+            lengths = {len(row) for row in outputs[name]}
+            assert lengths == {k}, f"{backends.family} {name}: asked for {k} new tokens per row, got {lengths}"
+    samples: dict[str, dict[str, list[float]]] = {name: {"total_s": [], "first_s": []} for name in backends.runs}
+    for _ in range(args.repeat):
+        for name, run in backends.runs.items():
+            samples[name]["total_s"].append(timed(lambda: run(src, n, beams)))
+            samples[name]["first_s"].append(timed(lambda: run(src, 1, beams)))
+    result: dict[str, Any] = {}
+    for name, s in samples.items():
+        step_ms = [1e3 * (t - f) / (n - 1) for t, f in zip(s["total_s"], s["first_s"])]
+        result[name] = {"step_ms": step_ms, "step_ms_p50": statistics.median(step_ms),
+                        "total_ms_p50": 1e3 * statistics.median(s["total_s"]),
+                        "first_ms_p50": 1e3 * statistics.median(s["first_s"]),
+                        "ms_per_generated_token_p50": statistics.median(step_ms) / len(src),
+                        # rows equal to transformers' (random weights: near ties may differ at float precision)
+                        "same_as_transformers": sum(a == b for a, b in zip(outputs[name], outputs["transformers"]))
+                        / len(src)}
+    return result
+
+
+def ratio(backends: dict[str, Any], a: str, b: str) -> float | None:
+    if a not in backends or b not in backends:
+        return None
+    return backends[a]["step_ms_p50"] / backends[b]["step_ms_p50"]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def cell(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = ["| family | decoding | batch | transformers ms/step | ORT ms/step | CT2 ms/step | ORT/transformers "
+             "| ORT/CT2 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        b = r["backends"]
+        ms = [cell(b[name]["step_ms_p50"] if name in b else None, 2) for name in BACKENDS]
+        lines.append(f"| {r['family']} | {r['decoding']} | {r['batch']} | {' | '.join(ms)} | "
+                     f"{cell(r['ort_vs_transformers'], 2)} | {cell(r['ort_vs_ctranslate2'], 2)} |")
+    return "\n".join(lines)
+
+
+def versions() -> dict[str, str | None]:
+    try:
+        import ctranslate2
+
+        ct2 = ctranslate2.__version__
+    except ImportError:
+        ct2 = None
+    return {"transformers": transformers.__version__, "ctranslate2": ct2}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", default="bart",
+                        help=f"one or more of {', '.join(FULL)}, comma-separated (default: bart)")
+    parser.add_argument("--scale", choices=("full", "tiny"), default="full",
+                        help="full: the published checkpoint's sizes; tiny: 2+2 layers, d_model 64, 512 ids "
+                             "(smoke tests)")
+    parser.add_argument("--batch", default="1,16", help="batch sizes, comma-separated (default: 1,16)")
+    parser.add_argument("--num-beams", type=int, default=4,
+                        help="beams of the beam-search runs; greedy always runs too (1: greedy only; default: 4)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per row, EOS banned (default: 32)")
+    parser.add_argument("--src-len", type=int, default=32, help="source tokens per row (default: 32)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads, ORT intra-op threads, CTranslate2 intra_threads (default: 2)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed rounds of every backend (default: 5)")
+    parser.add_argument("--seed", type=int, default=0, help="weights and source ids (default: 0)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep the HF, ONNX and CTranslate2 folders here (FAMILY-SCALE-seedN/) and reuse them "
+                             "on reruns (default: a temporary folder, deleted at the end)")
+    parser.add_argument("--no-validate", action="store_true", help="export without the ORT-vs-eager validation")
+    parser.add_argument("--json", type=Path, default=None, help="also write the samples and medians to this file")
+    args = parser.parse_args()
+    families = args.family.split(",")
+    unknown = [f for f in families if f not in FULL]
+    if unknown:
+        parser.error(f"unknown family {', '.join(unknown)}; choose from {', '.join(FULL)}")
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be 2 or more (the per-step time is (t(N) - t(1)) / (N - 1))")
+    batches = [int(b) for b in args.batch.split(",")]
+    decodings = sorted({1, args.num_beams})
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    machine = {**machine_info(args.threads), **versions()}
+    print(f"CPU {machine['cpu']}, {machine['cores']} cores, {args.threads} threads; torch {machine['torch']}, "
+          f"onnxruntime {machine['onnxruntime']}, ctranslate2 {machine['ctranslate2']}, "
+          f"transformers {machine['transformers']}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tfm-families-") as tmp:
+        work = args.work or Path(tmp)
+        rows, made, skipped = [], {}, {}
+        for family in families:
+            backends = Backends(family, args, work / f"{family}-{args.scale}-seed{args.seed}")
+            made[family], skipped[family] = backends.made, backends.skipped
+            print(f"{family} ({args.scale}): " + ", ".join(
+                f"{k} {'reused' if v is None else f'{v:.1f}'}" for k, v in backends.made.items()), flush=True)
+            generator = torch.Generator().manual_seed(args.seed)
+            for batch in batches:
+                src = torch.randint(FIRST_ID, backends.vocab_size - 1, (batch, args.src_len),
+                                    generator=generator).tolist()
+                for beams in decodings:
+                    result = measure(backends, src, beams, args)
+                    rows.append({"family": family, "decoding": "greedy" if beams == 1 else f"beam {beams}",
+                                 "num_beams": beams, "batch": batch, "backends": result,
+                                 "ort_vs_transformers": ratio(result, "ort", "transformers"),
+                                 "ort_vs_ctranslate2": ratio(result, "ort", "ctranslate2")})
+                    print(json.dumps({k: rows[-1][k] for k in ("family", "decoding", "batch")}
+                                     | {name: round(r["step_ms_p50"], 3) for name, r in result.items()}
+                                     | {f"{name}_same_rows": r["same_as_transformers"] for name, r in result.items()
+                                        if name != "transformers"}), flush=True)
+    print(f"\n{args.scale} sizes, random weights, src_len {args.src_len}, {args.new_tokens} new tokens (EOS banned), "
+          f"median of {args.repeat}; ms/step = (t({args.new_tokens}) - t(1)) / {args.new_tokens - 1}\n")
+    print(table(rows))
+    if args.json:
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        args.json.write_text(json.dumps({"machine": machine, "settings": settings, "prepared_s": made,
+                                         "skipped": skipped, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

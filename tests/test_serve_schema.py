@@ -1,0 +1,94 @@
+"""The OpenAPI schema is the server's contract. schemathesis reads /openapi.json of a live server, sends
+requests it generates from it (valid ones and invalid ones, on every operation) and checks each
+answer: a valid request gets a 2xx, an invalid one a 4xx, nothing a 5xx, and every status, content
+type, header and body (server-sent events included) is one the schema documents. Deterministic
+(schemathesis' deterministic generation, no seed) and bounded: a fixed number of cases per
+operation against a tiny model with small limits, so that every valid request decodes fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("schemathesis")
+httpx = pytest.importorskip("httpx")
+
+from test_serve import OK, scrape, serving  # noqa: E402
+
+from tfm_export.serve.batcher import EngineConfig  # noqa: E402
+from tfm_export.serve.engine import ServeSettings  # noqa: E402
+
+EXAMPLES = 100  # cases per operation and phase: ~15 s of requests on the loaded 2-core test machine
+# 413 is this server's answer to a request over a documented limit (max_texts, beams, source length):
+# a rejection, which schemathesis' default list leaves out. Warnings fail the run: "most generated
+# data was rejected" (low_valid_rate: valid requests refused) is the failure this test exists for.
+CONFIG = """
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
+
+[warnings]
+display = ["missing_test_data", "validation_mismatch", "missing_deserializer", "unsupported_regex",
+           "method_not_allowed", "unresolvable_reference", "low_valid_rate"]
+fail-on = true
+
+[warnings.low_valid_rate]
+threshold = 0.9
+"""
+
+
+@pytest.fixture(scope="module")
+def server(chars_export):
+    """Text in and out (a character tokenizer), request-level batching, small limits."""
+    settings = ServeSettings(str(chars_export), engine=EngineConfig(max_batch=4, max_queue=64), max_texts=3,
+                             max_beams=4)
+    with serving(settings) as (url, engine):
+        yield url, engine
+
+
+def run_schemathesis(url: str, folder) -> tuple[subprocess.CompletedProcess, dict]:
+    """schemathesis' run (its output) and its JSON report."""
+    config, report = folder / "schemathesis.toml", folder / "report.json"
+    config.write_text(CONFIG)
+    cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", f"{url}/openapi.json",
+           "--checks", "all", "--mode", "all", "--phases", "examples,coverage,fuzzing",
+           "--max-examples", str(EXAMPLES), "--generation-deterministic", "--workers", "1", "--request-timeout", "30",
+           "--no-color", "--output-sanitize", "false", "--report", "json", "--report-json-path", str(report)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return result, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_every_answer_is_one_the_schema_documents(server, tmp_path):
+    url, engine = server
+    before = scrape(url).get("tfm_export_requests_total", {}).get(OK, 0)  # none before the first answer
+    result, report = run_schemathesis(url, tmp_path)
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
+    assert "No issues found" in result.stdout
+    # every valid request schemathesis made was answered 2xx (its "rejected" counts the others)
+    rates = report["valid_rates"]
+    assert set(rates) == {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics"}
+    counts = [phase for phases in rates.values() for phase in phases.values()]
+    assert all(phase["rejected"] == 0 and phase["accepted"] > 0 for phase in counts), rates
+    translated = scrape(url)["tfm_export_requests_total"][OK] - before
+    assert translated >= 100, translated  # and decoded: not a 2xx of some other kind
+    assert httpx.get(f"{url}/healthz").json()["status"] == "ok" and engine.active == 0
+
+
+def test_the_schema_states_this_servers_limits(server):
+    url, _ = server
+    schema = httpx.get(f"{url}/openapi.json").json()
+    request = schema["components"]["schemas"]["TranslateRequest"]
+    ids = request["properties"]["ids"]["anyOf"][0]
+    assert ids["maxItems"] == 3 and ids["items"]["maxItems"] == 64 and ids["items"]["items"]["maximum"] == 63
+    texts = request["properties"]["texts"]["anyOf"][0]["items"]
+    assert texts["maxLength"] == 63 and texts["pattern"].startswith("^[")  # 63 digits + EOS = max_len
+    assert request["properties"]["num_beams"]["anyOf"][0]["maximum"] == 4
+    assert request["properties"]["source_lang"]["anyOf"] == [{"type": "null"}]  # no language codes
+    translate = schema["paths"]["/v1/translate"]["post"]["responses"]
+    assert set(translate) == {"200", "400", "413", "422", "429", "500", "503"}
+    assert set(translate["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert set(schema["paths"]["/translate"]["post"]["requestBody"]["content"]) == {
+        "application/json", "application/x-www-form-urlencoded"}
+    assert "text/plain" in schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"]

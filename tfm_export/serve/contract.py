@@ -1,0 +1,126 @@
+"""What this server accepts, given its model and settings, written into its OpenAPI schema.
+
+serve.schemas' models carry the constraints every server has (GenerationConfig's ranges); this adds
+the ones of the model being served, each enforced by serve.engine.prepare_sources (or the tokenizer)
+with a 4xx: sources per request (max_texts), tokens per source, ids within the vocabulary, characters
+a character tokenizer knows, max_new_tokens, beams, language codes, exactly one of texts/ids, and the
+decoding options that only go together (num_return_sequences <= num_beams unless sampling; sampling
+with one beam). So a client generating requests from /openapi.json gets 2xx for every valid one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import Limits, ServeSettings, limits
+
+
+@dataclass(frozen=True)
+class LanguageView:
+    """The export's language codes as a server shows them (serve.libretranslate's GET /languages)."""
+
+    sources: list[str]  # codes a source may be given in (a single pair's source; none: not checked)
+    targets: list[str]  # codes to translate into (none: the model has one direction, not checked)
+    default: str | None  # the source language when none (or "auto") is given
+
+    @classmethod
+    def of(cls, model: Any) -> "LanguageView":
+        if not model.manifest.tokenizer:
+            return cls([], [], None)
+        languages = model.tokenizer.languages
+        sources = languages.codes("source")
+        default = languages.source_default or (sources[0] if len(sources) == 1 else None)
+        return cls(sources, languages.codes("target"), default)
+
+
+def text_schema(model: Any, bounds: Limits) -> dict[str, Any]:
+    """One source text. A character tokenizer makes one token per character, so its characters and the
+    source length are exact; other tokenizers' token counts depend on the text (413 when too long)."""
+    tokenizer = model.manifest.tokenizer or {}
+    if tokenizer.get("type") != "chars":
+        return {"type": "string"}
+    chars = tokenizer["src_vocab"][tokenizer.get("specials", 3):]
+    longest = bounds.src_len - bool(tokenizer.get("append_eos", True))
+    schema: dict[str, Any] = {"type": "string", "maxLength": max(longest, 0)}
+    if all(ord(ch) <= 0xFFFF for ch in chars):  # \uXXXX reads the same in ECMA and Python patterns
+        schema["pattern"] = "^[" + "".join(f"\\u{ord(ch):04x}" for ch in chars) + "]*$"
+    return schema
+
+
+def install_openapi(app: Any, model: Any, settings: ServeSettings) -> None:
+    """app.openapi() with this server's limits in POST /v1/translate's request schema."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()  # FastAPI's, cached on the app; constrained in place once
+            constrain(schema["components"]["schemas"]["TranslateRequest"], model, settings)
+            if settings.api_key:
+                add_security(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+def constrain(request: dict[str, Any], model: Any, settings: ServeSettings) -> None:
+    """TranslateRequest's schema, narrowed to what this server accepts."""
+    bounds, view = limits(model, settings), LanguageView.of(model)
+    props = request["properties"]
+    source_ids = {"type": "array", "minItems": 1, "maxItems": bounds.src_len,
+                  "items": {"type": "integer", "minimum": 0, "maximum": bounds.src_vocab - 1}}
+    texts = {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": text_schema(model, bounds)}
+    _nullable(props, "texts", texts if model.manifest.tokenizer else None)
+    _nullable(props, "ids", {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": source_ids})
+    _nullable(props, "source_lang", {"type": "string", "enum": view.sources} if view.sources else None)
+    _nullable(props, "target_lang", {"type": "string", "enum": view.targets} if view.targets else None)
+    _nullable(props, "max_new_tokens", {"type": "integer", "minimum": 1, "maximum": bounds.max_new_tokens})
+    _nullable(props, "num_beams", {"type": "integer", "minimum": 1, "maximum": bounds.max_beams})
+    _nullable(props, "num_return_sequences", {"type": "integer", "minimum": 1, "maximum": settings.max_beams})
+    given = {"oneOf": [{"required": [name], "properties": {name: {"type": "array"}}} for name in ("texts", "ids")]}
+    request["allOf"] = [given, {"anyOf": decoding_branches(model.generation, bounds, settings)}]
+
+
+def _nullable(props: dict[str, Any], name: str, schema: dict[str, Any] | None) -> None:
+    """props[name] := `schema` or null (None: null only), keeping its title and description."""
+    kept = {k: v for k, v in props[name].items() if k in ("title", "description", "default")}
+    props[name] = {**kept, "anyOf": [schema, {"type": "null"}] if schema else [{"type": "null"}]}
+
+
+def decoding_branches(defaults: Any, bounds: Limits, settings: ServeSettings) -> list[dict[str, Any]]:
+    """The decoding options that go together (GenerationConfig's checks), one branch each: sampling
+    with one beam, or k beams returning at most k sequences. An absent or null option is the export's
+    default (`defaults`, its GenerationConfig), so a branch allows it only where the default fits."""
+
+    def option(name: str, values: list[Any], fits: bool) -> tuple[dict[str, Any], list[str]]:
+        return {name: {"enum": values + [None] if fits else values}}, [] if fits else [name]
+
+    sample_props, sample_required = {}, []
+    for props, required in (option("do_sample", [True], defaults.do_sample),
+                            option("num_beams", [1], defaults.num_beams == 1)):
+        sample_props.update(props)
+        sample_required += required
+    branches = [{"properties": sample_props, "required": sample_required}]
+    for k in range(1, bounds.max_beams + 1):
+        props, required = {}, []
+        for more, named in (option("do_sample", [False], not defaults.do_sample),
+                            option("num_beams", [k], defaults.num_beams == k)):
+            props.update(more)
+            required += named
+        fits = defaults.num_return_sequences <= k
+        props["num_return_sequences"] = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": k}]
+                                         + ([{"type": "null"}] if fits else [])}
+        branches.append({"properties": props, "required": required + ([] if fits else ["num_return_sequences"])})
+    return branches
+
+
+def add_security(schema: dict[str, Any]) -> None:
+    """The API key as a bearer token, on every operation that needs it (serve.guard; /translate also
+    takes it as `api_key` in the body, which a security scheme cannot say: its 403 is documented)."""
+    from .guard import OPEN_PATHS, SELF_CHECKED
+
+    schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, operations in schema["paths"].items():
+        if path not in OPEN_PATHS and path not in SELF_CHECKED:
+            for operation in operations.values():
+                operation["security"] = [{"bearer": []}]

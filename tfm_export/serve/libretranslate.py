@@ -1,0 +1,233 @@
+"""LibreTranslate's API over the same engine, so that its clients (libretranslatepy, apps and plugins
+made for LibreTranslate) work unchanged:
+
+    POST /translate   q (a text or a list of texts), source (a code or "auto"), target, format,
+                      alternatives (how many other translations), api_key; as JSON or as a
+                      url-encoded form (libretranslatepy posts forms)
+    GET  /languages   [{"code", "name", "targets"}]
+
+Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [...] (when asked),
+"detectedLanguage": {"confidence", "language"} (source "auto")}; errors {"error": "..."} with 400
+(a bad or missing parameter, any limit), 403 (API key), 429 (queue full, Retry-After), 503
+(shutting down). Where an export differs from LibreTranslate's language packs:
+
+- format "html" is refused (400): the models translate plain text; markup would be translated as words.
+- source "auto" detects nothing: it is the model's source language when it has one (a single pair's
+  source, the tokenizer's default source), reported in detectedLanguage with confidence 100 when the
+  model has exactly one source language and 0 when it was a default among several ("und": none).
+- a model without language codes lists no languages and takes any source and target: they cannot be
+  checked (the model translates its one direction). A model with target codes but no source codes
+  (multi-target Marian) checks the target only.
+- the key may come as `api_key` or as `Authorization: Bearer KEY`; /languages is open, as LibreTranslate's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Request
+
+from ..errors import TfmExportError
+from .contract import LanguageView, text_schema
+from .engine import ServeSettings, limits, prepare_sources
+from .guard import authorized
+from .schemas import Language, error_responses, integral
+from .translation import HTTPFailure, collect, failure_from, submit
+
+FORM = "application/x-www-form-urlencoded"
+DIGITS = re.compile(r"[0-9]+")
+
+
+def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+    """POST /translate and GET /languages on `app`, over the engine in state["engine"]."""
+    model = state["engine"].model
+    view, bounds = LanguageView.of(model), limits(model, settings)
+    most_alternatives = bounds.max_beams - 1
+
+    @app.get("/languages", response_model=list[Language])
+    async def languages() -> list[dict[str, Any]]:
+        """The export's language codes (none for a model without codes), LibreTranslate's way."""
+        return language_entries(view)
+
+    @app.post("/translate", response_model=None, openapi_extra=openapi_body(model, view, bounds), responses={
+        200: {"description": "The translation(s).", "content": {"application/json": {"schema": ANSWER}}},
+        **error_responses(400, *((403,) if settings.api_key else ()), 429, 500, 503)})
+    async def translate(request: Request) -> Any:
+        """LibreTranslate's translate: `q` from `source` into `target` (see GET /languages)."""
+        params = await read_params(request)
+        check_key(request, params, settings.api_key)
+        texts, batch, alternatives = read_texts(params, bounds.max_texts, most_alternatives)
+        source, target, detected = pick_languages(params, view)
+        options = {}
+        if alternatives:  # n-best: one more beam than alternatives, whatever the export's default
+            wanted = alternatives + 1
+            options = {"num_beams": max(model.generation.num_beams, wanted), "num_return_sequences": wanted,
+                       "do_sample": False}
+        try:
+            sources, steps, config = prepare_sources(model, settings, texts, None, None, options, source, target)
+            work = submit(state["engine"], state["mailbox"], sources, steps, config)
+        except TfmExportError as exc:
+            raise as_libretranslate(failure_from(exc)) from None
+        except HTTPFailure as exc:
+            raise as_libretranslate(exc) from None
+        if not await collect(work, state["metrics"], request):
+            return {}  # the client went away: nobody reads this
+        hypotheses = [[model.tokenizer.decode(h.ids) for h in hyps] for hyps in work.best()]
+        return answer(hypotheses, batch, alternatives, detected)
+
+
+def language_entries(view: LanguageView) -> list[dict[str, Any]]:
+    """LibreTranslate's /languages: every code, with the targets a source code translates into (not
+    itself, as LibreTranslate's). A model with target codes only (multi-target Marian) reads whatever
+    source it was trained on, so every code lists every target."""
+    entries = []
+    for code in sorted(set(view.sources) | set(view.targets)):
+        if not view.sources:
+            targets = list(view.targets)
+        else:
+            targets = [t for t in view.targets if t != code] if code in view.sources else []
+        entries.append({"code": code, "name": code, "targets": targets})
+    return entries
+
+
+async def read_params(request: Request) -> dict[str, Any]:
+    """The parameters of a JSON body or a url-encoded form (the first value of a repeated field, as
+    LibreTranslate's Flask reads them); 400 for anything else."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if kind == "application/json" or kind.endswith("+json"):
+        try:
+            params = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise HTTPFailure(400, "Invalid JSON format") from None
+        if not isinstance(params, dict):
+            raise HTTPFailure(400, "Invalid JSON format: send an object, e.g. {\"q\": \"...\", ...}")
+        return params
+    if kind in ("", FORM):
+        try:
+            fields = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
+        except (ValueError, UnicodeDecodeError):
+            raise HTTPFailure(400, "Invalid form: send UTF-8 text url-encoded") from None
+        params: dict[str, Any] = {}
+        for name, value in fields:
+            params.setdefault(name, value)
+        return params
+    raise HTTPFailure(400, f"send the parameters as JSON or as {FORM}, not {kind}")
+
+
+def check_key(request: Request, params: dict[str, Any], key: str | None) -> None:
+    """LibreTranslate's key check (403): `api_key`, or this server's Bearer header."""
+    given = params.get("api_key")
+    if "api_key" in params and not isinstance(given, str):
+        raise HTTPFailure(400, "Invalid request: api_key must be a text")
+    if not key or authorized(request.scope, key):
+        return
+    if not isinstance(given, str) or not given:
+        raise HTTPFailure(403, "Missing API key: send api_key or Authorization: Bearer KEY")
+    if not hmac.compare_digest(given.encode(), key.encode()):
+        raise HTTPFailure(403, "Invalid API key")
+
+
+def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -> tuple[list[str], bool, int]:
+    """(texts, whether q was a list, alternatives), checked as LibreTranslate does (400s)."""
+    for name in ("q", "source", "target"):
+        if params.get(name) in (None, "", []):
+            raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
+    q, batch = params["q"], isinstance(params["q"], list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise HTTPFailure(400, "Invalid request: q must be a text or a list of texts")
+    if len(texts) > max_texts:
+        raise HTTPFailure(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
+    if params.get("format") not in (None, "", "text"):
+        raise HTTPFailure(400, f"{params['format']} format is not supported: this server translates plain text")
+    alternatives = integral(params.get("alternatives", 0))
+    if isinstance(alternatives, str) and DIGITS.fullmatch(alternatives):  # a form's value
+        alternatives = int(alternatives)
+    if not isinstance(alternatives, int) or isinstance(alternatives, bool) or alternatives < 0:
+        raise HTTPFailure(400, "Invalid request: alternatives parameter is not a number of 0 or more")
+    if alternatives > most_alternatives:
+        raise HTTPFailure(400, f"Invalid request: alternatives parameter must be <= {most_alternatives}")
+    return texts, batch, alternatives
+
+
+def pick_languages(params: dict[str, Any], view: LanguageView) -> tuple[str | None, str | None, dict | None]:
+    """(source_lang, target_lang for the model, detectedLanguage when source is "auto")."""
+    source, target = params["source"], params["target"]
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise HTTPFailure(400, "Invalid request: source and target must be language codes")
+    if target not in view.targets and view.targets:
+        raise HTTPFailure(400, f"{target} is not supported; this model translates into {listed(view.targets)}")
+    if source == "auto":
+        confidence = 100.0 if len(view.sources) == 1 else 0.0  # nothing is detected: see the module docstring
+        return view.default, target if view.targets else None, {"confidence": confidence,
+                                                                "language": view.default or "und"}
+    if source not in view.sources and view.sources:
+        raise HTTPFailure(400, f"{source} is not supported; this model translates from "
+                               f"{listed(['auto', *view.sources])}")
+    return source if view.sources else None, target if view.targets else None, None
+
+
+def listed(codes: list[str], most: int = 40) -> str:
+    """Codes for a one-line message (NLLB has 202)."""
+    return ", ".join(codes[:most]) + (", ..." if len(codes) > most else "")
+
+
+def as_libretranslate(failure: HTTPFailure) -> HTTPFailure:
+    """A native failure in LibreTranslate's statuses: limits and bad values are its 400s."""
+    message = failure.body["error"]
+    if failure.status == 429:
+        return HTTPFailure(429, f"Slowdown: {message}", failure.headers)
+    if failure.status in (413, 422):
+        return HTTPFailure(400, f"Invalid request: {message}")
+    return HTTPFailure(failure.status, message, failure.headers)
+
+
+def answer(texts: list[list[str]], batch: bool, alternatives: int, detected: dict | None) -> dict[str, Any]:
+    """LibreTranslate's answer from each source's translations (best first)."""
+    best = [options[0] for options in texts]
+    others = [list(dict.fromkeys(t for t in options[1:] if t != options[0])) for options in texts]
+    result: dict[str, Any] = {"translatedText": best if batch else best[0]}
+    if alternatives:
+        result["alternatives"] = others if batch else others[0]
+    if detected is not None:
+        result["detectedLanguage"] = [detected] * len(texts) if batch else detected
+    return result
+
+
+DETECTED = {"type": "object", "required": ["confidence", "language"],
+            "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 100},
+                           "language": {"type": "string"}}}
+STRINGS = {"type": "array", "items": {"type": "string"}}
+ANSWER = {"type": "object", "required": ["translatedText"], "properties": {
+    "translatedText": {"anyOf": [{"type": "string"}, STRINGS], "description": "A text per text of q."},
+    "alternatives": {"anyOf": [STRINGS, {"type": "array", "items": STRINGS}],
+                     "description": "Other translations (n-best, distinct), when alternatives > 0."},
+    "detectedLanguage": {"anyOf": [DETECTED, {"type": "array", "items": DETECTED}],
+                         "description": 'The source used for "auto" (nothing is detected; see the docs).'}}}
+
+
+def openapi_body(model: Any, view: LanguageView, bounds: Any) -> dict[str, Any]:
+    """The request body's schema, JSON and form: LibreTranslate's parameters with this server's limits."""
+    text = text_schema(model, bounds)
+    one = {**text, "minLength": 1}  # an empty q is "missing", as LibreTranslate says
+    source = {"type": "string", "enum": ["auto", *view.sources]} if view.sources else {"type": "string",
+                                                                                       "minLength": 1}
+    target = {"type": "string", "enum": view.targets} if view.targets else {"type": "string", "minLength": 1}
+    common = {"source": source, "target": target,
+              "alternatives": {"type": "integer", "minimum": 0, "maximum": bounds.max_beams - 1,
+                               "description": "Other translations wanted (n-best)."},
+              "api_key": {"type": "string", "description": "The API key (or Authorization: Bearer KEY)."}}
+    texts = {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": text}
+    as_json = {"type": "object", "required": ["q", "source", "target"], "properties": {
+        "q": {"anyOf": [one, texts]}, "format": {"enum": ["text", "", None]}, **common}}
+    as_form = {"type": "object", "required": ["q", "source", "target"], "properties": {
+        "q": one, "format": {"type": "string", "enum": ["text", ""]}, **common}}
+    if not model.manifest.tokenizer:  # text in, text out: nothing is valid without a tokenizer
+        as_json = as_form = {"not": {}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": as_json},
+                                                          FORM: {"schema": as_form}}}}
