@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: a module's tests keep their order
 
 
+@pytest.hookimpl(optionalhook=True)  # a plain `pytest` (no xdist installed) runs too
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile with SHARED_GROUPS' modules as one unit. (xdist's own loadgroup marks do not
     work with pytest 9, whose node ids xdist can no longer suffix with the group.)"""
