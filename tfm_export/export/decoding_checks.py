@@ -129,7 +129,9 @@ class _RecordingState:
         self.prefixes = [prefix + [int(t)] for prefix, t in zip(self.prefixes, tokens[:, 0])]
         out = self.state.logits(tokens)  # (rows, vocab)
         for row, prefix in enumerate(self.prefixes):
-            self.records.setdefault((row // self.expand, tuple(prefix)), out[row].copy())
+            key = (row // self.expand, tuple(prefix))
+            if key not in self.records:  # a source's beams share their first prefixes: one copy each
+                self.records[key] = out[row].copy()
         return out
 
     def reorder(self, beam_idx: np.ndarray) -> None:
