@@ -1,7 +1,7 @@
 """Engine-only throughput: the server's decode engines without HTTP, every job queued at once.
 
     python benchmarks/engine.py EXPORT --jobs 320 --max-batch 16 --new-tokens 4:64 --max-src-len 64 \
-        --threads 2 --repeat 2
+        --threads 2 --repeat 2 [--decoding default]
 
 The same workload as benchmarks/load.py (load.workload: its sources and budgets), submitted in one go to a
 request-level and an in-flight engine (serve.batcher), modes taking turns; prints tokens/s per run
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from load import workload
+from tfm_export.runtime.generation import GREEDY
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
@@ -37,9 +38,11 @@ def run(folder: Path, mode: str, work: list[tuple[list[int], int]], args: argpar
         else:  # done or error: each job ends with exactly one
             answered.release()
 
+    # greedy, or the export's own default (a published Marian folder's: beam 4)
+    config = GREEDY if args.decoding == "greedy" else engine.model.generation_config()
     engine.start()
     start = time.perf_counter()
-    engine.submit([Job(ids, steps, emit) for ids, steps in work])
+    engine.submit([Job(ids, steps, emit, config) for ids, steps in work])
     for _ in work:
         answered.acquire()
     wall = time.perf_counter() - start
@@ -58,6 +61,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode, modes taking turns")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decoding", choices=["greedy", "default"], default="greedy",
+                        help="greedy, or the export's default decoding (generation_config: beam 4 for OPUS-MT)")
     args = parser.parse_args()
     pool = workload(args.folder, args.new_tokens, args.seed, args.max_src_len)
     work = [pool[n % len(pool)] for n in range(args.jobs)]  # as load.py's requests cycle through it

@@ -10,7 +10,7 @@ from tfm_export.runtime.beam import top_k
 from tfm_export.runtime.device import parse_device
 from tfm_export.runtime.generation import GenerationConfig
 from tfm_export.runtime.head import BeamHead
-from tfm_export.runtime.processors import head_bias, log_softmax, process, process_top
+from tfm_export.runtime.processors import bias_array, bias_key, head_bias, log_softmax, process, process_top
 
 EOS = 2
 
@@ -64,6 +64,21 @@ def test_head_rows_do_not_depend_on_the_batch(head):
         assert np.array_equal(alone[0][0], batched[0][r]) and np.array_equal(alone[1][0], batched[1][r])
 
 
+def test_gathered_head_equals_the_head_of_those_rows(head):
+    """In-flight groups pick from some rows of the batch: the graph gathers them, with bit-equal results
+    to the head over those rows alone (any order, repeats allowed)."""
+    logits = random_logits(24, 8003, seed=4)
+    bias = np.zeros(8003, np.float32)
+    bias[[EOS, 11]] = -np.inf
+    for rows in ([5, 6, 7, 8], [20, 3, 3, 0, 23], list(range(24))):
+        gathered = head(ort.OrtValue.ortvalue_from_numpy(logits), bias, 8, rows=np.array(rows))
+        alone = run_head(head, logits[rows], bias, 8)
+        assert np.array_equal(gathered[0], alone[0]) and np.array_equal(gathered[1], alone[1])
+    narrow = head(ort.OrtValue.ortvalue_from_numpy(logits), bias, 4, rows=np.arange(24))
+    wide = head(ort.OrtValue.ortvalue_from_numpy(logits), bias, 8, rows=np.arange(24))
+    assert np.array_equal(narrow[1], wide[1][:, :4]) and np.array_equal(narrow[0], wide[0][:, :4])
+
+
 @pytest.mark.parametrize("settings", [dict(min_new_tokens=3), dict(forced_eos=True),
                                       dict(min_new_tokens=9, forced_eos=True)])
 def test_head_bias_and_process_top_are_process(head, settings):
@@ -73,7 +88,9 @@ def test_head_bias_and_process_top_are_process(head, settings):
     history = np.zeros((8, 1), dtype=np.int64)
     for step in range(6):
         scores = process(log_softmax(logits), history, step, 5, config, EOS)
-        logp, ids = run_head(head, logits, head_bias(40, step, 5, config, EOS), 8)
+        bias = head_bias(40, step, 5, config, EOS)
+        assert np.array_equal(bias_array(40, bias_key(step, 5, config, EOS)), bias)
+        logp, ids = run_head(head, logits, bias, 8)
         logp = process_top(logp, ids, step, 5, config, EOS)
         assert np.array_equal(ids, top_k(scores, 8))
         assert np.allclose(logp, np.take_along_axis(scores, ids, axis=1), rtol=0, atol=1e-12)

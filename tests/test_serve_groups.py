@@ -71,6 +71,44 @@ def test_every_strategy_decodes_in_the_batch_like_a_direct_call(static_export, m
     assert len(steps) < sum(job.max_new_tokens for job in jobs) / 3  # they shared decoder steps
 
 
+def test_beam_groups_pick_on_the_device_unless_a_processor_needs_whole_rows(static_export):
+    """Beam groups share head runs (runtime.head over their rows, one run per bias): the logits reach
+    the host only for a group whose processors read whole rows, and every answer equals a direct call."""
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=16, max_queue=64)))
+    runs, host = [], []
+    top, logits = engine.rows.top, engine.rows.logits
+    engine.rows.top = lambda rows, *a: runs.append(len(rows)) or top(rows, *a)
+    engine.rows.logits = lambda: host.append(1) or logits()
+    model, results = engine.model, {}
+    options = [{"num_beams": 4}, {"num_beams": 2, "length_penalty": 0.6}, {"num_beams": 4, "min_new_tokens": 4},
+               {"num_beams": 3, "num_return_sequences": 2, "no_repeat_ngram_size": 2}]
+    rng = random.Random(4)
+    jobs = [Job([rng.randrange(4, 60) for _ in range(rng.randrange(1, 12))], rng.randrange(2, 16),
+                lambda kind, v, n=n: results.setdefault(n, []).append((kind, v)),
+                model.generation_config(**options[n % len(options)])) for n in range(16)]
+    engine.start()
+    engine.submit(jobs[:12])
+    engine.close(120)
+    assert runs and max(runs) > 4  # groups of different widths and settings shared runs
+    only_head = [n for n in range(12) if "no_repeat_ngram_size" not in options[n % 4]]
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    for n, job in enumerate(jobs[:12]):
+        expected = direct.generate([job.ids], job.config.replace(max_new_tokens=job.max_new_tokens))[0]
+        tokens, hypotheses = outcome(results[n])
+        assert tokens == expected[0].ids and [h.ids for h in hypotheses] == [h.ids for h in expected], n
+        np.testing.assert_allclose([h.score for h in hypotheses], [h.score for h in expected], atol=1e-9)
+    assert host  # the n-gram groups took their logits to the host
+    # Without a whole-row processor, no step sends the logits to the host.
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=16, max_queue=64)))
+    logits, host, done = engine.rows.logits, [], []
+    engine.rows.logits = lambda: host.append(1) or logits()
+    engine.start()
+    engine.submit([Job(jobs[n].ids, jobs[n].max_new_tokens, lambda kind, v: kind == "done" and done.append(v),
+                       jobs[n].config) for n in only_head])
+    engine.close(120)
+    assert len(done) == len(only_head) and not host
+
+
 def test_jobs_that_do_not_fit_the_rows_go_to_the_search_lane(static_export):
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=4)))
     model, slots = engine.model, engine.slots

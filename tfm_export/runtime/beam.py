@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .generation import GenerationConfig, Hypothesis
-from .processors import head_bias, log_softmax, needs_rows, process, process_top
+from .processors import BiasKey, bias_array, bias_key, log_softmax, needs_rows, process, process_top
 
 OFFSET = 1e9  # transformers' "very large negative value" for excluded candidates and empty slots
 
@@ -101,9 +101,14 @@ class BeamSearch:
     def head_bias(self, vocab: int) -> np.ndarray | None:
         """The step's (vocab,) ban for runtime.head's device-side top-k, or None when a processor needs
         the whole row (then `advance` takes the logits)."""
+        key = self.head_key()
+        return None if key is None else bias_array(vocab, key)
+
+    def head_key(self) -> BiasKey | None:
+        """`head_bias` as processors.bias_key (None: the host path), for callers that share head runs."""
         if self.whole_rows:
             return None
-        return head_bias(vocab, self.step, self.steps - 1, self.config, self.eos_id, self.banned)
+        return bias_key(self.step, self.steps - 1, self.config, self.eos_id, self.banned)
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from (rows, vocab) logits -> (next ids (rows,), beam_idx (rows,): the row each continues)."""

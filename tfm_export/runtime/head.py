@@ -24,6 +24,9 @@ Processors that need the whole row (repetition_penalty, no_repeat_ngram_size) ke
 processors.process_top. Chosen over fusing the same nodes into decoder.onnx because every existing
 export gets it and greedy steps stay untouched; the extra session run costs ~0.05 ms.
 
+In-flight batching (serve.groups) runs the head over some rows of a larger batch: the graph then
+gathers them first (`rows`, int64 indices), one run for every beam group that shares a bias.
+
 Exact ties: ONNX TopK puts the lower index first; ORT's CPU kernel does (tests/test_beam_head.py).
 ORT's CUDA kernel was not tested here (no GPU); on CUDA, transformers' torch.topk does not promise an
 order among exact ties either.
@@ -42,26 +45,33 @@ HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 f
 ROW_ALIGN = 16  # the exp sum runs over rows padded to a multiple of this many values (see head_model)
 
 
-def head_model(logits_dtype: str, width: int, vocab: int, renormalize: bool = False) -> bytes:
+def head_model(logits_dtype: str, width: int, vocab: int, renormalize: bool = False, gathered: bool = False
+               ) -> bytes:
     """The serialized graph: inputs logits (rows, vocab) and bias (vocab,) float32; outputs ids,
-    values (rows, width) and max, sum (rows, 1) float64.
+    values (rows, width) and max, sum (rows, 1) float64. `gathered`: logits (batch, vocab) and an input
+    rows (rows,) int64, the rows of the batch to pick from.
 
     ORT's vectorised Exp rounds the last values of a tensor that do not fill a SIMD register by
     another (scalar) code path, so with an odd vocab a row's sum depended on its place in the batch:
     the rows are padded with -inf (exp 0) to a multiple of ROW_ALIGN, which leaves no such tail."""
     t = helper.make_tensor_value_info
-    inputs = [t("logits", ONNX_TYPES[logits_dtype], ["rows", vocab]), t("bias", TensorProto.FLOAT, [vocab])]
+    inputs = [t("logits", ONNX_TYPES[logits_dtype], ["batch" if gathered else "rows", vocab]),
+              t("bias", TensorProto.FLOAT, [vocab])]
     outputs = [t("ids", TensorProto.INT64, ["rows", width]), t("values", TensorProto.FLOAT, ["rows", width]),
                t("max", TensorProto.DOUBLE, ["rows", 1]), t("sum", TensorProto.DOUBLE, ["rows", 1])]
     pad = -vocab % ROW_ALIGN
     constants = [helper.make_tensor("k", TensorProto.INT64, [1], [width]),
                  helper.make_tensor("axes", TensorProto.INT64, [1], [-1])]
     node = helper.make_node
-    nodes = [
-        node("Cast", ["logits"], ["x32"], to=TensorProto.FLOAT),
+    nodes = [node("Gather", ["logits", "rows"], ["picked"], axis=0)] if gathered else []
+    if gathered:
+        inputs.append(t("rows", TensorProto.INT64, ["rows"]))
+    source = "picked" if gathered else "logits"  # (rows, vocab)
+    nodes += [
+        node("Cast", [source], ["x32"], to=TensorProto.FLOAT),
         node("Add", ["x32", "bias"], ["biased"]),
         node("TopK", ["biased", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
-        node("Cast", ["biased" if renormalize else "logits"], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
+        node("Cast", ["biased" if renormalize else source], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
     ]
     if pad:
         constants += [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, pad]),
@@ -83,21 +93,26 @@ class BeamHead:
 
     def __init__(self, device: Device, threads: int = 0):
         self.device, self.threads = device, threads
-        self._sessions: dict[tuple[str, int, int, bool], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[str, int, int, bool, bool], ort.InferenceSession] = {}
 
-    def _session(self, key: tuple[str, int, int, bool]) -> ort.InferenceSession:
+    def _session(self, key: tuple[str, int, int, bool, bool]) -> ort.InferenceSession:
         if key not in self._sessions:
             self._sessions[key] = helper_session(head_model(*key), self.device, self.threads)
         return self._sessions[key]
 
-    def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int, renormalize: bool = False
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, logits: ort.OrtValue, bias: np.ndarray, width: int, renormalize: bool = False,
+                 rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """logits (rows, vocab) on the device, bias (vocab,) -> log-probabilities (rows, width) float64 and
         their ids (rows, width) int64 on the host, best first per row (normalised after the bias when
-        `renormalize`)."""
-        session = self._session((numpy_dtype(logits), width, logits.shape()[-1], renormalize))
+        `renormalize`). With `rows` (n,): logits is (batch, vocab) and only those rows are picked from."""
+        key = (numpy_dtype(logits), width, logits.shape()[-1], renormalize, rows is not None)
+        session = self._session(key)
         binding = session.io_binding()
         binding.bind_ortvalue_input("logits", logits)
+        if rows is not None:
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            binding.bind_ortvalue_input("rows", ort.OrtValue.ortvalue_from_numpy(rows, self.device.ort_type,
+                                                                                 self.device.index))
         bias = np.ascontiguousarray(bias, dtype=np.float32)
         binding.bind_ortvalue_input("bias", ort.OrtValue.ortvalue_from_numpy(bias, self.device.ort_type,
                                                                              self.device.index))

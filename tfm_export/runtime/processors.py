@@ -87,14 +87,29 @@ def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, e
     """`process` without the whole-row processors, as an additive (vocab,) float32 bias of the
     log-probabilities: -inf on the banned ids, on EOS before min_new_tokens, and on all but EOS at a
     forced-EOS step."""
-    bias = np.zeros(vocab, dtype=np.float32)
+    return bias_array(vocab, bias_key(step, last_step, config, eos_id, banned))
+
+
+BiasKey = tuple[tuple[int, ...], int | None]  # (the ids banned, the id forced or None): what a bias is
+
+
+def bias_key(step: int, last_step: int, config: GenerationConfig, eos_id: int, banned: tuple[int, ...] = ()
+             ) -> BiasKey:
+    """What `head_bias` is at this step, small and hashable: in-flight beam groups whose keys are equal
+    share one head run (serve.groups). A forced id wins over every ban (forced EOS over forced BOS)."""
+    forced = eos_id if _forced(step, last_step, config) else _forced_bos(step, config)
+    if forced is not None:
+        return (), forced
+    return banned + ((eos_id,) if step < config.min_new_tokens else ()), None
+
+
+def bias_array(vocab: int, key: BiasKey) -> np.ndarray:
+    """The (vocab,) float32 bias a `bias_key` describes: 0 where allowed, -inf where not."""
+    banned, forced = key
+    bias = np.full(vocab, 0.0 if forced is None else -np.inf, dtype=np.float32)
     bias[list(banned)] = -np.inf
-    if step < config.min_new_tokens:
-        bias[eos_id] = -np.inf
-    for forced in (_forced_bos(step, config), eos_id if _forced(step, last_step, config) else None):
-        if forced is not None:
-            bias[:] = -np.inf
-            bias[forced] = 0.0
+    if forced is not None:
+        bias[forced] = 0.0
     return bias
 
 

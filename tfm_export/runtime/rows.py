@@ -23,7 +23,7 @@ import onnxruntime as ort
 
 from .checks import check_sessions
 from .device import create_session
-from .static import SRC_BUCKET, RowBatch, StaticCache, gather_rows
+from .static import SRC_BUCKET, RowBatch, StaticCache, gather_rows, row_head
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class HostRows(RowBatch):
         self.session = create_session(cache.folder / entry.file, cache.device, cache.options)
         check_sessions(cache.manifest, {GRAPH_NAME: self.session})
         self.cache, self.batch, self.src_len, self.index = cache, batch, src_len, 0
+        self._head, self._biases = row_head(cache), {}
         self._spec = spec = entry.spec
         self._bindings: dict[int, ort.IOBinding] = {}  # rows stepped -> the binding of those rows' views
         self._host: dict[str, np.ndarray] = {}
@@ -166,6 +167,9 @@ class HostRows(RowBatch):
 
     def logits(self) -> np.ndarray:
         return self._host["logits"].copy()  # (batch, tgt_vocab)
+
+    def logits_value(self) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(self._host["logits"])  # wraps the host array (CPU)
 
     def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
         """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled), in place."""

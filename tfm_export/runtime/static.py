@@ -30,6 +30,8 @@ from .cache import device_value
 from ..manifest import Manifest
 from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
+from .head import BeamHead
+from .processors import BiasKey, bias_array
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ SRC_BUCKET = 16
 # Buffer sets kept, least recently used dropped first: each holds two max_len caches, so keeping one
 # per (batch, src_len) ever seen would grow without bound in a long-running server.
 MAX_SLOT_SETS = 4
+MAX_BIASES = 64  # in-flight beam heads: bias arrays kept by processors.bias_key (a few per generation config)
 
 
 def cuda_graph_device(device: Device) -> Device:
@@ -188,6 +191,7 @@ class RowBatch:
 
     def __init__(self, cache: StaticCache, batch: int, src_len: int):
         self.cache, self.batch, self.src_len = cache, batch, src_len
+        self._head, self._biases = row_head(cache), {}
         self.slots = cache._allocate(batch, src_len)  # owned here, outside the call-level LRU
         self.slots.encoder_host["src_mask"][:, 0] = True  # idle rows attend to one (zero) position
         self._push(list(self.slots.encoder_host))
@@ -243,6 +247,19 @@ class RowBatch:
         """The last step's logits (batch, tgt_vocab), copied to the host."""
         return self.slots.logits.numpy()
 
+    def logits_value(self) -> ort.OrtValue:
+        """The last step's logits (batch, tgt_vocab) where the decoder wrote them (no copy)."""
+        return self.slots.logits
+
+    def top(self, rows: np.ndarray, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Beam search's candidates of some rows (n,) of the last step: each row's `width` best
+        log-probabilities under `bias` and their ids (n, width), picked on the device (runtime.head)."""
+        if bias not in self._biases:
+            if len(self._biases) >= MAX_BIASES:
+                self._biases.clear()
+            self._biases[bias] = bias_array(self.cache.config.tgt_vocab_size, bias)
+        return self._head(self.logits_value(), self._biases[bias], width, renormalize, rows=rows)
+
     def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
         """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled) (the cache
         set the next step reads). On CPU a gather of those rows in the host arrays the OrtValues wrap;
@@ -255,6 +272,11 @@ class RowBatch:
             array = value.numpy()
             gather_rows([array], rows, source, filled)
             value.update_inplace(array)
+
+
+def row_head(cache: StaticCache) -> BeamHead:
+    """The beam head of a cache's in-flight rows, on the decoder's threads (as GrowingCache.head)."""
+    return BeamHead(cache.device, cache.options.intra_op_threads or 0)
 
 
 def gather_rows(caches: list[np.ndarray], rows: list[int], source: np.ndarray, filled: int) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import InputError, TfmExportError
 from ..runtime.decoding import source_batch
 from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
-from .groups import RowGroup, width
+from .groups import RowGroup, device_tops, width
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
 
@@ -131,10 +131,12 @@ class InflightBatcher(Engine):
     def _step(self) -> None:
         next_ids = self.rows.step(self.tokens, self.cache_len)  # (batch,)
         groups = self._groups()
-        # (batch, tgt_vocab) to the host only when a group picks from the logits
-        logits = self.rows.logits() if any(g.strategy is not None for g in groups) else None
+        tops = device_tops(groups, self.rows, self.model.config.tgt_vocab_size)  # beam groups' candidates
+        # (batch, tgt_vocab) to the host only when a group picks from the whole logits
+        host = any(g.strategy is not None and id(g) not in tops for g in groups)
+        logits = self.rows.logits() if host else None
         for group in groups:
-            chosen, beam_idx = group.advance(next_ids, logits)
+            chosen, beam_idx = group.advance(next_ids, logits, tops.get(id(group)))
             group.first_step = False
             if self._ended(group, chosen):
                 self._leave(group)
