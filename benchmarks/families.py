@@ -1,14 +1,19 @@
-r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 on Hugging Face families (random weights).
+r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hugging Face families (random weights).
 
     .venv/bin/python benchmarks/families.py --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
-        [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json]
+        [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json] \
+        [--optimum-python /work/optimum-venv/bin/python]
 
 Each family is built at its published checkpoint's sizes (FULL below; --scale tiny shrinks it for
 smoke tests) with transformers' own config class and random, seeded weights, saved with
 save_pretrained (no tokenizer: sources are random ids, special ids avoided), exported with the
 library call `tfm-export FOLDER -o OUT` makes (validation included) and converted with CTranslate2's
 TransformersConverter (float32; its vocabulary comes from a stand-in tokenizer that names the ids).
-With --work the three folders are kept and a rerun reuses them.
+With --optimum-python, Hugging Face Optimum's ORTModelForSeq2SeqLM is a fourth backend: Optimum's
+ONNX export needs transformers < 4.58, so it runs in a venv of its own (optimum-onnx[onnxruntime]),
+as optimum_worker.py, one process per family that exports the same folder (Optimum's default: past key
+values, decoder and decoder-with-past) and answers generate requests over a pipe, timed in there.
+With --work the folders are kept and a rerun reuses them.
 
 Every backend does the same work: `--new-tokens` new tokens per row (EOS banned until then: min ==
 max new tokens), greedy and beam search (--num-beams), for each batch size, on `--threads` threads.
@@ -16,7 +21,8 @@ Per (family, decoding, batch) every backend runs once as a warm-up (its output l
 then each repeat runs every backend in turn. The time per decoding step (one new token for each
 row of the batch; at batch 1 the time per generated token) is (t(N tokens) - t(1 token)) / (N - 1),
 so the encoder and set-up cancel, as in marian_vs_transformers.py; the table shows its median over
-the repeats, and the ORT/transformers and ORT/CTranslate2 ratios of the medians (below 1: ORT is faster).
+the repeats, and the ORT/transformers, ORT/CTranslate2 and ORT/Optimum ratios of the medians (below 1:
+ORT is faster).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -67,7 +74,8 @@ TINY_MARIAN = dict(decoder_vocab_size=512, pad_token_id=511, decoder_start_token
 UNK_ID = {"bart": 3, "t5": 2, "flan_t5": 2, "nllb": 3, "marian": 1}  # the tokenizers' <unk>
 FIRST_ID = 4  # source ids are drawn from FIRST_ID .. vocab - 2 (no special id of any family)
 IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-BACKENDS = ("transformers", "ort", "ctranslate2")
+BACKENDS = ("transformers", "ort", "ctranslate2", "optimum")
+WORKER = Path(__file__).resolve().parent / "optimum_worker.py"
 
 
 def family_config(family: str, scale: str) -> Any:
@@ -149,8 +157,39 @@ def prepared(path: Path, make: Callable[[Path], None]) -> float | None:
     return time.perf_counter() - start
 
 
+class OptimumWorker:
+    """optimum_worker.py under Optimum's venv's python: exports (or reuses) `cache`, then times generate."""
+
+    def __init__(self, python: Path, hf_dir: Path, cache: Path, threads: int):
+        # stderr is this process's: Optimum's export messages, and why the worker failed if it does
+        self.process = subprocess.Popen([str(python), str(WORKER), str(hf_dir), str(cache), "--threads", str(threads)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdin and self.process.stdout
+        self.requests, self.replies = self.process.stdin, self.process.stdout
+        self.export_s: float | None = self.reply()["export_s"]
+
+    def reply(self) -> dict[str, Any]:
+        line = self.replies.readline()
+        if not line:
+            raise RuntimeError(f"{WORKER.name} exited with status {self.process.wait()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{WORKER.name}: {reply['error']}")
+        return reply
+
+    def generate(self, src: list[list[int]], k: int, beams: int) -> dict[str, Any]:
+        """{"seconds": generate's time in the worker, "ids": new ids per row, "lengths": ...}"""
+        self.requests.write(json.dumps({"ids": src, "num_beams": beams, "new_tokens": k}) + "\n")
+        self.requests.flush()
+        return self.reply()
+
+    def close(self) -> None:
+        self.requests.close()  # end of input ends the worker
+        self.process.wait(timeout=60)
+
+
 class Backends:
-    """One family's three backends: name -> run(sources, new_tokens, beams) -> new ids per row."""
+    """One family's backends: name -> run(sources, new_tokens, beams) -> new ids per row."""
 
     def __init__(self, family: str, args: argparse.Namespace, root: Path):
         self.family, self.runs, self.made, self.skipped = family, {}, {}, {}
@@ -176,16 +215,25 @@ class Backends:
             return ort.generate_ids(src, max_new_tokens=k, stop_at_eos=False, config=config)
 
         self.runs = {"transformers": run_hf, "ort": run_ort}
-        tokenizer = IdTokenizer(hf.config, UNK_ID[family])
+        self.add_ctranslate2(hf.config, hf_dir, ct2_dir, args.threads)
+        self.optimum: OptimumWorker | None = None
+        if args.optimum_python:
+            self.add_optimum(args.optimum_python, hf_dir, root / "optimum", args.threads)
+
+    def skip(self, name: str, label: str, exc: Exception) -> None:
+        self.skipped[name] = f"{type(exc).__name__}: {exc}"
+        print(f"{self.family}: {label} skipped ({self.skipped[name]})", flush=True)
+
+    def add_ctranslate2(self, config: Any, hf_dir: Path, ct2_dir: Path, threads: int) -> None:
+        tokenizer = IdTokenizer(config, UNK_ID[self.family])
         try:
             import ctranslate2
 
             self.made["ct2_convert_s"] = prepared(ct2_dir, lambda p: convert_ct2(hf_dir, p, tokenizer))
             translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
-                                                intra_threads=args.threads)
+                                                intra_threads=threads)
         except Exception as exc:  # not installed, or a layout its converter refuses
-            self.skipped["ctranslate2"] = f"{type(exc).__name__}: {exc}"
-            print(f"{family}: CTranslate2 skipped ({self.skipped['ctranslate2']})", flush=True)
+            self.skip("ctranslate2", "CTranslate2", exc)
             return
 
         def run_ct2(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
@@ -194,6 +242,25 @@ class Backends:
             return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
 
         self.runs["ctranslate2"] = run_ct2
+
+    def add_optimum(self, python: Path, hf_dir: Path, cache: Path, threads: int) -> None:
+        try:
+            worker = OptimumWorker(python, hf_dir, cache, threads)
+        except Exception as exc:  # no such python, or an export Optimum refuses (its stderr above says more)
+            self.skip("optimum", "Optimum", exc)
+            return
+        self.optimum, self.made["optimum_export_s"] = worker, worker.export_s
+        self.runs["optimum"] = lambda src, k, beams: worker.generate(src, k, beams)["ids"]
+
+    def seconds(self, name: str, src: list[list[int]], k: int, beams: int) -> float:
+        """One run's time: its wall time here; Optimum's as its worker measured it (pipe and JSON not timed)."""
+        if name == "optimum" and self.optimum:
+            return self.optimum.generate(src, k, beams)["seconds"]
+        return timed(lambda: self.runs[name](src, k, beams))
+
+    def close(self) -> None:
+        if self.optimum:
+            self.optimum.close()
 
 
 def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -206,9 +273,9 @@ def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse
             assert lengths == {k}, f"{backends.family} {name}: asked for {k} new tokens per row, got {lengths}"
     samples: dict[str, dict[str, list[float]]] = {name: {"total_s": [], "first_s": []} for name in backends.runs}
     for _ in range(args.repeat):
-        for name, run in backends.runs.items():
-            samples[name]["total_s"].append(timed(lambda: run(src, n, beams)))
-            samples[name]["first_s"].append(timed(lambda: run(src, 1, beams)))
+        for name in backends.runs:
+            samples[name]["total_s"].append(backends.seconds(name, src, n, beams))
+            samples[name]["first_s"].append(backends.seconds(name, src, 1, beams))
     result: dict[str, Any] = {}
     for name, s in samples.items():
         step_ms = [1e3 * (t - f) / (n - 1) for t, f in zip(s["total_s"], s["first_s"])]
@@ -232,24 +299,40 @@ def table(rows: list[dict[str, Any]]) -> str:
     def cell(value: float | None, digits: int) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
-    lines = ["| family | decoding | batch | transformers ms/step | ORT ms/step | CT2 ms/step | ORT/transformers "
-             "| ORT/CT2 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| family | decoding | batch | transformers ms/step | ORT ms/step | CT2 ms/step | Optimum ms/step "
+             "| ORT/transformers | ORT/CT2 | ORT/Optimum |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         b = r["backends"]
         ms = [cell(b[name]["step_ms_p50"] if name in b else None, 2) for name in BACKENDS]
-        lines.append(f"| {r['family']} | {r['decoding']} | {r['batch']} | {' | '.join(ms)} | "
-                     f"{cell(r['ort_vs_transformers'], 2)} | {cell(r['ort_vs_ctranslate2'], 2)} |")
+        ratios = [cell(r[f"ort_vs_{name}"], 2) for name in BACKENDS if name != "ort"]
+        lines.append(f"| {r['family']} | {r['decoding']} | {r['batch']} | {' | '.join(ms)} | {' | '.join(ratios)} |")
     return "\n".join(lines)
 
 
-def versions() -> dict[str, str | None]:
+def versions(optimum_python: Path | None) -> dict[str, str | None]:
     try:
         import ctranslate2
 
         ct2 = ctranslate2.__version__
     except ImportError:
         ct2 = None
-    return {"transformers": transformers.__version__, "ctranslate2": ct2}
+    return {"transformers": transformers.__version__, "ctranslate2": ct2} | optimum_versions(optimum_python)
+
+
+def optimum_versions(python: Path | None) -> dict[str, str | None]:
+    """The packages of Optimum's venv (none without --optimum-python, or where it cannot say)."""
+    packages = {"optimum": "optimum", "optimum_onnx": "optimum-onnx", "optimum_transformers": "transformers",
+                "optimum_onnxruntime": "onnxruntime"}
+    found: dict[str, str | None] = dict.fromkeys(packages)
+    if python:
+        script = ("import importlib.metadata as m, json, sys\n"
+                  "print(json.dumps({k: m.version(p) for k, p in json.loads(sys.argv[1]).items()}))")
+        try:
+            found |= json.loads(subprocess.run([str(python), "-c", script, json.dumps(packages)], check=True,
+                                               capture_output=True, text=True).stdout)
+        except (OSError, subprocess.CalledProcessError, ValueError):
+            pass
+    return found
 
 
 def main() -> None:
@@ -273,6 +356,10 @@ def main() -> None:
                              "on reruns (default: a temporary folder, deleted at the end)")
     parser.add_argument("--no-validate", action="store_true", help="export without the ORT-vs-eager validation")
     parser.add_argument("--json", type=Path, default=None, help="also write the samples and medians to this file")
+    parser.add_argument("--optimum-python", type=Path, default=None,
+                        help="python of a venv with optimum-onnx[onnxruntime] (it needs transformers < 4.58), e.g. "
+                             "/work/optimum-venv/bin/python: adds Optimum's ORTModelForSeq2SeqLM as a backend, run by "
+                             "optimum_worker.py (default: none, Optimum skipped)")
     args = parser.parse_args()
     families = args.family.split(",")
     unknown = [f for f in families if f not in FULL]
@@ -285,10 +372,13 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
-    machine = {**machine_info(args.threads), **versions()}
+    machine = {**machine_info(args.threads), **versions(args.optimum_python)}
     print(f"CPU {machine['cpu']}, {machine['cores']} cores, {args.threads} threads; torch {machine['torch']}, "
           f"onnxruntime {machine['onnxruntime']}, ctranslate2 {machine['ctranslate2']}, "
           f"transformers {machine['transformers']}", flush=True)
+    if args.optimum_python:
+        print(f"Optimum: optimum {machine['optimum']}, optimum-onnx {machine['optimum_onnx']}, transformers "
+              f"{machine['optimum_transformers']}, onnxruntime {machine['optimum_onnxruntime']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tfm-families-") as tmp:
         work = args.work or Path(tmp)
         rows, made, skipped = [], {}, {}
@@ -305,12 +395,13 @@ def main() -> None:
                     result = measure(backends, src, beams, args)
                     rows.append({"family": family, "decoding": "greedy" if beams == 1 else f"beam {beams}",
                                  "num_beams": beams, "batch": batch, "backends": result,
-                                 "ort_vs_transformers": ratio(result, "ort", "transformers"),
-                                 "ort_vs_ctranslate2": ratio(result, "ort", "ctranslate2")})
+                                 **{f"ort_vs_{name}": ratio(result, "ort", name) for name in BACKENDS
+                                    if name != "ort"}})
                     print(json.dumps({k: rows[-1][k] for k in ("family", "decoding", "batch")}
                                      | {name: round(r["step_ms_p50"], 3) for name, r in result.items()}
                                      | {f"{name}_same_rows": r["same_as_transformers"] for name, r in result.items()
                                         if name != "transformers"}), flush=True)
+            backends.close()
     print(f"\n{args.scale} sizes, random weights, src_len {args.src_len}, {args.new_tokens} new tokens (EOS banned), "
           f"median of {args.repeat}; ms/step = (t({args.new_tokens}) - t(1)) / {args.new_tokens - 1}\n")
     print(table(rows))
