@@ -280,7 +280,11 @@ def row_head(cache: StaticCache) -> BeamHead:
 
 
 def gather_rows(caches: list[np.ndarray], rows: list[int], source: np.ndarray, filled: int) -> None:
-    """In each cache (batch, heads, slots, head_dim): rows[j] becomes source[j], slots [0, filled) only."""
+    """In each cache (batch, heads, slots, head_dim): rows[j] becomes source[j], slots [0, filled) only
+    (rows that continue their own cache are not copied)."""
+    rows = np.asarray(rows)
+    moved = rows != source
+    rows, source = rows[moved], source[moved]
     for cache in caches:
         cache[rows, :, :filled] = cache[source, :, :filled]  # the right side is a copy: no overlap issue
 

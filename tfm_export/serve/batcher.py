@@ -135,6 +135,8 @@ class InflightBatcher(Engine):
         # (batch, tgt_vocab) to the host only when a group picks from the whole logits
         host = any(g.strategy is not None and id(g) not in tops for g in groups)
         logits = self.rows.logits() if host else None
+        moved: list[int] = []  # the rows of every group whose beams continue other rows' caches
+        beams: list[np.ndarray] = []  # the index in `moved` of the row each continues
         for group in groups:
             chosen, beam_idx = group.advance(next_ids, logits, tops.get(id(group)))
             group.first_step = False
@@ -142,8 +144,11 @@ class InflightBatcher(Engine):
                 self._leave(group)
                 continue
             if beam_idx is not None and np.any(beam_idx != np.arange(len(beam_idx))):
-                self.rows.reorder(group.rows, beam_idx, int(self.cache_len[group.rows[0]]) + 1)
+                beams.append(beam_idx + len(moved))
+                moved += group.rows
             self.tokens[group.rows], self.cache_len[group.rows] = chosen, self.cache_len[group.rows] + 1
+        if moved:  # one gather for every group (slots up to the longest: a row's later slots are unread)
+            self.rows.reorder(moved, np.concatenate(beams), int(self.cache_len[moved].max()))
 
     def _ended(self, group: RowGroup, chosen: np.ndarray) -> bool:
         """Send what the step decided; True when the job is over (EOS, budget, search ended, cancelled)."""
