@@ -21,10 +21,10 @@ for each next decoder row the row it continues (`beam_idx`), which the caller ga
 
 Two ways in, one selection (`_select`, steps 2-7): `advance` takes the logits (rows, vocab) to the
 host (any processor; the eager runner); `advance_top` takes each row's 2K best log-probabilities and
-ids, picked on the device by runtime.head under `head_bias` (ONNX Runtime, when no processor needs
-the whole row), so that only (rows, 2K) ids and scores cross. Both give the same candidates: a
-source's 2K best are among each of its rows' 2K best, and adding a row's running score keeps the
-row's order. (Only a float64 rounding of `logp + running score` that makes two distinct values equal
+ids, picked on the device by runtime.head under `head_bias` (processors.bias_key; ONNX Runtime, when
+no processor needs the whole row), so that only (rows, 2K) ids and scores cross. Both give the same
+candidates: a source's 2K best are among each of its rows' 2K best, and adding a row's running score
+keeps the row's order. (Only a float64 rounding of `logp + running score` that makes two distinct values equal
 at the 2K-th place could pick another id; `advance` ranks after the addition, as transformers does.)
 
 Scores are float64 throughout (transformers uses float32: only exact near-ties can differ, the tests

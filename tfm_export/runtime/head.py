@@ -3,7 +3,7 @@
 A tiny ONNX graph, built here with onnx.helper like runtime.reorder, runs on the decoder's device
 through IOBinding: the step's logits (rows, tgt_vocab) stay an OrtValue, and per row it returns the
 `width` best tokens of log_softmax(logits) + bias (bias: 0, or -inf for a banned id; see
-processors.head_bias), best first, equal values in id order (ONNX TopK's rule, runtime.beam.top_k's):
+processors.bias_key), best first, equal values in id order (ONNX TopK's rule, runtime.beam.top_k's):
 
     ids, values = TopK(logits + bias, width)               # (rows, width) int64, float32 logits
     max = ReduceMax(x)                                     # (rows, 1)

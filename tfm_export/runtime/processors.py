@@ -10,7 +10,7 @@ of the normalisation unless renormalize_logits asks for another log-softmax at t
 
 Beam search on ONNX Runtime picks each row's candidates on the device (runtime.head) when no
 processor needs the whole row (`needs_rows`): the bans, min_new_tokens and forced_eos then act
-through `head_bias` (an additive ban of ids) and `process_top` (forced EOS's score), and the head
+through `bias_key`/`bias_array` (an additive ban of ids) and `process_top` (forced EOS's score), and the head
 renormalises over the biased logits when asked, with the same result.
 """
 
@@ -82,21 +82,15 @@ def _forced_bos(step: int, config: GenerationConfig) -> int | None:
     return config.forced_bos_token_id if step == 0 else None
 
 
-def head_bias(vocab: int, step: int, last_step: int, config: GenerationConfig, eos_id: int,
-              banned: tuple[int, ...] = ()) -> np.ndarray:
-    """`process` without the whole-row processors, as an additive (vocab,) float32 bias of the
-    log-probabilities: -inf on the banned ids, on EOS before min_new_tokens, and on all but EOS at a
-    forced-EOS step."""
-    return bias_array(vocab, bias_key(step, last_step, config, eos_id, banned))
-
-
 BiasKey = tuple[tuple[int, ...], int | None]  # (the ids banned, the id forced or None): what a bias is
 
 
 def bias_key(step: int, last_step: int, config: GenerationConfig, eos_id: int, banned: tuple[int, ...] = ()
              ) -> BiasKey:
-    """What `head_bias` is at this step, small and hashable: in-flight beam groups whose keys are equal
-    share one head run (serve.groups). A forced id wins over every ban (forced EOS over forced BOS)."""
+    """`process` without the whole-row processors, as an additive ban of the log-probabilities, small
+    and hashable (`bias_array` makes the (vocab,) bias): -inf on the banned ids, on EOS before
+    min_new_tokens, and on all but the forced id at a forced step. In-flight beam groups whose keys are
+    equal share one head run (serve.groups). A forced id wins over every ban (forced EOS over forced BOS)."""
     forced = eos_id if _forced(step, last_step, config) else _forced_bos(step, config)
     if forced is not None:
         return (), forced
@@ -115,7 +109,7 @@ def bias_array(vocab: int, key: BiasKey) -> np.ndarray:
 
 def process_top(scores: np.ndarray, ids: np.ndarray, step: int, last_step: int, config: GenerationConfig,
                 eos_id: int) -> np.ndarray:
-    """The per-row best `scores` of ids (rows, width) after `head_bias`, as `process` leaves them: at a
+    """The per-row best `scores` of ids (rows, width) after `bias_key`'s ban, as `process` leaves them: at a
     forced step the forced id scores 0 (in place; returned)."""
     forced = eos_id if _forced(step, last_step, config) else _forced_bos(step, config)
     if forced is not None:

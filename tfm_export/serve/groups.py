@@ -12,8 +12,8 @@ send their tokens when the search ends (a later step can overtake every running 
 Beam groups pick their candidates on the device as a direct call does (runtime.head through
 RowBatch.top): `device_tops` runs one head over the rows of every group that shares a bias, and only
 each row's best ids and log-probabilities cross; the whole logits cross only for the groups that
-sample or run whole-row processors. (On the host, each group's (k, vocab) log-softmax and top-k were
-a third of an opus-mt-sized step at 64 rows: BENCHMARKS.md.)
+sample or run whole-row processors (1.21x the engine's beam-4 throughput at 64 rows over each group's
+log-softmax and top-k on the host: BENCHMARKS.md, "Serving beam search").
 """
 
 from __future__ import annotations
