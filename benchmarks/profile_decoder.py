@@ -1,9 +1,13 @@
-"""Per-operator time of one decoder step of an export (ONNX Runtime's profiler, CPU).
+"""Per-operator time of one decoder step of an export (ONNX Runtime's profiler), on CPU or CUDA.
 
     .venv/bin/python benchmarks/profile_decoder.py EXPORT_DIR [--past 32] [--steps 200] [--threads 2]
+        [--device cpu|cuda]
 
 Runs the decoder with a past of `--past` positions and batch 1, then prints each operator type's
-share of the kernel time. Figures in BENCHMARKS.md ("where the CPU time goes").
+share of the kernel time. On CUDA the profiler's node times are the host's side of each kernel
+(launch and dispatch; the kernels run asynchronously), so they say how much of a step is launch
+overhead, which CUDA graphs remove; the wall time per step is printed beside them. Figures in
+BENCHMARKS.md ("where the CPU time goes", "GPU").
 """
 
 from __future__ import annotations
@@ -12,18 +16,20 @@ import argparse
 import collections
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 
-def session(path: Path, threads: int, profile: bool) -> ort.InferenceSession:
+def session(path: Path, threads: int, profile: bool, device: str = "cpu") -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.enable_profiling = profile
     options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "tfm_decoder_profile")  # not the cwd
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    return ort.InferenceSession(str(path), options, providers=providers)
 
 
 def decoder_feeds(folder: Path, past: int, threads: int) -> dict[str, np.ndarray]:
@@ -48,10 +54,20 @@ def main() -> None:
     parser.add_argument("--past", type=int, default=32, help="past_len of the profiled steps")
     parser.add_argument("--steps", type=int, default=200, help="profiled decoder runs")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the decoder runs")
     args = parser.parse_args()
     feeds = decoder_feeds(args.folder, args.past, args.threads)
-    decoder = session(args.folder / "decoder.onnx", args.threads, True)
-    feeds = {k: v for k, v in feeds.items() if k in {i.name for i in decoder.get_inputs()}}
+    names = {i.name for i in session(args.folder / "decoder.onnx", args.threads, False).get_inputs()}
+    feeds = {k: v for k, v in feeds.items() if k in names}
+    plain = session(args.folder / "decoder.onnx", args.threads, False, args.device)
+    for _ in range(10):
+        plain.run(None, feeds)  # warm-up (CUDA: kernels loaded, allocations made)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        plain.run(None, feeds)  # run() returns host arrays: each step waits for its kernels
+    print(f"wall time per step, unprofiled: {(time.perf_counter() - start) / args.steps * 1000:.3f} ms "
+          f"(inputs copied in and outputs out each step)")
+    decoder = session(args.folder / "decoder.onnx", args.threads, True, args.device)
     for _ in range(args.steps):
         decoder.run(None, feeds)
     trace = Path(decoder.end_profiling())
