@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 
 tfm-export init "$work/base.pt" --preset base --seed 0
 python "$here/opus_mt_folder.py" "$work/opus"
-for model in base opus; do
+for model in ${MODELS:-base opus}; do
   weights=$work/base.pt
   [ "$model" = opus ] && weights=$work/opus
   # Three exports of one model: the growing cache (IOBinding), + the static decoder (CUDA graphs),

@@ -98,3 +98,13 @@ def test_bench_refuses_a_peer_of_another_model(tiny_export, tmp_path):
     result = run("bench", tiny_export, "--also", other, "--batch", "1", "--repeat", "1")
     assert result.exit_code == 1 and "holds a different model" in result.output
     assert "Traceback" not in result.output
+
+
+def test_bench_model_may_be_a_hugging_face_folder(trained_export):
+    """The eager rows of an imported folder's export: --model takes the folder itself."""
+    import hf_fixtures
+
+    result = run("bench", trained_export("marian"), "--model", hf_fixtures.trained_folder("marian"), "--batch", "1",
+                 "--src-len", "4", "--new-tokens", "3", "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    assert " eager " in result.output and " ort " in result.output

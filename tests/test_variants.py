@@ -21,6 +21,7 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
 from tfm_export.model.presets import init_model
 from tfm_export.runtime import Device, RuntimeOptions, open_export
+from tfm_export.runtime.device import session_providers
 from tfm_export.runtime.cache import GrowingCache
 from tfm_export.runtime.static import StaticCache, cuda_graph_device
 
@@ -303,6 +304,14 @@ def test_cuda_graph_provider_option():
     assert providers[1:] == ("CPUExecutionProvider",)
     cpu = Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
     assert cuda_graph_device(cpu) == cpu
+
+
+def test_float32_stays_float32_on_cuda_unless_tf32_is_asked():
+    cuda = Device("cuda:0", (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"), "cuda", 0)
+    assert session_providers(cuda, RuntimeOptions())[0] == ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": "0"})
+    assert session_providers(cuda, RuntimeOptions(tf32=True))[0][1]["use_tf32"] == "1"
+    cpu = Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
+    assert session_providers(cpu, RuntimeOptions(tf32=True)) == ["CPUExecutionProvider"]
 
 
 @pytest.mark.gpu

@@ -7,6 +7,7 @@ so machine noise hits them alike; quote the ratios, not the absolute times.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import platform
 import random
@@ -23,6 +24,8 @@ from ..model.checkpoint import Checkpoint
 from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from ..runtime import GREEDY, DecodeTimings, GenerationConfig, RuntimeOptions, open_export
+
+log = logging.getLogger(__name__)
 
 
 class Runner(Protocol):
@@ -95,7 +98,12 @@ def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | No
             return None
         if compute_type == "int8" and _ort_quantize(ctx) != "int8":
             return None
-        from .ct2 import CT2Runner
+        from .ct2 import CT2Runner, unsupported
+
+        if reason := unsupported(ctx.checkpoint.config):
+            log.info("no ctranslate2 row: %s (benchmarks/ct2_batch.py converts Hugging Face folders with "
+                     "CTranslate2's own converter)", reason)
+            return None
 
         return CT2Runner(ctx.checkpoint.build_model(), device, compute_type, ctx.settings.threads)
 

@@ -35,12 +35,19 @@ def vocabulary(model: Transformer, size: int) -> list[str]:
     return [names.get(i, f"t{i}") for i in range(size)]
 
 
+def unsupported(cfg: Any) -> str | None:
+    """Why this converter cannot write a model of `cfg`, or None when it can."""
+    if cfg.attention_scale != "head_dim" or cfg.suppress_ids:
+        return "CTranslate2 supports only the paper's attention scale and no suppressed ids"
+    return None
+
+
 def convert(model: Transformer, out_dir: str | Path) -> Path:
     """Write `model` as a CTranslate2 model directory (float32; quantise at load time)."""
     specs = _specs()
     cfg = model.config
-    if cfg.attention_scale != "head_dim" or cfg.suppress_ids:
-        raise ConfigError("CTranslate2 supports only the paper's attention scale and no suppressed ids")
+    if reason := unsupported(cfg):
+        raise ConfigError(reason)
     spec = specs.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
         no_final_norm=not cfg.final_norm, activation=getattr(specs.Activation, ACTIVATIONS[cfg.activation]))

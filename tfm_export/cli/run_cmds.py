@@ -209,7 +209,7 @@ def _format(source: Any, hyps: list[Any], tokenizer: Any, as_json: bool) -> str:
 
 @main_group.command("bench")
 @click.argument("target", type=click.Path(exists=True, path_type=Path))
-@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--model", "model_path", type=click.Path(exists=True, path_type=Path),
               help="Checkpoint for the eager rows when TARGET is an export folder.")
 @click.option("--device", default="cpu", show_default=True, help="Devices, comma-separated: cpu,cuda.")
 @click.option("--batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")

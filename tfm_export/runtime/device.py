@@ -52,6 +52,11 @@ class RuntimeOptions:
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
     spin_wait: bool = True
+    # CUDA: let float32 MatMuls run in TensorFloat-32 (Ampere and later). ORT's CUDA provider does so by
+    # default, which moved beam scores by ~1e-3 and flipped near-tie beams on an H100 (BENCHMARKS.md,
+    # GPU). Off here, so a float32 export computes in float32 on every device; --dtype float16 is the
+    # fast path.
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         check_thread_count(self.intra_op_threads, "intra_op_threads")
@@ -123,11 +128,19 @@ def create_session(path: Path, device: Device, options: RuntimeOptions) -> ort.I
     # Provider start-up failures are logged by ORT's process-wide logger, not the session's.
     # A missing GPU is reported by our DeviceError below, so silence ORT's own errors for CUDA.
     ort.set_default_logger_severity(4 if device.ort_type == "cuda" else options.log_severity)
-    session = ort.InferenceSession(str(path), options.session_options(), providers=list(device.providers))
+    session = ort.InferenceSession(str(path), options.session_options(), providers=session_providers(device, options))
     if device.ort_type == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
         raise DeviceError(f"CUDA requested but ONNX Runtime could not use GPU {device.index} (no GPU, driver "
                           f"or CUDA libraries found); use --device cpu")
     return session
+
+
+def session_providers(device: Device, options: RuntimeOptions) -> list:
+    """`device.providers` with `options` applied: on CUDA, float32 stays float32 unless `options.tf32`."""
+    if device.ort_type != "cuda":
+        return list(device.providers)
+    (name, cuda), *rest = device.providers
+    return [(name, {**cuda, "use_tf32": "1" if options.tf32 else "0"}), *rest]
 
 
 def open_sessions(paths: dict[str, Path], device: str, options: RuntimeOptions
