@@ -1,7 +1,7 @@
 """Engine-only throughput: the server's decode engines without HTTP, every job queued at once.
 
     python benchmarks/engine.py EXPORT --jobs 320 --max-batch 16 --new-tokens 4:64 --max-src-len 64 \
-        --threads 2 --repeat 2 [--decoding default]
+        --threads 2 --repeat 2 [--decoding default] [--device cuda]
 
 The same workload as benchmarks/load.py (load.workload: its sources and budgets), submitted in one go to a
 request-level and an in-flight engine (serve.batcher), modes taking turns; prints tokens/s per run
@@ -27,7 +27,7 @@ from tfm_export.serve.engine import ServeSettings, open_engine
 
 def run(folder: Path, mode: str, work: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
     """Queue every job at once; wall time until the last one is answered."""
-    engine = open_engine(ServeSettings(str(folder), batching=mode, threads=args.threads,
+    engine = open_engine(ServeSettings(str(folder), device=args.device, batching=mode, threads=args.threads,
                                        engine=EngineConfig(max_batch=args.max_batch, max_queue=len(work),
                                                            max_src_len=args.max_src_len)))
     answered, tokens = threading.Semaphore(0), [0]
@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", default="4:64", help="max_new_tokens per job: N or LOW:HIGH (uniform)")
     parser.add_argument("--max-src-len", type=int, default=None, help="the engines' longest source")
     parser.add_argument("--threads", type=int, default=None, help="ORT intra-op threads")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode, modes taking turns")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--decoding", choices=["greedy", "default"], default="greedy",

@@ -109,6 +109,55 @@ def test_beam_groups_pick_on_the_device_unless_a_processor_needs_whole_rows(stat
     assert len(done) == len(only_head) and not host
 
 
+def test_device_reorder_gathers_into_the_other_cache_set(static_export, monkeypatch):
+    """RowBatch over decoder_static as on CUDA, whose caches are not host arrays: a beam step gathers
+    every row into the other cache set on the device and flips the parity. On CPU the OrtValues wrap
+    host arrays, so the same path runs here with the host view switched off; answers equal direct calls."""
+    from tfm_export.runtime import rows as rows_module
+    from tfm_export.runtime.static import RowBatch
+
+    made = []
+
+    def device_rows(cache, batch, src_len):
+        rows = RowBatch(cache, batch, src_len)
+        rows.slots.caches_host = None  # as on CUDA: no host arrays behind the caches
+        made.append(rows)
+        return rows
+
+    monkeypatch.setattr(rows_module, "open_rows", device_rows)
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=12, max_queue=64)))
+    gathers = []
+    gather = made[0]._gather
+    made[0]._gather = lambda values, index, out=None: gathers.append(out is not None) or gather(values, index, out)
+    results: dict = {}
+    jobs = mixed_jobs(engine.model, 28, 11, results)
+    engine.start()
+    engine.submit(jobs)
+    engine.close(120)
+    assert gathers and all(gathers)  # reorders ran, each into the bound buffers of the other set
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    for n, job in enumerate(jobs):
+        expected = direct.generate([job.ids], job.config.replace(max_new_tokens=job.max_new_tokens))[0]
+        tokens, hypotheses = outcome(results[n])
+        assert tokens == expected[0].ids, (n, job.config)
+        if hypotheses is not None:
+            assert [h.ids for h in hypotheses] == [h.ids for h in expected]
+            np.testing.assert_allclose([h.score for h in hypotheses], [h.score for h in expected], atol=1e-4)
+
+
+def test_graphs_are_captured_on_the_decode_thread_before_the_helpers_start(static_export):
+    """ORT keeps CUDA graphs per thread, and a capture fails while another thread uses the GPU: the
+    decode thread captures first, and the joiner and the search lane start after it."""
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=4)))
+    seen = []
+    engine.rows.capture = lambda: seen.append((threading.current_thread().name, engine.joiner._thread.is_alive(),
+                                               engine.lane._thread.is_alive()))
+    engine.start()
+    assert engine.joiner._thread.is_alive() and engine.lane._thread.is_alive()
+    engine.close(10)
+    assert seen == [("tfm-export-inflight", False, False)]
+
+
 def test_jobs_that_do_not_fit_the_rows_go_to_the_search_lane(static_export):
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=4)))
     model, slots = engine.model, engine.slots

@@ -62,8 +62,10 @@ class RowGather:
             self._sessions[dtypes] = helper_session(gather_model(list(dtypes)), self.device, self.threads)
         return self._sessions[dtypes]
 
-    def __call__(self, values: list[ort.OrtValue], index: np.ndarray) -> list[ort.OrtValue]:
-        """values[i][index] for each i, as new OrtValues on the device."""
+    def __call__(self, values: list[ort.OrtValue], index: np.ndarray, out: list[ort.OrtValue] | None = None
+                 ) -> list[ort.OrtValue]:
+        """values[i][index] for each i, as new OrtValues on the device, or written into `out` (OrtValues of
+        the same shapes, none of them one of `values`)."""
         dtypes = tuple(numpy_dtype(v) for v in values)
         session = self._session(dtypes)
         binding = session.io_binding()
@@ -72,7 +74,10 @@ class RowGather:
                                                                               self.device.index))
         for i, value in enumerate(values):
             binding.bind_ortvalue_input(f"in_{i}", value)
-            binding.bind_output(f"out_{i}", self.device.ort_type, self.device.index)
+            if out is None:
+                binding.bind_output(f"out_{i}", self.device.ort_type, self.device.index)
+            else:
+                binding.bind_ortvalue_output(f"out_{i}", out[i])
         session.run_with_iobinding(binding)
         return binding.get_outputs()
 

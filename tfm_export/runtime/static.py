@@ -31,6 +31,7 @@ from ..manifest import Manifest
 from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
 from .head import BeamHead
+from .reorder import RowGather
 from .processors import BiasKey, bias_array
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ SRC_BUCKET = 16
 # Buffer sets kept, least recently used dropped first: each holds two max_len caches, so keeping one
 # per (batch, src_len) ever seen would grow without bound in a long-running server.
 MAX_SLOT_SETS = 4
+# Runs of each binding before its graph is captured and replayed (ORT runs a graph id uncaptured first).
+CAPTURE_RUNS = 3
 MAX_BIASES = 64  # in-flight beam heads: bias arrays kept by processors.bias_key (a few per generation config)
 
 
@@ -192,12 +195,27 @@ class RowBatch:
     def __init__(self, cache: StaticCache, batch: int, src_len: int):
         self.cache, self.batch, self.src_len = cache, batch, src_len
         self._head, self._biases = row_head(cache), {}
+        self._gather = RowGather(cache.device, cache.options.intra_op_threads or 0)  # device reorders
         self.slots = cache._allocate(batch, src_len)  # owned here, outside the call-level LRU
         self.slots.encoder_host["src_mask"][:, 0] = True  # idle rows attend to one (zero) position
         self._push(list(self.slots.encoder_host))
         self.index = 0  # steps run: step s reads cache set s % 2 and writes the other
         # The src_len axis of each encoder output (src_mask: 1, cross.*: 2), where a bound source is written.
         self._src_axis = {name: cache._spec.tensor(name).shape.index("src_len") for name in self.slots.encoder_host}
+
+    def capture(self) -> None:
+        """CUDA: capture both bindings' graphs now, every row idle; call it on the thread that will step
+        (ORT keeps a thread's graphs in that thread's context), before other threads use the GPU.
+
+        A capture forbids CUDA work from any other thread of the process (cudaErrorStreamCaptureUnsupported):
+        captured on the first steps of a running server, it failed when the joiner encoded a source at
+        that moment (seen on an H100). The idle steps write slot 0 of every row, which a joining row
+        overwrites in its own first step before it reads it. On CPU nothing is captured."""
+        if not self.cache.capture:
+            return
+        tokens, cache_len = np.zeros(self.batch, np.int64), np.zeros(self.batch, np.int64)
+        for _ in range(2 * CAPTURE_RUNS):
+            self.step(tokens, cache_len)
 
     def bind(self, rows: list[int], src: np.ndarray) -> None:
         """Encode `src` (len(rows), L <= src_len) at its own length L and write it into `rows`."""
@@ -262,16 +280,21 @@ class RowBatch:
 
     def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
         """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled) (the cache
-        set the next step reads). On CPU a gather of those rows in the host arrays the OrtValues wrap;
-        elsewhere a round trip through the host (a device gather is left for a GPU machine)."""
+        set the next step reads). On CPU a gather of those rows in the host arrays the OrtValues wrap.
+
+        On the device, one Gather of every row into the other cache set, which is scratch now: a step
+        rewrites every slot of the set it writes (model.kv_cache.SlotCache), so the next step may as
+        well read the gathered set. The parity flips instead of copying back, and both bindings keep
+        their buffers, so their CUDA graphs replay unchanged. (Before: each cache crossed to the host
+        and back, the whole batch every step.)"""
         parity, source = self.index % 2, np.asarray(rows)[beam_idx]
         if self.slots.caches_host is not None:
             gather_rows(self.slots.caches_host[parity], rows, source, filled)
             return
-        for value in self.slots.caches[parity]:
-            array = value.numpy()
-            gather_rows([array], rows, source, filled)
-            value.update_inplace(array)
+        index = np.arange(self.batch)  # (batch,): rows outside `rows` keep their own cache
+        index[np.asarray(rows)] = source
+        self._gather(self.slots.caches[parity], index, out=self.slots.caches[1 - parity])
+        self.index += 1  # the next step reads set 1 - parity (and writes set parity)
 
 
 def row_head(cache: StaticCache) -> BeamHead:

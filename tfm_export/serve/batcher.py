@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from typing import Any
 
@@ -64,6 +65,7 @@ class InflightBatcher(Engine):
         self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit, self.rows_for)
         self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
         self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
+        self._prepared = threading.Event()  # set by the decode thread once its graphs are captured
 
     def rows_for(self, job: Job) -> int:
         """Rows `job` takes in the batch; 0 when it does not fit (the search lane decodes it)."""
@@ -74,9 +76,19 @@ class InflightBatcher(Engine):
         return [row for row, group in enumerate(self.groups) if group is None]
 
     def start(self) -> "Engine":
+        super().start()
+        # The helpers start once the decode thread has captured its CUDA graphs: a capture fails if
+        # another thread of the process uses the GPU meanwhile (runtime.static.RowBatch.capture).
+        self._prepared.wait()
         self.lane.start()
         self.joiner.start()
-        return super().start()
+        return self
+
+    def _prepare(self) -> None:
+        try:
+            self.rows.capture()
+        finally:
+            self._prepared.set()  # on failure too: _loop answers every job with the error
 
     def close(self, timeout: float | None = None) -> None:
         super().close(timeout)

@@ -176,8 +176,12 @@ class Engine:
         with self._wake:
             return not self._accepting and not self._queue and self.active == 0 and self.held == 0
 
+    def _prepare(self) -> None:
+        """First work of the decode thread, before any job (InflightBatcher: its CUDA graphs)."""
+
     def _loop(self) -> None:
         try:
+            self._prepare()
             while not self._idle_and_closed():
                 self._run_once()
         except Exception as exc:  # a bug or an ORT failure: answer everyone instead of hanging them
