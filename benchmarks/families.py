@@ -2,7 +2,7 @@ r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hu
 
     .venv/bin/python benchmarks/families.py --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
         [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json] \
-        [--optimum-python /work/optimum-venv/bin/python]
+        [--optimum-python /work/optimum-venv/bin/python] [--optimize]
 
 Each family is built at its published checkpoint's sizes (FULL below; --scale tiny shrinks it for
 smoke tests) with transformers' own config class and random, seeded weights, saved with
@@ -195,8 +195,10 @@ class Backends:
         self.family, self.runs, self.made, self.skipped = family, {}, {}, {}
         hf_dir, onnx_dir, ct2_dir = root / "hf", root / "onnx", root / "ct2"
         self.made["build_s"] = prepared(hf_dir, lambda p: build(family, args.scale, args.seed, p))
+        if args.optimize:  # the ORT rows run the --optimize export (its own folder)
+            onnx_dir = root / "onnx-optimize"
         self.made["export_s"] = prepared(onnx_dir, lambda p: export_model(
-            load_any(hf_dir), p, ExportOptions(validate=not args.no_validate)))
+            load_any(hf_dir), p, ExportOptions(validate=not args.no_validate, optimize=args.optimize)))
         hf = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
         self.vocab_size = hf.config.vocab_size
         ort = open_export(onnx_dir, "cpu", RuntimeOptions(intra_op_threads=args.threads))
@@ -355,6 +357,8 @@ def main() -> None:
                         help="keep the HF, ONNX and CTranslate2 folders here (FAMILY-SCALE-seedN/) and reuse them "
                              "on reruns (default: a temporary folder, deleted at the end)")
     parser.add_argument("--no-validate", action="store_true", help="export without the ORT-vs-eager validation")
+    parser.add_argument("--optimize", action="store_true",
+                        help="the ORT rows run an export made with --optimize (ORT's fusions), kept in onnx-optimize/")
     parser.add_argument("--json", type=Path, default=None, help="also write the samples and medians to this file")
     parser.add_argument("--optimum-python", type=Path, default=None,
                         help="python of a venv with optimum-onnx[onnxruntime] (it needs transformers < 4.58), e.g. "
