@@ -337,3 +337,15 @@ def test_generate_cli_with_cuda_graph_and_no_spin(static32):
     graphs = CliRunner().invoke(cli, [*args, "--cuda-graph", "--no-spin"])
     assert plain.exit_code == 0 and graphs.exit_code == 0, graphs.output
     assert graphs.output == plain.output
+
+
+def test_a_capturing_model_runs_its_searches_and_greedy_calls_by_turns(static32):
+    """CUDA graphs (capture on): beam searches take the static cache's lock, as greedy calls do."""
+    from tfm_export.runtime.exported import ExportedModel
+
+    model = open_export(static32[0], "cpu", RuntimeOptions(cuda_graph=True))
+    assert model._search_cache.lock is not model.cache.lock  # CPU: nothing is captured, calls run side by side
+    model.cache.capture = True  # as on CUDA
+    sessions = {"encoder": model.encoder, "decoder": model.decoder}
+    capturing = ExportedModel(model.folder, model.manifest, model.device, sessions, model.cache)
+    assert capturing._search_cache.lock is capturing.cache.lock

@@ -47,6 +47,10 @@ class ExportedModel(GenerateMixin):
         growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype)
         self.cache = cache or growing
         self._search_cache = growing  # beam rows are reordered in the growing cache (runtime.search)
+        if isinstance(self.cache, StaticCache) and self.cache.capture:
+            # CUDA graphs: a capture fails while another thread runs on the GPU, so this model's beam
+            # searches wait for its greedy calls and the other way round (docs/deploying.md).
+            growing.lock = self.cache.lock
         # Defaults of generate/translate: the export's generation section (e.g. Marian's num_beams).
         self.generation = GenerationConfig.from_dict(manifest.generation)
 

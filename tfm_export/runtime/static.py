@@ -91,7 +91,8 @@ class StaticCache:
         self.slots = static_slots(manifest)  # tokens a row can take: max_len, or fewer (--static-slots)
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
-        self.lock = threading.Lock()  # the bound buffers are shared: one generate call at a time
+        self.lock = threading.RLock()  # the bound buffers are shared: one generate call at a time (reentrant: a
+        # capturing model's stream() holds it across its yields, and its consumer may call generate)
         if not self.capture:
             log.info("static-cache decoder on %s: no CUDA graphs there, decoding without capture", device.name)
 
