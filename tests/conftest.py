@@ -10,6 +10,17 @@ from tfm_export.model.presets import init_checkpoint
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de"
 
+
+def has_cuda_gpu() -> bool:
+    """A CUDA GPU that this onnxruntime can use: the condition of the GPU tests (`-m gpu`; CI has none)."""
+    import onnxruntime
+
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
 # `make test` runs on two pytest-xdist workers with --dist loadfile: a test module stays on one worker
 # (its module fixtures are built once), and modules that share heavy session fixtures or write the same
 # files also share a worker (pytest_xdist_make_scheduler below).

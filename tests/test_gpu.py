@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import hf_fixtures
-from conftest import BUNDLED
+from conftest import BUNDLED, has_cuda_gpu
 from tfm_export.cli import cli
 from tfm_export.demo import read_heldout
 from tfm_export.export.exporter import ExportOptions, export_model
@@ -25,15 +25,6 @@ from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.serve.batcher import EngineConfig, InflightBatcher, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
-
-
-def has_cuda_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU")]

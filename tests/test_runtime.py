@@ -17,16 +17,9 @@ from tfm_export.model.presets import init_model
 from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.model.checkpoint import Checkpoint
 
+from conftest import has_cuda_gpu
+
 SOURCES = [[5, 9, 13, 7, 22, 31, 8], [40], [3, 3, 60, 2 + 10], [17, 18]]
-
-
-def has_cuda_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,11 @@ from tfm_export.runtime.device import session_providers
 from tfm_export.runtime.cache import GrowingCache
 from tfm_export.runtime.static import StaticCache, cuda_graph_device
 
+from conftest import has_cuda_gpu
+
 SOURCES = [[5, 9, 13, 7], [40, 41], [3, 60, 12]]
 ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT64: "int64",
         onnx.TensorProto.BOOL: "bool"}
-
-
-def has_cuda_gpu() -> bool:
-    return torch.cuda.is_available()
 
 
 def graph_io_dtypes(path):
