@@ -27,7 +27,7 @@ from tfm_export.serve.batcher import EngineConfig, InflightBatcher, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU and onnxruntime-gpu")]
 
 SOURCES = [s for s, _ in read_heldout(BUNDLED / "heldout.tsv")] + [str(n) for n in range(0, 1000, 7)]
 FAMILIES = ("marian", "bart", "t5")  # sinusoidal + learned positions, T5's relative bias

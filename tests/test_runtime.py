@@ -114,7 +114,7 @@ def test_auto_falls_back_to_cpu_and_bad_devices_fail(tiny_export):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU and onnxruntime-gpu")
 def test_cuda_greedy_equals_cpu(tiny_export):
     cpu = open_export(tiny_export, device="cpu").generate_ids(SOURCES, 16)
     assert open_export(tiny_export, device="cuda").generate_ids(SOURCES, 16) == cpu

@@ -313,7 +313,7 @@ def test_float32_stays_float32_on_cuda_unless_tf32_is_asked():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(not has_cuda_gpu(), reason="needs a CUDA GPU and onnxruntime-gpu")
 def test_cuda_graph_float16_decoding_matches_cpu(float16_static):
     out = float16_static[0]
     cpu = open_export(out, device="cpu").generate_ids(SOURCES, 16)
