@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test test-long install install-test runtimes-npm clean
+.PHONY: demo test test-long test-gpu install install-test runtimes-npm clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: $(VENV)/.installed-test runtimes-npm
 # The realistic-size exports (every family's base layer structure, random weights): ~7 minutes more.
 test-long: $(VENV)/.installed-test runtimes-npm
 	$(PY) -m pytest -q -m long -n 2 --dist loadfile
+
+# The GPU tests alone, with their float16 agreement figures (-rP); they skip without a usable GPU.
+test-gpu: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m gpu -rP tests/test_gpu.py tests/test_runtime.py tests/test_variants.py
 
 clean:
 	rm -rf $(VENV) demo_out

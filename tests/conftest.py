@@ -1,5 +1,6 @@
 """Shared fixtures: one tiny checkpoint and its export for the whole session (exports take ~10 s)."""
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -11,15 +12,29 @@ from tfm_export.model.presets import init_checkpoint
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de"
 
 
+@functools.cache
 def has_cuda_gpu() -> bool:
-    """A CUDA GPU that this onnxruntime can use: the condition of the GPU tests (`-m gpu`; CI has none)."""
-    import onnxruntime
+    """A GPU this onnxruntime runs on: the condition of the GPU tests (`make test-gpu`; CI has none).
 
-    try:
-        import torch
-    except ImportError:
+    Asked of ONNX Runtime itself, not torch: `make test` installs torch's CPU wheel on a GPU machine too,
+    and onnxruntime-gpu is installed where there is no GPU (its CUDA provider then fails to start)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
         return False
-    return torch.cuda.is_available() and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    ort.set_default_logger_severity(4)  # a missing GPU is the answer, not an error to print
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+        return session.get_providers()[0] == "CUDAExecutionProvider"
+    except Exception:  # noqa: BLE001 - any failure to start CUDA means no usable GPU
+        return False
+    finally:
+        ort.set_default_logger_severity(2)  # ORT's default
 
 # `make test` runs on two pytest-xdist workers with --dist loadfile: a test module stays on one worker
 # (its module fixtures are built once), and modules that share heavy session fixtures or write the same
