@@ -114,7 +114,7 @@ def test_device_reorder_gathers_into_the_other_cache_set(static_export, monkeypa
     every row into the other cache set on the device and flips the parity. On CPU the OrtValues wrap
     host arrays, so the same path runs here with the host view switched off; answers equal direct calls."""
     from tfm_export.runtime import rows as rows_module
-    from tfm_export.runtime.static import RowBatch
+    from tfm_export.runtime.row_batch import RowBatch
 
     made = []
 

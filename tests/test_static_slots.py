@@ -12,7 +12,8 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.manifest import load_manifest
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.runtime.static import RowBatch, static_slots
+from tfm_export.runtime.row_batch import RowBatch
+from tfm_export.runtime.static import static_slots
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 

@@ -42,7 +42,7 @@ __all__ = ["Closed", "ENGINES", "EngineConfig", "InflightBatcher", "Job", "Queue
 
 
 class InflightBatcher(Engine):
-    """In-flight (continuous) batching over runtime.static.RowBatch; see the module docstring."""
+    """In-flight (continuous) batching over runtime.row_batch.RowBatch; see the module docstring."""
 
     name = "inflight"
 
@@ -78,7 +78,7 @@ class InflightBatcher(Engine):
     def start(self) -> "Engine":
         super().start()
         # The helpers start once the decode thread has captured its CUDA graphs: a capture fails if
-        # another thread of the process uses the GPU meanwhile (runtime.static.RowBatch.capture).
+        # another thread of the process uses the GPU meanwhile (runtime.row_batch.RowBatch.capture).
         self._prepared.wait()
         self.lane.start()
         self.joiner.start()

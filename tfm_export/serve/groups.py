@@ -39,7 +39,7 @@ Top = tuple[np.ndarray, np.ndarray, int]  # a group's rows' best log-probabiliti
 
 
 class TopRows(Protocol):
-    """The rows' side of `device_tops` (runtime.static.RowBatch, runtime.rows.HostRows)."""
+    """The rows' side of `device_tops` (runtime.row_batch.RowBatch, runtime.rows.HostRows)."""
 
     def top(self, rows: np.ndarray, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
         ...
