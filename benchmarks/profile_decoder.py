@@ -57,9 +57,8 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the decoder runs")
     args = parser.parse_args()
     feeds = decoder_feeds(args.folder, args.past, args.threads)
-    names = {i.name for i in session(args.folder / "decoder.onnx", args.threads, False).get_inputs()}
-    feeds = {k: v for k, v in feeds.items() if k in names}
     plain = session(args.folder / "decoder.onnx", args.threads, False, args.device)
+    feeds = {k: v for k, v in feeds.items() if k in {i.name for i in plain.get_inputs()}}
     for _ in range(10):
         plain.run(None, feeds)  # warm-up (CUDA: kernels loaded, allocations made)
     start = time.perf_counter()

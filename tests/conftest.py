@@ -19,19 +19,16 @@ def has_cuda_gpu() -> bool:
     Asked of ONNX Runtime itself, not torch: `make test` installs torch's CPU wheel on a GPU machine too,
     and onnxruntime-gpu is installed where there is no GPU (its CUDA provider then fails to start)."""
     import onnxruntime as ort
-    from onnx import TensorProto, helper
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return False
-    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [value],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    from tfm_export.errors import DeviceError
+    from tfm_export.runtime.device import parse_device
+    from tfm_export.runtime.reorder import gather_model, helper_session
+
     ort.set_default_logger_severity(4)  # a missing GPU is the answer, not an error to print
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
-        return session.get_providers()[0] == "CUDAExecutionProvider"
-    except Exception:  # noqa: BLE001 - any failure to start CUDA means no usable GPU
+    try:  # the runtime's own device parser and smallest graph; ORT falls back to CPU when CUDA cannot start
+        return helper_session(gather_model(["float32"]), parse_device("cuda")).get_providers()[0] == \
+            "CUDAExecutionProvider"
+    except (DeviceError, RuntimeError, ort.capi.onnxruntime_pybind11_state.Fail):  # no CUDA provider, or no driver
         return False
     finally:
         ort.set_default_logger_severity(2)  # ORT's default

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import hf_fixtures
 from conftest import BUNDLED, has_cuda_gpu
+from test_serve_groups import outcome
 from tfm_export.cli import cli
 from tfm_export.demo import read_heldout
 from tfm_export.export.exporter import ExportOptions, export_model
@@ -134,8 +135,7 @@ def test_inflight_rows_on_cuda_equal_direct_generate(bundled_static):
     engine.close(300)
     direct = open_export(bundled_static, "cuda", RuntimeOptions(cuda_graph=False))
     for n, job in enumerate(jobs):
-        tokens = [v for kind, v in results[n] if kind == "token"]
-        (_, hypotheses), = [e for e in results[n] if e[0] == "done"]
+        tokens, hypotheses = outcome(results[n])
         expected = direct.generate([job.ids], job.config.replace(max_new_tokens=job.max_new_tokens))[0]
         assert tokens == expected[0].ids, (n, job.config)
         if hypotheses is not None:

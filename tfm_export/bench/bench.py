@@ -101,7 +101,7 @@ def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | No
         from .ct2 import CT2Runner, unsupported
 
         if reason := unsupported(ctx.checkpoint.config):
-            log.info("no ctranslate2 row: %s (benchmarks/ct2_batch.py converts Hugging Face folders with "
+            log.warning("no ctranslate2 row: %s (benchmarks/ct2_batch.py converts Hugging Face folders with "
                      "CTranslate2's own converter)", reason)
             return None
 
