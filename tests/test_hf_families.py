@@ -156,3 +156,21 @@ def test_random_folders_export_with_default_flags(family, size, tmp_path):
     with torch.no_grad():  # greedy under the folder's other defaults (forced tokens, min_length), 6 tokens
         expected = hf_hypotheses(model, batch, runtime.config.eos_id, num_beams=1, max_new_tokens=6)
     assert [h[0].ids for h in runtime.generate(srcs, num_beams=1, max_new_tokens=6)] == [r[0][0] for r in expected]
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_final_logits_bias_is_kept_only_when_it_adds_something(noise, tmp_path):
+    """Published folders save final_logits_bias as zeros: the import leaves such a bias out (an Add over
+    (batch, tgt_vocab) less per step) and keeps a non-zero one; the logits equal transformers' both ways."""
+    folder = random_folder("bart", tmp_path / "hf", "tiny")
+    model = hf_model(folder)
+    model.final_logits_bias.normal_(0, noise, generator=torch.Generator().manual_seed(0))
+    model.save_pretrained(folder)
+    checkpoint = load_any(folder)
+    assert checkpoint.config.output_bias == (noise > 0)
+    assert ("lm_head.bias" in checkpoint.state_dict) == (noise > 0)
+    ours = checkpoint.build_model()
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9]])
+    with torch.no_grad():
+        expected = model(input_ids=src, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(ours(src, tgt), expected, atol=1e-5, rtol=1e-5)

@@ -51,7 +51,7 @@ class DecoderGraph(nn.Module):
         n = 2 * self.n_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
         logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=True, cache=cache)
-        last = logits[:, -1].float()  # (batch, tgt_vocab): only the last position is ever needed
+        last = logits.float()  # (batch, tgt_vocab)
         next_ids = self.model.pick(last)  # (batch,): banned ids never win
         flat = [last, next_ids]
         for key, value in present:

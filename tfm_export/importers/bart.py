@@ -55,7 +55,7 @@ class Family:
     norm_first: bool  # pre-LN
     final_norm: bool  # model.encoder.layer_norm / model.decoder.layer_norm
     embed_norm: bool  # model.*.layernorm_embedding
-    output_bias: bool  # final_logits_bias (zeros when a folder lacks it)
+    output_bias: bool  # the family has a final_logits_bias (zeros when a folder lacks it)
     defaults: dict[str, Any] = field(default_factory=dict)  # the config class's, over COMMON_DEFAULTS
 
     def config(self, hf: dict[str, Any], generation: dict[str, Any], state: dict[str, torch.Tensor],
@@ -75,11 +75,18 @@ class Family:
                 positions=self.positions, max_len=hf["max_position_embeddings"], src_pad_id=pad, tgt_pad_id=pad,
                 bos_id=start, eos_id=single_id(first(generation.get("eos_token_id"), hf["eos_token_id"])),
                 scale_embeddings=bool(hf["scale_embedding"]), final_norm=self.final_norm,
-                share_embeddings=same(src, tgt), tie_output=same(out, tgt), output_bias=self.output_bias,
+                share_embeddings=same(src, tgt), tie_output=same(out, tgt), output_bias=self.has_bias(state),
                 attention_scale="head_dim", layer_norm_eps=1e-5, suppress_ids=banned_ids(generation),
                 position_offset=self.position_offset, embed_norm=self.embed_norm)
         except ValueError as exc:  # e.g. a pad id outside the vocabulary
             raise ConfigError(f"config.json does not describe a usable model: {exc}") from None
+
+    def has_bias(self, state: dict[str, torch.Tensor]) -> bool:
+        """Whether the head needs its final_logits_bias. Published folders (bart-base, opus-mt, mBART-50,
+        Pegasus) save it as zeros, and transformers starts a missing one at zeros: adding zeros changes no
+        logit, so such a bias is left out, which saves an Add over (batch, tgt_vocab) every step."""
+        bias = state.get("final_logits_bias")
+        return self.output_bias and bias is not None and bool(bias.any())
 
     def convert(self, state: dict[str, torch.Tensor], config: TransformerConfig, embeddings: dict[str, str]
                 ) -> dict[str, torch.Tensor]:
@@ -87,9 +94,8 @@ class Family:
         for target, role in (("src_embed.tokens.weight", "src"), ("tgt_embed.tokens.weight", "tgt"),
                              ("lm_head.weight", "out")):
             keys.copy(target, embeddings[role])
-        if self.output_bias:  # transformers starts a missing final_logits_bias at zeros
-            bias = state.get("final_logits_bias", torch.zeros(1, config.tgt_vocab_size))
-            keys.target["lm_head.bias"] = bias.reshape(-1).clone()  # (1, tgt_vocab) -> (tgt_vocab,)
+        if config.output_bias:
+            keys.target["lm_head.bias"] = state["final_logits_bias"].reshape(-1).clone()  # (1, tgt_vocab) -> (tgt_vocab,)
         for side, ours in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
             if self.embed_norm:
                 keys.linear(f"{ours}.norm", f"model.{side}.layernorm_embedding")

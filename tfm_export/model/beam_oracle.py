@@ -61,7 +61,7 @@ def _logits(model: Transformer, memory: Tensor, src_mask: Tensor, tgt: Tensor) -
     k = tgt.shape[0]
     cross = model.cross_kv(memory.expand(k, -1, -1))  # (K, src_len, d_model) per layer
     logits, _ = model.decode(tgt, src_mask.expand(k, -1), cross, model.empty_cache(k), last_only=True)
-    return logits[:, -1].double().numpy()
+    return logits.double().numpy()
 
 
 def _candidates(logp: Tensor, beams: list[tuple[list[int], float]], k: int) -> list[tuple[float, int, int, int]]:

@@ -50,14 +50,14 @@ class _EagerState:
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
         logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
-        return self.model.pick(logits[:, -1]).cpu().numpy()  # (batch,): waits for the step on CUDA
+        return self.model.pick(logits).cpu().numpy()  # (batch,): waits for the step on CUDA
 
     @torch.no_grad()
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """runtime.search: the step's logits (rows, tgt_vocab) as float32 numpy."""
         ids = torch.from_numpy(tokens).to(self.device)  # (rows, 1)
         logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
-        return logits[:, -1].float().cpu().numpy()
+        return logits.float().cpu().numpy()
 
     def reorder(self, beam_idx: np.ndarray) -> None:
         """runtime.search: cache row r becomes row beam_idx[r] (rows,), on the model's device."""

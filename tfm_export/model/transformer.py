@@ -129,7 +129,7 @@ class Transformer(nn.Module):
                last_only: bool = False, cache: CachePolicy | None = None) -> tuple[Tensor, list[KV]]:
         """Run the decoder on new ids (batch, tgt_len) after `past`; returns logits and the present cache.
 
-        `last_only` projects only the last position (batch, 1, tgt_vocab): all greedy decoding needs.
+        `last_only` projects only the last position: logits (batch, tgt_vocab), all decoding needs.
         `cache` defaults to the growing cache (AppendCache after `past`); SlotCache writes in place.
         """
         if cache is None:
@@ -142,8 +142,8 @@ class Transformer(nn.Module):
         for layer, layer_past, layer_cross in zip(self.decoder_layers, past, cross):
             x, kv = layer(x, cache, layer_past, layer_cross, src_allowed, bias)
             present.append(kv)
-        if last_only:
-            x = x[:, -1:]  # (batch, 1, d_model)
+        if last_only:  # (batch, d_model): the head's MatMul then writes the graph's logits output itself
+            x = x[:, -1]  # (a (batch, 1, tgt_vocab) result cost a copy of every logit to drop its axis)
         return self.project(self.decoder_norm(x)), present
 
     def project(self, hidden: Tensor) -> Tensor:
