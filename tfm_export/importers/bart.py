@@ -95,7 +95,8 @@ class Family:
                              ("lm_head.weight", "out")):
             keys.copy(target, embeddings[role])
         if config.output_bias:
-            keys.target["lm_head.bias"] = state["final_logits_bias"].reshape(-1).clone()  # (1, tgt_vocab) -> (tgt_vocab,)
+            bias = state["final_logits_bias"]  # (1, tgt_vocab)
+            keys.target["lm_head.bias"] = bias.reshape(-1).clone()  # (tgt_vocab,)
         for side, ours in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
             if self.embed_norm:
                 keys.linear(f"{ours}.norm", f"model.{side}.layernorm_embedding")
