@@ -174,3 +174,23 @@ def test_final_logits_bias_is_kept_only_when_it_adds_something(noise, tmp_path):
     with torch.no_grad():
         expected = model(input_ids=src, decoder_input_ids=tgt).logits
         torch.testing.assert_close(ours(src, tgt), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family, fused", [("flan_t5", {"SimplifiedLayerNormalization", "FastGelu"}),
+                                           ("bart", {"SkipLayerNormalization", "BiasGelu"})])
+def test_norms_and_activations_fuse_when_a_session_opens(family, fused, trained_export, tmp_path):
+    """The model writes T5's RMS norm and the GELUs in the forms ONNX Runtime's default graph optimizer
+    fuses (one kernel instead of five to seven elementwise passes a layer), and the head's MatMul writes
+    the logits output itself (no copy of every logit to drop an axis)."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(trained_export(family) / "decoder.onnx"), options, providers=["CPUExecutionProvider"])
+    graph = onnx.load(str(tmp_path / "optimized.onnx")).graph
+    kinds = {n.op_type for n in graph.node}
+    assert fused <= kinds, sorted(kinds)
+    assert not {"Erf", "Tanh", "Sqrt", "Reciprocal"} & kinds
+    (head,) = [n for n in graph.node if "logits" in n.output]
+    assert head.op_type in ("MatMul", "Gemm", "FusedMatMul"), head.op_type

@@ -152,7 +152,11 @@ class Transformer(nn.Module):
         The ban belongs after the log-softmax (runtime.processors, as transformers' bad_words_ids):
         masked here, every beam score would leave out the banned ids' probability mass, and a
         repetition penalty would scale log-probabilities that transformers does not see."""
-        return self.lm_head(hidden * self.output_scale)
+        # A MatMul with the weight transposed once (constant-folded at export), not nn.Linear: on the
+        # (batch, d_model) rows of a decoder step Linear exports as a Gemm reading the tied embedding
+        # with transB, which ORT's int8 quantizer neither quantizes nor shape-checks.
+        logits = torch.matmul(hidden * self.output_scale, self.lm_head.weight.t())  # (..., tgt_vocab)
+        return logits if self.lm_head.bias is None else logits + self.lm_head.bias
 
     def pick(self, logits: Tensor) -> Tensor:
         """Greedy ids (...,) of logits (..., tgt_vocab): the best id that is not banned (suppress_ids)."""
