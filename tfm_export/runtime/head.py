@@ -66,18 +66,22 @@ def head_model(logits_dtype: str, width: int, vocab: int, renormalize: bool = Fa
     nodes = [node("Gather", ["logits", "rows"], ["picked"], axis=0)] if gathered else []
     if gathered:
         inputs.append(t("rows", TensorProto.INT64, ["rows"]))
-    source = "picked" if gathered else "logits"  # (rows, vocab)
+    x32 = "picked" if gathered else "logits"  # (rows, vocab)
+    if logits_dtype != "float32":  # (a float32 -> float32 Cast would copy every logit)
+        nodes.append(node("Cast", [x32], ["x32"], to=TensorProto.FLOAT))
+        x32 = "x32"
     nodes += [
-        node("Cast", [source], ["x32"], to=TensorProto.FLOAT),
-        node("Add", ["x32", "bias"], ["biased"]),
+        node("Add", [x32, "bias"], ["biased"]),
         node("TopK", ["biased", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
-        node("Cast", ["biased" if renormalize else source], ["x64" if pad else "padded"], to=TensorProto.DOUBLE),
     ]
-    if pad:
+    normalised = "biased" if renormalize else x32
+    if pad:  # in float32, before the Cast: half the bytes of padding the float64 copy, the same values
         constants += [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, pad]),
-                      helper.make_tensor("minus_inf", TensorProto.DOUBLE, [], [-np.inf])]
-        nodes.append(node("Pad", ["x64", "pads", "minus_inf"], ["padded"], mode="constant"))
+                      helper.make_tensor("minus_inf", TensorProto.FLOAT, [], [-np.inf])]
+        nodes.append(node("Pad", [normalised, "pads", "minus_inf"], ["padded32"], mode="constant"))
+        normalised = "padded32"
     nodes += [
+        node("Cast", [normalised], ["padded"], to=TensorProto.DOUBLE),
         node("ReduceMax", ["padded", "axes"], ["max"], keepdims=1),
         node("Sub", ["padded", "max"], ["shifted"]),
         node("Exp", ["shifted"], ["exp"]),
