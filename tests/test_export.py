@@ -61,8 +61,9 @@ def test_graphs_have_dynamic_axes_and_one_decoder(exported):
     _, out, _ = exported
     dec = onnx.load(str(out / "decoder.onnx"))
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in dec.graph.input}
-    assert dims["input_ids"] == ["batch", "tgt_len"] and dims["src_mask"] == ["batch", "src_len"]
+    assert dims["input_ids"] == ["batch", "tgt_len"] and dims["src_mask"] == ["src_batch", "src_len"]
     assert dims["past.1.self.value"] == ["batch", 4, "past_len", 8]
+    assert dims["cross.1.value"] == ["src_batch", 4, "src_len", 8]  # once per source, not per beam
     assert not [n for n in dec.graph.node if n.op_type in ("If", "Loop")]
 
 
@@ -87,6 +88,14 @@ def test_new_shapes_after_export_match_eager(exported):
     np.testing.assert_allclose(got[0], ref[0].numpy(), atol=1e-5)
     np.testing.assert_array_equal(got[1], ref[1].numpy())
     assert got[2].shape == (3, 4, 15, 8)
+    # Two decoder rows per source (beams): the same as each row with its own copy of the encoder outputs.
+    past = [torch.randn(6, 4, 9, 8) for _ in range(4)]
+    ids = torch.randint(0, 64, (6, 2))
+    grouped = dec.run(None, {i.name: a.numpy() for i, a in zip(dec.get_inputs(), (ids, enc_ref[0], *past, *enc_ref[1:]))})
+    copied = [t.repeat_interleave(2, dim=0) for t in enc_ref]  # (6, ...): row r is source r // 2
+    ref = DecoderGraph(model)(ids, copied[0], *past, *copied[1:])
+    for g, r in zip(grouped, ref):
+        np.testing.assert_allclose(g, r.numpy(), atol=1e-5)
 
 
 def test_existing_output_is_refused_then_replaced_with_force(tmp_path, tiny_export):

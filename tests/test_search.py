@@ -1,5 +1,6 @@
 """Beam search, sampling, processors and streaming (issue 16): parity with transformers and a plain oracle."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -64,7 +65,8 @@ def test_beam_search_equals_the_plain_oracle(eos_model, settings):
 
 
 def test_beam_reorders_the_cache_on_the_device(eos_model, monkeypatch):
-    """Beam search gathers past rows with the reorder graph; OrtValues never become numpy."""
+    """Beam search gathers past rows with the reorder graph; OrtValues never become numpy. The encoder's
+    outputs stay one per source: the decoder's beams attend to their source's (Manifest.cross_per_source)."""
     _, runtime = eos_model
     from tfm_export.runtime import reorder
 
@@ -73,9 +75,35 @@ def test_beam_reorders_the_cache_on_the_device(eos_model, monkeypatch):
     monkeypatch.setattr(reorder.RowGather, "__call__", lambda self, values, index: calls.append(len(values))
                         or original(self, values, index))
     runtime.generate(SOURCES, num_beams=4, max_new_tokens=6)
-    layers = runtime.config.n_decoder_layers
-    assert calls[0] == 1 + 2 * layers  # the encoder outputs, expanded once: src_mask and cross.*
-    assert set(calls[1:]) == {2 * layers} and len(calls) > 2  # then past.* at reordering steps
+    assert runtime.manifest.cross_per_source
+    assert set(calls) == {2 * runtime.config.n_decoder_layers} and len(calls) > 1  # past.*, at reordering steps
+
+
+def test_exports_with_encoder_outputs_per_row_search_the_same(eos_model, monkeypatch):
+    """Exports made before the decoder took the encoder's outputs per source get them repeated per beam
+    or sample (one gather, src_mask and cross.*): the same hypotheses as the grouped rows."""
+    _, runtime = eos_model
+    manifest, calls = runtime.manifest, []
+    grouped = {n: runtime.generate(SOURCES, num_beams=4, num_return_sequences=n, max_new_tokens=8) for n in (1, 3)}
+    sampled = runtime.generate(SOURCES, do_sample=True, seed=3, num_return_sequences=2, max_new_tokens=8)
+    from tfm_export.runtime import reorder
+
+    original = reorder.RowGather.__call__
+    monkeypatch.setattr(reorder.RowGather, "__call__", lambda self, values, index: calls.append(len(values))
+                        or original(self, values, index))
+    monkeypatch.setattr(runtime._search_cache, "per_source", False)  # as open_export sets it for old exports
+    pairs = lambda hyps: [[(h.ids, h.score) for h in row] for row in hyps]  # noqa: E731
+    for n, expected in grouped.items():
+        same(runtime.generate(SOURCES, num_beams=4, num_return_sequences=n, max_new_tokens=8), pairs(expected))
+    same(runtime.generate(SOURCES, do_sample=True, seed=3, num_return_sequences=2, max_new_tokens=8),
+         pairs(sampled))
+    assert calls.count(1 + 2 * runtime.config.n_decoder_layers) == 3  # src_mask and cross.*, once a call
+    # What open_export reads: the decoder's src_mask axis, `batch` in those exports.
+    spec = manifest.graphs["decoder"].spec
+    per_row = tuple(dataclasses.replace(t, shape=("batch", *t.shape[1:])) if t.name == "src_mask" else t
+                    for t in spec.inputs)
+    entry = dataclasses.replace(manifest.graphs["decoder"], spec=dataclasses.replace(spec, inputs=per_row))
+    assert not manifest.replace(graphs={**manifest.graphs, "decoder": entry}).cross_per_source
 
 
 def test_generate_greedy_equals_generate_ids_with_scores(eos_model):

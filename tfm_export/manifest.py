@@ -34,7 +34,7 @@ class TensorSpec:
 
     name: str  # ONNX value name
     dtype: str  # numpy-style dtype name: int64, bool, float32, float16
-    shape: tuple[str | int, ...]  # symbolic dims are strings: batch, src_len, tgt_len, past_len, ...
+    shape: tuple[str | int, ...]  # symbolic dims are strings: batch, src_batch, src_len, tgt_len, ...
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
@@ -148,6 +148,12 @@ class Manifest:
     def cache_dtype(self) -> str:
         """dtype of the self-attention caches (float16 exports keep them float16)."""
         return self.graphs["decoder"].spec.tensor("past.0.self.key").dtype
+
+    @property
+    def cross_per_source(self) -> bool:
+        """The decoder takes src_mask and cross.* once per source (axis `src_batch`) for rows grouped by
+        source (beams, samples); False for exports made before it, which need a copy per decoder row."""
+        return self.graphs["decoder"].spec.tensor("src_mask").shape[0] == "src_batch"
 
     def replace(self, **changes: Any) -> "Manifest":
         return dataclasses.replace(self, **changes)

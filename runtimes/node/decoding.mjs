@@ -109,15 +109,25 @@ function gatherRows(ort, tensor, index) {
 }
 
 /**
+ * Whether the decoder takes src_mask and cross.* once per source (axis `src_batch`), its rows grouped
+ * by source; exports made before it need a copy per decoder row.
+ */
+function crossPerSource(manifest) {
+  return manifest.graphs.decoder.inputs.find((t) => t.name === 'src_mask')?.shape[0] === 'src_batch';
+}
+
+/**
  * Run the encoder on padded sources; returns the decoder's feeds (src_mask, cross.*, an empty
- * past.*) with every source repeated `expand` times (row i*expand + j is source i: beams, samples).
+ * past.*) for `expand` rows per source (row i*expand + j is source i: beams, samples). The
+ * encoder's outputs are repeated per row only for a decoder that needs it (`crossPerSource`).
  */
 async function encode(ort, model, { flat, width }, batch, expand, timings) {
   const c = model.manifest.config;
   const start = performance.now();
   const enc = await model.encoder.run({ src_ids: int64(ort, flat, [batch, width]) });
   const index = Array.from({ length: batch * expand }, (_, r) => Math.floor(r / expand));
-  const rows = (t) => (expand > 1 ? gatherRows(ort, t, index) : t);
+  const copy = expand > 1 && !crossPerSource(model.manifest);
+  const rows = (t) => (copy ? gatherRows(ort, t, index) : t);
   const feeds = { src_mask: rows(enc.src_mask) };
   const empty = emptyPast(ort, model.manifest, batch * expand);
   for (let i = 0; i < c.n_decoder_layers; i++) {

@@ -1,7 +1,8 @@
 """Export specs as data: per graph, the ordered inputs and outputs with dtypes and symbolic shapes.
 
 One generic exporter (export.py) and the manifest read these; nothing here imports torch.
-Axis names are the ONNX dimension names: batch, src_len, tgt_len, past_len.
+Axis names are the ONNX dimension names: batch, src_batch, src_len, tgt_len, past_len (batch: decoder
+rows; src_batch: sources, whose encoder outputs the decoder takes once for all of a source's rows).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from ..config import TransformerConfig
 from ..manifest import GraphSpec, TensorSpec
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
-DYNAMIC_AXES = ("batch", "src_len", "tgt_len", "past_len")
+DYNAMIC_AXES = ("batch", "src_batch", "src_len", "tgt_len", "past_len")
 # Example sizes for tracing: never 0 or 1 on a dynamic axis (torch.export would specialise them),
 # and all different so no two axes get unified by accident.
-EXAMPLE_SIZES = {"batch": 2, "src_len": 5, "tgt_len": 3, "past_len": 4}
+EXAMPLE_SIZES = {"batch": 6, "src_batch": 2, "src_len": 5, "tgt_len": 3, "past_len": 4}
 
 
 def cross_names(i: int) -> tuple[str, str]:
@@ -28,8 +29,9 @@ def present_names(i: int) -> tuple[str, str]:
     return f"present.{i}.self.key", f"present.{i}.self.value"
 
 
-def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: str) -> list[TensorSpec]:
-    return [TensorSpec(n, dtype, ("batch", heads, length, head_dim)) for n in names]
+def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: str, batch: str = "batch"
+        ) -> list[TensorSpec]:
+    return [TensorSpec(n, dtype, (batch, heads, length, head_dim)) for n in names]
 
 
 def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
@@ -46,11 +48,11 @@ def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
     """One step (or a forced prefix) of the decoder with a growing self-attention cache."""
     h, d, layers = config.n_heads, config.head_dim, range(config.n_decoder_layers)
     inputs = [TensorSpec("input_ids", "int64", ("batch", "tgt_len")),
-              TensorSpec("src_mask", "bool", ("batch", "src_len"))]
+              TensorSpec("src_mask", "bool", ("src_batch", "src_len"))]
     for i in layers:
         inputs += _kv(past_names(i), h, "past_len", d, dtype)
     for i in layers:
-        inputs += _kv(cross_names(i), h, "src_len", d, dtype)
+        inputs += _kv(cross_names(i), h, "src_len", d, dtype, "src_batch")
     outputs = [TensorSpec("logits", "float32", ("batch", config.tgt_vocab_size)),
                TensorSpec("next_ids", "int64", ("batch",))]
     for i in layers:

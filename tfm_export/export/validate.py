@@ -28,6 +28,9 @@ BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))  # None: the model's max_len,
 # gigabytes of attention scores; beyond this the graph's shapes are no different anyway.
 MAX_VALIDATED_SRC_LEN = 512
 PAST_AND_TGT_LENS = ((0, 1), (0, 4), (1, 1), (1, 4), (23, 1), (23, 4))
+# A decoder that takes the encoder's outputs per source (Manifest.cross_per_source) is also checked with
+# several rows per source, as beam search and sampling run it: (past_len, tgt_len, rows per source).
+GROUPED_CASES = ((1, 1, 4), (23, 4, 2))
 # The graphs over a fixed number of cache slots, checked on the same static-cache inputs.
 SLOT_GRAPH_MODULES = {"decoder_static": StaticDecoderGraph, "decoder_rows": RowsDecoderGraph}
 # Graphs whose present.* is specified up to slot cache_len[b] only (specs.rows_decoder_spec).
@@ -69,6 +72,8 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
                 for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
                     filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
                     _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
+        if manifest.cross_per_source:
+            _compare_grouped(stats, sessions["decoder"], model, cross, seed, tol)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()},
               **_compare_decoding(folder, manifest, model, gen, max_new_tokens, device, tol)}
@@ -204,6 +209,16 @@ def _static_inputs(model: Transformer, args: tuple[torch.Tensor, ...], gen: torc
     return (ids, src_mask, cache_len, *caches, *cross)
 
 
+def _compare_grouped(stats: dict[str, "_Stat"], session: ort.InferenceSession, model: Transformer,
+                     cross: tuple[torch.Tensor, ...], seed: int, tol: tuple[float, float]) -> None:
+    """The decoder with GROUPED_CASES' rows per source, on the encoder outputs `cross` of the sources."""
+    gen = torch.Generator().manual_seed(seed + 1)  # not `gen`: its draws make the greedy check's sources
+    for past_len, tgt_len, group in GROUPED_CASES:
+        if past_len + tgt_len <= model.config.max_len:
+            args = _decoder_inputs(model, cross, past_len, tgt_len, gen, group)
+            _compare(stats, "decoder", session, DecoderGraph(model), args, tol)
+
+
 def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
     """Random ids without pads, then right-padding on every other row after the first."""
     cfg = model.config
@@ -215,10 +230,11 @@ def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Gene
 
 
 def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], past_len: int, tgt_len: int,
-                    gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+                    gen: torch.Generator, group: int = 1) -> tuple[torch.Tensor, ...]:
+    """The decoder's inputs after the encoder's outputs `cross_out`, with `group` rows per source."""
     cfg = model.config
     src_mask, cross = cross_out[0], cross_out[1:]
-    batch = src_mask.shape[0]
+    batch = src_mask.shape[0] * group  # the decoder rows; source i's are rows i*group .. i*group + group-1
     ids = torch.randint(0, cfg.tgt_vocab_size, (batch, tgt_len), generator=gen)
     shape = (batch, cfg.n_heads, past_len, cfg.head_dim)  # (batch, heads, past_len, head_dim)
     past = [torch.randn(shape, generator=gen) for _ in range(2 * cfg.n_decoder_layers)]

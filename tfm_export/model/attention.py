@@ -1,6 +1,6 @@
 """Attention: the one scaled dot-product core, multi-head attention, and T5's relative position bias.
 
-Shapes use the ONNX axis names: batch, src_len, tgt_len, past_len; `key_len` is whatever the keys
+Shapes use the ONNX axis names: batch, src_batch, src_len, tgt_len, past_len; `key_len` is whatever the keys
 span (src_len, past_len + tgt_len, or a static cache's slots). Plain tensor ops only, with no
 data-dependent Python branches on shapes, so torch.export traces one graph for every size.
 """

@@ -66,8 +66,15 @@ class DecoderLayer(Block):
             present.extend(kept)
             return out
 
+        def attend_cross(h: Tensor) -> Tensor:
+            # A source's rows are consecutive (beams, samples): its group of rows attends as one row of
+            # group * tgt_len queries over keys/values held once per source (src_batch, heads, src_len, head_dim).
+            b, t, d = h.shape
+            grouped = h.reshape(cross[0].shape[0], -1, d)  # (src_batch, group * tgt_len, d_model)
+            return self.cross_attn(grouped, cross[0], cross[1], src_allowed).reshape(b, t, d)
+
         x = self.residual(x, self.norm1, attend_self)
-        x = self.residual(x, self.norm2, lambda h: self.cross_attn(h, cross[0], cross[1], src_allowed))
+        x = self.residual(x, self.norm2, attend_cross)
         x = self.residual(x, self.norm3, self.ffn)
         return x, (present[0], present[1])
 
@@ -129,12 +136,15 @@ class Transformer(nn.Module):
                last_only: bool = False, cache: CachePolicy | None = None) -> tuple[Tensor, list[KV]]:
         """Run the decoder on new ids (batch, tgt_len) after `past`; returns logits and the present cache.
 
+        `src_mask` (src_batch, src_len) and `cross` are per source; `batch` is a multiple of src_batch,
+        rows i*g .. i*g + g-1 being source i's (g = batch / src_batch: beams, samples; 1 when greedy).
+
         `last_only` projects only the last position: logits (batch, tgt_vocab), all decoding needs.
         `cache` defaults to the growing cache (AppendCache after `past`); SlotCache writes in place.
         """
         if cache is None:
             cache = AppendCache.after(past[0][0].shape[2], tgt_ids.shape[1], tgt_ids.device)
-        src_allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        src_allowed = src_mask[:, None, None, :]  # (src_batch, 1, 1, src_len)
         # (heads, tgt_len, key_len) or (batch, heads, 1, slots): T5's bias of this step's positions
         bias = self.decoder_bias(cache.query_pos, cache.key_pos) if self.decoder_bias is not None else None
         x = self.tgt_embed(tgt_ids, offset=cache.offset)

@@ -40,8 +40,10 @@ class GrowingCache:
     lock = nullcontext()  # nothing is shared between calls: each has its own binding
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, device: Device,
-                 config: TransformerConfig, cache_dtype: str):
+                 config: TransformerConfig, cache_dtype: str, per_source: bool = False):
+        """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source)."""
         self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config
+        self.per_source = per_source
         self.cache_dtype = np.dtype(cache_dtype)
         self.past_names = kv_names("past", config, "self.")
         self.present_names = kv_names("present", config, "self.")
@@ -51,9 +53,12 @@ class GrowingCache:
         return _GrowingState(self, self._encode(src), src.shape[0])
 
     def start_search(self, src: np.ndarray, expand: int) -> "_GrowingState":
-        """Encode once; each source's encoder outputs repeated `expand` times on the device (beams, samples)."""
+        """Encode once for `expand` decoder rows per source (beams, samples). A decoder that takes the
+        encoder's outputs per source keeps them as they are: its rows attend to them by source, reading
+        a source's cross keys/values once per step rather than once per beam. Older exports get each
+        source's outputs repeated `expand` times on the device."""
         encoded = self._encode(src)
-        if expand > 1:
+        if expand > 1 and not self.per_source:
             index = np.repeat(np.arange(src.shape[0]), expand)  # (batch * expand,): row i*expand+j is source i
             encoded = dict(zip(encoded, self.gather(list(encoded.values()), index)))
         return _GrowingState(self, encoded, src.shape[0] * expand)
@@ -86,6 +91,7 @@ class _GrowingState:
     """One call's binding: encoder outputs bound once, past/present rebound every step."""
 
     def __init__(self, cache: GrowingCache, encoded: dict[str, ort.OrtValue], batch: int):
+        """`batch`: the decoder rows (sources * rows per source)."""
         cfg, self.cache = cache.config, cache
         # A per-call binding keeps concurrent requests on one session independent.
         self.binding = cache.decoder.io_binding()

@@ -44,7 +44,8 @@ class ExportedModel(GenerateMixin):
         self.folder, self.manifest, self.device = folder, manifest, device
         self.config: TransformerConfig = manifest.config
         self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
-        growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype)
+        growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype,
+                               manifest.cross_per_source)
         self.cache = cache or growing
         self._search_cache = growing  # beam rows are reordered in the growing cache (runtime.search)
         if isinstance(self.cache, StaticCache) and self.cache.capture:
