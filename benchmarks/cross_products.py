@@ -5,7 +5,7 @@ r"""The cross attention's two products alone in ONNX Runtime, in the forms a gra
 One graph per form over `--layers` distinct key/value tensors (sources, heads 12, src_len, head_dim 64),
 so that they stream from memory as in a decoder step (one tensor would stay in the cache): the scores
 as `Q K^T` (FusedMatMul transB, ORT's form of the exported graph) and as `K Q^T`, the weights times the
-values as `W V`, and a ReduceSum that only reads the tensors (the memory floor). Sessions on 2
+values as `W V` and as `(V^T W^T)`, and a ReduceSum that only reads the tensors (the memory floor). Sessions on 2
 threads without spinning, interleaved, median of the repeats (BENCHMARKS.md, "Model families").
 """
 
@@ -42,6 +42,8 @@ def forms(b: int, g: int, s: int, layers: int) -> dict[str, tuple[str, list[int]
             "FusedMatMul", ["q", f"t{i}"], [f"o{i}"], domain="com.microsoft", transB=1)),
         "scores K Q^T (MatMul)": ("qt", [b, HEADS, HEAD_DIM, g], lambda i: node("MatMul", [f"t{i}", "qt"], [f"o{i}"])),
         "weights x values W V (MatMul)": ("w", [b, HEADS, g, s], lambda i: node("MatMul", ["w", f"t{i}"], [f"o{i}"])),
+        "the same as V^T W^T (transA)": ("wt", [b, HEADS, s, g], lambda i: node(
+            "FusedMatMul", [f"t{i}", "wt"], [f"o{i}"], domain="com.microsoft", transA=1)),
         "read only (ReduceSum)": ("", [], lambda i: node("ReduceSum", [f"t{i}"], [f"o{i}"], keepdims=0)),
     }
 
