@@ -91,7 +91,8 @@ def test_new_shapes_after_export_match_eager(exported):
     # Two decoder rows per source (beams): the same as each row with its own copy of the encoder outputs.
     past = [torch.randn(6, 4, 9, 8) for _ in range(4)]
     ids = torch.randint(0, 64, (6, 2))
-    grouped = dec.run(None, {i.name: a.numpy() for i, a in zip(dec.get_inputs(), (ids, enc_ref[0], *past, *enc_ref[1:]))})
+    feeds = (ids, enc_ref[0], *past, *enc_ref[1:])  # src_mask and cross.* of the 3 sources
+    grouped = dec.run(None, {i.name: a.numpy() for i, a in zip(dec.get_inputs(), feeds)})
     copied = [t.repeat_interleave(2, dim=0) for t in enc_ref]  # (6, ...): row r is source r // 2
     ref = DecoderGraph(model)(ids, copied[0], *past, *copied[1:])
     for g, r in zip(grouped, ref):
