@@ -6,48 +6,34 @@ r"""Two or more exports of one family folder against each other and CTranslate2,
 For A/B checks of an export change (a graph form, a runtime path) where families.py's four backends
 would take too long: WORK/<family>-<scale>-seed<seed> is a folder families.py --work made (hf/, ct2/
 and the exports, named relative to it or absolute). Sources are families.py's random ids; every row
-decodes exactly --new-tokens tokens (EOS banned until then). The time per step is (t(N) - t(1)) / (N - 1),
-median over the repeats, each repeat running every backend once; the hypotheses are checked against
-CTranslate2's first.
+decodes exactly --new-tokens tokens (EOS banned until then). Timed by families.measure: the time per
+step is (t(N) - t(1)) / (N - 1), median over the repeats, each repeat running every backend once; the
+rows are compared with CTranslate2's.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
 
-import ctranslate2
 import torch
 from transformers import AutoConfig
 
-from families import FIRST_ID, UNK_ID, IdTokenizer
-from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
-
-Decode = Callable[[int], list[list[int]]]  # new tokens -> each source's best hypothesis
+from families import FIRST_ID, UNK_ID, IdTokenizer, Run, ct2_run, measure, ort_run
+from marian_vs_transformers import timed
 
 
-def backends(root: Path, family: str, exports: list[str], src: list[list[int]], args: argparse.Namespace
-             ) -> dict[str, Decode]:
-    """CTranslate2 and every export, each a function of the number of new tokens."""
-    tok = IdTokenizer(AutoConfig.from_pretrained(root / "hf"), UNK_ID[family])
-    translator = ctranslate2.Translator(str(root / "ct2"), device="cpu", compute_type="float32",
-                                       inter_threads=1, intra_threads=args.threads)
-    tokens = [tok.convert_ids_to_tokens(s) for s in src]
+class Exports:
+    """CTranslate2 and each export as families.measure's backends."""
 
-    def ct2(n: int) -> list[list[int]]:
-        out = translator.translate_batch(tokens, beam_size=args.num_beams, max_decoding_length=n,
-                                         min_decoding_length=n)
-        return [[tok.index[t] for t in r.hypotheses[0]] for r in out]
+    def __init__(self, root: Path, family: str, exports: list[str], threads: int):
+        tokenizer = IdTokenizer(AutoConfig.from_pretrained(root / "hf"), UNK_ID[family])
+        self.family = family
+        self.runs: dict[str, Run] = {"ctranslate2": ct2_run(root / "ct2", tokenizer, threads)}
+        self.runs |= {name: ort_run(root / name, threads) for name in exports}
 
-    runs: dict[str, Decode] = {"ctranslate2": ct2}
-    for name in exports:
-        model = open_export(root / name, "cpu", RuntimeOptions(intra_op_threads=args.threads))
-        runs[name] = lambda n, model=model: model.generate_ids(
-            src, max_new_tokens=n, stop_at_eos=False, config=GREEDY.replace(num_beams=args.num_beams, min_new_tokens=n))
-    return runs
+    def seconds(self, name: str, src: list[list[int]], k: int, beams: int) -> float:
+        return timed(lambda: self.runs[name](src, k, beams))
 
 
 def main() -> None:
@@ -66,22 +52,12 @@ def main() -> None:
     vocab = AutoConfig.from_pretrained(args.root / "hf").vocab_size
     gen = torch.Generator().manual_seed(args.seed)
     src = torch.randint(FIRST_ID, vocab - 1, (args.batch, args.src_len), generator=gen).tolist()
-    runs = backends(args.root, args.family, args.exports.split(","), src, args)
-    first = {name: run(args.new_tokens) for name, run in runs.items()}  # warm-up, and the rows to compare
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.repeat):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run(args.new_tokens)
-            middle = time.perf_counter()
-            run(1)
-            samples[name].append(1e3 * ((middle - start) - (time.perf_counter() - middle)) / (args.new_tokens - 1))
-    ct2 = statistics.median(samples["ctranslate2"])
-    for name, values in samples.items():
-        same = sum(a == b for a, b in zip(first[name], first["ctranslate2"])) / len(src)
-        ms = statistics.median(values)
-        print(f"{name:24s} {ms:8.1f} ms/step  tokens/s vs CTranslate2 {ct2 / ms:5.2f}x  rows as CTranslate2's "
-              f"{same:.0%}  samples {[round(v, 1) for v in values]}")
+    backends = Exports(args.root, args.family, args.exports.split(","), args.threads)
+    result = measure(backends, src, args.num_beams, args, reference="ctranslate2")  # type: ignore[arg-type]
+    ct2 = result["ctranslate2"]["step_ms_p50"]
+    for name, r in result.items():
+        print(f"{name:24s} {r['step_ms_p50']:8.1f} ms/step  tokens/s vs CTranslate2 {ct2 / r['step_ms_p50']:5.2f}x  "
+              f"rows as CTranslate2's {r['same_as_ctranslate2']:.0%}  samples {[round(v, 1) for v in r['step_ms']]}")
 
 
 if __name__ == "__main__":

@@ -188,6 +188,38 @@ class OptimumWorker:
         self.process.wait(timeout=60)
 
 
+Run = Callable[[list[list[int]], int, int], list[list[int]]]  # (sources, new tokens, beams) -> new ids per row
+
+
+def ort_run(onnx_dir: Path, threads: int) -> Run:
+    """An export folder's runtime as a backend."""
+    ort = open_export(onnx_dir, "cpu", RuntimeOptions(intra_op_threads=threads))
+
+    def run(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+        # Greedy: the fast path (argmax in the graph), EOS ignored rather than banned: the same k steps
+        # of work as transformers'/CT2's banned EOS, without the logits going to the host for the ban.
+        # Beam search bans EOS like them (min_new_tokens), so its hypotheses are comparable.
+        config = GREEDY if beams == 1 else GREEDY.replace(num_beams=beams, min_new_tokens=k)
+        return ort.generate_ids(src, max_new_tokens=k, stop_at_eos=False, config=config)
+
+    return run
+
+
+def ct2_run(ct2_dir: Path, tokenizer: IdTokenizer, threads: int) -> Run:
+    """A CTranslate2 model folder (convert_ct2's) as a backend, float32 on the CPU."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
+                                        intra_threads=threads)
+
+    def run(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+        results = translator.translate_batch([tokenizer.convert_ids_to_tokens(s) for s in src], beam_size=beams,
+                                             max_decoding_length=k, min_decoding_length=k)
+        return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
+
+    return run
+
+
 class Backends:
     """One family's backends: name -> run(sources, new_tokens, beams) -> new ids per row."""
 
@@ -201,7 +233,6 @@ class Backends:
             load_any(hf_dir), p, ExportOptions(validate=not args.no_validate, optimize=args.optimize)))
         hf = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
         self.vocab_size = hf.config.vocab_size
-        ort = open_export(onnx_dir, "cpu", RuntimeOptions(intra_op_threads=args.threads))
 
         def run_hf(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
             ids = torch.tensor(src)
@@ -209,14 +240,7 @@ class Backends:
                               max_new_tokens=k, min_new_tokens=k)
             return out[:, 1:].tolist()  # without the decoder start
 
-        def run_ort(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
-            # Greedy: the fast path (argmax in the graph), EOS ignored rather than banned: the same k steps
-            # of work as transformers'/CT2's banned EOS, without the logits going to the host for the ban.
-            # Beam search bans EOS like them (min_new_tokens), so its hypotheses are comparable.
-            config = GREEDY if beams == 1 else GREEDY.replace(num_beams=beams, min_new_tokens=k)
-            return ort.generate_ids(src, max_new_tokens=k, stop_at_eos=False, config=config)
-
-        self.runs = {"transformers": run_hf, "ort": run_ort}
+        self.runs = {"transformers": run_hf, "ort": ort_run(onnx_dir, args.threads)}
         self.add_ctranslate2(hf.config, hf_dir, ct2_dir, args.threads)
         self.optimum: OptimumWorker | None = None
         if args.optimum_python:
@@ -229,21 +253,10 @@ class Backends:
     def add_ctranslate2(self, config: Any, hf_dir: Path, ct2_dir: Path, threads: int) -> None:
         tokenizer = IdTokenizer(config, UNK_ID[self.family])
         try:
-            import ctranslate2
-
             self.made["ct2_convert_s"] = prepared(ct2_dir, lambda p: convert_ct2(hf_dir, p, tokenizer))
-            translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
-                                                intra_threads=threads)
+            self.runs["ctranslate2"] = ct2_run(ct2_dir, tokenizer, threads)
         except Exception as exc:  # not installed, or a layout its converter refuses
             self.skip("ctranslate2", "CTranslate2", exc)
-            return
-
-        def run_ct2(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
-            results = translator.translate_batch([tokenizer.convert_ids_to_tokens(s) for s in src], beam_size=beams,
-                                                 max_decoding_length=k, min_decoding_length=k)
-            return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
-
-        self.runs["ctranslate2"] = run_ct2
 
     def add_optimum(self, python: Path, hf_dir: Path, cache: Path, threads: int) -> None:
         try:
@@ -265,8 +278,10 @@ class Backends:
             self.optimum.close()
 
 
-def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Warm-up (output lengths checked), then --repeat rounds of every backend in turn."""
+def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse.Namespace,
+            reference: str = "transformers") -> dict[str, Any]:
+    """Warm-up (output lengths checked), then --repeat rounds of every backend in turn. `backends`: anything
+    with Backends' `family`, `runs` and `seconds`; each backend's rows are compared with `reference`'s."""
     n, outputs = args.new_tokens, {}
     for name, run in backends.runs.items():
         for k in (1, n):
@@ -285,8 +300,8 @@ def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse
                         "total_ms_p50": 1e3 * statistics.median(s["total_s"]),
                         "first_ms_p50": 1e3 * statistics.median(s["first_s"]),
                         "ms_per_generated_token_p50": statistics.median(step_ms) / len(src),
-                        # rows equal to transformers' (random weights: near ties may differ at float precision)
-                        "same_as_transformers": sum(a == b for a, b in zip(outputs[name], outputs["transformers"]))
+                        # rows equal to the reference's (random weights: near ties may differ at float precision)
+                        f"same_as_{reference}": sum(a == b for a, b in zip(outputs[name], outputs[reference]))
                         / len(src)}
     return result
 

@@ -209,7 +209,7 @@ def _static_inputs(model: Transformer, args: tuple[torch.Tensor, ...], gen: torc
     return (ids, src_mask, cache_len, *caches, *cross)
 
 
-def _compare_grouped(stats: dict[str, "_Stat"], session: ort.InferenceSession, model: Transformer,
+def _compare_grouped(stats: dict[str, _Stat], session: ort.InferenceSession, model: Transformer,
                      cross: tuple[torch.Tensor, ...], seed: int, tol: tuple[float, float]) -> None:
     """The decoder with GROUPED_CASES' rows per source, on the encoder outputs `cross` of the sources."""
     gen = torch.Generator().manual_seed(seed + 1)  # not `gen`: its draws make the greedy check's sources
