@@ -21,8 +21,8 @@ import time
 from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
 from tfm_export.runtime import beam, cache, head, reorder
 
-PARTS = {"decoder": (cache._GrowingState, "_run"), "head": (head.BeamHead, "__call__"),
-         "gather": (reorder.RowGather, "__call__"), "host advance": (beam.BeamSearch, "advance"),
+PARTS = {"decoder": (cache.GrowingState, "step"), "head": (head.BeamHead, "__call__"),
+         "gather": (reorder.RowGather, "__call__"), "host advance": (beam.BeamSearch, "advance_logits"),
          "merge": (beam.BeamSearch, "_select")}
 
 
@@ -56,12 +56,11 @@ def main() -> None:
     sources = [[rng.randrange(4, model.config.src_vocab_size) for _ in range(32)] for _ in range(args.batch)]
     spent: dict[str, float] = collections.defaultdict(float)
     timers(spent)
-    with_head = cache._GrowingState.top
     runs: dict[str, list[dict[str, float]]] = {"device head": [], "host": []}
     for i in range(args.repeat + 1):  # the first round warms up
         for mode in runs:
-            # Without `top` the search loop takes the logits to the host (runtime.search._advance).
-            cache._GrowingState.top = with_head if mode == "device head" else None
+            # Without the device head the strategy takes the logits to the host (runtime.beam.BeamSearch.advance).
+            cache.GrowingState.device_top = mode == "device head"
             spent.clear()
             start = time.perf_counter()
             model.generate_ids(sources, args.new_tokens, stop_at_eos=False, config=GREEDY.replace(num_beams=args.num_beams))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tfm_export.errors import InputError, ManifestError
 from tfm_export.manifest import load_manifest
 from tfm_export.runtime import open_export
-from tfm_export.runtime.decoding import pad_batch
+from tfm_export.runtime.sources import pad_batch
 from tfm_export.text.tokenizer import EOS, SPECIALS, CharTokenizer, tokenizer_from_dict
 
 FUZZ = settings(max_examples=50, deadline=None, derandomize=True,  # the same examples on every run

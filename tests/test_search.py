@@ -54,7 +54,7 @@ ORACLE_SETTINGS = [dict(num_beams=4, num_return_sequences=4), dict(num_beams=3, 
 def test_beam_search_equals_the_plain_oracle(eos_model, settings):
     model, runtime = eos_model
     config = GenerationConfig(max_new_tokens=10, **settings)
-    src = torch.from_numpy(runtime._batch(SOURCES))
+    src = torch.from_numpy(runtime.source_input(SOURCES))
     expected = [[(h.ids, h.score) for h in row] for row in beam_search_oracle(model, src, 10, config)]
     if config.length_penalty <= 1:  # (a higher penalty favours the long beams)
         assert any(len(h[0]) < 9 for row in expected for h in row)  # some beams end on EOS early
@@ -91,7 +91,7 @@ def test_exports_with_encoder_outputs_per_row_search_the_same(eos_model, monkeyp
     original = reorder.RowGather.__call__
     monkeypatch.setattr(reorder.RowGather, "__call__", lambda self, values, index: calls.append(len(values))
                         or original(self, values, index))
-    monkeypatch.setattr(runtime._search_cache, "per_source", False)  # as open_export sets it for old exports
+    monkeypatch.setattr(runtime.growing, "per_source", False)  # as open_export sets it for old exports
     def pairs(hyps):  # `same`'s form of the expected side
         return [[(h.ids, h.score) for h in row] for row in hyps]
 
@@ -113,7 +113,7 @@ def test_generate_greedy_equals_generate_ids_with_scores(eos_model):
     greedy = runtime.generate(SOURCES, max_new_tokens=10)
     assert [h[0].ids for h in greedy] == runtime.generate_ids(SOURCES, 10)
     # A greedy score is the sum of the chosen ids' log-probabilities (EOS included).
-    src = torch.from_numpy(runtime._batch(SOURCES))
+    src = torch.from_numpy(runtime.source_input(SOURCES))
     for i, hyps in enumerate(greedy):
         ids = hyps[0].ids + ([model.config.eos_id] if len(hyps[0].ids) < 10 else [])
         tgt = torch.tensor([[model.config.bos_id] + ids])

@@ -47,10 +47,10 @@ def test_every_strategy_decodes_in_the_batch_like_a_direct_call(static_export, m
     steps, widest = [], [0]
     step = engine.rows.step
 
-    def counted(tokens, cache_len):
+    def counted(tokens):
         steps.append(1)
         widest[0] = max(widest[0], engine.active)
-        return step(tokens, cache_len)
+        return step(tokens)
 
     engine.rows.step = counted
     results: dict = {}
@@ -77,7 +77,7 @@ def test_beam_groups_pick_on_the_device_unless_a_processor_needs_whole_rows(stat
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=16, max_queue=64)))
     runs, host = [], []
     top, logits = engine.rows.top, engine.rows.logits
-    engine.rows.top = lambda rows, *a: runs.append(len(rows)) or top(rows, *a)
+    engine.rows.top = lambda *a, rows: runs.append(len(rows)) or top(*a, rows=rows)
     engine.rows.logits = lambda: host.append(1) or logits()
     model, results = engine.model, {}
     options = [{"num_beams": 4}, {"num_beams": 2, "length_penalty": 0.6}, {"num_beams": 4, "min_new_tokens": 4},
@@ -127,8 +127,8 @@ def test_device_reorder_gathers_into_the_other_cache_set(static_export, monkeypa
     monkeypatch.setattr(rows_module, "open_rows", device_rows)
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=12, max_queue=64)))
     gathers = []
-    gather = made[0]._gather
-    made[0]._gather = lambda values, index, out=None: gathers.append(out is not None) or gather(values, index, out)
+    gather = made[0]._device_gather
+    made[0]._device_gather = lambda values, index, out=None: gathers.append(out is not None) or gather(values, index, out)
     results: dict = {}
     jobs = mixed_jobs(engine.model, 28, 11, results)
     engine.start()

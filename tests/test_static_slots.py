@@ -71,7 +71,7 @@ def test_in_flight_batching_over_fewer_slots_matches_serial(slots_export, rows):
 def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
     """HostRows spans the longest source it holds (rounded up to 16): it grows when a long source joins,
     shrinks when it leaves, and the other rows' tokens do not change."""
-    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.sources import source_batch
     from tfm_export.runtime.rows import open_rows
 
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
@@ -81,15 +81,16 @@ def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
     rows.bind([1], source_batch([short], cfg))
     rows.bind([0], source_batch([long], cfg))
     assert rows.width == 48
-    tokens, cache_len, got, widths = np.full(2, cfg.bos_id), np.zeros(2, dtype=np.int64), [[], []], []
+    tokens, got, widths = np.full(2, cfg.bos_id), [[], []], []
     for step in range(SLOTS):
         if step == 4:  # the long row leaves
             rows.release(0)
-        next_ids = rows.step(tokens, cache_len)
+        rows.step(tokens)  # each row at its own position (rows.positions)
+        next_ids = rows.next_ids()
         widths.append(rows.width)
         for row in (0, 1):
             got[row].append(int(next_ids[row]))
-        tokens, cache_len = next_ids, cache_len + 1
+        tokens = next_ids
     assert widths == [48] * 4 + [16] * (SLOTS - 4)
     serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
     assert got[0][:4] == serial.generate_ids([long], 4, stop_at_eos=False)[0]
@@ -99,7 +100,7 @@ def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
 def test_in_flight_rows_step_only_up_to_the_last_bound_row(slots_export):
     """A step runs the bound rows' prefix of the batch (rounded up to ROW_BUCKET), not every row: a
     row bound past the others widens it, its leaving narrows it, and each row's tokens equal serial."""
-    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.sources import source_batch
     from tfm_export.runtime.rows import ROW_BUCKET, open_rows
 
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
@@ -107,18 +108,19 @@ def test_in_flight_rows_step_only_up_to_the_last_bound_row(slots_export):
     rows = open_rows(model.cache, batch, 16)
     rows.bind([0], source_batch([SOURCES[0]], cfg))
     rows.bind([high], source_batch([SOURCES[1]], cfg))
-    tokens, cache_len = np.full(batch, cfg.tgt_pad_id), np.zeros(batch, dtype=np.int64)
+    tokens = np.full(batch, cfg.tgt_pad_id)
     tokens[[0, high]] = cfg.bos_id
     got, stepped = {0: [], high: []}, []
     for step in range(SLOTS):
-        if step == 3:  # the high row leaves
+        if step == 3:  # the high row leaves (release puts it back at position 0)
             rows.release(high)
-            tokens[high], cache_len[high] = cfg.tgt_pad_id, 0
+            tokens[high] = cfg.tgt_pad_id
         stepped.append(rows._stepped())
-        next_ids = rows.step(tokens, cache_len)
+        rows.step(tokens)
+        next_ids = rows.next_ids()
         for row in got if step < 3 else (0,):
             got[row].append(int(next_ids[row]))
-            tokens[row], cache_len[row] = next_ids[row], cache_len[row] + 1
+            tokens[row] = next_ids[row]
     assert stepped == [batch] * 3 + [ROW_BUCKET] * (SLOTS - 3)
     serial = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
     assert got[high] == serial.generate_ids([SOURCES[1]], 3, stop_at_eos=False)[0]
@@ -131,7 +133,7 @@ def test_in_flight_rows_write_the_cache_in_place_through_one_fused_node_per_laye
     slot as it was (no host write, no second cache)."""
     import onnx
 
-    from tfm_export.runtime.decoding import source_batch
+    from tfm_export.runtime.sources import source_batch
     from tfm_export.runtime.rows import HostRows, open_rows
 
     graph = onnx.load(str(slots_export / "decoder_rows.onnx")).graph
@@ -145,7 +147,8 @@ def test_in_flight_rows_write_the_cache_in_place_through_one_fused_node_per_laye
     rows.bind([0, 1], source_batch(SOURCES[:2], model.config))
     past[1, :, 5:] = 7.0  # filled-looking slots beyond row 1's cache_len: never read, never written
     before = past.copy()
-    rows.step(np.array([model.config.bos_id] * 2), np.array([0, 4]))
+    rows.positions[:] = [0, 4]  # row 1 four tokens in
+    rows.step(np.array([model.config.bos_id] * 2))
     changed = np.argwhere((past != before).any(axis=(1, 3)))  # (row, slot) pairs written by the step
     assert changed.tolist() == [[0, 0], [1, 4]]
 
@@ -177,7 +180,7 @@ def test_a_server_sized_to_shorter_sources_matches_serial_and_names_its_limit(sl
 
 
 def test_the_runtime_checks_decode_the_in_flight_rows_like_the_growing_cache(slots_export):
-    from tfm_export.runtime.rows import greedy_in_rows
+    from tfm_export.runtime.verify import greedy_in_rows
     from tfm_export.runtime.verify import format_verification, verify_export
 
     report = verify_export(slots_export)  # max_new_tokens 32 is capped at the static decoder's 12 slots

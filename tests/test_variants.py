@@ -83,7 +83,8 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
     """--optimize --cuda-graph keeps decoder_rows.onnx (the server's in-flight rows on CPU), fused like
     the others, and its rows decode like the plain export; int8 keeps decoder_static alone, and the
     runtime checks report (not fail) its rows, whose activation scales span the batch."""
-    from tfm_export.runtime.rows import open_rows, greedy_in_rows
+    from tfm_export.runtime.rows import open_rows
+    from tfm_export.runtime.verify import greedy_in_rows
     from tfm_export.runtime.verify import format_verification, verify_export
 
     out = tmp_path / "opt_rows"
@@ -342,8 +343,8 @@ def test_a_capturing_model_runs_its_searches_and_greedy_calls_by_turns(static32)
     from tfm_export.runtime.exported import ExportedModel
 
     model = open_export(static32[0], "cpu", RuntimeOptions(cuda_graph=True))
-    assert model._search_cache.lock is not model.cache.lock  # CPU: nothing is captured, calls run side by side
+    assert model.growing.lock is not model.static_cache.lock  # CPU: nothing is captured, calls run side by side
     model.cache.capture = True  # as on CUDA
     sessions = {"encoder": model.encoder, "decoder": model.decoder}
     capturing = ExportedModel(model.folder, model.manifest, model.device, sessions, model.cache)
-    assert capturing._search_cache.lock is capturing.cache.lock
+    assert capturing.growing.lock is capturing.static_cache.lock

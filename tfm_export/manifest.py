@@ -145,6 +145,12 @@ class Manifest:
         return {"src_pad": cfg.src_pad_id, "tgt_pad": cfg.tgt_pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id}
 
     @property
+    def encoder_input(self) -> TensorSpec:
+        """What the encoder reads (its name, element type and axes): token ids (export.specs.TOKEN_IDS) for
+        every model today; every runner feeds the encoder by this declaration."""
+        return self.graphs["encoder"].spec.inputs[0]
+
+    @property
     def cache_dtype(self) -> str:
         """dtype of the self-attention caches (float16 exports keep them float16)."""
         return self.graphs["decoder"].spec.tensor("past.0.self.key").dtype

@@ -31,7 +31,6 @@ from ..model.eager import EagerModel
 from ..model.generate import greedy_decode
 from ..model.transformer import Transformer
 from ..runtime import GREEDY, GenerationConfig, RuntimeOptions, open_export
-from ..runtime.search import search
 from ..runtime.static import static_slots
 
 GREEDY_SOURCES = 16
@@ -85,11 +84,10 @@ def compare_default(folder: Path, manifest: Manifest, model: Transformer, source
     runtime = open_export(folder, device=device, options=QUIET, manifest=manifest)
     numeric: dict[str, Any] = {}
     if config.num_beams > 1:
-        records: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
-        steps = runtime.steps_for(config)
-        got = search(_Recording(runtime._search_cache, records), runtime._batch(sources), steps, config, model.config)
-        ref = beam_search_oracle(model, _padded(sources, model), steps, config,
-                                 lambda b, prefix: records.get((b, prefix)), numeric)
+        recording = _Recording(config.num_beams)
+        got = runtime.generate(sources, config, observer=recording)
+        ref = beam_search_oracle(model, _padded(sources, model), runtime.steps_for(config), config,
+                                 lambda b, prefix: recording.records.get((b, prefix)), numeric)
         reference = "eager beam search oracle (on the runtime's logits)"
     else:
         got = runtime.generate(sources, config)
@@ -110,32 +108,22 @@ def _same_hypotheses(got: list[Any], want: list[Any]) -> bool:
 
 
 class _Recording:
-    """The runtime's search cache, its states recording each row's logits by (source, prefix) (the host
-    path: the oracle needs whole rows)."""
+    """A runtime.decoding.Observer recording each row's logits by (source, prefix): the oracle decides on
+    them. A source's beams share their first prefixes: one copy each."""
 
-    def __init__(self, cache: Any, records: dict[tuple[int, tuple[int, ...]], np.ndarray]):
-        self.cache, self.records, self.lock = cache, records, cache.lock
+    def __init__(self, expand: int):
+        self.expand = expand  # decoder rows per source
+        self.records: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        self.prefixes: list[list[int]] = []  # each row's ids fed so far
 
-    def start_search(self, src: Any, expand: int) -> "_RecordingState":
-        return _RecordingState(self.cache.start_search(src, expand), expand, src.shape[0] * expand, self.records)
-
-
-class _RecordingState:
-    def __init__(self, state: Any, expand: int, rows: int, records: dict):
-        self.state, self.expand, self.records = state, expand, records
-        self.prefixes: list[list[int]] = [[] for _ in range(rows)]  # each row's ids fed so far
-
-    def logits(self, tokens: np.ndarray) -> np.ndarray:
-        self.prefixes = [prefix + [int(t)] for prefix, t in zip(self.prefixes, tokens[:, 0])]
-        out = self.state.logits(tokens)  # (rows, vocab)
+    def step(self, tokens: np.ndarray, state: Any) -> None:
+        self.prefixes = [prefix + [int(t)] for prefix, t in
+                         zip(self.prefixes or [[] for _ in tokens], tokens.reshape(-1))]
+        out = state.logits()  # (rows, vocab)
         for row, prefix in enumerate(self.prefixes):
-            key = (row // self.expand, tuple(prefix))
-            if key not in self.records:  # a source's beams share their first prefixes: one copy each
-                self.records[key] = out[row].copy()
-        return out
+            self.records.setdefault((row // self.expand, tuple(prefix)), out[row].copy())
 
     def reorder(self, beam_idx: np.ndarray) -> None:
-        self.state.reorder(beam_idx)
         self.prefixes = [self.prefixes[i] for i in beam_idx]
 
 

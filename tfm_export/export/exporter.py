@@ -31,7 +31,7 @@ from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
 from .variants import transform_graphs, variant_of
 from ..model.transformer import Transformer
-from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec
+from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, TOKEN_IDS, GraphSpec
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
     module = GRAPH_MODULES[spec.name](model).eval()
     cfg = model.config
     slots = spec.tensor("past.0.self.key").shape[2] if spec.name in SLOT_GRAPHS else cfg.max_len
-    args = example_inputs(spec, {"src_ids": cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots})
+    args = example_inputs(spec, {TOKEN_IDS.name: cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots})
     path = folder / spec.file
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with _quiet_exporter():

@@ -34,13 +34,18 @@ def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: s
     return [TensorSpec(n, dtype, (batch, heads, length, head_dim)) for n in names]
 
 
+# The encoder's input when it reads token ids (every model today): the one place its name, element type and
+# axes are written. Runners read it back from the manifest (Manifest.encoder_input), never assume it.
+TOKEN_IDS = TensorSpec("src_ids", "int64", ("batch", "src_len"))
+
+
 def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
-    """src_ids -> src_mask and every decoder layer's cross-attention keys/values."""
+    """TOKEN_IDS -> src_mask and every decoder layer's cross-attention keys/values."""
     h, d = config.n_heads, config.head_dim
     outputs = [TensorSpec("src_mask", "bool", ("batch", "src_len"))]
     for i in range(config.n_decoder_layers):
         outputs += _kv(cross_names(i), h, "src_len", d, dtype)
-    return GraphSpec("encoder", "encoder.onnx", (TensorSpec("src_ids", "int64", ("batch", "src_len")),),
+    return GraphSpec("encoder", "encoder.onnx", (TOKEN_IDS,),
                      tuple(outputs))
 
 

@@ -11,9 +11,10 @@ import torch
 
 from .checkpoint import Checkpoint
 from ..runtime.api import GenerateMixin
-from ..runtime.decoding import DecodeTimings, greedy_loop, source_batch
+from ..runtime.decoding import DecoderCache
 from ..runtime.device import device_kind
 from ..runtime.generation import GenerationConfig
+from ..runtime.sources import source_batch
 from ..errors import DeviceError
 from .generate import EagerCache
 from .transformer import Transformer
@@ -40,7 +41,7 @@ class EagerModel(GenerateMixin):
         self.config = model.config
         self._tokenizer, self._tokenizer_folder = tokenizer, tokenizer_folder
         self.generation = generation or GenerationConfig()
-        self._search_cache = EagerCache(self.model)
+        self.cache = EagerCache(self.model)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":
@@ -61,10 +62,8 @@ class EagerModel(GenerateMixin):
         folder = Path(self._tokenizer_folder) if self._tokenizer_folder else None
         return tokenizer_from_dict(self._tokenizer, folder)
 
-    def _batch(self, sources: Sequence[Sequence[int]]) -> torch.Tensor:
+    def source_input(self, sources: Sequence[Sequence[int]]) -> torch.Tensor:
         return torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
 
-    @torch.no_grad()
-    def _greedy(self, src: torch.Tensor, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
-                first_token: int | None = None) -> list[list[int]]:
-        return greedy_loop(self._search_cache, src, steps, self.config, stop_at_eos, timings, first_token)
+    def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        return self.cache

@@ -8,7 +8,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..runtime.decoding import DecodeTimings, greedy_loop, resolve_max_new_tokens, trim
+from ..runtime.decoding import DecodeTimings, run
+from ..runtime.sources import resolve_max_new_tokens, trim
+from ..runtime.strategies import Greedy
 from ..errors import InputError
 from .transformer import Transformer
 
@@ -28,39 +30,45 @@ class EagerCache:
     def __init__(self, model: Transformer):
         self.model = model
 
-    def start(self, src_ids: Tensor) -> "_EagerState":
-        return _EagerState(self.model, src_ids)
-
     @torch.no_grad()
-    def start_search(self, src_ids: Tensor, expand: int) -> "_EagerState":
-        """runtime.search: each source's encoder outputs repeated `expand` times (beams, samples)."""
-        return _EagerState(self.model, src_ids, expand)
+    def start(self, src_ids: Tensor, expand: int = 1) -> "EagerState":
+        """Each source's encoder outputs repeated `expand` times (beams, samples)."""
+        return EagerState(self.model, src_ids, expand)
 
 
-class _EagerState:
+class EagerState:
+    """A runtime.decoding.DecoderState on PyTorch: the strategies read the logits on the host (no device head)."""
+
+    device_top = False
+
     def __init__(self, model: Transformer, src_ids: Tensor, expand: int = 1):
         self.model, self.device = model, src_ids.device
         memory, self.src_mask = model.encode(src_ids)
         memory, self.src_mask = memory.repeat_interleave(expand, 0), self.src_mask.repeat_interleave(expand, 0)
         self.cross = model.cross_kv(memory)
         self.past = model.empty_cache(memory.shape[0], src_ids.device, memory.dtype)
+        self.out: Tensor | None = None  # the last step's logits (rows, tgt_vocab), on the model's device
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # CUDA runs async: the queued encoder work belongs to encoder_s
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = torch.from_numpy(tokens).to(self.device)  # (batch, 1)
-        logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
-        return self.model.pick(logits).cpu().numpy()  # (batch,): waits for the step on CUDA
+    @torch.no_grad()
+    def step(self, tokens: np.ndarray) -> None:
+        ids = torch.from_numpy(tokens.reshape(-1, 1)).to(self.device)  # (rows, 1)
+        self.out, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
 
     @torch.no_grad()
-    def logits(self, tokens: np.ndarray) -> np.ndarray:
-        """runtime.search: the step's logits (rows, tgt_vocab) as float32 numpy."""
-        ids = torch.from_numpy(tokens).to(self.device)  # (rows, 1)
-        logits, self.past = self.model.decode(ids, self.src_mask, self.cross, self.past, last_only=True)
-        return logits.float().cpu().numpy()
+    def next_ids(self) -> np.ndarray:
+        return self.model.pick(self.out).cpu().numpy()  # (rows,): waits for the step on CUDA
+
+    def logits(self) -> np.ndarray:
+        """The step's logits (rows, tgt_vocab) as float32 numpy."""
+        return self.out.float().cpu().numpy()
+
+    def top(self, bias, width: int, renormalize: bool):
+        raise NotImplementedError("the eager state has no device head: strategies take its logits")
 
     def reorder(self, beam_idx: np.ndarray) -> None:
-        """runtime.search: cache row r becomes row beam_idx[r] (rows,), on the model's device."""
+        """Cache row r becomes row beam_idx[r] (rows,), on the model's device."""
         index = torch.from_numpy(beam_idx).to(self.device)
         self.past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.past]
 
@@ -72,7 +80,7 @@ def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | Non
 
     Rows stop at EOS (`stop_at_eos`); the batch stops when every row has. With
     `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks, which pass `timings`).
-    The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.greedy_loop).
+    The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.decode with its Greedy strategy).
     """
     cfg = model.config
     check_ids(src_ids, cfg.src_vocab_size, "source")
@@ -80,8 +88,9 @@ def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | Non
         raise InputError(f"source length {src_ids.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
                          f"shorten or split the input")
     steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
-    rows = greedy_loop(EagerCache(model), src_ids, steps, cfg, stop_at_eos, timings)
-    return [trim(row, cfg.eos_id) if stop_at_eos else row for row in rows]
+    greedy = Greedy(src_ids.shape[0], steps, cfg, stop_at_eos)
+    run(EagerCache(model), src_ids, greedy, timings)
+    return [trim(row, cfg.eos_id) if stop_at_eos else row for row in greedy.generated()]
 
 
 @torch.no_grad()

@@ -1,9 +1,9 @@
 """`generate`, `generate_ids`, `translate` and `stream`: one front end for the ONNX and eager runners.
 
 A runner (runtime.exported.ExportedModel, model.eager.EagerModel) provides its config, default
-`generation` settings, tokenizer, `_batch` (ids -> its source tensor), `_greedy` (the fast greedy
-loop) and `_search_cache` (runtime.search); this mixin turns options into a GenerationConfig and
-picks the loop. Torch-free.
+`generation` settings, tokenizer, `source_input` (ids -> its encoder input) and `cache_for` (the
+runtime.decoding.DecoderCache a decode runs on); this mixin turns options into a GenerationConfig,
+picks the strategy (runtime.strategies) and runs the one driver (runtime.decoding.decode). Torch-free.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
-from .decoding import DecodeTimings, resolve_max_new_tokens, trim
+from .decoding import DecodeTimings, DecoderCache, Observer, decode, run
 from .generation import GenerationConfig, Hypothesis
-from .search import search, search_steps
+from .sources import resolve_max_new_tokens, trim
+from .strategies import Greedy, strategy_for
 
 
 class GenerateMixin:
@@ -23,12 +24,13 @@ class GenerateMixin:
     generation: GenerationConfig  # defaults: the export's `generation` section, else greedy
     tokenizer: Any
 
-    def _batch(self, sources: Sequence[Sequence[int]]) -> Any: ...
+    def source_input(self, sources: Sequence[Sequence[int]]) -> Any:
+        """The checked sources as the runner's encoder input (batch, src_len) (runtime.sources)."""
+        ...
 
-    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
-                first_token: int | None = None) -> list[list[int]]: ...
-
-    _search_cache: Any
+    def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        """The decoder cache a decode of `config` for `steps` tokens runs on."""
+        ...
 
     def generation_config(self, config: GenerationConfig | None = None, **options: Any) -> GenerationConfig:
         """`config` (default: this model's `generation`) with `options` (None values ignored) applied."""
@@ -49,15 +51,18 @@ class GenerateMixin:
         return self.config.max_len, "the model's max_len"
 
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
-                 timings: DecodeTimings | None = None, row_offset: int = 0, **options: Any) -> list[list[Hypothesis]]:
+                 timings: DecodeTimings | None = None, row_offset: int = 0, observer: Observer | None = None,
+                 **options: Any) -> list[list[Hypothesis]]:
         """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
 
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
         these sources are the rows from row_offset on of a larger call, whose samples they reproduce
-        (a server decoding one source of a request alone)."""
+        (a server decoding one source of a request alone). `observer` watches every step
+        (runtime.decoding.Observer: export validation records the logits)."""
         config = self.generation_config(config, **options)
-        return search(self._search_cache, self._batch(sources), self.steps_for(config), config, self.config,
-                      timings, row_offset)
+        src, steps = self.source_input(sources), self.steps_for(config)
+        strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)
+        return run(self.cache_for(config, steps), src, strategy, timings, observer)
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None,
@@ -65,15 +70,17 @@ class GenerateMixin:
         """The best hypothesis' ids per source (without BOS/EOS). With `stop_at_eos=False` every row
         gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
-        src, steps = self._batch(sources), self.steps_for(config)
+        src, steps = self.source_input(sources), self.steps_for(config)
         # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
         forced = stop_at_eos and config.forced_eos
         if config.is_greedy or (forced and config.replace(forced_eos=False).is_greedy):
-            rows = self._greedy(src, steps - forced, stop_at_eos, timings, config.forced_bos_token_id)
-            return [trim(r, self.config.eos_id) if stop_at_eos else r for r in rows]
+            greedy = Greedy(src.shape[0], steps - forced, self.config, stop_at_eos, config.forced_bos_token_id)
+            run(self.cache_for(config, steps - forced), src, greedy, timings)
+            return [trim(r, self.config.eos_id) if stop_at_eos else r for r in greedy.generated()]
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)
-        hyps = search(self._search_cache, src, steps, config, self.config, timings)
+        hyps = run(self.cache_for(config, steps), src, strategy_for(src.shape[0], steps, config, self.config),
+                   timings)
         return [h[0].ids for h in hyps]
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
@@ -112,16 +119,16 @@ class GenerateMixin:
 
 def _ids_stream(model: GenerateMixin, ids: list[int], config: GenerationConfig) -> Iterator[int]:
     """The new ids of one source as they are decided (all at the end for beam search)."""
-    strategy = None
+    src, steps = model.source_input([ids]), model.steps_for(config)
+    strategy = strategy_for(1, steps, config, model.config)
     eos = model.config.eos_id
-    for strategy in search_steps(model._search_cache, model._batch([ids]), model.steps_for(config), config,
-                                 model.config):
+    for strategy in decode(model.cache_for(config, steps), src, strategy):
         if config.num_beams == 1:
             token = int(strategy.ids[0, strategy.step - 1])
             if token == eos:
                 break
             yield token
-    if strategy is not None and config.num_beams > 1:
+    if config.num_beams > 1:
         yield from strategy.results()[0][0].ids
 
 

@@ -19,13 +19,14 @@ Per source b, `num_beams` K running beams; each step, for decoder row (b, k):
 The result per source is its slots, best first. Cache rows follow their beams: `advance` returns
 for each next decoder row the row it continues (`beam_idx`), which the caller gathers on the device.
 
-Two ways in, one selection (`_select`, steps 2-7): `advance` takes the logits (rows, vocab) to the
-host (any processor; the eager runner); `advance_top` takes each row's 2K best log-probabilities and
-ids, picked on the device by runtime.head under `head_bias` (processors.bias_key; ONNX Runtime, when
-no processor needs the whole row), so that only (rows, 2K) ids and scores cross. Both give the same
+Two ways in, one selection (`_select`, steps 2-7): `advance_logits` takes the logits (rows, vocab) to
+the host (any processor; the eager runner); `advance_top` takes each row's 2K best log-probabilities
+and ids, picked on the device by runtime.head under `head_key` (processors.bias_key; ONNX Runtime, when
+no processor needs the whole row), so that only (rows, 2K) ids and scores cross. `advance` picks
+between them for a step of runtime.decoding. Both give the same
 candidates: a source's 2K best are among each of its rows' 2K best, and adding a row's running score
 keeps the row's order. (Only a float64 rounding of `logp + running score` that makes two distinct values equal
-at the 2K-th place could pick another id; `advance` ranks after the addition, as transformers does.)
+at the 2K-th place could pick another id; `advance_logits` ranks after the addition, as transformers does.)
 
 Scores are float64 throughout (transformers uses float32: only exact near-ties can differ, the tests
 show equal tokens and scores within 1e-4). A port (runtimes/) computing log_softmax with a plain
@@ -36,10 +37,12 @@ renormalize_logits the scores are log-softmaxed again after every processor (run
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .generation import GenerationConfig, Hypothesis
-from .processors import BiasKey, bias_array, bias_key, log_softmax, needs_rows, process, process_top
+from .processors import BiasKey, bias_key, log_softmax, needs_rows, process, process_top
 
 OFFSET = 1e9  # transformers' "very large negative value" for excluded candidates and empty slots
 
@@ -68,12 +71,13 @@ def _take(array: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 class BeamSearch:
-    """The state of one batched beam search; `advance` takes each step's logits (see the module docstring)."""
+    """The state of one batched beam search; `advance` takes each step (see the module docstring)."""
 
     def __init__(self, batch: int, steps: int, config: GenerationConfig, bos_id: int, eos_id: int, pad_id: int,
-                 banned: tuple[int, ...] = ()):
+                 banned: tuple[int, ...] = (), vocab: int | None = None):
+        """`vocab`: the target vocabulary's size (for `advance` from the device's candidates)."""
         k = config.num_beams
-        self.batch, self.k, self.steps, self.config = batch, k, steps, config
+        self.batch, self.k, self.steps, self.config, self.vocab = batch, k, steps, config, vocab
         self.bos_id, self.eos_id, self.banned = bos_id, eos_id, banned  # banned: the model's suppress_ids
         self.rows = batch * k  # decoder rows: source b's beams are rows b*K .. b*K + K-1
         self.run_ids = np.full((batch, k, steps), pad_id, dtype=np.int64)  # (batch, beams, steps)
@@ -98,19 +102,23 @@ class BeamSearch:
         """Candidates per decoder row: 2K (a source's 2K best can all come from one beam)."""
         return 2 * self.k
 
-    def head_bias(self, vocab: int) -> np.ndarray | None:
-        """The step's (vocab,) ban for runtime.head's device-side top-k, or None when a processor needs
-        the whole row (then `advance` takes the logits)."""
-        key = self.head_key()
-        return None if key is None else bias_array(vocab, key)
-
     def head_key(self) -> BiasKey | None:
-        """`head_bias` as processors.bias_key (None: the host path), for callers that share head runs."""
+        """The step's ban as processors.bias_key for the device-side head (None: a processor needs the whole
+        row, so `advance` takes the logits); in-flight groups with equal keys share one head run."""
         if self.whole_rows:
             return None
         return bias_key(self.step, self.steps - 1, self.config, self.eos_id, self.banned)
 
-    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def advance(self, view: Any) -> tuple[np.ndarray, np.ndarray]:
+        """One step of a runtime.decoding.StepView: from the rows' best candidates picked on the device
+        when the state can and no processor needs whole rows, else from the logits on the host."""
+        key = self.head_key()
+        if key is not None and view.device_top:
+            logp, ids = view.top(key, self.width, self.config.renormalize_logits)
+            return self.advance_top(logp, ids, self.vocab)
+        return self.advance_logits(view.logits())
+
+    def advance_logits(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from (rows, vocab) logits -> (next ids (rows,), beam_idx (rows,): the row each continues)."""
         scores = process(log_softmax(logits), self.history(), self.step, self.steps - 1, self.config, self.eos_id,
                          self.banned)
@@ -121,7 +129,7 @@ class BeamSearch:
 
     def advance_top(self, logp: np.ndarray, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
         """`advance` from each row's 2K best log-probabilities (rows, 2K) float64 and their ids, best
-        first, under `head_bias` (runtime.head): the same candidates without the whole rows."""
+        first, under `head_key` (runtime.head): the same candidates without the whole rows."""
         logp = process_top(logp, ids, self.step, self.steps - 1, self.config, self.eos_id)
         return self._select(logp + self.run_scores.reshape(-1, 1), ids, vocab)
 

@@ -1,13 +1,12 @@
 """The growing-cache decoder (decoder.onnx) on ONNX Runtime, as a runtime.decoding.DecoderCache.
 
 Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the past/present
-caches, the cross keys/values and the logits stay on the GPU and only `next_ids` (batch,) crosses
-to the host each step. Each step's `present.*` is rebound as the next step's `past.*`. Torch-free.
-
-For runtime.search the same state also hands the logits to the host (`logits`: sampling, processors
-that need whole rows), or keeps them on the device and returns only each row's best candidates
-(`top`, runtime.head.BeamHead: beam search), and reorders its past rows on the device (`reorder`,
-runtime.reorder.RowGather).
+caches, the cross keys/values and the logits stay on the GPU. Each step's `present.*` is rebound as
+the next step's `past.*`, and a strategy (runtime.decoding) reads only what it needs of the step:
+`next_ids` (rows,) for greedy decoding, the logits on the host (sampling, processors that need whole
+rows), or each row's best candidates picked on the device (`top`, runtime.head.BeamHead: beam
+search); beam search reorders the past rows on the device (`reorder`, runtime.reorder.RowGather).
+Torch-free.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import onnxruntime as ort
 from ..config import TransformerConfig
 from .device import Device
 from .head import BeamHead
+from .processors import BiasKey
 from .reorder import RowGather
 
 
@@ -40,19 +40,17 @@ class GrowingCache:
     lock = nullcontext()  # nothing is shared between calls: each has its own binding
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, device: Device,
-                 config: TransformerConfig, cache_dtype: str, per_source: bool = False):
-        """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source)."""
+                 config: TransformerConfig, cache_dtype: str, per_source: bool = False, source_name: str = "src_ids"):
+        """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source);
+        `source_name`: the encoder's input (Manifest.encoder_input)."""
         self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config
-        self.per_source = per_source
+        self.per_source, self.source_name = per_source, source_name
         self.cache_dtype = np.dtype(cache_dtype)
         self.past_names = kv_names("past", config, "self.")
         self.present_names = kv_names("present", config, "self.")
         self.cross_names = kv_names("cross", config)
 
-    def start(self, src: np.ndarray) -> "_GrowingState":
-        return _GrowingState(self, self._encode(src), src.shape[0])
-
-    def start_search(self, src: np.ndarray, expand: int) -> "_GrowingState":
+    def start(self, src: np.ndarray, expand: int = 1) -> "GrowingState":
         """Encode once for `expand` decoder rows per source (beams, samples). A decoder that takes the
         encoder's outputs per source keeps them as they are: its rows attend to them by source, reading
         a source's cross keys/values once per step rather than once per beam. Older exports get each
@@ -61,7 +59,7 @@ class GrowingCache:
         if expand > 1 and not self.per_source:
             index = np.repeat(np.arange(src.shape[0]), expand)  # (batch * expand,): row i*expand+j is source i
             encoded = dict(zip(encoded, self.gather(list(encoded.values()), index)))
-        return _GrowingState(self, encoded, src.shape[0] * expand)
+        return GrowingState(self, encoded, src.shape[0] * expand)
 
     @cached_property
     def gather(self) -> RowGather:
@@ -79,7 +77,7 @@ class GrowingCache:
     def _encode(self, src: np.ndarray) -> dict[str, ort.OrtValue]:
         """Run the encoder once; its outputs stay on the device as OrtValues."""
         binding = self.encoder.io_binding()
-        binding.bind_ortvalue_input("src_ids", device_value(self.device, src))
+        binding.bind_ortvalue_input(self.source_name, device_value(self.device, src))
         names = [o.name for o in self.encoder.get_outputs()]
         for name in names:
             binding.bind_output(name, self.device.ort_type, self.device.index)
@@ -87,52 +85,50 @@ class GrowingCache:
         return dict(zip(names, binding.get_outputs()))
 
 
-class _GrowingState:
-    """One call's binding: encoder outputs bound once, past/present rebound every step."""
+class GrowingState:
+    """One call's binding (a runtime.decoding.DecoderState): encoder outputs bound once, past/present
+    rebound every step, every output left on the device until a strategy reads it."""
 
-    def __init__(self, cache: GrowingCache, encoded: dict[str, ort.OrtValue], batch: int):
-        """`batch`: the decoder rows (sources * rows per source)."""
+    device_top = True
+
+    def __init__(self, cache: GrowingCache, encoded: dict[str, ort.OrtValue], rows: int):
+        """`rows`: the decoder rows (sources * rows per source)."""
         cfg, self.cache = cache.config, cache
         # A per-call binding keeps concurrent requests on one session independent.
         self.binding = cache.decoder.io_binding()
         self.binding.bind_ortvalue_input("src_mask", encoded["src_mask"])
         for name in cache.cross_names:
             self.binding.bind_ortvalue_input(name, encoded[name])
-        empty = np.zeros((batch, cfg.n_heads, 0, cfg.head_dim), cache.cache_dtype)  # past_len = 0
+        empty = np.zeros((rows, cfg.n_heads, 0, cfg.head_dim), cache.cache_dtype)  # past_len = 0
         self.past = [device_value(cache.device, empty)] * len(cache.past_names)
+        self.outputs: dict[str, ort.OrtValue] = {}
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        """Greedy: only next_ids (batch,) crosses to the host."""
-        return self._run(tokens, on_host="next_ids")[1].numpy()  # (batch,)
+    def step(self, tokens: np.ndarray) -> None:
+        cache, binding, device = self.cache, self.binding, self.cache.device
+        binding.bind_ortvalue_input("input_ids", device_value(device, tokens.reshape(-1, 1)))  # (rows, tgt_len=1)
+        for name, value in zip(cache.past_names, self.past):
+            binding.bind_ortvalue_input(name, value)
+        binding.clear_binding_outputs()
+        for name in ("logits", "next_ids", *cache.present_names):
+            binding.bind_output(name, device.ort_type, device.index)
+        cache.decoder.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        self.outputs = {"logits": outputs[0], "next_ids": outputs[1]}
+        self.past = outputs[2:]  # present.* of this step: the next step's past.*
 
-    def logits(self, tokens: np.ndarray) -> np.ndarray:
-        """Search: the logits (rows, tgt_vocab) cross instead (on CPU they are host memory already)."""
-        return self._run(tokens, on_host="logits")[0].numpy()
+    def next_ids(self) -> np.ndarray:
+        """Greedy: only next_ids (rows,) crosses to the host."""
+        return self.outputs["next_ids"].numpy()
 
-    def top(self, tokens: np.ndarray, bias: np.ndarray, width: int, renormalize: bool = False
-            ) -> tuple[np.ndarray, np.ndarray]:
+    def logits(self) -> np.ndarray:
+        """The logits (rows, tgt_vocab) cross instead (on CPU they are host memory already)."""
+        return self.outputs["logits"].numpy()
+
+    def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
         """Beam search: each row's `width` best log-probabilities + bias (rows, width) float64 and their
         ids, picked on the device (runtime.head); the logits stay there."""
-        return self.cache.head(self._run(tokens, on_host=None)[0], bias, width, renormalize)
+        return self.cache.head.pick(self.outputs["logits"], bias, width, renormalize)
 
     def reorder(self, beam_idx: np.ndarray) -> None:
         """Beam search: row r of the past becomes row beam_idx[r], gathered on the device."""
         self.past = self.cache.gather(self.past, beam_idx)
-
-    def _run(self, tokens: np.ndarray, on_host: str | None) -> list[ort.OrtValue]:
-        cache, binding, device = self.cache, self.binding, self.cache.device
-        binding.bind_ortvalue_input("input_ids", device_value(device, tokens))
-        for name, value in zip(cache.past_names, self.past):
-            binding.bind_ortvalue_input(name, value)
-        binding.clear_binding_outputs()
-        for name in ("logits", "next_ids"):
-            if name == on_host:
-                binding.bind_output(name, "cpu")  # the one tensor that crosses to the host
-            else:
-                binding.bind_output(name, device.ort_type, device.index)
-        for name in cache.present_names:
-            binding.bind_output(name, device.ort_type, device.index)
-        cache.decoder.run_with_iobinding(binding)
-        outputs = binding.get_outputs()
-        self.past = outputs[2:]  # present.* of this step: the next step's past.*
-        return outputs

@@ -1,108 +1,95 @@
-"""Torch-free greedy decoding shared by the eager runner and the ONNX runtime: one loop, one bookkeeping.
+"""The one decode driver and the decoder-state protocol every cache implements. Torch-free.
 
-`greedy_loop` drives a `DecoderCache` (how a backend keeps its decoder state: the growing and the
-static ORT caches in runtime.cache / runtime.static, the eager model in model.generate) and records
-the chosen ids with `GreedyRows`.
+As onnxruntime-genai's `State::Run` under its `Search`, and CTranslate2's `DecoderState` under one
+`decode()`: a `DecoderCache` encodes a batch into a `DecoderState`; each step the state runs the
+decoder for all its rows, and a strategy (runtime.strategies: `Greedy` on the graph's own argmax,
+`TokenPicker` for sampling and processors, runtime.beam.`BeamSearch`) reads what it needs of the step
+(`next_ids`, `logits`, or each row's best candidates picked on the device with `top`) and says which
+row each next row continues; beam search then has the state `reorder` its rows on the device.
+
+The states are siblings: the growing cache (runtime.cache), the static cache and the in-flight rows
+(runtime.row_batch, runtime.rows: a call's rows are all bound at once, the server's join and leave),
+and the eager model (model.generate). `decode` is the loop of every direct call (generate,
+generate_ids, stream); the server's in-flight scheduler (runtime.inflight) steps the same states and
+strategies, its rows grouped by job.
 """
 
 from __future__ import annotations
 
-import operator
 import time
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
-from ..config import TransformerConfig
-from ..errors import InputError
+from .processors import BiasKey
 
 
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+class StepView(Protocol):
+    """What a strategy reads of one decoder step, for its rows."""
+
+    device_top: bool  # `top` picks on the device (ONNX Runtime); False: the strategy takes the logits
+
+    def next_ids(self) -> np.ndarray:
+        """(rows,) int64: the decoder's own argmax (greedy); the logits stay where they are."""
+        ...
+
+    def logits(self) -> np.ndarray:
+        """(rows, tgt_vocab): the step's logits on the host."""
+        ...
+
+    def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's `width` best log-probabilities under `bias` (float64) and their ids (rows, width),
+        picked where the logits are (runtime.head): only these cross to the host."""
+        ...
 
 
-def pad_batch(sources: Sequence[Sequence[int]], pad_id: int) -> list[list[int]]:
-    """Right-pad id lists to one length; anything but lists of int64 ids is an InputError."""
-    if len(sources) == 0:
-        raise InputError("no sources given; pass at least one sequence of token ids")
-    rows = [_ids(source, n) for n, source in enumerate(sources, 1)]
-    width = max(len(r) for r in rows)
-    if width == 0:
-        raise InputError("every source is empty; pass at least one token id")
-    return [r + [pad_id] * (width - len(r)) for r in rows]
+class DecoderState(StepView, Protocol):
+    """The decoder rows of one decode, after their sources were encoded."""
+
+    def step(self, tokens: np.ndarray) -> None:
+        """Feed each row's next input id (rows,) int64 and run one decoder step."""
+        ...
+
+    def reorder(self, beam_idx: np.ndarray) -> None:
+        """Beam search: row r continues the cache of row beam_idx[r] (rows,), gathered on the device."""
+        ...
 
 
-def _ids(source: Sequence[int], n: int) -> list[int]:
-    """One source as Python ints (numpy cannot hold ids beyond int64: OverflowError otherwise)."""
-    try:
-        ids = [operator.index(i) for i in source]
-    except TypeError:
-        raise InputError(f"source {n} is not a list of integer token ids") from None
-    if any(not INT64_MIN <= i <= INT64_MAX for i in ids):  # no str(id): huge ints cannot be printed
-        raise InputError(f"source {n} has a token id out of range (beyond 64-bit integers)")
-    return ids
+class DecoderCache(Protocol):
+    """A decoder with its cache policy: `start` encodes a batch; `lock` guards shared buffers."""
+
+    lock: AbstractContextManager[Any]
+
+    def start(self, src: Any, expand: int = 1) -> DecoderState:
+        """Encode (batch, src_len) sources into a state of batch * expand rows (source i's rows are
+        i*expand .. i*expand + expand-1: its beams or samples)."""
+        ...
 
 
-def source_batch(sources: Sequence[Sequence[int]], config: Any) -> np.ndarray:
-    """Sources padded into one (batch, src_len) int64 array, checked against the model's vocabulary and
-    max_len: the one source check of every runner (ONNX Runtime and eager)."""
-    src = np.asarray(pad_batch(sources, config.src_pad_id), dtype=np.int64)  # (batch, src_len)
-    bad = src[(src < 0) | (src >= config.src_vocab_size)]
-    if bad.size:
-        raise InputError(f"source id {int(bad[0])} is out of range for a vocabulary of "
-                         f"{config.src_vocab_size} ids")
-    if src.shape[1] > config.max_len:
-        raise InputError(f"source length {src.shape[1]} exceeds the model's max_len ({config.max_len}); "
-                         f"shorten or split the input")
-    return src
+class Strategy(Protocol):
+    """How the next ids of some rows are chosen (runtime.strategies, runtime.beam)."""
+
+    rows: int  # decoder rows it decides for
+    bos_id: int  # every row's first input
+    finished: bool
+
+    def advance(self, view: StepView) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows' next ids (rows,) and, for beam search, the row each continues (None: itself)."""
+        ...
+
+    def results(self) -> Any:
+        ...
 
 
-def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int,
-                           limit: str = "the model's max_len") -> int:
-    """Default to filling the position table; refuse a request that cannot fit."""
-    room = max_len - prefix_len + 1  # the last generated token is never fed back
-    if max_new_tokens is None:
-        return room
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if max_new_tokens > room:
-        raise InputError(f"max_new_tokens ({max_new_tokens}) does not fit {limit} ({max_len}); use at most {room}")
-    return max_new_tokens
+class Observer(Protocol):
+    """Watches a decode (export validation records each row's logits by its prefix)."""
 
+    def step(self, tokens: np.ndarray, state: DecoderState) -> None:
+        ...
 
-def trim(row: list[int], eos_id: int) -> list[int]:
-    """Cut a generated row at its first EOS (exclusive)."""
-    return row[: row.index(eos_id)] if eos_id in row else row
-
-
-class GreedyRows:
-    """The ids chosen so far by a batched greedy loop over numpy next_ids.
-
-    With `stop_at_eos`, a row that has emitted EOS gets `pad_id` from then on and the loop can stop
-    once every row has ended (`finished`).
-    """
-
-    def __init__(self, batch: int, steps: int, eos_id: int, pad_id: int, stop_at_eos: bool):
-        self.out = np.empty((batch, steps), dtype=np.int64)  # (batch, steps)
-        self.done = np.zeros(batch, dtype=bool)
-        self.eos_id, self.pad_id, self.stop_at_eos = eos_id, pad_id, stop_at_eos
-        self.taken = 0
-
-    def add(self, next_ids: np.ndarray) -> np.ndarray:
-        """Record one step's (batch,) ids; returns them as fed back (finished rows padded)."""
-        if self.stop_at_eos:
-            next_ids = np.where(self.done, self.pad_id, next_ids)
-            self.done |= next_ids == self.eos_id
-        self.out[:, self.taken] = next_ids
-        self.taken += 1
-        return next_ids
-
-    @property
-    def finished(self) -> bool:
-        return self.stop_at_eos and bool(self.done.all())
-
-    def rows(self) -> list[list[int]]:
-        return self.out[:, : self.taken].tolist()
+    def reorder(self, beam_idx: np.ndarray) -> None:
+        ...
 
 
 class DecodeTimings:
@@ -113,48 +100,39 @@ class DecodeTimings:
         self.steps_s: list[float] = []
 
 
-class DecoderState(Protocol):
-    """One generate call's decoder state, after its sources were encoded."""
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        """Feed (batch, 1) int64 ids; returns the step's next_ids (batch,) on the host."""
-        ...
+def moved(beam_idx: np.ndarray | None) -> bool:
+    """Whether a beam step moved any row (else the caches stay as they are)."""
+    return beam_idx is not None and bool(np.any(beam_idx != np.arange(len(beam_idx))))
 
 
-class DecoderCache(Protocol):
-    """A decoder with its cache policy: `start` encodes a batch; `lock` guards shared buffers."""
-
-    lock: AbstractContextManager[Any]
-
-    def start(self, src: Any) -> DecoderState:
-        """Encode padded source ids (batch, src_len) and return the state to step."""
-        ...
-
-
-def greedy_loop(cache: DecoderCache, src: Any, steps: int, config: TransformerConfig, stop_at_eos: bool,
-                timings: DecodeTimings | None = None, first_token: int | None = None) -> list[list[int]]:
-    """Greedy decoding of `src` (batch, src_len) for up to `steps` tokens; rows as generated (EOS kept).
-
-    Rows start from config.bos_id; `first_token` replaces the first step's ids (forced_bos_token_id);
-    `timings` gets the encoder's time and each step's.
-    """
-    batch = src.shape[0]
+def decode(cache: DecoderCache, src: Any, strategy: Strategy, timings: DecodeTimings | None = None,
+           observer: Observer | None = None) -> Iterator[Any]:
+    """Decode `src` (batch, src_len) with `strategy`; yields it after each step (its ids grow), and it
+    holds the results when the iterator ends. `timings` gets the encoder's time and each step's."""
     with cache.lock:
         start = time.perf_counter()
-        state = cache.start(src)
+        state = cache.start(src, strategy.rows // src.shape[0])
         if timings is not None:
             timings.encoder_s = time.perf_counter() - start
-        tokens = np.full((batch, 1), config.bos_id, dtype=np.int64)  # (batch, tgt_len=1)
-        rows = GreedyRows(batch, steps, config.eos_id, config.tgt_pad_id, stop_at_eos)
-        for step in range(steps):
-            start = time.perf_counter() if timings is not None else 0.0
-            chosen = state.step(tokens)  # (batch,)
-            if step == 0 and first_token is not None:
-                chosen = np.full_like(chosen, first_token)
-            next_ids = rows.add(chosen)
+        tokens = np.full(strategy.rows, strategy.bos_id, dtype=np.int64)  # (rows,)
+        while not strategy.finished:
+            start = time.perf_counter()
+            state.step(tokens)
+            if observer is not None:
+                observer.step(tokens, state)
+            tokens, beam_idx = strategy.advance(state)
+            if not strategy.finished and moved(beam_idx):
+                state.reorder(beam_idx)
+                if observer is not None:
+                    observer.reorder(beam_idx)
             if timings is not None:
                 timings.steps_s.append(time.perf_counter() - start)
-            if rows.finished:
-                break
-            tokens = next_ids.reshape(batch, 1).astype(np.int64)  # (batch, tgt_len=1)
-        return rows.rows()
+            yield strategy
+
+
+def run(cache: DecoderCache, src: Any, strategy: Strategy, timings: DecodeTimings | None = None,
+        observer: Observer | None = None) -> Any:
+    """`decode` to the end: the strategy's results."""
+    for _ in decode(cache, src, strategy, timings, observer):
+        pass
+    return strategy.results()

@@ -49,6 +49,11 @@ class RuntimeOptions:
     # Decode with the static-cache decoder, captured as CUDA graphs on CUDA. None: when the device is
     # CUDA and the export has one (--cuda-graph); True: always (on CPU uncaptured; error without one).
     cuda_graph: bool | None = None
+    # With the static-cache decoder: beam search and sampling use it too when their tokens fit its slots
+    # (on CUDA their steps replay CUDA graphs as well). The server turns it off: its decode thread replays
+    # the in-flight rows' graphs while its search lane decodes, and a new capture forbids any other
+    # thread's GPU work (runtime.row_batch.RowBatch.capture).
+    static_search: bool = True
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).
     spin_wait: bool = True

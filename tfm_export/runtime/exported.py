@@ -1,10 +1,11 @@
 """Decoding an export folder on ONNX Runtime, with the KV cache kept on the device.
 
-Greedy decoding uses the decoder's cache policy chosen when the folder is opened: the growing cache
-of decoder.onnx (runtime.cache) or the static one of decoder_static.onnx, replayed as CUDA graphs
-(runtime.static), under the one loop of runtime.decoding. Beam search, sampling and greedy decoding
-with processors (runtime.search) use the growing cache, whose rows are reordered on the device.
-The methods (generate, generate_ids, translate, stream) are runtime.api's. Torch-free.
+Every decode runs under the one driver of runtime.decoding on the cache chosen when the folder is
+opened: the growing cache of decoder.onnx (runtime.cache), or the static one of decoder_static.onnx,
+replayed as CUDA graphs on CUDA (runtime.static). With the static cache, beam search and sampling use
+it too when their tokens fit its slots (RuntimeOptions.static_search), else the growing cache; both
+reorder beam rows on the device. The methods (generate, generate_ids, translate, stream) are
+runtime.api's. Torch-free.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
 from .api import GenerateMixin
-from .decoding import DecodeTimings, DecoderCache, greedy_loop, source_batch
+from .decoding import DecodeTimings, DecoderCache
 from .generation import GenerationConfig
+from .sources import source_batch
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import StaticCache, open_static
@@ -39,21 +41,33 @@ class ExportedModel(GenerateMixin):
     `translate` for text, `stream` for one source as it is decoded (runtime.api)."""
 
     def __init__(self, folder: Path, manifest: Manifest, device: Device,
-                 sessions: dict[str, ort.InferenceSession], cache: DecoderCache | None = None):
-        """`cache`: the decoder's cache policy (default: the growing cache of the `decoder` session)."""
+                 sessions: dict[str, ort.InferenceSession], static: StaticCache | None = None,
+                 static_search: bool = True):
+        """`static`: the static-cache decoder, when opened with it (else every decode grows its cache);
+        `static_search`: beam search and sampling use it too (RuntimeOptions.static_search)."""
         self.folder, self.manifest, self.device = folder, manifest, device
         self.config: TransformerConfig = manifest.config
         self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
-        growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype,
-                               manifest.cross_per_source)
-        self.cache = cache or growing
-        self._search_cache = growing  # beam rows are reordered in the growing cache (runtime.search)
-        if isinstance(self.cache, StaticCache) and self.cache.capture:
-            # CUDA graphs: a capture fails while another thread runs on the GPU, so this model's beam
-            # searches wait for its greedy calls and the other way round (docs/deploying.md).
-            growing.lock = self.cache.lock
+        self.growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype,
+                                    manifest.cross_per_source, manifest.encoder_input.name)
+        self.static_cache, self.static_search = static, static_search
+        if static is not None and static.capture:
+            # CUDA graphs: a capture fails while another thread runs on the GPU, so this model's calls on
+            # the growing cache wait for those on the static one and the other way round (docs/deploying.md).
+            self.growing.lock = static.lock
         # Defaults of generate/translate: the export's generation section (e.g. Marian's num_beams).
         self.generation = GenerationConfig.from_dict(manifest.generation)
+
+    @property
+    def cache(self) -> DecoderCache:
+        """The cache greedy decoding runs on: the static one when opened with it, else the growing one."""
+        return self.static_cache or self.growing
+
+    def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        static = self.static_cache
+        if static is not None and (config.is_greedy or (self.static_search and steps <= static.slots)):
+            return static
+        return self.growing
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -64,15 +78,11 @@ class ExportedModel(GenerateMixin):
 
         return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
-    def _batch(self, sources: Sequence[Sequence[int]]) -> Any:
-        return source_batch(sources, self.config)  # (batch, src_len)
-
-    def _greedy(self, src: Any, steps: int, stop_at_eos: bool, timings: DecodeTimings | None,
-                first_token: int | None = None) -> list[list[int]]:
-        return greedy_loop(self.cache, src, steps, self.config, stop_at_eos, timings, first_token)
+    def source_input(self, sources: Sequence[Sequence[int]]) -> Any:
+        return source_batch(sources, self.config)  # (batch, src_len) token ids: Manifest.encoder_input
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
-        slots = self.cache.slots if isinstance(self.cache, StaticCache) else None  # fixed by its export
+        slots = self.static_cache.slots if self.static_cache else None  # fixed by its export
         if config.is_greedy and slots is not None and slots < self.config.max_len:
             return slots, "the static decoder's cache slots"
         return super()._step_limit(config)
@@ -99,7 +109,7 @@ def open_export(folder: str | os.PathLike, device: str = "auto", options: Runtim
     chosen, sessions = open_sessions(paths, device, options)
     check_sessions(manifest, sessions)
     log.info("opened %s on %s", folder, chosen.name)
-    cache = None  # the growing cache
+    static = None
     if uses_static_decoder(options, chosen, manifest):
-        cache = open_static(folder, manifest, chosen, options, sessions["encoder"])
-    return ExportedModel(folder, manifest, chosen, sessions, cache)
+        static = open_static(folder, manifest, chosen, options, sessions["encoder"])
+    return ExportedModel(folder, manifest, chosen, sessions, static, options.static_search)

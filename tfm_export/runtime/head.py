@@ -20,11 +20,11 @@ agree within 1e-9). The normaliser is float64 for that reason: a float32 sum wou
 ~1e-7 a step. What crosses per step: rows * width ids and values and two (rows,) floats.
 
 Processors that need the whole row (repetition_penalty, no_repeat_ngram_size) keep the host path
-(runtime.search sends the logits); min_new_tokens is the bias, forced_eos the bias plus
+(runtime.strategies and runtime.beam take the logits); min_new_tokens is the bias, forced_eos the bias plus
 processors.process_top. Chosen over fusing the same nodes into decoder.onnx because every existing
 export gets it and greedy steps stay untouched; the extra session run costs ~0.05 ms.
 
-In-flight batching (serve.groups) runs the head over some rows of a larger batch: the graph then
+In-flight batching (runtime.inflight) runs the head over some rows of a larger batch: the graph then
 gathers them first (`rows`, int64 indices), one run for every beam group that shares a bias.
 
 Exact ties: ONNX TopK puts the lower index first; ORT's CPU kernel does (tests/test_beam_head.py).
@@ -39,9 +39,11 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .device import Device
+from .processors import BiasKey, bias_array
 from .reorder import IR_VERSION, ONNX_TYPES, helper_session, numpy_dtype
 
 HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 for ReduceSum)
+MAX_BIASES = 64  # bias arrays kept by `pick` (a few per generation config; in-flight jobs bring theirs)
 ROW_ALIGN = 16  # the exp sum runs over rows padded to a multiple of this many values (see head_model)
 
 
@@ -98,6 +100,18 @@ class BeamHead:
     def __init__(self, device: Device, threads: int = 0):
         self.device, self.threads = device, threads
         self._sessions: dict[tuple[str, int, int, bool, bool], ort.InferenceSession] = {}
+        self._biases: dict[tuple[int, BiasKey], np.ndarray] = {}  # (vocab, bias key) -> its (vocab,) array
+
+    def pick(self, logits: ort.OrtValue, key: BiasKey, width: int, renormalize: bool = False,
+             rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`__call__` under the ban a processors.bias_key describes (its array made once and kept: a few
+        keys per generation config; more than MAX_BIASES are dropped together)."""
+        cached = (logits.shape()[-1], key)
+        if cached not in self._biases:
+            if len(self._biases) >= MAX_BIASES:
+                self._biases.clear()
+            self._biases[cached] = bias_array(cached[0], key)
+        return self(logits, self._biases[cached], width, renormalize, rows)
 
     def _session(self, key: tuple[str, int, int, bool, bool]) -> ort.InferenceSession:
         if key not in self._sessions:

@@ -90,7 +90,7 @@ def bias_key(step: int, last_step: int, config: GenerationConfig, eos_id: int, b
     """`process` without the whole-row processors, as an additive ban of the log-probabilities, small
     and hashable (`bias_array` makes the (vocab,) bias): -inf on the banned ids, on EOS before
     min_new_tokens, and on all but the forced id at a forced step. In-flight beam groups whose keys are
-    equal share one head run (serve.groups). A forced id wins over every ban (forced EOS over forced BOS)."""
+    equal share one head run (runtime.inflight). A forced id wins over every ban (forced EOS over forced BOS)."""
     forced = eos_id if _forced(step, last_step, config) else _forced_bos(step, config)
     if forced is not None:
         return (), forced

@@ -16,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
 
 from .checks import check_sessions
 from .device import create_session
-from .row_batch import RowBatch, gather_rows, row_head
+from .row_batch import RowBatch, Rows, gather_rows
 from .static import SRC_BUCKET, StaticCache
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ GRAPH_NAME = "decoder_rows"
 ROW_BUCKET = 4
 
 
-def open_rows(cache: StaticCache, batch: int, src_len: int) -> RowBatch:
+def open_rows(cache: StaticCache, batch: int, src_len: int) -> Rows:
     """The in-flight rows of `cache`'s export: HostRows on CPU when it has decoder_rows.onnx, else RowBatch."""
     entry = cache.manifest.graphs.get(GRAPH_NAME)
     if entry and cache.device.ort_type == "cpu":
@@ -61,34 +60,31 @@ def side_encoder(cache: StaticCache) -> ort.InferenceSession:
     return session
 
 
-class HostRows(RowBatch):
-    """RowBatch's interface (bind, step, logits) over decoder_rows.onnx; see the module docstring."""
+class HostRows(Rows):
+    """The in-flight rows over decoder_rows.onnx (a sibling of RowBatch); see the module docstring."""
 
     def __init__(self, cache: StaticCache, batch: int, src_len: int):
-        # Not RowBatch.__init__: that allocates decoder_static's two cache sets; here one set, read in place.
         entry = cache.manifest.graphs[GRAPH_NAME]
         self.session = create_session(cache.folder / entry.file, cache.device, cache.options)
         check_sessions(cache.manifest, {GRAPH_NAME: self.session})
-        self.cache, self.batch, self.src_len, self.index = cache, batch, src_len, 0
-        self._head, self._biases = row_head(cache), {}
-        self._spec = spec = entry.spec
+        self.spec = spec = entry.spec
+        super().__init__(cache, batch, src_len,
+                         [t.name for t in spec.inputs if t.name == "src_mask" or t.name.startswith("cross.")])
         self._bindings: dict[int, ort.IOBinding] = {}  # rows stepped -> the binding of those rows' views
         self._host: dict[str, np.ndarray] = {}
-        self._encoded = [t.name for t in spec.inputs if t.name == "src_mask" or t.name.startswith("cross.")]
         arrays = {t.name: self._zeros(t.name, 0) for t in (*spec.inputs, *spec.outputs)
-                  if t.name not in self._encoded and not t.name.startswith("present.")}
+                  if t.name not in self.encoded_names and not t.name.startswith("present.")}
         # present.* written into past.*'s memory: (batch, heads, slots, head_dim), one cache set
         arrays.update({t.name: arrays["past." + t.name[len("present."):]]
                        for t in spec.outputs if t.name.startswith("present.")})
         self._use(arrays)
-        self._src_axis = {name: spec.tensor(name).shape.index("src_len") for name in self._encoded}
-        self.slots = SimpleNamespace(encoder_host={n: None for n in self._encoded})  # RowBatch.encode's order
+        self._src_axis = {name: spec.tensor(name).shape.index("src_len") for name in self.encoded_names}
         self.src_lens = np.zeros(batch, dtype=np.int64)  # (batch,) source length of each bound row; 0: free
         self.width = 0  # the src_len the rows attend over now: src_len, or fewer (_fit)
         self._fit(min(src_len, SRC_BUCKET))
 
     def _zeros(self, name: str, width: int) -> np.ndarray:
-        spec, dims = self._spec.tensor(name), {"batch": self.batch, "src_len": width}
+        spec, dims = self.spec.tensor(name), {"batch": self.batch, "src_len": width}
         return np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype)
 
     def _use(self, arrays: dict[str, np.ndarray]) -> None:
@@ -101,7 +97,7 @@ class HostRows(RowBatch):
         writes their memory (no copies). The batch axis leads every tensor, so a prefix is contiguous."""
         binding = self._bindings.get(rows)
         if binding is None:
-            binding, inputs = self.session.io_binding(), self._spec.input_names()
+            binding, inputs = self.session.io_binding(), self.spec.input_names()
             for name, array in self._host.items():
                 view = array[:rows]
                 value = ort.OrtValue.ortvalue_from_numpy(view)
@@ -128,7 +124,7 @@ class HostRows(RowBatch):
         """
         keep = min(width, self.width)
         arrays = {}
-        for name in self._encoded:
+        for name in self.encoded_names:
             array, axis = self._zeros(name, width), self._src_axis[name]
             if keep:
                 kept = (slice(None),) * axis + (slice(0, keep),)
@@ -136,34 +132,34 @@ class HostRows(RowBatch):
             arrays[name] = array
         arrays["src_mask"][self.src_lens == 0, 0] = True  # free rows attend to one (zero) position
         self._use(arrays)
-        self.slots.encoder_host = {name: self._host[name] for name in self._encoded}
         log.debug("in-flight rows attend over %d source positions (was %d)", width, self.width)
         self.width = width
 
-    def write(self, rows: list[int], encoded: list[np.ndarray]) -> None:
-        length = encoded[self._encoded.index("src_mask")].shape[1]  # (rows, L)
+    def _store(self, rows: list[int], encoded: list[np.ndarray]) -> None:
+        length = encoded[self.encoded_names.index("src_mask")].shape[1]  # (rows, L)
         self.src_lens[rows] = length
         if length > self.width:
             self._fit(min(self.src_len, -(-length // SRC_BUCKET) * SRC_BUCKET))
-        super().write(rows, encoded)
+        for name, value in zip(self.encoded_names, encoded):  # (rows, ..., L, ...)
+            axis = self._src_axis[name]
+            self._host[name][(rows, *[slice(None)] * (axis - 1), slice(0, value.shape[axis]))] = value
+        self._host["src_mask"][rows, length:] = False
 
-    def release(self, row: int) -> None:
-        """`row` left: nothing it holds is read again until a `write`."""
+    def _free(self, row: int) -> None:
+        """Nothing it holds is read again until a `write`."""
         self.src_lens[row] = 0
 
-    def _push(self, names: list[str]) -> None:
-        """Nothing to do: the session reads the host arrays themselves."""
-
-    def step(self, tokens: np.ndarray, cache_len: np.ndarray) -> np.ndarray:
-        """One decoder step of every row: tokens (batch,) at positions cache_len (batch,); next_ids (batch,)."""
+    def _run(self, tokens: np.ndarray) -> None:
+        """Rows up to the last bound one (`_stepped`), each at its position; writes slot positions[b] of
+        each row in place. Rows past it are free: their ids and logits are stale."""
         needed = max(SRC_BUCKET, -(-int(self.src_lens.max()) // SRC_BUCKET) * SRC_BUCKET)  # shrink: half or less
         if needed * 2 <= self.width:
             self._fit(needed)
-        stepped = self._stepped()  # rows past it are free: their ids and logits are stale
         self._host["input_ids"][:, 0] = tokens
-        self._host["cache_len"][:] = cache_len
-        self.session.run_with_iobinding(self._binding(stepped))  # writes slot cache_len[b] of each row in place
-        self.index += 1
+        self._host["cache_len"][:] = self.positions
+        self.session.run_with_iobinding(self._binding(self._stepped()))
+
+    def next_ids(self) -> np.ndarray:
         return self._host["next_ids"].copy()
 
     def logits(self) -> np.ndarray:
@@ -172,24 +168,5 @@ class HostRows(RowBatch):
     def logits_value(self) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(self._host["logits"])  # wraps the host array (CPU)
 
-    def reorder(self, rows: list[int], beam_idx: np.ndarray, filled: int) -> None:
-        """A beam search's step: `rows` take the caches of rows[beam_idx], slots [0, filled), in place."""
-        caches = [array for name, array in self._host.items() if name.startswith("past.")]
-        gather_rows(caches, rows, np.asarray(rows)[beam_idx], filled)
-
-
-def greedy_in_rows(cache: StaticCache, sources: list[list[int]], steps: int) -> list[list[int]]:
-    """Greedy ids of `sources` decoded as in-flight rows (open_rows), trimmed at EOS: how an export's
-    checks prove that the server's rows decode like decoder.onnx."""
-    from .decoding import source_batch, trim
-
-    cfg = cache.config
-    src = source_batch(sources, cfg)  # (batch, src_len)
-    rows = open_rows(cache, len(sources), src.shape[1])
-    rows.bind(list(range(len(sources))), src)
-    tokens = np.full(len(sources), cfg.bos_id, dtype=np.int64)  # (batch,)
-    chosen = []
-    for step in range(steps):
-        tokens = rows.step(tokens, np.full(len(sources), step, dtype=np.int64))
-        chosen.append(tokens)
-    return [trim(row, cfg.eos_id) for row in np.stack(chosen, axis=1).tolist()]  # (batch, steps) -> rows
+    def _gather(self, rows: list[int], source: np.ndarray, filled: int) -> None:
+        gather_rows([array for name, array in self._host.items() if name.startswith("past.")], rows, source, filled)

@@ -7,9 +7,11 @@ refreshed in place (a few bytes) and only `next_ids` is read back, so on CUDA OR
 of the two bindings once as a CUDA graph (`enable_cuda_graph`, one `gpu_graph_id` per binding) and
 replay it for every later step. On CPU the same steps run without capture. Torch-free.
 
-`cache_len` is per row (batch,); greedy_loop starts every row together, so all rows hold the step
-index, but the graph lets rows of one batch be at different steps: runtime.row_batch.RowBatch binds one
-request at a time into a free row of a running batch (serve.batcher's in-flight batching).
+A call's state is a runtime.row_batch.RowBatch over the buffers of its (batch, src_len), every row
+bound at once: greedy decoding, sampling and beam search (its rows reordered on the device by a
+gather into the other cache set) all replay the same two graphs. `cache_len` is per row (batch,), so
+rows of one batch may be at different steps: the server's in-flight rows (runtime.inflight) bind one
+request at a time into free rows of a RowBatch of their own.
 
 Exported with `tfm-export MODEL --cuda-graph`; used when `RuntimeOptions(cuda_graph=True)`.
 """
@@ -26,10 +28,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from .cache import device_value
 from ..manifest import Manifest
+from .cache import device_value
 from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
+from .row_batch import RowBatch
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ class _Slots:
 class StaticCache:
     """decoder_static.onnx as a runtime.decoding.DecoderCache; see the module docstring."""
 
+    lock: threading.RLock
+
     def __init__(self, folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,
                  encoder: ort.InferenceSession):
         entry, config = manifest.graphs[GRAPH_NAME], manifest.config
@@ -81,7 +86,8 @@ class StaticCache:
         self.session = create_session(folder / entry.file, cuda_graph_device(device) if self.capture else device,
                                       options)
         check_sessions(manifest, {GRAPH_NAME: self.session})
-        self._inputs, self._outputs, self._spec = entry.spec.input_names(), entry.spec.output_names(), entry.spec
+        self._inputs, self._outputs, self.spec = entry.spec.input_names(), entry.spec.output_names(), entry.spec
+        self.source_name = manifest.encoder_input.name
         self.slots = static_slots(manifest)  # tokens a row can take: max_len, or fewer (--static-slots)
         self._slots: OrderedDict[tuple[int, int], _Slots] = OrderedDict()
         self._next_graph_id = 0
@@ -90,16 +96,15 @@ class StaticCache:
         if not self.capture:
             log.info("static-cache decoder on %s: no CUDA graphs there, decoding without capture", device.name)
 
-    def start(self, src: np.ndarray) -> "_StaticState":
-        """Encode `src` (batch, src_len) into the bound buffers of its (bucketed) shape."""
+    def start(self, src: np.ndarray, expand: int = 1) -> RowBatch:
+        """Encode `src` (batch, src_len) into the bound buffers of its (bucketed) shape, `expand` rows per
+        source (beams, samples: each source's encoder outputs repeated)."""
         src = self._bucket(src)
-        slots = self._slots_for(*src.shape)
-        binding = self.encoder.io_binding()
-        binding.bind_ortvalue_input("src_ids", device_value(self.device, src))
-        for name, value in slots.encoder_outputs.items():
-            binding.bind_ortvalue_output(name, value)  # written straight into the decoder's bound inputs
-        self.encoder.run_with_iobinding(binding)
-        return _StaticState(self.session, slots, self._zeros_host("cache_len", src.shape[0]))
+        rows = src.shape[0] * expand
+        return RowBatch(self, rows, src.shape[1], self._slots_for(rows, src.shape[1])).start(src, expand)
+
+    def device_value(self, array: np.ndarray) -> ort.OrtValue:
+        return device_value(self.device, array)
 
     def _bucket(self, src: np.ndarray) -> np.ndarray:
         if not self.capture:
@@ -110,7 +115,7 @@ class StaticCache:
     def _zeros_host(self, name: str, batch: int, src_len: int = 0) -> np.ndarray:
         """Zeros in a spec's shape (zeros: never-written cache slots must be finite)."""
         dims = {"batch": batch, "src_len": src_len}
-        spec = self._spec.tensor(name)
+        spec = self.spec.tensor(name)
         return np.zeros([dims.get(d, d) for d in spec.shape], dtype=spec.dtype)
 
     def _zeros(self, name: str, batch: int, src_len: int) -> ort.OrtValue:
@@ -123,11 +128,13 @@ class StaticCache:
         else:
             if len(self._slots) == MAX_SLOT_SETS:
                 self._slots.popitem(last=False)
-            self._slots[key] = self._allocate(batch, src_len)
+            self._slots[key] = self.allocate(batch, src_len)
             log.info("static cache allocated for batch %d, src_len %d", batch, src_len)
         return self._slots[key]
 
-    def _allocate(self, batch: int, src_len: int) -> _Slots:
+    def allocate(self, batch: int, src_len: int) -> _Slots:
+        """The bound buffers of (batch, src_len): direct calls keep a few (`_slots_for`), the server's rows
+        own theirs."""
         past = [name for name in self._inputs if name.startswith("past.")]
         present = [name for name in self._outputs if name.startswith("present.")]
         host = {name: self._zeros_host(name, batch, src_len) for name in self._inputs if not name.startswith("past.")}
@@ -159,23 +166,6 @@ class StaticCache:
         options.add_run_config_entry("gpu_graph_id", str(self._next_graph_id))
         self._next_graph_id += 1
         return options
-
-
-class _StaticState:
-    """One call's steps: step s reads cache set s % 2 and writes the other; every row is at step s."""
-
-    def __init__(self, session: ort.InferenceSession, slots: _Slots, cache_len: np.ndarray):
-        self.session, self.slots, self.cache_len, self.index = session, slots, cache_len, 0
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        slots, parity = self.slots, self.index % 2
-        slots.input_ids.update_inplace(tokens)
-        # (batch,) in the spec's shape: exports from before per-row positions have (1,)
-        self.cache_len.fill(self.index)
-        slots.cache_len.update_inplace(self.cache_len)
-        self.session.run_with_iobinding(slots.bindings[parity], slots.run_options[parity])
-        self.index += 1
-        return slots.next_ids.numpy()  # (batch,): the one tensor that crosses to the host
 
 
 def static_slots(manifest: Manifest) -> int | None:

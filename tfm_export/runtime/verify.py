@@ -21,8 +21,10 @@ from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
 from .generation import GREEDY
-from .rows import greedy_in_rows
-from .static import static_slots
+from .inflight import decode_in_flight
+from .rows import open_rows
+from .sources import source_batch
+from .static import StaticCache, static_slots
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +58,17 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
         strict = not manifest.variant.quantize
         _same_rows("decoder_static", static.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps)), rows,
                    report, strict)
-        if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU
-            _same_rows("decoder_rows", greedy_in_rows(static.cache, sources, steps), rows, report, strict)
+        if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU, stepped by its loop
+            _same_rows("decoder_rows", greedy_in_rows(static.static_cache, sources, steps), rows, report, strict)
     log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)
     return report
+
+
+def greedy_in_rows(cache: StaticCache, sources: list[list[int]], steps: int) -> list[list[int]]:
+    """Greedy ids of `sources` decoded as the server's in-flight rows (runtime.rows.open_rows, stepped by
+    runtime.inflight's loop), trimmed at EOS: how an export's checks prove that they decode like decoder.onnx."""
+    rows = open_rows(cache, len(sources), source_batch(sources, cache.config).shape[1])
+    return decode_in_flight(rows, sources, steps, GREEDY, cache.config)
 
 
 ROW_REPORTS = {"decoder_static": "static_cache_mismatched_rows", "decoder_rows": "rows_mismatched"}

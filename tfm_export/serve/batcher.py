@@ -5,9 +5,9 @@ the runner's `generate` of the job's request decoded directly (`Job.row`: the so
 request, which seeds its sampling generators as in a direct call).
 
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
-  (runtime.rows.open_rows). Each job takes a group of rows (serve.groups): one for greedy decoding
-  and one sample, k for a beam search of k beams or k samples, whose strategies all share one
-  decoder step; a beam group's cache rows are gathered in its beams' order after the step. Between
+  (runtime.rows.open_rows). Each job takes a group of rows (runtime.inflight, which steps them): one
+  for greedy decoding and one sample, k for a beam search of k beams or k samples, whose strategies
+  all share one decoder step; a beam group's cache rows are gathered in its beams' order. Between
   two steps, waiting jobs are encoded into free rows and join at the next step; while the next job
   does not fit, a second thread encodes it ahead (serve.joiner), so rows that free take it at once.
   A group that ends (EOS, its `max_new_tokens`, its search done) leaves at once and its rows are
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, TfmExportError
-from ..runtime.decoding import source_batch
 from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
-from .groups import RowGroup, device_tops, width
+from ..runtime.inflight import InflightRows, RowGroup, group_width
+from ..runtime.sources import source_batch
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
 
@@ -42,38 +42,42 @@ __all__ = ["Closed", "ENGINES", "EngineConfig", "InflightBatcher", "Job", "Queue
 
 
 class InflightBatcher(Engine):
-    """In-flight (continuous) batching over runtime.row_batch.RowBatch; see the module docstring."""
+    """In-flight (continuous) batching over runtime.inflight.InflightRows; see the module docstring."""
 
     name = "inflight"
 
     def __init__(self, model: Any, config: EngineConfig = EngineConfig()):
         from ..runtime.rows import open_rows, side_encoder
-        from ..runtime.static import StaticCache
 
-        if not isinstance(model.cache, StaticCache):
+        static = model.static_cache
+        if static is None:
             raise InputError(f"{model.folder} is not opened with its static-cache decoder; in-flight batching "
                              f"needs decoder_static.onnx: re-export with --static-slots N, or use request-level "
                              f"{{batching}}", options={"batching": "request"})
         super().__init__(model, config)
         cfg = model.config
         width = min(config.max_src_len or cfg.max_len, cfg.max_len)
-        self.rows = open_rows(model.cache, config.max_batch, width)  # every row holds up to `width` source tokens
-        self.slots = model.cache.slots  # the longest output a row can hold
-        self.groups: list[RowGroup | None] = [None] * config.max_batch  # (batch,): the group each row is in
+        # every row holds up to `width` source tokens
+        self.batch = InflightRows(open_rows(static, config.max_batch, width), cfg)
+        self.slots = static.slots  # the longest output a row can hold
         self.lane = SearchLane(model, config)  # jobs wider than the batch or longer than the rows' slots
-        side = side_encoder(model.cache)
+        side = side_encoder(static)
         self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit, self.rows_for)
-        self.tokens = np.full(config.max_batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
-        self.cache_len = np.zeros(config.max_batch, dtype=np.int64)  # (batch,) slots each row has filled
         self._prepared = threading.Event()  # set by the decode thread once its graphs are captured
+
+    @property
+    def rows(self) -> Any:
+        """The decoder rows (runtime.row_batch.Rows) the groups are bound in."""
+        return self.batch.rows
+
+    @rows.setter
+    def rows(self, rows: Any) -> None:
+        self.batch.rows = rows
 
     def rows_for(self, job: Job) -> int:
         """Rows `job` takes in the batch; 0 when it does not fit (the search lane decodes it)."""
-        rows = width(job.config)
+        rows = group_width(job.config)
         return rows if rows <= self.config.max_batch and job.max_new_tokens <= self.slots else 0
-
-    def free_rows(self) -> list[int]:
-        return [row for row, group in enumerate(self.groups) if group is None]
 
     def start(self) -> "Engine":
         super().start()
@@ -96,18 +100,14 @@ class InflightBatcher(Engine):
         self.lane.close(timeout)
 
     def _running(self) -> list[Job]:
-        return [group.job for group in self._groups()] + self.joiner.waiting()
-
-    def _groups(self) -> list[RowGroup]:
-        """Each bound group once, in row order."""
-        return list({id(g): g for g in self.groups if g is not None}.values())
+        return [group.owner for group in self.batch.bound_groups()] + self.joiner.waiting()
 
     def fail_all(self, message: str) -> None:
         super().fail_all(message)
         self.joiner.stop()
 
     def _run_once(self) -> None:
-        free = self.free_rows()
+        free = self.batch.free_rows()
         ready = self.joiner.ready(len(free))  # encoded by the joiner while the next job did not fit
         self.release(len(ready))
         for job, encoded in ready:
@@ -128,66 +128,35 @@ class InflightBatcher(Engine):
                 self._bind(free, job, [value[n:n + 1] for value in encoded])
         self.joiner.poke()  # the rows changed: the joiner looks again whether to encode ahead
         if self.active:
-            self._step()
+            self.batch.step(self._ended)
 
     def _bind(self, free: list[int], job: Job, encoded: list[np.ndarray]) -> None:
-        """Write one job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
+        """One job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
         rows = [free.pop(0) for _ in range(self.rows_for(job))]
-        self.rows.write(rows, [np.repeat(value, len(rows), axis=0) for value in encoded])
-        group = RowGroup.start(job, rows, self.model.config)
-        for row in rows:
-            self.groups[row] = group
-        self.tokens[rows], self.cache_len[rows] = self.model.config.bos_id, 0
+        self.batch.join(RowGroup.start(job, rows, job.config, job.max_new_tokens, self.model.config, job.row), encoded)
         self.active += len(rows)
-
-    def _step(self) -> None:
-        next_ids = self.rows.step(self.tokens, self.cache_len)  # (batch,)
-        groups = self._groups()
-        tops = device_tops(groups, self.rows, self.model.config.tgt_vocab_size)  # beam groups' candidates
-        # (batch, tgt_vocab) to the host only when a group picks from the whole logits
-        host = any(g.strategy is not None and id(g) not in tops for g in groups)
-        logits = self.rows.logits() if host else None
-        moved: list[int] = []  # the rows of every group whose beams continue other rows' caches
-        beams: list[np.ndarray] = []  # the index in `moved` of the row each continues
-        for group in groups:
-            chosen, beam_idx = group.advance(next_ids, logits, tops.get(id(group)))
-            group.first_step = False
-            if self._ended(group, chosen):
-                self._leave(group)
-                continue
-            if beam_idx is not None and np.any(beam_idx != np.arange(len(beam_idx))):
-                beams.append(beam_idx + len(moved))
-                moved += group.rows
-            self.tokens[group.rows], self.cache_len[group.rows] = chosen, self.cache_len[group.rows] + 1
-        if moved:  # one gather for every group (slots up to the longest: a row's later slots are unread)
-            self.rows.reorder(moved, np.concatenate(beams), int(self.cache_len[moved].max()))
 
     def _ended(self, group: RowGroup, chosen: np.ndarray) -> bool:
         """Send what the step decided; True when the job is over (EOS, budget, search ended, cancelled)."""
-        job = group.job
+        job = group.owner
         if group.streams:
-            if not self._token(job, int(chosen[0])):
-                return False
-            self._finish(job, group.results())
-            return True
-        if job.cancelled:
-            return True
-        if not group.finished:
-            return False
-        hypotheses = group.results()
-        for token in hypotheses[0].ids:
-            if self._token(job, token):
-                break
-        self._finish(job, hypotheses)
-        return True
-
-    def _leave(self, group: RowGroup) -> None:
-        """Free a group's rows at once: they idle (pad at slot 0) until the next job is bound into them."""
-        for row in group.rows:
-            self.groups[row] = None
-            self.rows.release(row)
-        self.tokens[group.rows], self.cache_len[group.rows] = self.model.config.tgt_pad_id, 0
-        self.active -= len(group.rows)
+            over = self._token(job, int(chosen[0]))
+            if over:
+                self._finish(job, group.results())
+        elif job.cancelled:
+            over = True
+        elif group.finished:
+            hypotheses = group.results()
+            for token in hypotheses[0].ids:
+                if self._token(job, token):
+                    break
+            self._finish(job, hypotheses)
+            over = True
+        else:
+            over = False
+        if over:
+            self.active -= len(group.rows)
+        return over
 
 
 class SearchLane(Engine):

@@ -89,7 +89,8 @@ def open_engine(settings: ServeSettings) -> Any:
 
     settings = check_batching(resolve_batching(settings))
     kind, needs_static = BATCHING[settings.batching]
-    options = RuntimeOptions(intra_op_threads=settings.threads, spin_wait=settings.spin, cuda_graph=needs_static)
+    options = RuntimeOptions(intra_op_threads=settings.threads, spin_wait=settings.spin, cuda_graph=needs_static,
+                             static_search=not needs_static)
     model = open_export(settings.folder, settings.device, options)
     default_beams = max(model.generation.num_beams, model.generation.num_return_sequences)
     if default_beams > settings.max_beams:  # else every request that keeps the defaults would be refused
@@ -131,7 +132,7 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
     """Checked sources, their token budget and decoding settings (`options`: GenerationConfig fields
     over the export's defaults; `source_lang`/`target_lang`: codes of the tokenizer's languages, see
     runtime.api.encode); InputError naming the limit, option or valid codes otherwise."""
-    from ..runtime.decoding import source_batch
+    from ..runtime.sources import source_batch
 
     if (texts is None) == (ids is None):
         raise InputError("give exactly one of {texts} or ids", options={"texts": None})

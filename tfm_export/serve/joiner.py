@@ -90,7 +90,7 @@ class Joiner:
             self.engine.fail_all(f"joining failed: {type(exc).__name__}: {exc}")
 
     def _join_all(self) -> None:
-        from ..runtime.decoding import source_batch
+        from ..runtime.sources import source_batch
 
         while True:
             with self._changed:
