@@ -23,7 +23,10 @@ export interface DecodableModel {
 export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens' | 'forcedBosTokenId'>> &
   { maxNewTokens: number | undefined; forcedBosTokenId: number | null };
 
-/** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
+/**
+ * Checks what this runtime reads from manifest.json, the encoder's declared input included (token ids,
+ * int64 or int32, on a batch and a src_len axis); throws a one-line error naming the fix.
+ */
 export function checkManifest(manifest: unknown, where?: string): Manifest;
 
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */

@@ -12,6 +12,9 @@
 // step's ids from the state. A strategy names the output it reads (`reads`), and only that one and
 // the caches are fetched from ORT: greedy decoding never copies the (rows, vocab) logits out.
 //
+// The encoder's input is what manifest.json declares (graphs.encoder.inputs: its name, id type and
+// axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len).
+//
 // `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with two
 // ort.InferenceSession objects (see translate.mjs and ../web/app.mjs for how they are opened).
 // It uses only globals common to Node and browsers, so the page imports this very file.
@@ -44,6 +47,7 @@ export function checkManifest(manifest, where = 'manifest.json') {
       throw new Error(`${where} has no valid graphs.${name} entry (file, sha256); re-export the model`);
     }
   }
+  sourceInput(manifest, where); // an encoder input this runtime cannot feed is refused on opening
   return manifest;
 }
 
@@ -65,6 +69,37 @@ export function resolveMaxNewTokens(maxNewTokens, maxLen) {
   return maxNewTokens;
 }
 
+// The encoder's input when the manifest declares none: token ids, (batch, src_len) (export/specs.py).
+const SOURCE_IDS = { name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] };
+// The id types an encoder may declare, each with the TypedArray that holds ids (plain numbers) in it.
+const ID_ARRAYS = { int64: (ids) => BigInt64Array.from(ids, BigInt), int32: (ids) => Int32Array.from(ids) };
+const BATCH_AXES = ['batch', 'src_batch']; // the manifests' names of a source batch axis (specs.DYNAMIC_AXES)
+
+/**
+ * The encoder's one input as manifest.json declares it (graphs.encoder.inputs): { name, dtype, shape,
+ * batchFirst }, refused in one line unless it holds token ids (int64 or int32) on a batch axis and a
+ * `src_len` axis, in either order. Manifests that declare no inputs get SOURCE_IDS.
+ */
+function sourceInput(manifest, where = 'manifest.json') {
+  const declared = manifest.graphs?.encoder?.inputs;
+  if (declared === undefined || declared === null) return { ...SOURCE_IDS, batchFirst: true };
+  const what = `${where} graphs.encoder`;
+  if (!Array.isArray(declared) || declared.length !== 1) {
+    throw new Error(`${what} declares ${declared?.length ?? 'no list of'} inputs; this runtime feeds one (the source ` +
+      'token ids): re-export the model or decode it with the Python runtime');
+  }
+  const [{ name, dtype, shape }] = declared;
+  if (!ID_ARRAYS[dtype]) {
+    throw new Error(`${what} input ${JSON.stringify(name)} is ${dtype}; this runtime feeds token ids as int64 or int32`);
+  }
+  const batchAt = Array.isArray(shape) ? shape.findIndex((axis) => BATCH_AXES.includes(axis)) : -1;
+  if (shape?.length !== 2 || batchAt < 0 || shape.indexOf('src_len') !== 1 - batchAt) {
+    throw new Error(`${what} input ${JSON.stringify(name)} has axes ${JSON.stringify(shape)}; this runtime feeds ` +
+      '(batch, src_len) or (src_len, batch)');
+  }
+  return { name, dtype, shape, batchFirst: batchAt === 0 };
+}
+
 /** Python's pad_batch and source_batch: the sources checked and right-padded to one width. */
 function padSources(config, sources) {
   if (!Array.isArray(sources) || sources.length === 0) {
@@ -84,6 +119,14 @@ function padSources(config, sources) {
     throw new Error(`source length ${width} exceeds the model's max_len (${config.max_len}); shorten or split the input`);
   }
   return sources.map((s) => [...s, ...Array(width - s.length).fill(config.src_pad_id)]);
+}
+
+/** The padded sources as the encoder's declared input (`sourceInput`): its type, its axis order. */
+function sourceTensor(ort, input, padded) {
+  const [batch, width] = [padded.length, padded[0].length];
+  const values = input.batchFirst ? padded.flat()
+    : Array.from({ length: width * batch }, (_, i) => padded[i % batch][Math.floor(i / batch)]);
+  return new ort.Tensor(input.dtype, ID_ARRAYS[input.dtype](values), input.batchFirst ? [batch, width] : [width, batch]);
 }
 
 function int64(ort, values, dims) {
@@ -144,7 +187,8 @@ class DecoderState {
   static async start(ort, model, padded, { rows, reads }, timings) {
     const c = model.manifest.config;
     const start = performance.now();
-    const enc = await model.encoder.run({ src_ids: int64(ort, padded.flat(), [padded.length, padded[0].length]) });
+    const input = sourceInput(model.manifest);
+    const enc = await model.encoder.run({ [input.name]: sourceTensor(ort, input, padded) });
     const expand = rows / padded.length;
     const index = Array.from({ length: rows }, (_, r) => Math.floor(r / expand));
     const copy = expand > 1 && !crossPerSource(model.manifest);

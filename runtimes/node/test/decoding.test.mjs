@@ -295,3 +295,45 @@ describe('one step driver: strategies and the decoder state (no export needed)',
     assert.ok(!row.includes(2));
   });
 });
+
+describe('the encoder input is the manifest\'s (no export needed)', () => {
+  /** fakeModel with graphs.encoder.inputs `inputs`; `fed` gets what the encoder was given. */
+  const withEncoderInputs = (inputs, fed) => ({
+    ...fakeModel,
+    manifest: { ...fakeModel.manifest, graphs: { ...fakeModel.manifest.graphs, encoder: { inputs } } },
+    encoder: { run: async (feeds) => { Object.assign(fed, feeds); return { src_mask: Object.values(feeds)[0] }; } },
+  });
+  const valid = (inputs) => ({ format: decoding.MANIFEST_FORMAT, graphs: {
+    encoder: { file: 'encoder.onnx', sha256: 'a'.repeat(64), inputs }, decoder: { file: 'decoder.onnx', sha256: 'b'.repeat(64) } } });
+
+  test('its name, id type and axis order are fed as declared', async () => {
+    const fed = {};
+    const declared = [{ name: 'input_ids', dtype: 'int32', shape: ['batch', 'src_len'] }];
+    assert.deepEqual(await decoding.generateIds(fakeOrt, withEncoderInputs(declared, fed), [[3, 4], [5]]), [[5, 6], [5, 6]]);
+    assert.deepEqual(Object.keys(fed), ['input_ids']);
+    assert.equal(fed.input_ids.type, 'int32');
+    assert.deepEqual([...fed.input_ids.data], [3, 4, 5, 0]);
+    assert.deepEqual(fed.input_ids.dims, [2, 2]);
+    const transposed = {};
+    await decoding.generateIds(fakeOrt, withEncoderInputs([{ name: 'src', dtype: 'int64', shape: ['src_len', 'batch'] }],
+      transposed), [[3, 4], [5]]);
+    assert.deepEqual(transposed.src.dims, [2, 2]);
+    assert.deepEqual([...transposed.src.data], [3n, 5n, 4n, 0n]);
+  });
+
+  test('without a declaration: src_ids, int64 (batch, src_len); what it cannot feed is refused on opening', async () => {
+    const fed = {};
+    await decoding.generateIds(fakeOrt, { ...fakeModel, encoder: withEncoderInputs(undefined, fed).encoder }, [[3, 4]]);
+    assert.deepEqual(fed.src_ids.dims, [1, 2]);
+    assert.equal(fed.src_ids.type, 'int64');
+    assert.equal(decoding.checkManifest(valid([{ name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] }])).format,
+      decoding.MANIFEST_FORMAT);
+    const refused = [
+      [[{ name: 'features', dtype: 'float32', shape: ['batch', 'src_len'] }], /input "features" is float32; this runtime feeds token ids as int64 or int32/],
+      [[{ name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] }, { name: 'lang', dtype: 'int64', shape: ['batch'] }],
+        /declares 2 inputs; this runtime feeds one/],
+      [[{ name: 'src_ids', dtype: 'int64', shape: ['batch', 64] }], /has axes \["batch",64\]; this runtime feeds \(batch, src_len\) or \(src_len, batch\)/],
+    ];
+    for (const [inputs, message] of refused) assert.throws(() => decoding.checkManifest(valid(inputs)), message);
+  });
+});
