@@ -1,6 +1,7 @@
 // Types of 'tfm-export-node/decoding' (decoding.mjs): the runtime-agnostic decoding module (greedy,
-// beam search, seeded sampling, streaming), shared by onnxruntime-node and onnxruntime-web (the
-// browser page imports the same file). 'tfm-export-node/greedy' is the same module under its old name.
+// beam search, seeded sampling, streaming: one decoder state, one step driver), shared by
+// onnxruntime-node and onnxruntime-web (the browser page imports the same file).
+// 'tfm-export-node/greedy' is the same module under its old name.
 import type { InferenceSession, Tensor } from 'onnxruntime-node';
 import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Tokenizer
   } from './index.js';
@@ -22,7 +23,10 @@ export interface DecodableModel {
 export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens' | 'forcedBosTokenId'>> &
   { maxNewTokens: number | undefined; forcedBosTokenId: number | null };
 
-/** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
+/**
+ * Checks what this runtime reads from manifest.json, the encoder's declared input included (token ids,
+ * int64 or int32, on a batch and a src_len axis); throws a one-line error naming the fix.
+ */
 export function checkManifest(manifest: unknown, where?: string): Manifest;
 
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */
@@ -41,8 +45,12 @@ export function generationConfig(manifest: { generation?: Record<string, unknown
 /** Options from Python's names (a manifest `generation` section, a GenerationConfig dict); unknown keys are ignored. */
 export function fromPythonNames(section: Record<string, unknown> | null | undefined): DecodingOptions;
 
-/** The best ids per source, without BOS and EOS (plain greedy runs the decoder's own argmax). */
-export function generateIds(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<number[][]>;
+/**
+ * The best ids per source, without BOS and EOS (plain greedy runs the decoder's own argmax: no logits
+ * are fetched). `stopAtEos: false` (benchmarks): every row gets exactly maxNewTokens ids.
+ */
+export function generateIds(ort: Ort, model: DecodableModel, sources: number[][],
+  opts?: GenerateOptions & { stopAtEos?: boolean }): Promise<number[][]>;
 
 /** Per source, `numReturnSequences` hypotheses (beam search: best first). */
 export function generate(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;

@@ -1,8 +1,19 @@
 // The shared decoding module of the Node package (onnxruntime-node) and the browser page
-// (onnxruntime-web): manifest checks and the decoding loop with greedy, beam search, seeded sampling
-// and the logits processors (search.mjs), one-shot or streamed; text goes through tokenizers.mjs. The
-// rules are those of the Python runtime (tfm_export/runtime/decoding.py, search.py, api.py), so all
-// three produce the same tokens (runtimes/fixtures/expected.json is the Python side's output).
+// (onnxruntime-web): manifest checks and the decoding of generate, generateIds and stream, one-shot or
+// streamed; text goes through tokenizers.mjs. The rules are those of the Python runtime
+// (tfm_export/runtime/decoding.py, search.py, api.py), so all three produce the same tokens
+// (runtimes/fixtures/expected.json is the Python side's output).
+//
+// One decoder state and one driver, as in Python: `DecoderState` encodes the sources once and holds
+// the decoder's feeds (src_mask, cross.*, past.*) between steps; `step(tokens)` runs the decoder for
+// every row, then `nextIds()` / `logits()` read its outputs and `reorder(beamIdx)` moves the past rows
+// (beam search). `decodeSteps` is the only loop that steps a decoder: a strategy from search.mjs
+// (Greedy on the graph's own argmax, TokenPicker for processors and sampling, BeamSearch) picks each
+// step's ids from the state. A strategy names the output it reads (`reads`), and only that one and
+// the caches are fetched from ORT: greedy decoding never copies the (rows, vocab) logits out.
+//
+// The encoder's input is what manifest.json declares (graphs.encoder.inputs: its name, id type and
+// axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len).
 //
 // `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with two
 // ort.InferenceSession objects (see translate.mjs and ../web/app.mjs for how they are opened).
@@ -13,7 +24,8 @@
 // decoder's outputs already are JS typed arrays, so a graph would copy them into ORT and back out
 // again. Measured in Node (12 caches of (64, 8, 50, 64) float32, 79 MB): 16-18 ms by copy vs 46 ms by
 // a Gather session; 6 caches of (4, 4, 24, 32) (the bundled model, 4 beams): 0.04 vs 0.11 ms.
-// Imports go one way, down: options.mjs, search.mjs and tokenizers.mjs (charsmap.mjs) never import this module.
+// Imports go one way, down: this module -> search.mjs -> options.mjs, and tokenizers.mjs (charsmap.mjs);
+// none of them imports this module.
 import { generationConfig, isGreedy } from './options.mjs';
 import { strategyFor } from './search.mjs';
 import { languageOptions, makeTokenizer } from './tokenizers.mjs';
@@ -35,6 +47,7 @@ export function checkManifest(manifest, where = 'manifest.json') {
       throw new Error(`${where} has no valid graphs.${name} entry (file, sha256); re-export the model`);
     }
   }
+  sourceInput(manifest, where); // an encoder input this runtime cannot feed is refused on opening
   return manifest;
 }
 
@@ -56,7 +69,38 @@ export function resolveMaxNewTokens(maxNewTokens, maxLen) {
   return maxNewTokens;
 }
 
-/** Python's pad_batch and source_batch: right-padded, flattened source ids and the width. */
+// The encoder's input when the manifest declares none: token ids, (batch, src_len) (export/specs.py).
+const SOURCE_IDS = { name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] };
+// The id types an encoder may declare, each with the TypedArray that holds ids (plain numbers) in it.
+const ID_ARRAYS = { int64: (ids) => BigInt64Array.from(ids, BigInt), int32: (ids) => Int32Array.from(ids) };
+const BATCH_AXES = ['batch', 'src_batch']; // the manifests' names of a source batch axis (specs.DYNAMIC_AXES)
+
+/**
+ * The encoder's one input as manifest.json declares it (graphs.encoder.inputs): { name, dtype, shape,
+ * batchFirst }, refused in one line unless it holds token ids (int64 or int32) on a batch axis and a
+ * `src_len` axis, in either order. Manifests that declare no inputs get SOURCE_IDS.
+ */
+function sourceInput(manifest, where = 'manifest.json') {
+  const declared = manifest.graphs?.encoder?.inputs;
+  if (declared === undefined || declared === null) return { ...SOURCE_IDS, batchFirst: true };
+  const what = `${where} graphs.encoder`;
+  if (!Array.isArray(declared) || declared.length !== 1) {
+    throw new Error(`${what} declares ${declared?.length ?? 'no list of'} inputs; this runtime feeds one (the source ` +
+      'token ids): re-export the model or decode it with the Python runtime');
+  }
+  const [{ name, dtype, shape }] = declared;
+  if (!ID_ARRAYS[dtype]) {
+    throw new Error(`${what} input ${JSON.stringify(name)} is ${dtype}; this runtime feeds token ids as int64 or int32`);
+  }
+  const batchAt = Array.isArray(shape) ? shape.findIndex((axis) => BATCH_AXES.includes(axis)) : -1;
+  if (shape?.length !== 2 || batchAt < 0 || shape.indexOf('src_len') !== 1 - batchAt) {
+    throw new Error(`${what} input ${JSON.stringify(name)} has axes ${JSON.stringify(shape)}; this runtime feeds ` +
+      '(batch, src_len) or (src_len, batch)');
+  }
+  return { name, dtype, shape, batchFirst: batchAt === 0 };
+}
+
+/** Python's pad_batch and source_batch: the sources checked and right-padded to one width. */
 function padSources(config, sources) {
   if (!Array.isArray(sources) || sources.length === 0) {
     throw new Error('no sources given; pass at least one list of token ids');
@@ -74,8 +118,15 @@ function padSources(config, sources) {
   if (width > config.max_len) {
     throw new Error(`source length ${width} exceeds the model's max_len (${config.max_len}); shorten or split the input`);
   }
-  const flat = sources.flatMap((s) => [...s, ...Array(width - s.length).fill(config.src_pad_id)]);
-  return { flat, width };
+  return sources.map((s) => [...s, ...Array(width - s.length).fill(config.src_pad_id)]);
+}
+
+/** The padded sources as the encoder's declared input (`sourceInput`): its type, its axis order. */
+function sourceTensor(ort, input, padded) {
+  const [batch, width] = [padded.length, padded[0].length];
+  const values = input.batchFirst ? padded.flat()
+    : Array.from({ length: width * batch }, (_, i) => padded[i % batch][Math.floor(i / batch)]);
+  return new ort.Tensor(input.dtype, ID_ARRAYS[input.dtype](values), input.batchFirst ? [batch, width] : [width, batch]);
 }
 
 function int64(ort, values, dims) {
@@ -116,121 +167,144 @@ function crossPerSource(manifest) {
   return manifest.graphs.decoder.inputs.find((t) => t.name === 'src_mask')?.shape[0] === 'src_batch';
 }
 
-/**
- * Run the encoder on padded sources; returns the decoder's feeds (src_mask, cross.*, an empty
- * past.*) for `expand` rows per source (row i*expand + j is source i: beams, samples). The
- * encoder's outputs are repeated per row only for a decoder that needs it (`crossPerSource`).
- */
-async function encode(ort, model, { flat, width }, batch, expand, timings) {
-  const c = model.manifest.config;
-  const start = performance.now();
-  const enc = await model.encoder.run({ src_ids: int64(ort, flat, [batch, width]) });
-  const index = Array.from({ length: batch * expand }, (_, r) => Math.floor(r / expand));
-  const copy = expand > 1 && !crossPerSource(model.manifest);
-  const rows = (t) => (copy ? gatherRows(ort, t, index) : t);
-  const feeds = { src_mask: rows(enc.src_mask) };
-  const empty = emptyPast(ort, model.manifest, batch * expand);
-  for (let i = 0; i < c.n_decoder_layers; i++) {
-    for (const kv of ['key', 'value']) {
-      feeds[`cross.${i}.${kv}`] = rows(enc[`cross.${i}.${kv}`]);
-      feeds[`past.${i}.self.${kv}`] = empty;
-    }
-  }
-  if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: [] });
-  return feeds;
-}
-
-/** This step's present.* become the next step's past.* (through `map`: the beam reorder). */
-function setPast(feeds, out, layers, map = (t) => t) {
-  for (let i = 0; i < layers; i++) {
-    for (const kv of ['key', 'value']) feeds[`past.${i}.self.${kv}`] = map(out[`present.${i}.self.${kv}`]);
-  }
+/** [past.{i}.self.{kv}, present.{i}.self.{kv}] of every decoder layer: this step's present is the next step's past. */
+function cachePairs(layers) {
+  return Array.from({ length: layers }, (_, i) => ['key', 'value'].map((kv) => [`past.${i}.self.${kv}`,
+    `present.${i}.self.${kv}`])).flat();
 }
 
 /**
- * Plain greedy decoding on the decoder's own next_ids (the logits never reach JS), the first step's
- * ids replaced by forcedBosTokenId when set: runtime.decoding.greedy_loop.
+ * One call's decoder state (Python's DecoderState / SearchState): the sources encoded once, the
+ * decoder's feeds between steps, and the last step's outputs. It fetches only `reads` (the output its
+ * strategy takes: 'next_ids' or 'logits') and the caches, so greedy never copies the logits out of ORT.
  */
-async function greedyRows(ort, model, sources, config, timings) {
-  const c = model.manifest.config;
-  const padded = padSources(c, sources);
-  const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
-  const batch = sources.length;
-  const feeds = await encode(ort, model, padded, batch, 1, timings);
-  let tokens = Array(batch).fill(c.bos_id);
-  const done = Array(batch).fill(false);
-  const rows = sources.map(() => []);
-  for (let step = 0; step < steps && !done.every(Boolean); step++) {
+class DecoderState {
+  /**
+   * Run the encoder on padded sources for `rows` decoder rows (`rows / sources` per source: row
+   * i*expand + j is source i: beams, samples). The encoder's outputs are repeated per row only for a
+   * decoder that needs it (`crossPerSource`); every past starts empty.
+   */
+  static async start(ort, model, padded, { rows, reads }, timings) {
+    const c = model.manifest.config;
     const start = performance.now();
-    feeds.input_ids = int64(ort, tokens, [batch, 1]);
-    const out = await model.decoder.run(feeds);
-    const forced = step === 0 && config.forcedBosTokenId !== null; // the forced first token replaces the argmax
-    const next = forced ? Array(batch).fill(config.forcedBosTokenId) : Array.from(out.next_ids.data, Number);
-    for (let b = 0; b < batch; b++) {
-      if (done[b]) next[b] = c.tgt_pad_id; // finished rows feed the padding id
-      else if (next[b] === c.eos_id) done[b] = true;
-      else rows[b].push(next[b]);
+    const input = sourceInput(model.manifest);
+    const enc = await model.encoder.run({ [input.name]: sourceTensor(ort, input, padded) });
+    const expand = rows / padded.length;
+    const index = Array.from({ length: rows }, (_, r) => Math.floor(r / expand));
+    const copy = expand > 1 && !crossPerSource(model.manifest);
+    const perRow = (t) => (copy ? gatherRows(ort, t, index) : t);
+    const feeds = { src_mask: perRow(enc.src_mask) };
+    const pairs = cachePairs(c.n_decoder_layers);
+    const empty = emptyPast(ort, model.manifest, rows);
+    for (const [past] of pairs) feeds[past] = empty;
+    for (let i = 0; i < c.n_decoder_layers; i++) {
+      for (const kv of ['key', 'value']) feeds[`cross.${i}.${kv}`] = perRow(enc[`cross.${i}.${kv}`]);
     }
-    setPast(feeds, out, c.n_decoder_layers);
-    tokens = next;
-    timings?.stepsMs.push(performance.now() - start);
+    if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: [] });
+    return new DecoderState(ort, model.decoder, feeds, pairs, rows, reads);
   }
-  return rows;
+
+  constructor(ort, decoder, feeds, pairs, rows, reads) {
+    Object.assign(this, { ort, decoder, feeds, pairs, rows, out: null });
+    this.fetches = [reads, ...pairs.map(([, present]) => present)];
+  }
+
+  /** Feed one id per row ((rows, 1) input_ids) and run the decoder; its present.* become the past.* */
+  async step(tokens) {
+    this.feeds.input_ids = int64(this.ort, tokens, [this.rows, 1]);
+    this.out = await this.decoder.run(this.feeds, this.fetches);
+    for (const [past, present] of this.pairs) this.feeds[past] = this.out[present];
+  }
+
+  /** The last step's next_ids (rows): the graph's argmax (the model's suppressed ids excluded). */
+  nextIds() {
+    return Array.from(this.output('next_ids').data, Number);
+  }
+
+  /** The last step's logits: { data (rows * vocab float32), vocab }. */
+  logits() {
+    const logits = this.output('logits');
+    return { data: floats(logits), vocab: logits.dims.at(-1) };
+  }
+
+  /** Row r of every past becomes row beamIdx[r] (beam search); rows that all stay put copy nothing. */
+  reorder(beamIdx) {
+    if (beamIdx.every((row, i) => row === i)) return;
+    for (const [past] of this.pairs) this.feeds[past] = gatherRows(this.ort, this.feeds[past], beamIdx);
+  }
+
+  output(name) {
+    const tensor = this.out?.[name];
+    if (!tensor) throw new Error(`the decoder state fetched ${this.fetches[0]}, not ${name}: the strategy reads another output`);
+    return tensor;
+  }
 }
 
 /**
- * runtime.search.search_steps: decode `sources` with the logits in JS; yields the strategy
- * (search.mjs: TokenPicker or BeamSearch) after each step; it holds the results when this ends.
+ * The step driver (Python's search_steps, greedy_loop's successor), the one loop that steps a
+ * decoder: encode `sources`, then step every row from bos_id until the strategy (search.mjs, chosen by
+ * `strategyFor` from `config` and `pick`) is finished; yields the strategy after each step, and it
+ * holds the results when this ends. `pick`: { scored, stopAtEos } (strategyFor).
  */
-async function* searchSteps(ort, model, sources, config, timings) {
+async function* decodeSteps(ort, model, sources, config, { timings, ...pick } = {}) {
   const c = model.manifest.config;
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
   const strategy = strategyFor(sources.length, steps, config, {
     bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [],
-  });
-  const feeds = await encode(ort, model, padded, sources.length, strategy.rows / sources.length, timings);
+  }, pick);
+  const state = await DecoderState.start(ort, model, padded, strategy, timings);
   let tokens = Array(strategy.rows).fill(c.bos_id);
   while (!strategy.finished) {
     const start = performance.now();
-    feeds.input_ids = int64(ort, tokens, [strategy.rows, 1]);
-    const out = await model.decoder.run(feeds);
-    const { nextIds, beamIdx } = strategy.advance(floats(out.logits), out.logits.dims.at(-1));
-    const moved = beamIdx && !strategy.finished && beamIdx.some((row, i) => row !== i);
-    setPast(feeds, out, c.n_decoder_layers, moved ? (t) => gatherRows(ort, t, beamIdx) : undefined);
+    await state.step(tokens);
+    const { ids, beamIdx } = strategy.advance(state);
+    if (beamIdx && !strategy.finished) state.reorder(beamIdx); // after the last step no past is read again
     timings?.stepsMs.push(performance.now() - start);
     yield strategy;
-    tokens = nextIds;
+    tokens = ids;
   }
+}
+
+/** decodeSteps run to its end: the strategy's results. */
+async function decode(ort, model, sources, config, options) {
+  let strategy = null;
+  for await (strategy of decodeSteps(ort, model, sources, config, options)); // eslint-disable-line no-empty
+  return strategy.results();
 }
 
 /**
  * Per source, `numReturnSequences` hypotheses { ids (without BOS/EOS), score }: beam search's best
- * first (score: sum(log p) / length ** lengthPenalty), samples in order (score: sum(log p)).
- * `opts`: the decoding options (options.mjs; defaults: the manifest's `generation`) and `timings`.
+ * first (score: sum(log p) / length ** lengthPenalty), samples in order (score: sum(log p)); plain
+ * greedy too reads the logits here, for its score. `opts`: the decoding options (options.mjs;
+ * defaults: the manifest's `generation`) and `timings`.
  */
 export async function generate(ort, model, sources, { timings, ...options } = {}) {
   const config = generationConfig(model.manifest, options);
-  let strategy = null;
-  for await (strategy of searchSteps(ort, model, sources, config, timings)); // eslint-disable-line no-empty
-  return strategy.results();
+  return decode(ort, model, sources, config, { timings, scored: true });
 }
 
 /**
  * The best hypothesis' ids per source (without BOS and EOS), exactly like the Python runtime's
  * generate_ids. Plain greedy decoding (the default) runs the decoder's own argmax. `timings`, when
- * given, receives `encoderMs` and one `stepsMs` entry per decoder step.
+ * given, receives `encoderMs` and one `stepsMs` entry per decoder step. `stopAtEos: false` (Python's
+ * stop_at_eos, for benchmarks) gives every row exactly maxNewTokens ids: greedy keeps going after
+ * EOS, other decoding bans EOS (minNewTokens) and returns the best hypothesis.
  */
-export async function generateIds(ort, model, sources, { timings, ...options } = {}) {
-  const config = generationConfig(model.manifest, options);
-  if (isGreedy(config)) return greedyRows(ort, model, sources, config, timings);
-  return (await generate(ort, model, sources, { timings, ...options })).map((hyps) => hyps[0].ids);
+export async function generateIds(ort, model, sources, { timings, stopAtEos = true, ...options } = {}) {
+  let config = generationConfig(model.manifest, options);
+  if (!stopAtEos && !isGreedy(config)) {
+    const steps = resolveMaxNewTokens(config.maxNewTokens, model.manifest.config.max_len);
+    config = { ...config, minNewTokens: steps, forcedEos: false };
+  }
+  const hyps = await decode(ort, model, sources, config, { timings, stopAtEos });
+  return hyps.map((best) => best[0].ids);
 }
 
 /** The new ids of one source as they are decided (all at the end for beam search). */
 async function* idStream(ort, model, ids, config, timings) {
   let strategy = null;
-  for await (strategy of searchSteps(ort, model, [ids], config, timings)) {
+  for await (strategy of decodeSteps(ort, model, [ids], config, { timings })) {
     if (config.numBeams > 1) continue;
     const token = strategy.out[0][strategy.step - 1];
     if (token === model.manifest.config.eos_id) break;

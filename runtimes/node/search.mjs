@@ -1,12 +1,21 @@
-// The token pickers of the shared decoding loop (decoding.mjs): logits processors, seeded sampling
-// and beam search, ported line by line from the Python runtime (tfm_export/runtime/processors.py,
-// sampling.py, beam.py, search.py; their docstrings are the specification) so that Node, the browser
-// and Python choose the same tokens and report the same scores.
+// The decoding strategies of the shared step driver (decoding.mjs) and what they run on: `Greedy` on
+// the decoder's own argmax, and, on the logits, the logits processors, seeded sampling (`TokenPicker`)
+// and beam search (`BeamSearch`), ported line by line from the Python runtime
+// (tfm_export/runtime/decoding.py, processors.py, sampling.py, beam.py, search.py; their docstrings
+// are the specification) so that Node, the browser and Python choose the same tokens and report the
+// same scores.
+//
+// Every strategy has one shape, which is all the driver knows of it: `rows` (decoder rows, source i's
+// consecutive), `reads` (the one decoder output it takes each step: 'next_ids' or 'logits', so the
+// driver fetches only that one), `finished`, `advance(state)` -> { ids (rows), beamIdx (rows, or null
+// when rows keep their places) } where `state` is the step's decoder state (nextIds() / logits()),
+// and `results()`: per source, its hypotheses { ids, score }.
 //
 // Numbers: scores are float64 (JS Number), like Python's. Sums use numpy's pairwise summation
 // (`pairwiseSum`), so they are bit-equal to np.sum; Math.exp / Math.log may differ from numpy's in the
 // last bit (about 1 value in 12), which can change a token only on an exact near-tie.
 // No globals beyond ECMAScript (BigInt for SplitMix64): the browser page imports this file too.
+import { isGreedy } from './options.mjs';
 
 export const OFFSET = 1e9; // transformers' "very large negative value" for excluded candidates and empty slots
 const MASK64 = (1n << 64n) - 1n;
@@ -142,21 +151,60 @@ function argmax(row) {
 }
 
 /**
+ * Plain greedy decoding on the decoder's own argmax (next_ids, computed in the graph): the logits never
+ * cross to JS, and no score is kept (`generate` asks for a TokenPicker, which has them). Python's
+ * GreedyRows and greedy_loop. The one place of the forced-BOS rule for it: forcedBosTokenId replaces
+ * the first step's ids (TokenPicker and BeamSearch get it from processRow). With `stopAtEos` (the
+ * default), a row that has emitted EOS feeds tgt_pad_id from then on and decoding stops when every row
+ * has; without it every row takes all `steps` ids (benchmarks: a fixed amount of work).
+ */
+export class Greedy {
+  constructor(batch, steps, config, ids, { stopAtEos = true } = {}) {
+    Object.assign(this, { steps, config, ids, stopAtEos, rows: batch, step: 0, finished: false });
+    this.reads = 'next_ids';
+    this.out = Array.from({ length: batch }, () => []); // ids generated so far (EOS kept, then padding)
+    this.done = Array(batch).fill(false);
+  }
+
+  /** One step from the state's next_ids -> { ids (rows), beamIdx: null }. */
+  advance(state) {
+    const { ids, step, stopAtEos } = this;
+    const forced = this.config.forcedBosTokenId ?? null;
+    const chosen = step === 0 && forced !== null ? Array(this.rows).fill(forced) : state.nextIds();
+    const next = chosen.map((token, r) => (stopAtEos && this.done[r] ? ids.padId : token));
+    next.forEach((token, r) => {
+      this.out[r].push(token);
+      if (stopAtEos && token === ids.eosId) this.done[r] = true;
+    });
+    this.step += 1;
+    this.finished = this.done.every(Boolean) || this.step === this.steps;
+    return { ids: next, beamIdx: null };
+  }
+
+  /** Per source, one hypothesis { ids (cut at EOS with stopAtEos, else all), score: null }. */
+  results() {
+    return this.out.map((row) => [{ ids: this.stopAtEos ? trimAtEos(row, this.ids.eosId) : row.slice(), score: null }]);
+  }
+}
+
+/**
  * Greedy (with processors) or sampled ids for rows = batch * numReturnSequences (source i: rows
  * i*n .. i*n + n-1). A row's score: the sum of log_softmax(processed logits) at its ids.
  */
 export class TokenPicker {
   constructor(batch, steps, config, ids) {
     Object.assign(this, { steps, config, ids, rows: batch * config.numReturnSequences, step: 0, finished: false });
+    this.reads = 'logits';
     this.out = Array.from({ length: this.rows }, () => []); // ids generated so far (EOS kept, then padding)
     this.scores = new Float64Array(this.rows);
     this.done = Array(this.rows).fill(false);
     this.generators = config.doSample ? rowGenerators(config.seed, this.rows) : [];
   }
 
-  /** One step from (rows * vocab) logits -> { nextIds (rows), beamIdx: null }. */
-  advance(logits, vocab) {
+  /** One step from the state's (rows * vocab) logits -> { ids (rows), beamIdx: null }. */
+  advance(state) {
     const { config: cfg, ids, step } = this;
+    const { data: logits, vocab } = state.logits();
     const nextIds = this.out.map((row, r) => {
       if (this.done[r]) return ids.padId;
       const scores = processRow(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)),
@@ -170,7 +218,7 @@ export class TokenPicker {
     nextIds.forEach((token, r) => this.out[r].push(token));
     this.step += 1;
     this.finished = this.done.every(Boolean) || this.step === this.steps;
-    return { nextIds, beamIdx: null };
+    return { ids: nextIds, beamIdx: null };
   }
 
   /** Per source, its numReturnSequences hypotheses { ids (without EOS), score } in row order. */
@@ -205,15 +253,17 @@ export class BeamSearch {
   constructor(batch, steps, config, ids) {
     const k = config.numBeams;
     Object.assign(this, { batch, k, steps, config, ids, rows: batch * k, step: 0, finished: false });
+    this.reads = 'logits';
     this.runIds = Array.from({ length: this.rows }, () => []); // row b*K + j: beam j of source b
     this.runScores = Array.from({ length: this.rows }, (_, r) => (r % k === 0 ? 0 : -OFFSET)); // beam 0 live
     this.slots = Array.from({ length: batch }, () => Array.from({ length: k }, () => ({ ids: [], score: -OFFSET, done: false })));
     this.open = Array(batch).fill(true);
   }
 
-  /** One step from (rows * vocab) logits -> { nextIds (rows), beamIdx (rows): the row each continues }. */
-  advance(logits, vocab) {
+  /** One step from the state's (rows * vocab) logits -> { ids (rows), beamIdx (rows): the row each continues }. */
+  advance(state) {
     const { k, step, ids } = this;
+    const { data: logits, vocab } = state.logits();
     const last = step === this.steps - 1;
     const nextIds = Array(this.rows);
     const beamIdx = Array(this.rows);
@@ -237,7 +287,7 @@ export class BeamSearch {
     }
     this.step += 1;
     this.close(allHit);
-    return { nextIds, beamIdx };
+    return { ids: nextIds, beamIdx };
   }
 
   /** Steps 1-2: source b's 2K best (beam, token) candidates, best first; ties: the lower flat index. */
@@ -293,7 +343,13 @@ export class BeamSearch {
   }
 }
 
-/** The picker for `config`: beam search when numBeams > 1, else greedy/sampling. */
-export function strategyFor(batch, steps, config, ids) {
-  return config.numBeams > 1 ? new BeamSearch(batch, steps, config, ids) : new TokenPicker(batch, steps, config, ids);
+/**
+ * The strategy for `config`: beam search when numBeams > 1; plain greedy (`isGreedy`) on the decoder's
+ * own next_ids unless `scored` (generate reports each hypothesis' score, which needs the logits);
+ * else TokenPicker (greedy with processors, sampling). `stopAtEos`: Greedy's (see there).
+ */
+export function strategyFor(batch, steps, config, ids, { scored = false, stopAtEos = true } = {}) {
+  if (config.numBeams > 1) return new BeamSearch(batch, steps, config, ids);
+  if (isGreedy(config) && !scored) return new Greedy(batch, steps, config, ids, { stopAtEos });
+  return new TokenPicker(batch, steps, config, ids);
 }

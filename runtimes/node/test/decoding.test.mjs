@@ -15,7 +15,8 @@ import { promisify } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import * as decoding from '../decoding.mjs';
 import { fromPythonNames, generationConfig } from '../decoding.mjs';
-import { bannedNgramTokens, pairwiseSum, processRow, rowGenerators, SplitMix64, warp } from '../search.mjs';
+import { bannedNgramTokens, Greedy, pairwiseSum, processRow, rowGenerators, SplitMix64, strategyFor, TokenPicker, warp
+  } from '../search.mjs';
 import { generate, generateIds, openExport, stream } from '../translate.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -86,7 +87,8 @@ describe('sampling, processors and options (no export needed)', () => {
 });
 
 // A stand-in for a model (no export needed): no decoder layers; from input id t the decoder's best
-// next id is NEXT[t] (logit 5, all others 0), and next_ids is that argmax, as in the graph.
+// next id is NEXT[t] (logit 5, all others 0), and next_ids is that argmax, as in the graph. Like ORT,
+// it returns only the outputs named in `fetches` (all without), and it records what each run fetched.
 const NEXT = { 1: 5, 5: 6, 6: 2, 7: 8, 8: 2 }; // BOS -> 5 -> 6 -> EOS; forced 7 -> 8 -> EOS
 const fakeOrt = { Tensor: class { constructor(type, data, dims) { Object.assign(this, { type, data, dims }); } } };
 const VOCAB = 10;
@@ -98,13 +100,16 @@ const fakeModel = {
   },
   encoder: { run: async ({ src_ids: src }) => ({ src_mask: src }) },
   decoder: {
-    async run({ input_ids: input }) {
+    fetched: [],
+    async run({ input_ids: input }, fetches) {
       const rows = input.dims[0];
       const best = Array.from(input.data, (t) => NEXT[Number(t)] ?? 2);
       const logits = new Float32Array(rows * VOCAB);
       best.forEach((t, r) => { logits[r * VOCAB + t] = 5; });
-      return { next_ids: new fakeOrt.Tensor('int64', BigInt64Array.from(best, BigInt), [rows]),
+      const out = { next_ids: new fakeOrt.Tensor('int64', BigInt64Array.from(best, BigInt), [rows]),
         logits: new fakeOrt.Tensor('float32', logits, [rows, 1, VOCAB]) };
+      this.fetched.push(fetches ?? Object.keys(out));
+      return Object.fromEntries(Object.entries(out).filter(([name]) => !fetches || fetches.includes(name)));
     },
   },
 };
@@ -238,5 +243,97 @@ describe('beam search, sampling and streaming on the bundled model', { skip }, (
     assert.equal(streamed.stdout, `${model.tokenizer.decode(sampled.hypotheses[0][0].ids)}\n`);
     await assert.rejects(run(process.execPath, [cli, exportDir, '--num-beams', '0', '12']),
       (err) => err.code === 1 && /numBeams must be an integer of at least 1/.test(err.stderr));
+  });
+});
+
+describe('one step driver: strategies and the decoder state (no export needed)', () => {
+  const ids = { bosId: 1, eosId: 2, padId: 0, banned: [] };
+  const fetchedBy = async (call) => {
+    fakeModel.decoder.fetched = [];
+    await call();
+    return [...new Set(fakeModel.decoder.fetched.map((names) => names.join(',')))];
+  };
+
+  test('strategyFor: Greedy for plain greedy ids, TokenPicker when scores or processors need the logits', () => {
+    const plain = generationConfig({}, { forcedBosTokenId: 7, renormalizeLogits: true });
+    assert.ok(strategyFor(2, 5, plain, ids) instanceof Greedy);
+    assert.ok(strategyFor(2, 5, plain, ids, { scored: true }) instanceof TokenPicker);
+    assert.ok(strategyFor(2, 5, generationConfig({}, { minNewTokens: 1 }), ids) instanceof TokenPicker);
+    assert.equal(strategyFor(2, 5, generationConfig({}, { numBeams: 2 }), ids).reads, 'logits');
+  });
+
+  test('Greedy: forced BOS at step 0 only, finished rows fed padding, done when every row has EOS', () => {
+    const greedy = new Greedy(2, 5, generationConfig({}, { forcedBosTokenId: 7 }), ids);
+    const state = (next) => ({ nextIds: () => next, logits: () => assert.fail('greedy read the logits') });
+    assert.deepEqual(greedy.advance(state([3, 3])), { ids: [7, 7], beamIdx: null });
+    assert.deepEqual(greedy.advance(state([2, 4])).ids, [2, 4]);
+    assert.deepEqual(greedy.advance(state([5, 2])).ids, [0, 2]);
+    assert.ok(greedy.finished);
+    assert.deepEqual(greedy.results(), [[{ ids: [7], score: null }], [{ ids: [7, 4], score: null }]]);
+    const all = new Greedy(1, 2, generationConfig({}), ids, { stopAtEos: false });
+    all.advance(state([2]));
+    assert.ok(!all.finished);
+    assert.deepEqual(all.advance(state([6])).ids, [6]);
+    assert.deepEqual(all.results(), [[{ ids: [2, 6], score: null }]]);
+  });
+
+  test('only the output the strategy reads crosses: next_ids for greedy ids and streams, logits otherwise', async () => {
+    assert.deepEqual(await fetchedBy(() => decoding.generateIds(fakeOrt, fakeModel, [[3]])), ['next_ids']);
+    assert.deepEqual(await fetchedBy(() => collect(decoding.stream(fakeOrt, fakeModel, [3]))), ['next_ids']);
+    assert.deepEqual(await fetchedBy(() => decoding.generate(fakeOrt, fakeModel, [[3]])), ['logits']);
+    assert.deepEqual(await fetchedBy(() => decoding.generateIds(fakeOrt, fakeModel, [[3]], { numBeams: 2 })), ['logits']);
+    const [[greedy]] = await decoding.generate(fakeOrt, fakeModel, [[3]]);
+    assert.deepEqual(greedy.ids, [5, 6]);
+    assert.ok(greedy.score < 0); // generate's greedy hypotheses keep their score
+  });
+
+  test('stopAtEos: false gives every row maxNewTokens ids (greedy runs on past EOS, others ban it)', async () => {
+    const options = { stopAtEos: false, maxNewTokens: 4 };
+    assert.deepEqual(await decoding.generateIds(fakeOrt, fakeModel, [[3], [4]], options), [[5, 6, 2, 2], [5, 6, 2, 2]]);
+    const [row] = await decoding.generateIds(fakeOrt, fakeModel, [[3]], { ...options, numBeams: 2 });
+    assert.equal(row.length, 4);
+    assert.ok(!row.includes(2));
+  });
+});
+
+describe('the encoder input is the manifest\'s (no export needed)', () => {
+  /** fakeModel with graphs.encoder.inputs `inputs`; `fed` gets what the encoder was given. */
+  const withEncoderInputs = (inputs, fed) => ({
+    ...fakeModel,
+    manifest: { ...fakeModel.manifest, graphs: { ...fakeModel.manifest.graphs, encoder: { inputs } } },
+    encoder: { run: async (feeds) => { Object.assign(fed, feeds); return { src_mask: Object.values(feeds)[0] }; } },
+  });
+  const valid = (inputs) => ({ format: decoding.MANIFEST_FORMAT, graphs: {
+    encoder: { file: 'encoder.onnx', sha256: 'a'.repeat(64), inputs }, decoder: { file: 'decoder.onnx', sha256: 'b'.repeat(64) } } });
+
+  test('its name, id type and axis order are fed as declared', async () => {
+    const fed = {};
+    const declared = [{ name: 'input_ids', dtype: 'int32', shape: ['batch', 'src_len'] }];
+    assert.deepEqual(await decoding.generateIds(fakeOrt, withEncoderInputs(declared, fed), [[3, 4], [5]]), [[5, 6], [5, 6]]);
+    assert.deepEqual(Object.keys(fed), ['input_ids']);
+    assert.equal(fed.input_ids.type, 'int32');
+    assert.deepEqual([...fed.input_ids.data], [3, 4, 5, 0]);
+    assert.deepEqual(fed.input_ids.dims, [2, 2]);
+    const transposed = {};
+    await decoding.generateIds(fakeOrt, withEncoderInputs([{ name: 'src', dtype: 'int64', shape: ['src_len', 'batch'] }],
+      transposed), [[3, 4], [5]]);
+    assert.deepEqual(transposed.src.dims, [2, 2]);
+    assert.deepEqual([...transposed.src.data], [3n, 5n, 4n, 0n]);
+  });
+
+  test('without a declaration: src_ids, int64 (batch, src_len); what it cannot feed is refused on opening', async () => {
+    const fed = {};
+    await decoding.generateIds(fakeOrt, { ...fakeModel, encoder: withEncoderInputs(undefined, fed).encoder }, [[3, 4]]);
+    assert.deepEqual(fed.src_ids.dims, [1, 2]);
+    assert.equal(fed.src_ids.type, 'int64');
+    assert.equal(decoding.checkManifest(valid([{ name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] }])).format,
+      decoding.MANIFEST_FORMAT);
+    const refused = [
+      [[{ name: 'features', dtype: 'float32', shape: ['batch', 'src_len'] }], /input "features" is float32; this runtime feeds token ids as int64 or int32/],
+      [[{ name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'] }, { name: 'lang', dtype: 'int64', shape: ['batch'] }],
+        /declares 2 inputs; this runtime feeds one/],
+      [[{ name: 'src_ids', dtype: 'int64', shape: ['batch', 64] }], /has axes \["batch",64\]; this runtime feeds \(batch, src_len\) or \(src_len, batch\)/],
+    ];
+    for (const [inputs, message] of refused) assert.throws(() => decoding.checkManifest(valid(inputs)), message);
   });
 });
