@@ -4,9 +4,11 @@ import itertools
 
 import pytest
 import torch
+from torch import Tensor
 
 from tfm_export.config import PRESETS
-from tfm_export.model.generate import greedy_decode, greedy_decode_full
+from tfm_export.model.generate import greedy_decode
+from tfm_export.runtime.sources import trim
 from tfm_export.model.transformer import Transformer
 
 VARIANTS = list(itertools.product([False, True], ["sinusoidal", "learned", "sinusoidal_concat"]))
@@ -100,3 +102,19 @@ def test_shared_and_tied_embeddings_share_storage():
     model = make_model(False, "sinusoidal", share_embeddings=True, tie_output=True)
     assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
     assert model.lm_head.weight is model.tgt_embed.tokens.weight
+
+
+# The slow oracle of the cached decoding above (test-only, so it lives here, not in the package).
+@torch.no_grad()
+def greedy_decode_full(model: Transformer, src: Tensor, max_new_tokens: int) -> list[list[int]]:
+    """Greedy decoding by full recomputation (no cache): the slow oracle for tests."""
+    cfg = model.config
+    tgt = torch.full((src.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_new_tokens):
+        next_ids = model.pick(model(src, tgt)[:, -1]).masked_fill(done, cfg.tgt_pad_id)
+        done = done | (next_ids == cfg.eos_id)
+        tgt = torch.cat([tgt, next_ids[:, None]], dim=1)  # (batch, tgt_len + 1)
+        if bool(done.all()):
+            break
+    return [trim(row, cfg.eos_id) for row in tgt[:, 1:].tolist()]

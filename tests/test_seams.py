@@ -2,6 +2,7 @@
 one device parser, one source check, library errors in the library's terms."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -104,3 +105,46 @@ def test_eager_and_ort_share_the_source_check(tiny_checkpoint, tiny_export):
         with pytest.raises(InputError, match="exceeds the model's max_len"):
             runner.generate_ids([[5] * 65], max_new_tokens=2)
     assert eager.generate_ids([[5, 6, 7]], 6) == ort_model.generate_ids([[5, 6, 7]], 6)
+
+
+def test_the_encoder_input_is_read_from_the_manifest(tiny_export, tmp_path):
+    """Runners feed the encoder by the input the manifest declares, not by a name they assume: an export
+    whose encoder input is renamed decodes the same; one that declares float features is refused in one line."""
+    import dataclasses
+
+    import onnx
+
+    from tfm_export.manifest import TensorSpec
+
+    out = tmp_path / "renamed"
+    shutil.copytree(tiny_export, out)
+    graph = onnx.load(str(out / "encoder.onnx"))
+    old = graph.graph.input[0].name
+    for node in graph.graph.node:
+        node.input[:] = ["source_tokens" if name == old else name for name in node.input]
+    graph.graph.input[0].name = "source_tokens"
+    onnx.save(graph, str(out / "encoder.onnx"))
+    manifest = load_manifest(tiny_export)
+    encoder = manifest.graphs["encoder"]
+    spec = dataclasses.replace(encoder.spec, inputs=(TensorSpec("source_tokens", "int64", ("batch", "src_len")),))
+    renamed = manifest.replace(graphs={**manifest.graphs, "encoder": dataclasses.replace(encoder, spec=spec)})
+    sources = [[5, 6, 7], [8, 9]]
+    want = open_export(tiny_export).generate_ids(sources, 8)
+    assert open_export(out, verify=False, manifest=renamed).generate_ids(sources, 8) == want
+    assert open_export(out, verify=False, manifest=renamed).generate_ids(sources, 8, num_beams=2) == \
+        open_export(tiny_export).generate_ids(sources, 8, num_beams=2)
+    spec = dataclasses.replace(spec, inputs=(TensorSpec("source_tokens", "float32", ("batch", "n_mels", "frames")),))
+    features = manifest.replace(graphs={**manifest.graphs, "encoder": dataclasses.replace(encoder, spec=spec)})
+    with pytest.raises(InputError, match="reads source_tokens \\(float32 batch, n_mels, frames\\), not token ids"):
+        open_export(out, verify=False, manifest=features).generate_ids(sources, 8)
+
+
+def test_one_decode_loop_steps_a_decoder():
+    """Loops that step a decoder: the direct calls' driver (runtime.decoding.decode) and the in-flight
+    scheduler (runtime.inflight.InflightRows.step); no other module calls a state's step."""
+    stepping = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                      if re.search(r"(state|rows)\.step\(", p.read_text()))
+    assert stepping == ["runtime/decoding.py", "runtime/inflight.py"]
+    private = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if re.search(r"\._(search_cache|batch|allocate|spec)\b", p.read_text())]
+    assert private == []

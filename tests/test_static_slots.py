@@ -225,3 +225,22 @@ def test_an_export_from_before_the_fused_rows_falls_back_to_static_rows(slots_ex
         rows = open_rows(model.cache, 2, 16)
     assert isinstance(rows, RowBatch) and not isinstance(rows, HostRows)
     assert "re-export it for the fused in-place rows" in caplog.text
+
+
+@pytest.mark.parametrize("options", [{"num_beams": 4, "num_return_sequences": 2}, {"num_beams": 3, "min_new_tokens": 3},
+                                     {"do_sample": True, "seed": 5, "num_return_sequences": 2},
+                                     {"num_beams": 2, "no_repeat_ngram_size": 2}])
+def test_beam_search_and_sampling_run_on_the_static_cache_too(slots_export, options):
+    """The static cache is one more DecoderState: beam search (its rows reordered in the bound cache sets,
+    candidates from the device head or, with a whole-row processor, the host) and sampling decode on it
+    with the growing cache's hypotheses; a search longer than its slots falls back to the growing cache."""
+    static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
+    growing = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
+    config = static.generation_config(max_new_tokens=SLOTS, **options)
+    assert static.cache_for(config, SLOTS) is static.static_cache
+    assert static.cache_for(config, SLOTS + 1) is static.growing
+    got, want = static.generate(SOURCES, config), growing.generate(SOURCES, config)
+    assert [[h.ids for h in hs] for hs in got] == [[h.ids for h in hs] for hs in want]
+    np.testing.assert_allclose([h.score for hs in got for h in hs], [h.score for hs in want for h in hs], atol=1e-5)
+    no_static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True, static_search=False))
+    assert no_static.cache_for(config, SLOTS) is no_static.growing  # the server's setting (its lane)

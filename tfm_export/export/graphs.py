@@ -16,7 +16,7 @@ def _pairs(flat: tuple[Tensor, ...]) -> list[KV]:
 
 
 class EncoderGraph(nn.Module):
-    """src_ids -> (src_mask, cross.0.key, cross.0.value, ...)."""
+    """the encoder input (token ids) -> (src_mask, cross.0.key, cross.0.value, ...)."""
 
     n_named_args = 1  # inputs before the *caches varargs (none here)
 
@@ -24,8 +24,8 @@ class EncoderGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src_ids: Tensor) -> tuple[Tensor, ...]:
-        memory, src_mask = self.model.encode(src_ids)
+    def forward(self, source: Tensor) -> tuple[Tensor, ...]:
+        memory, src_mask = self.model.encode(source)
         flat = [src_mask]
         for key, value in self.model.cross_kv(memory):
             flat += [key, value]
@@ -95,7 +95,7 @@ _DTYPES = {"int64": torch.int64, "bool": torch.bool, "float32": torch.float32, "
 def example_inputs(spec: GraphSpec, vocab: dict[str, int], seed: int = 0) -> tuple[Tensor, ...]:
     """Random tensors in the spec's shapes with EXAMPLE_SIZES for the symbolic dims.
 
-    `vocab` maps integer input names to their id range (src_ids -> src vocab, ...).
+    `vocab` maps integer input names to their id range (the token-id source -> src vocab, ...).
     """
     gen = torch.Generator().manual_seed(seed)
     tensors = []

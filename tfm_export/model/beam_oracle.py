@@ -30,13 +30,13 @@ Given = Callable[[int, tuple[int, ...]], np.ndarray | None]  # (source, prefix) 
 
 
 @torch.no_grad()
-def beam_search_oracle(model: Transformer, src_ids: Tensor, steps: int, config: GenerationConfig,
+def beam_search_oracle(model: Transformer, source: Tensor, steps: int, config: GenerationConfig,
                        given: Given | None = None, report: dict[str, Any] | None = None) -> list[list[Hypothesis]]:
     """Beam search of each row of a padded (batch, src_len) id tensor, for up to `steps` tokens."""
     report = report if report is not None else {}
     report.update(max_abs=0.0, max_ref=0.0, missing=0)
-    return [_one_source(model, src_ids[i:i + 1], steps, config, _logits_of(i, given, report))
-            for i in range(src_ids.shape[0])]
+    return [_one_source(model, source[i:i + 1], steps, config, _logits_of(i, given, report))
+            for i in range(source.shape[0])]
 
 
 def _logits_of(source: int, given: Given | None, report: dict[str, Any]) -> Callable[[Tensor, np.ndarray], np.ndarray]:

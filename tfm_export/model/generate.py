@@ -31,9 +31,9 @@ class EagerCache:
         self.model = model
 
     @torch.no_grad()
-    def start(self, src_ids: Tensor, expand: int = 1) -> "EagerState":
+    def start(self, source: Tensor, expand: int = 1) -> "EagerState":
         """Each source's encoder outputs repeated `expand` times (beams, samples)."""
-        return EagerState(self.model, src_ids, expand)
+        return EagerState(self.model, source, expand)
 
 
 class EagerState:
@@ -41,12 +41,12 @@ class EagerState:
 
     device_top = False
 
-    def __init__(self, model: Transformer, src_ids: Tensor, expand: int = 1):
-        self.model, self.device = model, src_ids.device
-        memory, self.src_mask = model.encode(src_ids)
+    def __init__(self, model: Transformer, source: Tensor, expand: int = 1):
+        self.model, self.device = model, source.device
+        memory, self.src_mask = model.encode(source)
         memory, self.src_mask = memory.repeat_interleave(expand, 0), self.src_mask.repeat_interleave(expand, 0)
         self.cross = model.cross_kv(memory)
-        self.past = model.empty_cache(memory.shape[0], src_ids.device, memory.dtype)
+        self.past = model.empty_cache(memory.shape[0], source.device, memory.dtype)
         self.out: Tensor | None = None  # the last step's logits (rows, tgt_vocab), on the model's device
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # CUDA runs async: the queued encoder work belongs to encoder_s
@@ -74,7 +74,7 @@ class EagerState:
 
 
 @torch.no_grad()
-def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | None = None,
+def greedy_decode(model: Transformer, source: Tensor, max_new_tokens: int | None = None,
                   stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
     """Greedy decoding of a padded (batch, src_len) id tensor; returns each row's ids without BOS/EOS.
 
@@ -83,26 +83,11 @@ def greedy_decode(model: Transformer, src_ids: Tensor, max_new_tokens: int | Non
     The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.decode with its Greedy strategy).
     """
     cfg = model.config
-    check_ids(src_ids, cfg.src_vocab_size, "source")
-    if src_ids.shape[1] > cfg.max_len:
-        raise InputError(f"source length {src_ids.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
+    check_ids(source, cfg.src_vocab_size, "source")
+    if source.shape[1] > cfg.max_len:
+        raise InputError(f"source length {source.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
                          f"shorten or split the input")
     steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
-    greedy = Greedy(src_ids.shape[0], steps, cfg, stop_at_eos)
-    run(EagerCache(model), src_ids, greedy, timings)
+    greedy = Greedy(source.shape[0], steps, cfg, stop_at_eos)
+    run(EagerCache(model), source, greedy, timings)
     return [trim(row, cfg.eos_id) if stop_at_eos else row for row in greedy.generated()]
-
-
-@torch.no_grad()
-def greedy_decode_full(model: Transformer, src_ids: Tensor, max_new_tokens: int) -> list[list[int]]:
-    """Greedy decoding by full recomputation (no cache): the slow oracle for tests."""
-    cfg = model.config
-    tgt = torch.full((src_ids.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)
-    done = torch.zeros(src_ids.shape[0], dtype=torch.bool, device=src_ids.device)
-    for _ in range(max_new_tokens):
-        next_ids = model.pick(model(src_ids, tgt)[:, -1]).masked_fill(done, cfg.tgt_pad_id)
-        done = done | (next_ids == cfg.eos_id)
-        tgt = torch.cat([tgt, next_ids[:, None]], dim=1)  # (batch, tgt_len + 1)
-        if bool(done.all()):
-            break
-    return [trim(row, cfg.eos_id) for row in tgt[:, 1:].tolist()]

@@ -109,15 +109,15 @@ class Transformer(nn.Module):
         suppress[list(config.suppress_ids)] = True
         self.register_buffer("suppress", suppress, persistent=False)
 
-    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Encode (batch, src_len) ids -> memory (batch, src_len, d_model), src_mask (batch, src_len) bool."""
-        src_mask = src_ids != self.config.src_pad_id  # True for real tokens
+        src_mask = source != self.config.src_pad_id  # True for real tokens
         allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         bias = None
         if self.encoder_bias is not None:
-            positions = torch.arange(src_ids.shape[1], device=src_ids.device)  # (src_len,)
+            positions = torch.arange(source.shape[1], device=source.device)  # (src_len,)
             bias = self.encoder_bias(positions, positions)  # (heads, src_len, src_len)
-        x = self.src_embed(src_ids)
+        x = self.src_embed(source)
         for layer in self.encoder_layers:
             x = layer(x, allowed, bias)
         return self.encoder_norm(x), src_mask
@@ -174,9 +174,9 @@ class Transformer(nn.Module):
             logits = logits.masked_fill(self.suppress, torch.finfo(logits.dtype).min)
         return logits.argmax(-1)
 
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+    def forward(self, source: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, tgt_vocab) for target inputs `tgt_ids`."""
-        memory, src_mask = self.encode(src_ids)
-        empty = self.empty_cache(src_ids.shape[0], src_ids.device, memory.dtype)
+        memory, src_mask = self.encode(source)
+        empty = self.empty_cache(source.shape[0], source.device, memory.dtype)
         logits, _ = self.decode(tgt_ids, src_mask, self.cross_kv(memory), empty)
         return logits

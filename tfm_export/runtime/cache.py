@@ -40,7 +40,7 @@ class GrowingCache:
     lock = nullcontext()  # nothing is shared between calls: each has its own binding
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, device: Device,
-                 config: TransformerConfig, cache_dtype: str, per_source: bool = False, source_name: str = "src_ids"):
+                 config: TransformerConfig, cache_dtype: str, per_source: bool, source_name: str):
         """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source);
         `source_name`: the encoder's input (Manifest.encoder_input)."""
         self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config

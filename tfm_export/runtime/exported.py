@@ -33,6 +33,8 @@ from .static import StaticCache, open_static
 
 log = logging.getLogger(__name__)
 
+TOKEN_TYPES = ("int64", "int32")  # encoder inputs that are token ids (Manifest.encoder_input)
+
 __all__ = ["DecodeTimings", "ExportedModel", "open_export", "uses_static_decoder"]
 
 
@@ -79,7 +81,11 @@ class ExportedModel(GenerateMixin):
         return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
     def source_input(self, sources: Sequence[Sequence[int]]) -> Any:
-        return source_batch(sources, self.config)  # (batch, src_len) token ids: Manifest.encoder_input
+        declared = self.manifest.encoder_input
+        if declared.dtype not in TOKEN_TYPES:
+            raise InputError(f"this export's encoder reads {declared.name} ({declared.dtype} "
+                             f"{', '.join(map(str, declared.shape))}), not token ids; pass that input instead")
+        return source_batch(sources, self.config).astype(declared.dtype, copy=False)  # (batch, src_len)
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.static_cache.slots if self.static_cache else None  # fixed by its export

@@ -79,6 +79,10 @@ class InflightBatcher(Engine):
         rows = group_width(job.config)
         return rows if rows <= self.config.max_batch and job.max_new_tokens <= self.slots else 0
 
+    def free_rows(self) -> list[int]:
+        """The rows no job holds now (the joiner asks, to encode the next job ahead while it does not fit)."""
+        return self.batch.free_rows()
+
     def start(self) -> "Engine":
         super().start()
         # The helpers start once the decode thread has captured its CUDA graphs: a capture fails if
