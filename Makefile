@@ -1,4 +1,5 @@
-# Two commands: `make demo` and `make test`. Each creates .venv when missing.
+# Two commands: `make demo` and `make test`. Each creates .venv when missing. (`make options` after editing a
+# decoding option in tfm_export/runtime/generation.py.)
 # .venv gets the `export` extra (PyTorch: the demo exports); `make test` adds the `test` extra. A plain
 # `pip install .` is the runtime-only install (no PyTorch), see README "Deploy".
 PYTHON ?= python3
@@ -7,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test test-long test-gpu install install-test runtimes-npm clean
+.PHONY: demo test test-long test-gpu install install-test runtimes-npm options clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +44,12 @@ test-long: $(VENV)/.installed-test runtimes-npm
 # The GPU tests alone, with their float16 agreement figures (-rP); they skip without a usable GPU.
 test-gpu: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m gpu -rP tests/test_gpu.py tests/test_runtime.py tests/test_variants.py
+
+# Rewrite what is generated from runtime/generation.py's option declarations (GenerationConfig): the Node
+# runtime's options.mjs and index.d.ts regions and the manifest schema's `generation` section.
+# tests/test_options_schema.py fails while one is stale.
+options: $(VENV)/.installed
+	$(PY) -m tfm_export.runtime.options_codegen
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -3,26 +3,36 @@
 // node runtimes/node/cli.mjs OUT --ids "3 17 9" ["5 6" ...]   one row of token ids per line
 // node runtimes/node/cli.mjs --server URL "text" ...          the same lines from `tfm-export serve` at URL
 //   (--api-key KEY, else the environment's TFM_EXPORT_API_KEY)
-// Decoding options (default: the manifest's `generation` section, else greedy): --max-new-tokens N,
-// --num-beams N, --n-best N (then each hypothesis is a line "score<TAB>output"), --length-penalty X,
-// --sample with --seed N, --temperature X, --top-k N, --top-p X; --stream prints tokens as they come.
-// Multilingual exports: --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages` lists the codes.
+// Decoding flags (default: the manifest's `generation` section, else greedy) are Python's `tfm-export
+// generate` ones, from options.mjs's CLI_FLAGS: --num-beams N, --n-best N (then each hypothesis is a line
+// "score<TAB>output"), --sample with --seed N, --top-p X, ... (--help lists them); --stream prints tokens
+// as they come. Multilingual exports: --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages`
+// lists the codes.
 import { parseArgs } from 'node:util';
 import { connect } from './client.mjs';
+import { CLI_FLAGS } from './options.mjs';
+
+// A decoding flag's value in the usage line, by the option's kind (a choice: its words).
+const METAVAR = { integer: ' N', number: ' X', boolean: '' };
+
+/** `--flag N` words, wrapped after `lead` to lines under 100 characters. */
+function wrapped(lead, words) {
+  const lines = [lead];
+  for (const word of words) {
+    if (lines.at(-1).length + word.length >= 100) lines.push(' '.repeat(lead.length));
+    lines[lines.length - 1] += ` ${word}`;
+  }
+  return lines.join('\n');
+}
 
 const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs EXPORT_DIR [options] --ids "3 17 9" ["5 6" ...]\n' +
   '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
   '       cli.mjs EXPORT_DIR --languages                           (the codes --source-lang/--target-lang take)\n' +
-  'options: --max-new-tokens N --num-beams N --n-best N --length-penalty X\n' +
-  '         --sample --seed N --temperature X --top-k N --top-p X --stream\n' +
-  '         --source-lang CODE --target-lang CODE';
-
-// flag -> decoding option (options.mjs); each takes a number.
-const NUMERIC = {
-  'max-new-tokens': 'maxNewTokens', 'num-beams': 'numBeams', 'n-best': 'numReturnSequences',
-  'length-penalty': 'lengthPenalty', seed: 'seed', temperature: 'temperature', 'top-k': 'topK', 'top-p': 'topP',
-};
+  wrapped('options:', [
+    ...Object.entries(CLI_FLAGS).map(([flag, [, kind]]) => `--${flag}${METAVAR[kind] ?? ` ${kind.join('|')}`}`),
+    '--stream', '--source-lang CODE', '--target-lang CODE']);
+const WORDS = { true: true, false: false }; // a choice's words that are booleans (--early-stopping)
 
 function parseIds(text) {
   const ids = text.trim().split(/[\s,]+/).filter(Boolean).map(Number);
@@ -32,12 +42,21 @@ function parseIds(text) {
   return ids;
 }
 
+/** The decoding flags' values as options (options.mjs checks them). */
 function decodingOptions(values) {
-  const options = { doSample: values.sample, sourceLang: values['source-lang'], targetLang: values['target-lang'] };
-  for (const [flag, name] of Object.entries(NUMERIC)) {
-    if (values[flag] === undefined) continue;
-    options[name] = Number(values[flag]);
-    if (Number.isNaN(options[name])) throw new Error(`--${flag} takes a number, got ${JSON.stringify(values[flag])}`);
+  const options = { sourceLang: values['source-lang'], targetLang: values['target-lang'] };
+  for (const [flag, [name, kind]] of Object.entries(CLI_FLAGS)) {
+    const text = values[flag];
+    if (text === undefined) continue;
+    if (kind === 'boolean') {
+      options[name] = text;
+    } else if (Array.isArray(kind)) {
+      if (!kind.includes(text)) throw new Error(`--${flag} takes ${kind.join(', ')}, got ${JSON.stringify(text)}`);
+      options[name] = WORDS[text] ?? text;
+    } else {
+      options[name] = Number(text);
+      if (Number.isNaN(options[name])) throw new Error(`--${flag} takes a number, got ${JSON.stringify(text)}`);
+    }
   }
   return options;
 }
@@ -119,10 +138,11 @@ try {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
-      ids: { type: 'boolean' }, sample: { type: 'boolean' }, stream: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      ids: { type: 'boolean' }, stream: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
       server: { type: 'string' }, 'api-key': { type: 'string' }, languages: { type: 'boolean' },
       'source-lang': { type: 'string' }, 'target-lang': { type: 'string' },
-      ...Object.fromEntries(Object.keys(NUMERIC).map((flag) => [flag, { type: 'string' }])),
+      ...Object.fromEntries(Object.entries(CLI_FLAGS)
+        .map(([flag, [, kind]]) => [flag, { type: kind === 'boolean' ? 'boolean' : 'string' }])),
     },
   });
   if (values.help) {

@@ -49,44 +49,56 @@ def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
     return [s if s[-1:] == suffix else s + suffix for s in sources]
 
 
-def decoding_options(fn: Any) -> Any:
-    """The decoding flags of `generate` (runtime.generation.GenerationConfig; unset: the export's defaults)."""
-    flags = [
-        click.option("--greedy", is_flag=True,
-                     help="Start from plain greedy decoding instead of the export's default settings (e.g. a "
-                          "folder's beam search and forced EOS); the flags below still apply."),
-        click.option("--num-beams", type=int, default=None, help="Beam search with this many beams (1: greedy)."),
-        click.option("--n-best", "num_return_sequences", type=int, default=None,
-                     help="Hypotheses per source, best first (at most --num-beams; with --sample, samples)."),
-        click.option("--length-penalty", type=float, default=None,
-                     help="Beam scores are sum(log p) / length ** this (transformers' length_penalty; default 1)."),
-        click.option("--early-stopping", type=click.Choice(["true", "false", "never"]), default=None,
-                     help="When beam search stops (transformers' early_stopping; default false)."),
-        click.option("--sample/--no-sample", "do_sample", default=None, help="Sample tokens instead of the best one."),
-        click.option("--temperature", type=float, default=None, help="Sampling temperature (default 1)."),
-        click.option("--top-k", type=int, default=None, help="Sample among the k most likely tokens (0: all)."),
-        click.option("--top-p", type=float, default=None, help="Nucleus sampling: keep probability mass top_p."),
-        click.option("--seed", type=int, default=None, help="Sampling seed: the same seed gives the same tokens."),
-        click.option("--min-new-tokens", type=int, default=None, help="Ban EOS until this many tokens."),
-        click.option("--repetition-penalty", type=float, default=None, help="Penalise tokens already generated."),
-        click.option("--no-repeat-ngram-size", type=int, default=None, help="Never repeat an n-gram of this size."),
-        click.option("--forced-eos/--no-forced-eos", "forced_eos", default=None,
-                     help="The last allowed token is EOS (transformers' forced_eos_token_id)."),
-    ]
-    for flag in reversed(flags):
-        fn = flag(fn)
-    return fn
+# The decoding flags' types by option kind. The library checks the values, so its messages name the flag
+# (`--top-p 1.5 must be in (0, 1]`); an option it checks only when decoding (max_new_tokens) is checked
+# here against its declared bounds instead.
+CLICK_TYPES = {"integer": (int, click.IntRange), "number": (float, click.FloatRange)}
+WORDS = {"true": True, "false": False}  # a boolean option with choices (early_stopping) takes these too
 
 
-def generation_config(model: Any, options: dict[str, Any], max_new_tokens: int | None) -> Any:
+class GenerateCommand(click.Command):
+    """`generate`: its decoding flags are made from runtime.generation.OPTIONS when first needed (parsing,
+    --help), so that the other commands start without importing the runtime (numpy, onnxruntime)."""
+
+    decoding_added = False
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self.decoding_added:
+            self.params.extend(decoding_flags())
+            self.decoding_added = True
+        return super().get_params(ctx)
+
+
+def decoding_flags() -> list[click.Option]:
+    """A flag per decoding option that the CLI takes (GenerationConfig; unset: the export's defaults)."""
+    from ..runtime.generation import OPTIONS
+    from ..runtime.option_spec import render_help
+
+    flags = {o.name: o.cli or o.name for o in OPTIONS}  # how help texts name other options
+    return [_flag(o, render_help(o.help, flags.__getitem__)) for o in OPTIONS if o.cli]
+
+
+def _flag(option: Any, help: str) -> click.Option:
+    if option.choices:
+        words = click.Choice([*WORDS, *option.choices])
+        return click.Option([option.cli, option.name], type=words, default=None, help=help,
+                            callback=lambda ctx, param, value: WORDS.get(value, value))
+    if option.kind == "boolean":
+        return click.Option([f"{option.cli}/--no-{option.cli[2:]}", option.name], default=None, help=help)
+    plain, ranged = CLICK_TYPES[option.kind]
+    bounds = option.bounds
+    kind = plain if option.requirement else ranged(
+        min=bounds.get("minimum", bounds.get("exclusiveMinimum")), min_open="exclusiveMinimum" in bounds,
+        max=bounds.get("maximum", bounds.get("exclusiveMaximum")), max_open="exclusiveMaximum" in bounds)
+    return click.Option([option.cli, option.name], type=kind, default=None, help=help)
+
+
+def generation_config(model: Any, options: dict[str, Any], greedy: bool) -> Any:
     """Click's values -> the GenerationConfig to decode with (None values: the export's default, or
     plain greedy's with --greedy)."""
     from ..runtime.generation import GREEDY
 
-    options = dict(options)
-    stopping = {"true": True, "false": False, "never": "never", None: None}[options.pop("early_stopping")]
-    start = GREEDY if options.pop("greedy") else None
-    return model.generation_config(start, **options, early_stopping=stopping, max_new_tokens=max_new_tokens)
+    return model.generation_config(GREEDY if greedy else None, **options)
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -94,7 +106,7 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[start:start + size]
 
 
-@main_group.command("generate")
+@main_group.command("generate", cls=GenerateCommand)
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--text", multiple=True, help="Source text (repeatable); needs a tokenizer in the manifest.")
 @click.option("--ids", multiple=True,
@@ -105,8 +117,6 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--input-format", type=click.Choice(["text", "ids"]), default="text", show_default=True,
               help="How --input lines are read.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
-              help="Most tokens per source (default: max_len).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sources decoded together.")
 @ort_thread_options
@@ -123,12 +133,14 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
               help="The source language's code, for multilingual models (`tfm-export languages FOLDER` lists them).")
 @click.option("--target-lang", default=None,
               help="The target language's code, for multilingual models: its token starts every output.")
-@decoding_options
+@click.option("--greedy", is_flag=True,
+              help="Start from plain greedy decoding instead of the export's default settings (e.g. a folder's "
+                   "beam search and forced EOS); the decoding flags below still apply.")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
-                     input_format: str, device: str, max_new_tokens: int | None, batch_size: int,
-                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool,
-                     source_lang: str | None, target_lang: str | None, **decoding: Any) -> None:
+                     input_format: str, device: str, batch_size: int, threads: int | None, spin: bool,
+                     cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
+                     target_lang: str | None, greedy: bool, **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
@@ -138,7 +150,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     has_tokenizer = bool(model.manifest.tokenizer)
     if target_lang is not None and has_tokenizer:
         decoding = {**model.language_options(target_lang), **decoding}
-    config = generation_config(model, decoding, max_new_tokens)
+    config = generation_config(model, decoding, greedy)
     if kind == "text":
         encoded = [model.encode(s, source_lang, target_lang) for s in sources]
     else:

@@ -31,12 +31,19 @@ UNSUPPORTED_GENERATION = {
     "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
     "num_beam_groups": 1, "diversity_penalty": 0.0, "constraints": None, "force_words_ids": None,
 }
-# Settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces under
-# the same names; they become the export's default decoding. Sampling settings count only with do_sample.
-GENERATION_DEFAULTS = ("num_beams", "length_penalty", "early_stopping", "num_return_sequences", "min_new_tokens",
-                       "max_new_tokens", "repetition_penalty", "no_repeat_ngram_size", "renormalize_logits",
-                       "forced_bos_token_id")
-SAMPLING_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}  # transformers' defaults
+# transformers' defaults where they differ from runtime.generation.GenerationConfig's (its top_k 0 is off).
+TRANSFORMERS_DEFAULTS = {"top_k": 50}
+
+
+def reproduced() -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces
+    under the same names (each option declares it: `transformers=`); they become the export's default
+    decoding. The sampling ones count only with do_sample (-> transformers' default when unset)."""
+    from ..runtime.generation import OPTIONS
+
+    always = tuple(o.name for o in OPTIONS if o.transformers == "always")
+    sampling = {o.name: TRANSFORMERS_DEFAULTS.get(o.name, o.default) for o in OPTIONS if o.transformers == "sampling"}
+    return always, sampling
 
 
 def generation_settings(file: Path, hf: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +80,9 @@ def generation_defaults(generation: dict[str, Any], max_len: int, eos_id: int) -
     are capped to what the model's `max_len` positions hold."""
     from ..runtime.generation import GenerationConfig
 
+    always, sampling = reproduced()
     given = {**generation, **_lengths(generation)}
-    defaults = {k: given[k] for k in GENERATION_DEFAULTS if given.get(k) is not None}
+    defaults = {k: given[k] for k in always if given.get(k) is not None}
     if defaults.get("max_new_tokens") is not None:
         defaults["max_new_tokens"] = min(defaults["max_new_tokens"], max_len)
     for name, off in (("min_new_tokens", 0), ("renormalize_logits", False)):
@@ -84,7 +92,7 @@ def generation_defaults(generation: dict[str, Any], max_len: int, eos_id: int) -
         defaults["forced_eos"] = True
     if generation.get("do_sample"):
         defaults.update({k: generation[k] if generation.get(k) is not None else v
-                         for k, v in SAMPLING_DEFAULTS.items()})
+                         for k, v in sampling.items()})
     try:
         GenerationConfig.from_dict(defaults)
     except TfmExportError as exc:

@@ -4,44 +4,87 @@ The settings mirror Hugging Face transformers' GenerationConfig for the options 
 the same meaning and defaults except `top_k` (0 = off here; transformers samples from the top 50 by
 default). An export's manifest may carry defaults (its `generation` section, e.g. a Marian
 folder's num_beams); anything else decodes greedily.
+
+Each option is declared once, as a field below (runtime.option_spec.option: help, bounds, check,
+where it is exposed). `OPTIONS` reads them back; the checks here, the CLI's flags, the server's
+request fields, the manifest schema's `generation` section and the Node runtime's options.mjs and
+index.d.ts are derived from it (the last three by `make options`, runtime.options_codegen).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from ..errors import InputError
+from .option_spec import option, options_of
+
+# The server's own ranges where GenerationConfig only says "> 0" or "a number": beyond them the
+# runtime's float64 arithmetic overflows (logits / 5e-324 is inf: NaN probabilities; length ** 1e300
+# raises), which would fail the decode instead of the request. Far outside anything used in practice
+# (transformers' defaults are 1.0).
+SMALLEST_DIVISOR = 1e-6  # temperature, repetition_penalty
+LARGEST_FACTOR = 1e6  # repetition_penalty multiplies negative log-probabilities by it
+LENGTH_PENALTY = 50.0  # |length_penalty|: 1e6 tokens ** 50 is still a float
+SEED_END = 2**64  # the runtime's SplitMix64 seed is an unsigned 64-bit integer
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to pick each next token; validated on construction (one-line InputErrors)."""
 
-    # Most tokens per row, EOS included; None: fill the model's max_len (checked against it when decoding).
-    max_new_tokens: int | None = None
-    num_beams: int = 1  # 1: greedy (or sampling); >1: beam search
-    length_penalty: float = 1.0  # finished beams are ranked by sum(log p) / length ** length_penalty
-    # When a beam search stops: True as soon as num_beams hypotheses are finished; False when the best
-    # running beam can no longer beat them at its current length; "never" at the best possible length.
-    early_stopping: bool | str = False
-    num_return_sequences: int = 1  # hypotheses returned per source, best first (<= num_beams, or samples)
-    do_sample: bool = False  # sample from the (warped) distribution instead of taking the best token
-    temperature: float = 1.0  # sampling: logits / temperature
-    top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
-    top_p: float = 1.0  # sampling: keep the smallest set whose probability reaches top_p (nucleus)
-    seed: int = 0  # sampling: the runtime's own RNG (runtime.sampling.SplitMix64), same tokens everywhere
-    min_new_tokens: int = 0  # EOS is banned until this many tokens were generated
-    repetition_penalty: float = 1.0  # log-probs of tokens already in the row: x * p if x < 0 else x / p
-    no_repeat_ngram_size: int = 0  # ban any token that would repeat an n-gram of the row (0: off)
-    forced_eos: bool = False  # the last allowed token is EOS (transformers' forced_eos_token_id)
-    # The first generated token (transformers' forced_bos_token_id): a multilingual model's target
-    # language, BART's <s>. Greedy decoding stays on its fast path (the first step's id is replaced).
-    forced_bos_token_id: int | None = None
-    # Log-softmax again after the processors (transformers' renormalize_logits): beam scores then sum
-    # normalised log-probabilities even where a processor banned ids (published OPUS-MT folders set it).
-    renormalize_logits: bool = False
+    # No check here: a row's limit is the model's max_len or a static cache's slots, checked when decoding
+    # (so the CLI's flag checks the bound itself).
+    max_new_tokens: int | None = option(
+        None, "Most tokens per source, EOS included (default: all that fit the model's max_len).", minimum=1)
+    num_beams: int = option(1, "Beam search with this many beams (1: greedy or sampling).",
+                            "must be an integer of at least 1", minimum=1)
+    length_penalty: float = option(
+        1.0, "Beam search: finished hypotheses rank by sum(log p) / length ** this.",
+        "must be a number", serve_bounds={"minimum": -LENGTH_PENALTY, "maximum": LENGTH_PENALTY})
+    early_stopping: bool | Literal["never"] = option(
+        False, "When beam search stops: true as soon as {num_beams} hypotheses are finished; false when the best "
+               'running beam can no longer beat them at its current length; "never" at the best possible length.',
+        'must be true, false or "never"')
+    num_return_sequences: int = option(
+        1, "Hypotheses per source, best first: the n-best (at most {num_beams}) or, with {do_sample}, samples.",
+        "must be at least 1", minimum=1, cli="--n-best")
+    do_sample: bool = option(
+        False, "Sample from the (warped) distribution instead of taking the best token (with {num_beams} 1).",
+        "must be true or false", cli="--sample", transformers="sampling")
+    temperature: float = option(1.0, "Sampling: logits / temperature.", "must be greater than 0",
+                                exclusiveMinimum=0, serve_bounds={"minimum": SMALLEST_DIVISOR},
+                                transformers="sampling")
+    top_k: int = option(0, "Sampling: keep the k most likely tokens (0: all).", "must be 0 (off) or more",
+                        minimum=0, transformers="sampling")
+    top_p: float = option(
+        1.0, "Sampling: keep the smallest set of tokens whose probability reaches this (nucleus; 1: all).",
+        "must be in (0, 1]", exclusiveMinimum=0, maximum=1, transformers="sampling")
+    seed: int = option(0, "Sampling: the seed of the runtimes' own generator (SplitMix64): the same seed gives "
+                          "the same tokens in Python and Node.",
+                       "must be an integer in [0, 2**64)", minimum=0, exclusiveMaximum=SEED_END, transformers=None)
+    min_new_tokens: int = option(0, "EOS is banned until this many tokens were generated.", "must be 0 or more",
+                                 minimum=0)
+    repetition_penalty: float = option(
+        1.0, "Penalise tokens already in the row: their log-probs x become x * p if x < 0 else x / p (1: off).",
+        "must be greater than 0", exclusiveMinimum=0,
+        serve_bounds={"minimum": SMALLEST_DIVISOR, "maximum": LARGEST_FACTOR})
+    no_repeat_ngram_size: int = option(0, "Ban any token that would repeat an n-gram of this size (0: off).",
+                                       "must be 0 (off) or more", minimum=0)
+    # A Hugging Face folder's forced_eos_token_id becomes this when it is the EOS id (importers.hf_generation).
+    forced_eos: bool = option(False, "The last allowed token is EOS (transformers' forced_eos_token_id).",
+                              "must be true or false", transformers=None)
+    # Greedy decoding stays on its fast path (the first step's id is replaced). Neither the server nor the
+    # CLI take an id: they take a target language code, whose token this becomes.
+    forced_bos_token_id: int | None = option(
+        None, "The first generated token (transformers' forced_bos_token_id): a multilingual model's target "
+              "language, BART's <s>.", "must be a token id (0 or more) or null", minimum=0, serve=False, cli=False)
+    # Beam scores then sum normalised log-probabilities even where a processor banned ids (published
+    # OPUS-MT folders set it); an export's setting, not a request's.
+    renormalize_logits: bool = option(
+        False, "Log-softmax again after the logits processors (transformers' renormalize_logits).",
+        "must be true or false", serve=False, cli=False)
 
     def __post_init__(self) -> None:
         for key, ok, requirement in CHECKS:
@@ -71,47 +114,24 @@ class GenerationConfig:
         return cls(**{k: v for k, v in (data or {}).items() if k in known})
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+OPTIONS = options_of(GenerationConfig)  # every field's declaration, in field order
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _int_at_least(low: int):
-    return lambda value: _is_int(value) and value >= low
-
-
-def _number_above(low: float):
-    return lambda value: _is_number(value) and value > low
-
+# Rules between fields: (field, test of the config, what must hold, the same test in JavaScript for the
+# Node runtime's generated options.mjs, on its camelCase config `c`). They run after every field's own
+# check, so they compare values of the right types.
+RULES = (
+    ("num_return_sequences", lambda c: c.do_sample or c.num_return_sequences <= c.num_beams,
+     "cannot exceed the number of beams; raise num_beams or return fewer hypotheses",
+     "c.doSample || c.numReturnSequences <= c.numBeams"),
+    ("do_sample", lambda c: not (c.do_sample and c.num_beams > 1),
+     "with num_beams > 1 (beam sampling) is not supported; sample with num_beams 1",
+     "!(c.doSample && c.numBeams > 1)"),
+)
 
 # (field, test of the config, what the field must be): the message names the field as data (the CLI
 # renders `--top-p 1.5`, the API `options["top_p"]=1.5`).
-CHECKS = (
-    ("num_beams", lambda c: _int_at_least(1)(c.num_beams), "must be an integer of at least 1"),
-    ("length_penalty", lambda c: _is_number(c.length_penalty), "must be a number"),
-    ("early_stopping", lambda c: isinstance(c.early_stopping, bool) or c.early_stopping == "never",
-     'must be true, false or "never"'),
-    ("num_return_sequences", lambda c: _int_at_least(1)(c.num_return_sequences), "must be at least 1"),
-    ("num_return_sequences", lambda c: c.do_sample or c.num_return_sequences <= c.num_beams,
-     "cannot exceed the number of beams; raise num_beams or return fewer hypotheses"),
-    ("do_sample", lambda c: not (c.do_sample and c.num_beams > 1),
-     "with num_beams > 1 (beam sampling) is not supported; sample with num_beams 1"),
-    ("temperature", lambda c: _number_above(0)(c.temperature), "must be greater than 0"),
-    ("top_k", lambda c: _int_at_least(0)(c.top_k), "must be 0 (off) or more"),
-    ("top_p", lambda c: _number_above(0)(c.top_p) and c.top_p <= 1, "must be in (0, 1]"),
-    ("seed", lambda c: _int_at_least(0)(c.seed) and c.seed < 2**64, "must be an integer in [0, 2**64)"),
-    ("min_new_tokens", lambda c: _int_at_least(0)(c.min_new_tokens), "must be 0 or more"),
-    ("repetition_penalty", lambda c: _number_above(0)(c.repetition_penalty), "must be greater than 0"),
-    ("no_repeat_ngram_size", lambda c: _int_at_least(0)(c.no_repeat_ngram_size), "must be 0 (off) or more"),
-    ("forced_eos", lambda c: isinstance(c.forced_eos, bool), "must be true or false"),
-    ("forced_bos_token_id", lambda c: c.forced_bos_token_id is None or _int_at_least(0)(c.forced_bos_token_id),
-     "must be a token id (0 or more) or null"),
-    ("renormalize_logits", lambda c: isinstance(c.renormalize_logits, bool), "must be true or false"),
-    ("do_sample", lambda c: isinstance(c.do_sample, bool), "must be true or false"),
-)
+CHECKS = (*((o.name, lambda c, o=o: o.accepts(getattr(c, o.name)), o.requirement) for o in OPTIONS if o.requirement),
+          *(rule[:3] for rule in RULES))
 
 
 # Plain greedy decoding, whatever an export's defaults are: every comparison that means greedy asks

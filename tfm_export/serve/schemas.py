@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-# The options GenerationConfig checks, with its bounds: pydantic refuses a bad value with a 422 naming
-# the field before any work; runtime.generation keeps the same checks for the Python API.
-SEED_END = 2**64  # the runtime's SplitMix64 seed is an unsigned 64-bit integer
-# The server's own ranges where GenerationConfig only says "> 0" or "a number": beyond them the
-# runtime's float64 arithmetic overflows (logits / 5e-324 is inf: NaN probabilities; length ** 1e300
-# raises), which would fail the decode instead of the request. Far outside anything used in practice
-# (transformers' defaults are 1.0).
-SMALLEST_DIVISOR = 1e-6  # temperature, repetition_penalty
-LARGEST_FACTOR = 1e6  # repetition_penalty multiplies negative log-probabilities by it
-LENGTH_PENALTY = 50.0  # |length_penalty|: 1e6 tokens ** 50 is still a float
+from ..runtime.generation import OPTIONS
+from ..runtime.option_spec import BOUNDS, render_help
 
 
 def integral(value: Any) -> Any:
@@ -40,7 +32,11 @@ def number(**bounds: float) -> Any:
     return Annotated[float, Field(allow_inf_nan=False, **bounds)]
 
 
-class TranslateRequest(BaseModel):
+# A decoding option's kind -> its request field's type, given pydantic's bounds.
+TYPES = {"integer": integer, "number": number, "boolean": lambda: bool}
+
+
+class RequestFields(BaseModel):
     """One request: exactly one of `texts` (needs the export's tokenizer) or `ids`. Unknown options are
     refused, so decoding options can be added later without old servers silently ignoring them."""
 
@@ -49,30 +45,27 @@ class TranslateRequest(BaseModel):
     ids: list[list[integer()]] | None = Field(None, description="Source token ids, used as given.")
     source_lang: str | None = Field(None, description="Language code of the texts (GET /languages lists them).")
     target_lang: str | None = Field(None, description="Language code to translate into (multilingual models).")
-    max_new_tokens: integer(ge=1) | None = Field(None, description="Most tokens per source (default: all that fit).")
     stream: bool = Field(False, description="Server-sent events: one `token` event per token, then `done`.")
-    # Decoding options: runtime.generation.GenerationConfig's fields, same meaning. Unset ones come from
-    # the export's `generation` section, else greedy.
-    num_beams: integer(ge=1) | None = Field(None, description="Beam search when > 1 (tokens are sent when it ends).")
-    length_penalty: number(ge=-LENGTH_PENALTY, le=LENGTH_PENALTY) | None = Field(
-        None, description="Beam search: score = sum(log p) / length ** this.")
-    early_stopping: bool | Literal["never"] | None = Field(None, description='Beam search: true, false or "never".')
-    num_return_sequences: integer(ge=1) | None = Field(None, description="Hypotheses per source (n-best or "
-                                                                      "samples); at most num_beams unless sampling.")
-    do_sample: bool | None = Field(None, description="Sample (with num_beams 1) instead of taking the best token.")
-    temperature: number(ge=SMALLEST_DIVISOR) | None = Field(None, description="Sampling: logits / temperature.")
-    top_k: integer(ge=0) | None = Field(None, description="Sampling: keep the k most likely tokens (0: all).")
-    top_p: number(gt=0, le=1) | None = Field(None, description="Sampling: nucleus probability in (0, 1].")
-    seed: integer(ge=0, lt=SEED_END) | None = Field(None, description="Sampling: the same seed, the same tokens.")
-    min_new_tokens: integer(ge=0) | None = Field(None, description="EOS is banned before this many tokens.")
-    repetition_penalty: number(ge=SMALLEST_DIVISOR, le=LARGEST_FACTOR) | None = Field(
-        None, description="Penalise the tokens so far (> 1).")
-    no_repeat_ngram_size: integer(ge=0) | None = Field(None, description="Never repeat an n-gram of this size.")
-    forced_eos: bool | None = Field(None, description="The last allowed token is EOS.")
 
+
+def option_field(option: Any) -> tuple[Any, Any]:
+    """A decoding option's request field (GenerationConfig's declaration): its type with the server's
+    bounds, where pydantic refuses a bad value with a 422 naming the field before any work (the runtime
+    keeps the same checks for the Python API); unset (null) takes the export's default."""
+    kind = TYPES[option.kind](**{BOUNDS[k][1]: limit for k, limit in option.serve_bounds.items()})
+    if option.choices:
+        kind = kind | Literal[option.choices]
+    return kind | None, Field(None, description=render_help(option.help, lambda name: name))
+
+
+# The request body: RequestFields, then the decoding options the server takes, as GenerationConfig
+# declares them (runtime.generation: same names, meanings and checks).
+TranslateRequest = create_model("TranslateRequest", __base__=RequestFields, __doc__=RequestFields.__doc__,
+                                **{o.name: option_field(o) for o in OPTIONS if o.serve})
 
 ACCEPTED = tuple(TranslateRequest.model_fields)
-REQUEST_ONLY = ("texts", "ids", "max_new_tokens", "stream", "source_lang", "target_lang")  # not decoding options
+# Not decoding options: the sources, and max_new_tokens (the engine's token budget for each job).
+REQUEST_ONLY = (*RequestFields.model_fields, "max_new_tokens")
 
 
 class ErrorBody(BaseModel):
