@@ -12,7 +12,7 @@ export type { LanguageCodes, Languages } from './tokenizers.js';
 /** One graph input or output: symbolic axes are names (`batch`, `src_len`, `past_len`), fixed ones numbers. */
 export interface TensorSpec {
   name: string;
-  dtype: 'float32' | 'float16' | 'int64' | 'bool';
+  dtype: 'float32' | 'float16' | 'int64' | 'int32' | 'bool';
   shape: Array<number | string>;
 }
 
@@ -121,7 +121,7 @@ export interface ExportedModel {
   /** Releases both sessions. */
   release(): Promise<void>;
   /** generateIds / generate / translate / stream / languages bound to this model. */
-  generateIds(idLists: number[][], opts?: GenerateOptions): Promise<number[][]>;
+  generateIds(idLists: number[][], opts?: GenerateIdsOptions): Promise<number[][]>;
   generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
   translate(texts: string[], opts?: TranslateOptions): Promise<string[]>;
   languages(): LanguageCodes;
@@ -195,6 +195,11 @@ export interface GenerateOptions extends DecodingOptions {
   timings?: Timings;
 }
 
+/** generateIds also takes `stopAtEos: false` (benchmarks): every row gets exactly maxNewTokens ids. */
+export interface GenerateIdsOptions extends GenerateOptions {
+  stopAtEos?: boolean;
+}
+
 /** A multilingual model's language codes (`languages()` lists them); unknown codes throw one line. */
 export interface LanguageOptions {
   /** Marks the source language (default: the tokenizer's); text sources only. */
@@ -220,7 +225,7 @@ export function openExport(exportDir: string, options?: OpenOptions): Promise<Ex
 
 /** The best ids per source (without BOS and EOS), exactly as the Python runtime's generate_ids. */
 export function generateIds(exportDirOrModel: string | ExportedModel, idLists: number[][],
-  opts?: GenerateOptions): Promise<number[][]>;
+  opts?: GenerateIdsOptions): Promise<number[][]>;
 
 /** Per source, `numReturnSequences` hypotheses with scores (beam search: best first). */
 export function generate(exportDirOrModel: string | ExportedModel, idLists: number[][],
