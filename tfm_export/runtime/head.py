@@ -107,11 +107,12 @@ class BeamHead:
         """`__call__` under the ban a processors.bias_key describes (its array made once and kept: a few
         keys per generation config; more than MAX_BIASES are dropped together)."""
         cached = (logits.shape()[-1], key)
-        if cached not in self._biases:
+        bias = self._biases.get(cached)  # one lookup: another thread's rows may clear the dict meanwhile
+        if bias is None:
             if len(self._biases) >= MAX_BIASES:
                 self._biases.clear()
-            self._biases[cached] = bias_array(cached[0], key)
-        return self(logits, self._biases[cached], width, renormalize, rows)
+            bias = self._biases[cached] = bias_array(cached[0], key)
+        return self(logits, bias, width, renormalize, rows)
 
     def _session(self, key: tuple[str, int, int, bool, bool]) -> ort.InferenceSession:
         if key not in self._sessions:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from .head import BeamHead
 from .processors import BiasKey
-from .reorder import RowGather
 
 # Runs of each binding before its graph is captured and replayed (ORT runs a graph id uncaptured first).
 CAPTURE_RUNS = 3
@@ -33,7 +31,7 @@ class Rows:
     def __init__(self, cache, batch: int, src_len: int, encoded_names: list[str]):
         """`cache`: the runtime.static.StaticCache of the export (its encoder, device, options)."""
         self.cache, self.batch, self.src_len, self.encoded_names = cache, batch, src_len, encoded_names
-        self.head = BeamHead(cache.device, cache.options.intra_op_threads or 0)
+        self.head = cache.head  # shared: its sessions are made once per export
         self.positions = np.zeros(batch, dtype=np.int64)  # (batch,) slots each row has filled (cache_len)
         self.bound = np.zeros(batch, dtype=bool)  # (batch,) rows that hold a source
 
@@ -103,7 +101,7 @@ class RowBatch(Rows):
         own = slots is None
         self.slots = cache.allocate(batch, src_len) if own else slots
         super().__init__(cache, batch, src_len, list(self.slots.encoder_host))
-        self._device_gather = RowGather(cache.device, cache.options.intra_op_threads or 0)
+        self._device_gather = cache.gather
         self.index = 0  # step s reads cache set s % 2 and writes the other (a device reorder flips it)
         # The src_len axis of each encoder output (src_mask: 1, cross.*: 2), where a bound source is written.
         self._src_axis = {name: cache.spec.tensor(name).shape.index("src_len") for name in self.encoded_names}

@@ -22,6 +22,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from ..manifest import Manifest
 from .cache import device_value
 from .checks import check_sessions
 from .device import Device, RuntimeOptions, create_session
+from .head import BeamHead
+from .reorder import RowGather
 from .row_batch import RowBatch
 
 log = logging.getLogger(__name__)
@@ -105,6 +108,16 @@ class StaticCache:
 
     def device_value(self, array: np.ndarray) -> ort.OrtValue:
         return device_value(self.device, array)
+
+    @cached_property
+    def head(self) -> BeamHead:
+        """The beam head of every call's rows and the server's (its sessions made once, on the decoder's threads)."""
+        return BeamHead(self.device, self.options.intra_op_threads or 0)
+
+    @cached_property
+    def gather(self) -> RowGather:
+        """The device reorder of every call's rows and the server's."""
+        return RowGather(self.device, self.options.intra_op_threads or 0)
 
     def _bucket(self, src: np.ndarray) -> np.ndarray:
         if not self.capture:
