@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test test-long test-gpu install install-test runtimes-npm options clean
+.PHONY: demo test test-long test-gpu install install-test runtimes-npm espeak-ng options clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,9 +32,18 @@ runtimes-npm:
 	  for d in runtimes/node runtimes/web; do (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; done; \
 	else echo "SKIPPED: npm not found; the Node and browser runtime tests will be skipped"; fi
 
+# Real speech for the audio tests (tests/test_audio.py): Debian's espeak-ng, installed where it is missing and
+# we are root (CI runs as root, as for .ci/run's chromium); elsewhere those cases skip.
+espeak-ng:
+	@if command -v espeak-ng >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null) \
+	    || echo "SKIPPED: espeak-ng could not be installed; the audio tests' speech cases will be skipped"; \
+	else echo "SKIPPED: espeak-ng not found (apt-get install espeak-ng); the audio tests' speech cases will be skipped"; fi
+
 # Two workers (pytest-xdist): most of the suite is single-threaded PyTorch exporting (tests/conftest.py
 # keeps each module, and modules sharing fixtures, on one worker).
-test: $(VENV)/.installed-test runtimes-npm
+test: $(VENV)/.installed-test runtimes-npm espeak-ng
 	$(PY) -m pytest -q -m "not long" -n 2 --dist loadfile
 
 # The realistic-size exports (every family's base layer structure, random weights): ~7 minutes more.
