@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from ..config import TransformerConfig
 from ..errors import ConfigError
@@ -39,7 +39,7 @@ class Template:
 
 
 # (folder, config, tokenizer_config.json, language shape) -> the tokenizer's dict form, or None
-Reader = Callable[[Path, TransformerConfig, dict[str, Any], "TokenShape | None"], "dict[str, Any] | None"]
+Reader = Callable[[Path, TransformerConfig, dict[str, Any], Optional[TokenShape]], Optional[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class SentencePiece:
 
     read: Reader
     files: tuple[str, ...]  # the reader needs them all
-    always: bool = False  # read even when there is a tokenizer.json (Marian: we have no reader of its)
+    always: bool = False  # read even when there is a tokenizer.json (Marian: its own tokenizer reads them)
     languages: TokenShape | None = None
 
 

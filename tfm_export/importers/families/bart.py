@@ -176,7 +176,9 @@ def _family(model_type: str, layout: BartLayout, tokenizer: TokenizerRule, **def
     return register_family(Family(model_type, layout, {**COMMON_DEFAULTS, **defaults}, tokenizer))
 
 
-# OPUS-MT: its SentencePiece files (there is no reader of its tokenizer.json); pad = decoder start.
+# BartLayout(positions, position_offset, norm_first, final_norm, embed_norm, output_bias), then the
+# tokenizer rule and the config class's defaults.
+# OPUS-MT: its SentencePiece files, read by our Marian tokenizer (text.marian); pad = decoder start.
 _family("marian", BartLayout("sinusoidal_concat", 0, False, False, False, True),
         TokenizerRule(sentencepiece=SentencePiece(read_marian, MARIAN_FILES, always=True, languages=MARIAN_CODES)),
         pad_token_id=58100, decoder_start_token_id=58100, eos_token_id=0, bos_token_id=None)

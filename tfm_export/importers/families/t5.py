@@ -1,17 +1,18 @@
-"""The T5 family of Hugging Face folders: T5, T5 v1.1 / FLAN-T5, mT5.
+"""The T5 kind of Hugging Face families: T5, T5 v1.1 / FLAN-T5 (model_type t5), mT5 (mt5).
 
-The T5 kind of families (t5, mt5: the same code in transformers) is a pre-LN Transformer with these differences, each a field of our one config: RMS norms without
-bias (`norm="rms"`), no biases anywhere, no absolute positions but a learned attention bias by
-relative distance, held by the first layer of each stack (`relative_buckets`, model.attention), no
-attention scaling (`attention_scale="none"`), a ReLU or gated-GELU feed-forward (`ffn_gated`, with
-transformers' gelu_new: the tanh approximation), heads whose width d_kv need not divide d_model
-(`d_head`), the encoder and decoder layer counts set apart (mT5), and a head tied to the shared
-embedding and fed d_model ** -0.5 times the decoder output (`output_scale`: T5), or an untied
-lm_head fed the output as it is (v1.1, FLAN, mT5). Tying is read from the weights and the scale from
-config.json: transformers 5 saves every T5 as tie_word_embeddings true, with scale_decoder_outputs.
-The decoder starts from the pad id. T5 has no position table, so `max_len` (the longest source and
-target) is config.json's n_positions, else 512, or --max-len. Both families are registered at the end
-(families.registry): their tokenizer is tokenizer.json with X </s>, without language tokens.
+T5 (the same code in transformers for both) is a pre-LN Transformer with these differences, each a field
+of our one config: RMS norms without bias (`norm="rms"`), no biases anywhere, no absolute positions but
+a learned attention bias by relative distance, held by the first layer of each stack
+(`relative_buckets`, model.attention), no attention scaling (`attention_scale="none"`), a ReLU or
+gated-GELU feed-forward (`ffn_gated`, with transformers' gelu_new: the tanh approximation), heads whose
+width d_kv need not divide d_model (`d_head`), the encoder and decoder layer counts set apart (mT5), and
+a head tied to the shared embedding and fed d_model ** -0.5 times the decoder output (`output_scale`:
+T5), or an untied lm_head fed the output as it is (v1.1, FLAN, mT5). Tying is read from the weights and
+the scale from config.json: transformers 5 saves every T5 as tie_word_embeddings true, with
+scale_decoder_outputs. The decoder starts from the pad id. T5 has no position table, so `max_len` (the
+longest source and target) is config.json's n_positions, else 512, or --max-len. Both families are
+registered at the end (families.registry): their tokenizer is tokenizer.json with X </s>, without
+language tokens.
 """
 
 from __future__ import annotations
