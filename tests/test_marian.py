@@ -197,6 +197,40 @@ def test_bad_folders(tmp_path, monkeypatch):
         import_marian(tmp_path)
 
 
+def test_families_come_from_one_registry(tmp_path, monkeypatch):
+    """Each model_type is one registered Family: an unknown type's error lists the registry, a type is
+    registered once, and a family like Marian under another name is one record."""
+    from tfm_export.importers.families import FAMILIES, Family, register_family, registry, supported
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ConfigError, match=f"supported model types: {', '.join(supported())}$"):
+        import_marian(tmp_path)
+    assert supported() == sorted(FAMILIES) and {"marian", "bart", "mbart", "m2m_100", "pegasus", "t5", "mt5"} <= set(
+        FAMILIES)
+    with pytest.raises(ValueError, match="registered already"):
+        register_family(FAMILIES["marian"])
+    folder = save(marian(), tmp_path / "marian")
+    known = import_marian(folder)
+    marian_like = FAMILIES["marian"]
+    monkeypatch.setitem(registry._FAMILIES, "marian_like", Family("marian_like", marian_like.layout,
+                                                                  marian_like.defaults, marian_like.tokenizer))
+    _edit(folder / "config.json", lambda c: c.update(model_type="marian_like"))
+    again = import_marian(folder)
+    assert again.config == known.config and again.meta["layout"] == "marian_like"
+    assert all(torch.equal(again.state_dict[k], v) for k, v in known.state_dict.items())
+
+
+def test_only_the_family_modules_branch_on_model_type():
+    """What differs by model_type lives in the family records (tfm_export/importers/families/)."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "tfm_export"
+    families = package / "importers" / "families"
+    found = [f"{p}:{n}" for p in package.rglob("*.py") if families not in p.parents
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "model_type ==" in line]
+    assert not found
+
+
 def test_weights_that_do_not_fit(tmp_path):
     marian(share_encoder_decoder_embeddings=False, tie_word_embeddings=False).save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"

@@ -1,11 +1,11 @@
 """Hugging Face model folders (config.json + model.safetensors or pytorch_model.bin + tokenizer files),
 read without `transformers`, through the one importer contract: load -> validate -> Checkpoint.
 
-config.json's model_type picks the family converter (FAMILIES): the BART family (importers.bart:
-marian, bart, mbart, m2m_100, pegasus) or T5 (importers.t5: t5, mt5). Each turns config.json into our
-one TransformerConfig and the weights into our names (every source weight used, every one of ours
-set); the folder's generation settings become the export's default decoding
-(importers.hf_generation) and its tokenizer files the export's tokenizer (importers.hf_tokenizers).
+config.json's model_type picks the family from the registry (importers.families): it fills in its
+config class's defaults, turns config.json into our one TransformerConfig and the weights into our
+names (every source weight used, every one of ours set), and says how its tokenizer files become the
+export's tokenizer (importers.hf_tokenizers). The folder's generation settings become the export's
+default decoding (importers.hf_generation). Nothing here depends on the family.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
 from ..model.checkpoint import Checkpoint
-from . import bart, t5
 from .base import run
+from .families import family_for
 from .hf_folder import apply_options, read_json, read_weights
 from .hf_generation import generation_defaults, generation_report, generation_settings
 from .hf_tokenizers import folder_tokenizer
@@ -26,12 +25,10 @@ from .source import Source
 
 log = logging.getLogger(__name__)
 
-FAMILIES: dict[str, Any] = {**bart.FAMILIES, **t5.FAMILIES}  # config.json's model_type -> its converter
-
 
 @dataclass(frozen=True)
 class HFImporter:
-    """A Hugging Face encoder-decoder folder of one of FAMILIES' model types."""
+    """A Hugging Face encoder-decoder folder of a registered family (importers.families)."""
 
     name: str = "hf"
     reads: str = "folder"
@@ -45,19 +42,16 @@ class HFImporter:
         path = source.path
         raw = read_json(path / "config.json")
         model_type = raw.get("model_type")
-        family = FAMILIES.get(model_type)
-        if family is None:
-            raise ConfigError(f"{path}/config.json describes a {model_type!r} model; supported model types: "
-                              f"{', '.join(sorted(FAMILIES))}")
-        hf = {**(bart.COMMON_DEFAULTS if model_type in bart.FAMILIES else {}), **family.defaults, **raw}
-        family.check(hf)  # before reading weights that may be large
+        family = family_for(model_type, f"{path}/config.json")
+        layout = family.layout
+        hf = family.config_json(raw)
+        layout.check(hf)  # before reading weights that may be large
         generation = generation_settings(path / "generation_config.json", hf)
         state = read_weights(path)
-        config, embeddings = family.load(hf, generation, state)
-        table = "the position table" if config.positions != "none" else "T5's relative positions"
-        config = apply_options(config, options, model_type, table, unbounded=config.positions == "none")
-        converted = family.convert(state, config, embeddings)
-        tokenizer = folder_tokenizer(path, model_type, config)
+        config, embeddings = layout.load(hf, generation, state)
+        config = apply_options(config, options, model_type, layout.table, unbounded=layout.unbounded)
+        converted = layout.convert(state, config, embeddings)
+        tokenizer = folder_tokenizer(path, family.tokenizer, config)
         meta = {"layout": model_type, "tokenizer_folder": str(path) if tokenizer else None,
                 "options": {k: v for k, v in options.items() if v is not None},
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,

@@ -1,5 +1,5 @@
 """Reading a Hugging Face model folder without `transformers`: config.json, the weights, and the
-helpers every family's converter shares (importers.bart, importers.t5)."""
+helpers every kind of family shares (importers.families.bart, importers.families.t5)."""
 
 from __future__ import annotations
 

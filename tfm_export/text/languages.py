@@ -15,13 +15,22 @@ from typing import Any, Iterable
 
 from ..errors import InputError
 
-# Language tokens by their shape: family -> (pattern, code of a matching token).
-TOKEN_SHAPES = {
-    "mbart": (re.compile(r"^[a-z]{2}_[A-Z]{2}$"), lambda token: token),  # en_XX, de_DE
-    "nllb": (re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$"), lambda token: token),  # eng_Latn
-    "m2m100": (re.compile(r"^__[a-z]{2,3}__$"), lambda token: token[2:-2]),  # __en__ -> en
-    "marian": (re.compile(r"^>>[A-Za-z_]{2,12}<<$"), lambda token: token[2:-2]),  # >>fra<< -> fra
-}
+
+@dataclass(frozen=True)
+class TokenShape:
+    """How a tokenizer writes a language as a token. Each Hugging Face family names its shape
+    (importers.families); Marian's belongs to its tokenizer (text.marian), which also parses it."""
+
+    name: str  # for messages: "mbart" codes
+    pattern: re.Pattern[str]  # a whole token: ^__[a-z]{2,3}__$
+    wrapper: int = 0  # characters on each side of the code inside the token (__en__, >>fra<<: 2)
+    target_on_source: bool = False  # the token names the target language and goes on the source (Marian)
+
+    def code(self, token: str) -> str | None:
+        """The language code of `token`, or None when it is not a language token of this shape."""
+        if not self.pattern.match(token):
+            return None
+        return token[self.wrapper:len(token) - self.wrapper]
 
 
 @dataclass(frozen=True)
@@ -35,11 +44,11 @@ class Languages:
     pair: tuple[str, str] | None = None  # a single-pair model's (source, target) codes, no tokens
 
     @classmethod
-    def from_tokens(cls, tokens: Iterable[str], shape: str, source_default: str | None = None) -> "Languages":
+    def from_tokens(cls, tokens: Iterable[str], shape: TokenShape, source_default: str | None = None
+                    ) -> "Languages":
         """Every token of the family's `shape` is a language, on both sides (Marian: the target only)."""
-        pattern, code = TOKEN_SHAPES[shape]
-        found = {code(t): t for t in tokens if pattern.match(t)}
-        if shape == "marian":
+        found = {code: t for t in tokens if (code := shape.code(t)) is not None}
+        if shape.target_on_source:
             return cls(target=found, target_on_source=True)
         default = source_default if source_default in found else None
         return cls(source=dict(found), target=dict(found), source_default=default)

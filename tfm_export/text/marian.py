@@ -28,13 +28,16 @@ from typing import Any, Sequence
 
 from ..files import read_json_object
 from ..errors import ConfigError, ManifestError
-from .languages import Languages
+from .languages import Languages, TokenShape
 
 WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
 SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}
 # Keys of the dict form that name files, with the Hugging Face folder's usual names.
 FILE_DEFAULTS = {"source_spm": "source.spm", "target_spm": "target.spm", "vocab": "vocab.json",
                  "target_vocab": None}
+# Multi-target models name the target language with a >>fra<< token at the start of the source
+# (transformers' MarianTokenizer splits it off the same way: encode below).
+LANGUAGE_TOKENS = TokenShape("marian", re.compile(r"^>>[A-Za-z_]{2,12}<<$"), wrapper=2, target_on_source=True)
 
 
 def _spm(path: Path) -> Any:
@@ -91,8 +94,9 @@ class MarianTokenizer:
         self.target = _spm(self.folder / self.names["target_spm"])
 
     @classmethod
-    def from_folder(cls, folder: Path) -> "MarianTokenizer":
-        """The tokenizer of a Hugging Face Marian folder (tokenizer_config.json is optional)."""
+    def from_folder(cls, folder: Path, codes: TokenShape = LANGUAGE_TOKENS) -> "MarianTokenizer":
+        """The tokenizer of a Hugging Face Marian folder (tokenizer_config.json is optional); `codes`:
+        the shape of its language tokens."""
         folder = Path(folder)
         settings: dict[str, Any] = {}
         config_path = folder / "tokenizer_config.json"
@@ -106,7 +110,7 @@ class MarianTokenizer:
         tokenizer = cls(folder, files, specials)
         # Multi-target models read the target from a >>fra<< token on the source; a single pair is
         # named by tokenizer_config.json's source_lang / target_lang when the folder has them.
-        languages = Languages.from_tokens(tokenizer.encoder, "marian")
+        languages = Languages.from_tokens(tokenizer.encoder, codes)
         pair = settings.get("source_lang"), settings.get("target_lang")
         if not languages.target and all(isinstance(code, str) for code in pair):
             languages = Languages(pair=(str(pair[0]), str(pair[1])))

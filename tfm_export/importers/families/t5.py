@@ -1,28 +1,34 @@
-"""The T5 family of Hugging Face folders: T5, T5 v1.1 / FLAN-T5, mT5.
+"""The T5 kind of Hugging Face families: T5, T5 v1.1 / FLAN-T5 (model_type t5), mT5 (mt5).
 
-T5 is a pre-LN Transformer with these differences, each a field of our one config: RMS norms without
-bias (`norm="rms"`), no biases anywhere, no absolute positions but a learned attention bias by
-relative distance, held by the first layer of each stack (`relative_buckets`, model.attention), no
-attention scaling (`attention_scale="none"`), a ReLU or gated-GELU feed-forward (`ffn_gated`, with
-transformers' gelu_new: the tanh approximation), heads whose width d_kv need not divide d_model
-(`d_head`), the encoder and decoder layer counts set apart (mT5), and a head tied to the shared
-embedding and fed d_model ** -0.5 times the decoder output (`output_scale`: T5), or an untied
-lm_head fed the output as it is (v1.1, FLAN, mT5). Tying is read from the weights and the scale from
-config.json: transformers 5 saves every T5 as tie_word_embeddings true, with scale_decoder_outputs. The decoder starts from the pad id. T5 has no position table, so `max_len` (the
-longest source and target) is config.json's n_positions, else 512, or --max-len.
+T5 (the same code in transformers for both) is a pre-LN Transformer with these differences, each a field
+of our one config: RMS norms without bias (`norm="rms"`), no biases anywhere, no absolute positions but
+a learned attention bias by relative distance, held by the first layer of each stack
+(`relative_buckets`, model.attention), no attention scaling (`attention_scale="none"`), a ReLU or
+gated-GELU feed-forward (`ffn_gated`, with transformers' gelu_new: the tanh approximation), heads whose
+width d_kv need not divide d_model (`d_head`), the encoder and decoder layer counts set apart (mT5), and
+a head tied to the shared embedding and fed d_model ** -0.5 times the decoder output (`output_scale`:
+T5), or an untied lm_head fed the output as it is (v1.1, FLAN, mT5). Tying is read from the weights and
+the scale from config.json: transformers 5 saves every T5 as tie_word_embeddings true, with
+scale_decoder_outputs. The decoder starts from the pad id. T5 has no position table, so `max_len` (the
+longest source and target) is config.json's n_positions, else 512, or --max-len. Both families are
+registered at the end (families.registry): their tokenizer is tokenizer.json with X </s>, without
+language tokens.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..config import TransformerConfig
-from ..errors import ConfigError
-from .common import KeyMap
-from .hf_folder import ACTIVATIONS, embedding_names, first, same, single_id
-from .hf_generation import banned_ids
+from ...config import TransformerConfig
+from ...errors import ConfigError
+from ..common import KeyMap
+from ..hf_folder import ACTIVATIONS, embedding_names, first, same, single_id
+from ..hf_generation import banned_ids
+from ..hf_tokenizers import TokenizerRule
+from .registry import Family, register_family
 
 DEFAULT_MAX_LEN = 512
 # ours <- theirs, per attention block; T5 names the output projection `o`.
@@ -37,17 +43,6 @@ T5_DEFAULTS = {"d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_h
                "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}
 
 
-def output_scale(hf: dict[str, Any]) -> bool:
-    """Whether the decoder output is scaled by d_model ** -0.5 before the head: transformers 5 writes it
-    as scale_decoder_outputs; before, it followed tie_word_embeddings (T5 scales, v1.1 does not).
-    transformers 5's mT5 never scales (published mT5 folders are untied, which did not scale before)."""
-    if hf.get("model_type") == "mt5":
-        return False
-    if "scale_decoder_outputs" in hf:
-        return bool(hf["scale_decoder_outputs"])
-    return hf.get("tie_word_embeddings", True) is not False
-
-
 def feed_forward(hf: dict[str, Any]) -> tuple[bool, str]:
     """(gated, our activation) from feed_forward_proj: "relu", "gated-gelu" (gelu_new), "gated-silu", ..."""
     proj = hf["feed_forward_proj"]
@@ -59,10 +54,22 @@ def feed_forward(hf: dict[str, Any]) -> tuple[bool, str]:
     return gated, ACTIVATIONS[act]
 
 
-class T5Family:
-    """T5 and mT5 folders (the same code in transformers)."""
+@dataclass(frozen=True)
+class T5Layout:
+    """What a model_type of the T5 kind fixes: whether its head's input is scaled (see output_scale)."""
 
-    defaults = T5_DEFAULTS
+    scales_output: bool | None = None  # None: as config.json says
+    table: str = "T5's relative positions"
+    unbounded: bool = True  # no position table: any --max-len
+
+    def output_scale(self, hf: dict[str, Any]) -> bool:
+        """Whether the decoder output is scaled by d_model ** -0.5 before the head: transformers 5 writes it
+        as scale_decoder_outputs; before, it followed tie_word_embeddings (T5 scales, v1.1 does not)."""
+        if self.scales_output is not None:
+            return self.scales_output
+        if "scale_decoder_outputs" in hf:
+            return bool(hf["scale_decoder_outputs"])
+        return hf.get("tie_word_embeddings", True) is not False
 
     def check(self, hf: dict[str, Any]) -> None:
         feed_forward(hf)
@@ -91,7 +98,7 @@ class T5Family:
                 attention_scale="none", layer_norm_eps=hf["layer_norm_epsilon"], suppress_ids=banned_ids(generation),
                 norm="rms", d_head=hf["d_kv"], attention_bias=False, ffn_bias=False, ffn_gated=gated,
                 relative_buckets=hf["relative_attention_num_buckets"],
-                relative_max_distance=hf["relative_attention_max_distance"], output_scale=output_scale(hf))
+                relative_max_distance=hf["relative_attention_max_distance"], output_scale=self.output_scale(hf))
         except ValueError as exc:
             raise ConfigError(f"config.json does not describe a usable model: {exc}") from None
         return config, embeddings
@@ -129,4 +136,6 @@ def _block(keys: KeyMap, theirs: str, ours: str, parts: tuple[str, ...], config:
         keys.copy(f"{ours}.ffn.fc2.weight", f"{dense}.wo.weight")
 
 
-FAMILIES = {"t5": T5Family(), "mt5": T5Family()}
+register_family(Family("t5", T5Layout(), T5_DEFAULTS, TokenizerRule()))
+# transformers 5's mT5 never scales (published mT5 folders are untied, which did not scale before).
+register_family(Family("mt5", T5Layout(scales_output=False), T5_DEFAULTS, TokenizerRule()))

@@ -1,29 +1,37 @@
-"""The BART family of Hugging Face folders: Marian, BART, mBART(-50), M2M100/NLLB, Pegasus.
+"""The BART kind of Hugging Face families: Marian, BART, mBART(-50), M2M100/NLLB, Pegasus.
 
 They share one layout of weights (model.{encoder,decoder}.layers.N.{self_attn,encoder_attn,fc1,fc2,
 *_layer_norm}, model.shared, lm_head) and differ in a few choices, each a field of our one config
-and a row of FAMILIES here: learned positions with BART's offset of 2 (BART, mBART) or a fixed
+and of the family's BartLayout here: learned positions with BART's offset of 2 (BART, mBART) or a fixed
 sinusoidal table (Marian and Pegasus: sines first; M2M100: fairseq's spacing, after the padding
 offset of 2), post-LN (BART, Marian) or pre-LN with final norms (mBART, M2M100, Pegasus), a norm
 after the embeddings (BART, mBART's layernorm_embedding), and a final_logits_bias (all but M2M100).
 Whether embeddings are scaled, the activation, the sizes and the ids come from config.json; which
 embeddings are tied comes from the weights. Weights left unused or unset are an error naming them
-(common.KeyMap). Generation settings: importers.hf_generation; tokenizers: importers.hf_tokenizers.
+(common.KeyMap). Each family is registered here (families.registry) with its layout, its config
+class's defaults and its tokenizer rule (importers.hf_tokenizers): adding a family of this kind is
+adding one record at the end of this module. Generation settings: importers.hf_generation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..config import TransformerConfig
-from ..errors import CheckpointError, ConfigError
-from ..model.layers import sinusoidal_table
-from .common import KeyMap
-from .hf_folder import ACTIVATIONS, embedding_names, first, same, single_id
-from .hf_generation import banned_ids
+from ...config import TransformerConfig
+from ...errors import CheckpointError, ConfigError
+from ...model.layers import sinusoidal_table
+from ...text.languages import TokenShape
+from ...text.marian import LANGUAGE_TOKENS as MARIAN_CODES
+from ..common import KeyMap
+from ..hf_folder import ACTIVATIONS, embedding_names, first, same, single_id
+from ..hf_generation import banned_ids
+from ..hf_tokenizers import (M2M100_SPM, MARIAN_FILES, SentencePiece, Template, TokenizerRule, read_m2m100,
+                             read_marian)
+from .registry import Family, register_family
 
 ENCODER_LAYER = {"self_attn": "self_attn", "self_attn_layer_norm": "norm1", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
                  "final_layer_norm": "norm2"}
@@ -38,7 +46,7 @@ EMBEDDINGS = {"src": ("model.encoder.embed_tokens.weight", "model.shared.weight"
 UNUSED_KEYS = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
                "lm_head.weight", "final_logits_bias"}
 POSITION_KEYS = {"src_embed": "model.encoder.embed_positions.weight", "tgt_embed": "model.decoder.embed_positions.weight"}
-# Each config class's defaults for what a hand-written config.json may leave out.
+# The config classes' common defaults for what a hand-written config.json may leave out (BartConfig's).
 COMMON_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 16,
                    "decoder_attention_heads": 16, "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096,
                    "max_position_embeddings": 1024, "activation_function": "gelu", "scale_embedding": False,
@@ -47,8 +55,8 @@ COMMON_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, 
 
 
 @dataclass(frozen=True)
-class Family:
-    """One model_type of the BART family: what its code fixes (the rest is in config.json)."""
+class BartLayout:
+    """What one model_type of the BART kind fixes in its code (the rest is in config.json)."""
 
     positions: str  # config.POSITIONS
     position_offset: int  # table rows before position 0
@@ -56,7 +64,8 @@ class Family:
     final_norm: bool  # model.encoder.layer_norm / model.decoder.layer_norm
     embed_norm: bool  # model.*.layernorm_embedding
     output_bias: bool  # the family has a final_logits_bias (zeros when a folder lacks it)
-    defaults: dict[str, Any] = field(default_factory=dict)  # the config class's, over COMMON_DEFAULTS
+    table: str = "the position table"
+    unbounded: bool = False
 
     def config(self, hf: dict[str, Any], generation: dict[str, Any], state: dict[str, torch.Tensor],
                embeddings: dict[str, str]) -> TransformerConfig:
@@ -129,18 +138,6 @@ class Family:
         return self.config(hf, generation, state, embeddings), embeddings
 
 
-FAMILIES = {
-    "marian": Family("sinusoidal_concat", 0, False, False, False, True, {
-        "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0, "bos_token_id": None}),
-    "bart": Family("learned", 2, False, False, True, True),
-    "mbart": Family("learned", 2, True, True, True, True, {"decoder_start_token_id": None}),
-    "m2m_100": Family("sinusoidal_fairseq", 2, True, True, False, False, {
-        "activation_function": "relu", "scale_embedding": True}),
-    "pegasus": Family("sinusoidal_concat", 0, True, True, False, True, {
-        "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "bos_token_id": None}),
-}
-
-
 def _convert_layers(keys: KeyMap, config: TransformerConfig) -> None:
     for side, ours, layer_map, n in (("encoder", "encoder_layers", ENCODER_LAYER, config.n_encoder_layers),
                                      ("decoder", "decoder_layers", DECODER_LAYER, config.n_decoder_layers)):
@@ -164,3 +161,38 @@ def _check_table(state: dict[str, torch.Tensor], key: str, config: TransformerCo
     if table.shape != ours.shape or (table - ours)[rows].abs().max() > 1e-4:
         raise CheckpointError(f"{key} is not the {config.positions} table this model type uses; this checkpoint "
                               f"is not supported")
+
+
+# --------------------------------------------------------------------------------------------------
+# The families. Language tokens by their shape (transformers' tokenizer classes add them in code).
+
+MBART_CODES = TokenShape("mbart", re.compile(r"^[a-z]{2}_[A-Z]{2}$"))  # en_XX, de_DE
+NLLB_CODES = TokenShape("nllb", re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$"))  # eng_Latn
+M2M100_CODES = TokenShape("m2m100", re.compile(r"^__[a-z]{2,3}__$"), wrapper=2)  # __en__ -> en
+
+
+def _family(model_type: str, layout: BartLayout, tokenizer: TokenizerRule, **defaults: Any) -> Family:
+    """Register a family of this kind; `defaults`: its config class's, over COMMON_DEFAULTS."""
+    return register_family(Family(model_type, layout, {**COMMON_DEFAULTS, **defaults}, tokenizer))
+
+
+# BartLayout(positions, position_offset, norm_first, final_norm, embed_norm, output_bias), then the
+# tokenizer rule and the config class's defaults.
+# OPUS-MT: its SentencePiece files, read by our Marian tokenizer (text.marian); pad = decoder start.
+_family("marian", BartLayout("sinusoidal_concat", 0, False, False, False, True),
+        TokenizerRule(sentencepiece=SentencePiece(read_marian, MARIAN_FILES, always=True, languages=MARIAN_CODES)),
+        pad_token_id=58100, decoder_start_token_id=58100, eos_token_id=0, bos_token_id=None)
+_family("bart", BartLayout("learned", 2, False, False, True, True), TokenizerRule({"": Template(("<s>",))}))
+# MBart50Tokenizer: [src_lang] X </s>; MBartTokenizer (mbart-large-cc25): X </s> [src_lang].
+_family("mbart", BartLayout("learned", 2, True, True, True, True), TokenizerRule({
+    "MBart50": Template(("{lang}",), ("</s>",), MBART_CODES), "": Template((), ("</s>", "{lang}"), MBART_CODES)}),
+    decoder_start_token_id=None)
+# M2M100 folders are published without a tokenizer.json; NLLB's tokenizer class is NllbTokenizer
+# (legacy_behaviour: X </s> [src_lang]).
+_family("m2m_100", BartLayout("sinusoidal_fairseq", 2, True, True, False, False), TokenizerRule({
+    "Nllb": Template(("{lang}",), ("</s>",), NLLB_CODES, legacy=Template((), ("</s>", "{lang}"), NLLB_CODES)),
+    "": Template(("{lang}",), ("</s>",), M2M100_CODES)}, SentencePiece(read_m2m100, (M2M100_SPM,),
+                                                                         languages=M2M100_CODES)),
+    activation_function="relu", scale_embedding=True)
+_family("pegasus", BartLayout("sinusoidal_concat", 0, True, True, False, True), TokenizerRule(),
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, bos_token_id=None)

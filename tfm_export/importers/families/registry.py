@@ -1,0 +1,80 @@
+"""The registry of Hugging Face families: config.json's model_type -> one `Family` that holds all its facts.
+
+A family is what transformers' code fixes for one model_type and config.json does not say: how
+config.json and the weights map onto our one TransformerConfig and our weight names (its `layout`,
+shared by the families of one kind: importers.families.bart, importers.families.t5), the defaults of
+its config class, and how its tokenizer files become the export's tokenizer (`tokenizer`: its source
+template and the shape of its language tokens). The generic importer (importers.hf) only looks the
+family up and asks it; a new family is one `register_family` call in the module of its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol
+
+import torch
+
+from ...config import TransformerConfig
+from ...errors import ConfigError
+from ..hf_tokenizers import TokenizerRule
+
+
+class Layout(Protocol):
+    """How one kind of family maps config.json and the weights onto ours."""
+
+    table: str  # what bounds --max-len, for messages ("the position table")
+    unbounded: bool  # no position table bounds the length (T5): any --max-len is allowed
+
+    def check(self, hf: dict[str, Any]) -> None:
+        """Refuse what config.json alone rules out, before the weights (which may be large) are read."""
+
+    def load(self, hf: dict[str, Any], generation: dict[str, Any], state: dict[str, torch.Tensor]
+             ) -> tuple[TransformerConfig, dict[str, str]]:
+        """Our config, and which saved tensor each embedding role (src, tgt, out) uses."""
+
+    def convert(self, state: dict[str, torch.Tensor], config: TransformerConfig, embeddings: dict[str, str]
+                ) -> dict[str, torch.Tensor]:
+        """Their weights under our names, every one used (common.KeyMap)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One Hugging Face model_type: everything about it that config.json does not say."""
+
+    model_type: str  # config.json's model_type
+    layout: Layout  # config.json -> our config, their weight names -> ours
+    defaults: Mapping[str, Any]  # the config class's values for what a hand-written config.json leaves out
+    tokenizer: TokenizerRule  # which tokenizer files are read, the source template, the language tokens
+
+    def config_json(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """config.json with the config class's defaults filled in."""
+        return {**self.defaults, **raw}
+
+
+_FAMILIES: dict[str, Family] = {}
+FAMILIES: Mapping[str, Family] = MappingProxyType(_FAMILIES)  # model_type -> Family, read-only
+
+
+def register_family(family: Family) -> Family:
+    """Add `family` to the registry; a model_type is registered once."""
+    if family.model_type in _FAMILIES:
+        raise ValueError(f"model_type {family.model_type!r} is registered already")
+    _FAMILIES[family.model_type] = family
+    return family
+
+
+def supported() -> list[str]:
+    """The registered model types, sorted."""
+    return sorted(_FAMILIES)
+
+
+def family_for(model_type: Any, where: str) -> Family:
+    """The family of config.json's `model_type`; a ConfigError names the supported ones (`where`:
+    the config.json, for the message)."""
+    family = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise ConfigError(f"{where} describes a {model_type!r} model; supported model types: "
+                          f"{', '.join(supported())}")
+    return family
