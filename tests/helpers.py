@@ -134,6 +134,7 @@ def serving(settings, engine=None):
     """`tfm-export serve`'s app (create_app) run by uvicorn in a thread of this process, on a free loopback
     port; yields its base URL and the engine (opened from `settings` unless given). Stopped afterwards."""
     uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
     from tfm_export.serve.app import create_app
     from tfm_export.serve.engine import open_engine
 
