@@ -187,22 +187,15 @@ def chars_export(tiny_checkpoint, tmp_path_factory) -> Path:
 def trained_export(tmp_path_factory):
     """family -> its trained, published-style folder (tests/fixtures/trained) exported once with the
     CLI's default flags (validation on, exit 0); shared by the Python and the Node/browser tests."""
-    import json
-
-    from click.testing import CliRunner
-
     import hf_fixtures
-    from tfm_export.cli import cli
+    from helpers import export_validated
 
     made: dict[str, Path] = {}
 
     def export(family: str) -> Path:
         if family not in made:
             out = tmp_path_factory.mktemp(f"export-{family}") / "out"
-            result = CliRunner().invoke(cli, [str(hf_fixtures.trained_folder(family)), "-o", str(out)])
-            assert result.exit_code == 0, result.output
-            validation = json.loads((out / "manifest.json").read_text())["validation"]
-            assert validation["greedy"]["equal"] and validation.get("default", {"equal": True})["equal"]
+            export_validated(hf_fixtures.trained_folder(family), out)
             made[family] = out
         return made[family]
 

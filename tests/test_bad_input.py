@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli, run_cli_ok
 from tfm_export.cli.progress import StageDisplay
 from tfm_export.manifest import load_manifest, write_manifest
 from tfm_export.text.tokenizer import SPECIALS, CharTokenizer
@@ -54,10 +53,6 @@ def project(tmp_path, tiny_checkpoint, tiny_export, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def assert_clean_failure(result, before: dict[str, str], roots: tuple[Path, ...], fragment: str) -> None:
@@ -152,13 +147,13 @@ def test_bad_input_fails_cleanly(case, project, tiny_export):
     args = [a.replace("{p}", str(project)).replace("{e}", str(tiny_export)) for a in args]
     roots = (project, tiny_export)
     before = snapshot(*roots)
-    assert_clean_failure(run(*args), before, roots, fragment)
+    assert_clean_failure(run_cli(*args), before, roots, fragment)
 
 
 def test_a_file_named_like_a_command_still_exports(project):
     (project / "genrate").write_bytes(b"not a checkpoint")
     before = snapshot(project)
-    assert_clean_failure(run("genrate"), before, (project,), "not a PyTorch checkpoint")
+    assert_clean_failure(run_cli("genrate"), before, (project,), "not a PyTorch checkpoint")
 
 
 def test_read_only_output_is_refused_before_work(project, monkeypatch):
@@ -171,7 +166,7 @@ def test_read_only_output_is_refused_before_work(project, monkeypatch):
 
     monkeypatch.setattr(Path, "mkdir", read_only)
     before = snapshot(project)
-    result = run(project / "proj" / "model.pt", "-o", project / "new" / "out")
+    result = run_cli(project / "proj" / "model.pt", "-o", project / "new" / "out")
     assert_clean_failure(result, before, (project,), "is not writable (Read-only file system)")
     assert "layout" not in result.output  # refused before the checkpoint was even loaded
 
@@ -187,7 +182,7 @@ def test_full_disk_during_export_leaves_nothing(project, monkeypatch):
     monkeypatch.setattr(exporter, "export_graph",
                         lambda model, spec, folder, opset: _full_disk_after_writing(folder / spec.file))
     before = snapshot(project)
-    result = run(project / "proj" / "model.pt", "-o", project / "new" / "deeper" / "out")
+    result = run_cli(project / "proj" / "model.pt", "-o", project / "new" / "deeper" / "out")
     assert_clean_failure(result, before, (project,), "no space left on device while writing")
     assert not (project / "new").exists()  # the parents it created are gone too
 
@@ -200,13 +195,12 @@ def test_full_disk_during_init_leaves_nothing(project, monkeypatch):
 
     monkeypatch.setattr(checkpoint.torch, "save", save)
     before = snapshot(project)
-    result = run("init", project / "proj" / "new.pt")
+    result = run_cli("init", project / "proj" / "new.pt")
     assert_clean_failure(result, before, (project,), "no space left on device while writing")
 
 
 def test_init_creates_parents(project):
-    result = run("init", project / "a" / "b" / "z.pt")
-    assert result.exit_code == 0, result.output
+    run_cli_ok("init", project / "a" / "b" / "z.pt")
     assert [p.name for p in (project / "a" / "b").iterdir()] == ["z.pt"]
 
 
@@ -214,14 +208,13 @@ def test_force_replaces_a_previous_export_only(project, tiny_export):
     out = project / "export"
     (out / "extra.txt").write_text("mine\n")
     before = snapshot(project)
-    assert_clean_failure(run(project / "proj" / "model.pt", "-o", out, "--force"), before, (project,),
+    assert_clean_failure(run_cli(project / "proj" / "model.pt", "-o", out, "--force"), before, (project,),
                          "not a tfm-export export (extra.txt)")
 
 
 def test_empty_folder_is_used(project):
     (project / "empty").mkdir()
-    result = run(project / "proj" / "model.pt", "-o", project / "empty", "--no-validate")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(project / "proj" / "model.pt", "-o", project / "empty", "--no-validate")
     load_manifest(project / "empty")
     assert "  export encoder ..." in result.output  # the stage is named when it starts (not a TTY)
     assert sorted(p.name for p in project.iterdir() if p.name.startswith(".")) == []
@@ -238,12 +231,12 @@ def test_ids_follow_the_tokenizers_eos_convention(tiny_export, tmp_path):
     folder = _tokenizer_export(tiny_export, tmp_path / "chars")
     encoded = CharTokenizer.from_dict(load_manifest(folder).tokenizer).encode("4718")
     assert encoded[-1] == 2  # the chars tokenizer ends sources with EOS
-    outputs = [json.loads(run("generate", folder, *args, "--json", "--device", "cpu").output)["ids"]
+    outputs = [json.loads(run_cli("generate", folder, *args, "--json", "--device", "cpu").output)["ids"]
                for args in (["--text", "4718"], ["--ids", " ".join(map(str, encoded[:-1]))],
                             ["--ids", " ".join(map(str, encoded))])]
     assert outputs[0] == outputs[1] == outputs[2]
     before = snapshot(folder)
-    assert_clean_failure(run("generate", folder, "--text", ""), before, (folder,), "source 1 is empty")
+    assert_clean_failure(run_cli("generate", folder, "--text", ""), before, (folder,), "source 1 is empty")
 
 
 def test_stage_display_on_a_terminal():

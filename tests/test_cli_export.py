@@ -4,23 +4,17 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
+from helpers import run_cli, run_cli_ok
 from tfm_export.cli import cli
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli")
-    runner = CliRunner()
-    assert runner.invoke(cli, ["init", str(folder / "model.pt"), "--seed", "3"]).exit_code == 0
-    result = runner.invoke(cli, [str(folder / "model.pt")])  # routed to `export`
-    assert result.exit_code == 0, result.output
+    run_cli_ok("init", folder / "model.pt", "--seed", "3")
+    result = run_cli_ok(folder / "model.pt")  # routed to `export`
     return folder, result
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def assert_one_line_error(result, *fragments):
@@ -44,25 +38,22 @@ def test_bare_path_exports_next_to_the_checkpoint(exported):
 
 def test_existing_output_needs_force(exported):
     folder, _ = exported
-    assert_one_line_error(run("export", folder / "model.pt"), "already exists", "--force")
-    result = run("export", folder / "model.pt", "-o", folder / "second", "--no-validate")
-    assert result.exit_code == 0, result.output
-    result = run("export", folder / "model.pt", "-o", folder / "second", "--no-validate", "--force")
-    assert result.exit_code == 0, result.output
+    assert_one_line_error(run_cli("export", folder / "model.pt"), "already exists", "--force")
+    run_cli_ok("export", folder / "model.pt", "-o", folder / "second", "--no-validate")
+    run_cli_ok("export", folder / "model.pt", "-o", folder / "second", "--no-validate", "--force")
 
 
 def test_validate_command_finds_the_checkpoint_and_stores_the_report(exported):
     folder, _ = exported
     out = folder / "model_onnx"
-    result = run("validate", out)
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("validate", out)
     assert "validation passed" in result.output
 
 
 def test_validate_reports_a_different_model(exported, tmp_path):
     folder, _ = exported
-    assert run("init", tmp_path / "other.pt", "--seed", "99").exit_code == 0
-    result = run("validate", folder / "model_onnx", "--model", tmp_path / "other.pt")
+    assert run_cli("init", tmp_path / "other.pt", "--seed", "99").exit_code == 0
+    result = run_cli("validate", folder / "model_onnx", "--model", tmp_path / "other.pt")
     assert_one_line_error(result, "validation failed", "max abs diff")
     assert "logits" in result.output  # the per-output table is printed before the error
 
@@ -72,7 +63,7 @@ def test_validate_a_tampered_folder(exported, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(folder / "model_onnx", copy)
     (copy / "encoder.onnx").write_bytes(b"garbage")
-    assert_one_line_error(run("validate", copy, "--model", folder / "model.pt"), "does not match the sha256")
+    assert_one_line_error(run_cli("validate", copy, "--model", folder / "model.pt"), "does not match the sha256")
 
 
 @pytest.mark.parametrize("content, fragment", [
@@ -84,16 +75,16 @@ def test_bad_checkpoints_fail_cleanly(tmp_path, content, fragment):
     path = tmp_path / "model.pt"
     if content is not None:
         path.write_bytes(content)
-    assert_one_line_error(run(path), fragment)
+    assert_one_line_error(run_cli(path), fragment)
     assert not (tmp_path / "model_onnx").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_init_refuses_to_overwrite(tmp_path):
     path = tmp_path / "m.pt"
-    assert run("init", path).exit_code == 0
-    assert_one_line_error(run("init", path), "exists", "--force")
-    assert run("init", path, "--force", "--preset", "tiny").exit_code == 0
+    assert run_cli("init", path).exit_code == 0
+    assert_one_line_error(run_cli("init", path), "exists", "--force")
+    assert run_cli("init", path, "--force", "--preset", "tiny").exit_code == 0
 
 
 def test_every_option_has_help():

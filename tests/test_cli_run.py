@@ -4,20 +4,14 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli, run_cli_ok
 from tfm_export.runtime import open_export
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
 def test_generate_ids_json(tiny_export):
-    result = run("generate", tiny_export, "--ids", "5 9 13", "--ids", "40", "--json", "--device", "cpu",
-                 "--max-new-tokens", "7")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("generate", tiny_export, "--ids", "5 9 13", "--ids", "40", "--json", "--device", "cpu",
+                        "--max-new-tokens", "7")
     records = [json.loads(line) for line in result.output.splitlines()]
     expected = open_export(tiny_export, device="cpu").generate_ids([[5, 9, 13], [40]], 7)
     assert [r["ids"] for r in records] == expected and records[0]["source"] == [5, 9, 13]
@@ -28,9 +22,8 @@ def test_generate_input_file_in_batches(tiny_export, tmp_path):
     sources = [[5 + i, 9, 13 + i] for i in range(7)]
     path = tmp_path / "in.txt"
     path.write_text("\n".join(" ".join(map(str, s)) for s in sources) + "\n")
-    result = run("generate", tiny_export, "--input", path, "--input-format", "ids", "--batch-size", "3",
-                 "--json", "--device", "cpu", "--max-new-tokens", "5")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("generate", tiny_export, "--input", path, "--input-format", "ids", "--batch-size", "3",
+                        "--json", "--device", "cpu", "--max-new-tokens", "5")
     records = [json.loads(ln) for ln in result.output.splitlines() if ln.startswith("{")]
     assert [r["ids"] for r in records] == open_export(tiny_export, device="cpu").generate_ids(sources, 5)
 
@@ -43,20 +36,19 @@ def test_generate_input_file_in_batches(tiny_export, tmp_path):
     (["--ids", "5", "--device", "cuda:7"], "CUDA requested"),
 ])
 def test_generate_errors(tiny_export, args, fragment):
-    result = run("generate", tiny_export, *args)
+    result = run_cli("generate", tiny_export, *args)
     assert result.exit_code != 0 and fragment in result.output and "Traceback" not in result.output
 
 
 def test_generate_missing_folder(tmp_path):
-    result = run("generate", tmp_path / "nothing", "--ids", "5")
+    result = run_cli("generate", tmp_path / "nothing", "--ids", "5")
     assert result.exit_code == 1 and "export folder not found" in result.output
 
 
 def test_bench_json_rows(tiny_checkpoint, tiny_export, tmp_path):
     out = tmp_path / "bench.json"
-    result = run("bench", tiny_export, "--model", tiny_checkpoint, "--batch", "1,2", "--src-len", "5",
-                 "--new-tokens", "4", "--repeat", "2", "--threads", "1", "--json", out)
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("bench", tiny_export, "--model", tiny_checkpoint, "--batch", "1,2", "--src-len", "5",
+                        "--new-tokens", "4", "--repeat", "2", "--threads", "1", "--json", out)
     report = json.loads(out.read_text())
     rows = [r for r in report["rows"] if r["backend"] in ("eager", "ort")]  # peers join when installed
     assert {(r["backend"], r["batch"]) for r in rows} == {("eager", 1), ("ort", 1), ("eager", 2), ("ort", 2)}
@@ -73,18 +65,16 @@ def test_bench_json_rows(tiny_checkpoint, tiny_export, tmp_path):
 
 
 def test_bench_export_folder_alone_gives_ort_rows(tiny_export):
-    result = run("bench", tiny_export, "--batch", "1", "--new-tokens", "3", "--repeat", "1")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("bench", tiny_export, "--batch", "1", "--new-tokens", "3", "--repeat", "1")
     assert "ORT rows only" in result.output and " eager " not in result.output
 
 
 def test_bench_also_adds_a_row_per_peer_export(tiny_checkpoint, tiny_export, tmp_path):
     peer = tmp_path / "opt"
-    assert run(tiny_checkpoint, "-o", peer, "--optimize", "--no-validate").exit_code == 0
+    assert run_cli(tiny_checkpoint, "-o", peer, "--optimize", "--no-validate").exit_code == 0
     out = tmp_path / "bench.json"
-    result = run("bench", tiny_export, "--also", peer, "--batch", "1", "--src-len", "5", "--new-tokens", "3",
-                 "--repeat", "1", "--json", out)
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("bench", tiny_export, "--also", peer, "--batch", "1", "--src-len", "5", "--new-tokens", "3",
+                        "--repeat", "1", "--json", out)
     backends = [r["backend"] for r in json.loads(out.read_text())["rows"]]
     assert backends == ["ort", "ort:opt"]
 
@@ -95,7 +85,7 @@ def test_bench_refuses_a_peer_of_another_model(tiny_export, tmp_path):
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["config"]["tgt_vocab_size"] += 1
     (other / "manifest.json").write_text(json.dumps(manifest))
-    result = run("bench", tiny_export, "--also", other, "--batch", "1", "--repeat", "1")
+    result = run_cli("bench", tiny_export, "--also", other, "--batch", "1", "--repeat", "1")
     assert result.exit_code == 1 and "holds a different model" in result.output
     assert "Traceback" not in result.output
 
@@ -104,7 +94,6 @@ def test_bench_model_may_be_a_hugging_face_folder(trained_export):
     """The eager rows of an imported folder's export: --model takes the folder itself."""
     import hf_fixtures
 
-    result = run("bench", trained_export("marian"), "--model", hf_fixtures.trained_folder("marian"), "--batch", "1",
-                 "--src-len", "4", "--new-tokens", "3", "--repeat", "1")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("bench", trained_export("marian"), "--model", hf_fixtures.trained_folder("marian"),
+                        "--batch", "1", "--src-len", "4", "--new-tokens", "3", "--repeat", "1")
     assert " eager " in result.output and " ort " in result.output

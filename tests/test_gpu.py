@@ -14,12 +14,11 @@ import random
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import hf_fixtures
 from conftest import BUNDLED, has_cuda_gpu
+from helpers import run_cli_ok
 from test_serve_groups import outcome
-from tfm_export.cli import cli
 from tfm_export.demo import read_heldout
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
@@ -35,11 +34,6 @@ FAMILIES = ("marian", "bart", "t5")  # sinusoidal + learned positions, T5's rela
 AGREEMENT = 0.995
 
 
-def cli_export(source, out, *flags) -> None:
-    result = CliRunner().invoke(cli, [str(source), "-o", str(out), *flags])
-    assert result.exit_code == 0, result.output
-
-
 @pytest.fixture(scope="module")
 def bundled_static(tmp_path_factory):
     """The bundled model with its static decoders (CUDA graphs, in-flight rows), float32."""
@@ -51,7 +45,7 @@ def bundled_static(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bundled_float16(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-f16") / "out"
-    cli_export(BUNDLED / "model.pt", out, "--dtype", "float16", "--cuda-graph")
+    run_cli_ok(BUNDLED / "model.pt", "-o", out, "--dtype", "float16", "--cuda-graph")
     return out
 
 
@@ -102,7 +96,7 @@ def token_agreement(got: list[list[int]], expected: list[list[int]]) -> float:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_float16_agrees_with_float32_on_a_trained_fixture(family, trained_export, tmp_path):
     out = tmp_path / "f16"
-    cli_export(hf_fixtures.trained_folder(family), out, "--dtype", "float16", "--static-slots", "64")
+    run_cli_ok(hf_fixtures.trained_folder(family), "-o", out, "--dtype", "float16", "--static-slots", "64")
     cpu = open_export(trained_export(family), "cpu")
     ids = [cpu.encode(e.source) for e in hf_fixtures.task_examples(family, 500)]
     report = {}

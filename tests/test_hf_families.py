@@ -7,34 +7,23 @@ forced_bos_token_id (tests/fixtures/README.md describes the fixtures)."""
 
 from __future__ import annotations
 
-import json
 import random
 
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
+from helpers import export_validated  # noqa: E402
 from hf_fixtures import (FAMILIES, LANGS, hf_model, hf_tokenizer, lang_code, lang_token, random_folder,  # noqa: E402
                          sources, task_examples, trained_folder)
-from tfm_export.cli import cli  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.text.tokenizer import tokenizer_from_dict  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-def export_cli(folder, out) -> None:
-    """`tfm-export FOLDER -o OUT` with default flags (validation on); exit 0."""
-    result = CliRunner().invoke(cli, [str(folder), "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["validation"]["greedy"]["equal"]
-    assert manifest["validation"].get("default", {"equal": True})["equal"]
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +138,7 @@ def test_random_folders_export_with_default_flags(family, size, tmp_path):
     or a tiny one. (Weights drawn much wider than any trained model's grow float32 differences past
     validation's tolerance: 4.6e-4 on mBART-50's keys at std 1.0; the trained fixtures test decoding.)"""
     folder = random_folder(family, tmp_path / "hf", size, wide=False)
-    export_cli(folder, tmp_path / "out")
+    export_validated(folder, tmp_path / "out")
     runtime, model = open_export(tmp_path / "out", "cpu"), hf_model(folder)
     batch = hf_tokenizer(folder)(["123", "4567 89"], return_tensors="pt", padding=True)
     srcs = [row[: int(m.sum())] for row, m in zip(batch["input_ids"].tolist(), batch["attention_mask"])]

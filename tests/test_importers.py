@@ -10,10 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from click.testing import CliRunner
 
 import reference_models as ref
-from tfm_export.cli import cli
+from helpers import run_cli, run_cli_ok
 from tfm_export.cli.common import cli_option
 from tfm_export.errors import CheckpointError, ConfigError
 from tfm_export.model.generate import greedy_decode
@@ -172,8 +171,7 @@ def exported(request, tmp_path_factory):
     module = tutorial_model(3) if request.param == "tutorial" else seq2seq_model(True, True, seed=3, maxlen=5000)
     path = save(module, folder / "model.pt")
     extra = ["--norm-first", "--max-len", "128"] if request.param == "nn_transformer" else []
-    result = CliRunner().invoke(cli, [str(path), *CLI_IDS, *extra])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(path, *CLI_IDS, *extra)
     assert f"layout {request.param}" in result.output and "options used" in result.output
     assert request.param == "tutorial" or "max_len 128" in result.output
     return module, folder / "model_onnx"
@@ -208,7 +206,7 @@ def test_missing_heads_names_the_option(tmp_path):
     path = save(tutorial_model(), tmp_path / "m.pt")
     with pytest.raises(ConfigError, match=r'number of heads cannot be read from the weights; pass options\["heads"\]'):
         load_any(path, options={"src_pad_id": 0, "bos_id": 1, "eos_id": 2})
-    result = CliRunner().invoke(cli, [str(path), "--src-pad-id", "0"])
+    result = run_cli(path, "--src-pad-id", "0")
     assert result.exit_code == 1 and "pass --heads N" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "m_onnx").exists()
 

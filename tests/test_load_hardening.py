@@ -7,10 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import reference_models as ref
-from tfm_export.cli import cli
+from helpers import run_cli
 from tfm_export.errors import CheckpointError, ConfigError
 from tfm_export.importers import IMPORTERS, load_any
 from tfm_export.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -88,7 +87,7 @@ def test_nan_and_inf_are_counted_and_the_cli_exports_nothing(tmp_path):
     path = save_checkpoint(model, tmp_path / "model.pt")
     message = one_line_error(lambda: load_checkpoint(path))
     assert "encoder_layers.0.norm1.bias (1 inf)" in message and "lm_head.weight (1 NaN, 2 inf)" in message
-    result = CliRunner().invoke(cli, [str(path)])
+    result = run_cli(path)
     assert result.exit_code == 1 and "non-finite weights" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "model_onnx").exists()
 

@@ -7,14 +7,13 @@ import sys
 
 import pytest
 import torch
-from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
 
+from helpers import run_cli, run_cli_ok  # noqa: E402
 from marian_fixtures import EOS, hf_greedy, marian, marian_folder, padded_batch, save  # noqa: E402
-from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noqa: E402
 from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
@@ -177,13 +176,13 @@ def _edit(path, change):
 
 def test_bad_folders(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    result = CliRunner().invoke(cli, [str(tmp_path)])
+    result = run_cli(tmp_path)
     assert result.exit_code == 1 and "describes a 'gpt2' model; supported model types: bart, m2m_100" in result.output
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         import_marian(tmp_path)
     marian().config.save_pretrained(tmp_path)
-    result = CliRunner().invoke(cli, [str(tmp_path)])
+    result = run_cli(tmp_path)
     assert result.exit_code == 1 and "neither model.safetensors nor pytorch_model.bin" in result.output
     (tmp_path / "model.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
@@ -345,8 +344,7 @@ def test_import_carries_the_tokenizer(opus_folder):
 def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path):
     folder, model, hf_tok = opus_folder
     out = tmp_path / "export"
-    result = CliRunner().invoke(cli, [str(folder), "-o", str(out)])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(folder, "-o", out)
     assert "layout marian" in result.output
     assert {"source.spm", "target.spm", "vocab.json"} <= {p.name for p in out.iterdir()}
     manifest = json.loads((out / "manifest.json").read_text())
@@ -362,14 +360,13 @@ def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path
     assert runtime.generate_ids(sources, 9, config=GREEDY) == expected
     texts = runtime.translate(TEXTS, max_new_tokens=9, config=GREEDY)
     assert texts == [hf_tok.decode(ids, skip_special_tokens=True, use_source_tokenizer=False) for ids in expected]
-    generated = CliRunner().invoke(cli, ["generate", str(out), "--text", TEXTS[0], "--json", "--device", "cpu",
-                                         "--max-new-tokens", "9", "--greedy"])
+    generated = run_cli("generate", out, "--text", TEXTS[0], "--json", "--device", "cpu", "--max-new-tokens", "9",
+                        "--greedy")
     assert generated.exit_code == 0 and json.loads(generated.output)["text"] == texts[0]
     # The copied tokenizer files are recorded with their hashes: --force removes them only while unchanged.
     assert sorted(manifest["files"]) == ["source.spm", "target.spm", "vocab.json"]
     (out / "target.spm").write_bytes(b"edited by the user")
-    again = CliRunner().invoke(cli, [str(folder), "-o", str(out), "--force", "--no-validate"])
-    assert again.exit_code == 0, again.output
+    run_cli_ok(folder, "-o", out, "--force", "--no-validate")
     kept = [p for p in tmp_path.iterdir() if p.name.startswith(".export.old-")]
     assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["target.spm"]
     assert (kept[0] / "target.spm").read_bytes() == b"edited by the user"

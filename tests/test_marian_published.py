@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
+from helpers import run_cli_ok  # noqa: E402
 from marian_fixtures import OPUS_MT, marian_folder  # noqa: E402
-from tfm_export.cli import cli  # noqa: E402
 from tfm_export.runtime import GREEDY, open_export  # noqa: E402
 
 
@@ -23,8 +22,7 @@ def test_opus_mt_sized_published_folder_exports_with_default_flags(tmp_path):
     folder = marian_folder(tmp_path / "opus-mt-en-de", vocab_size=15_600, **OPUS_MT)
     generation = json.loads((folder / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["bad_words_ids"], generation["max_length"]) == (4, [[15_599]], 512)
-    result = CliRunner().invoke(cli, [str(folder), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(folder, "-o", tmp_path / "out")
     assert "greedy tokens: equal" in result.output and "default decoding (" in result.output
     runtime = open_export(tmp_path / "out", "cpu")
     validation = runtime.manifest.validation

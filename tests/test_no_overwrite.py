@@ -4,10 +4,9 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
+from helpers import run_cli
 from tfm_export.bench.report import write_report
-from tfm_export.cli import cli
 from tfm_export.errors import OutputError
 from tfm_export.files import prepare_output_dir
 from tfm_export.model.checkpoint import is_checkpoint
@@ -96,15 +95,14 @@ def test_a_symlinked_output_folder_is_refused(tiny_export, tmp_path):
 
 
 def test_init_force_replaces_only_a_checkpoint(tmp_path):
-    runner = CliRunner()
     notes = tmp_path / "notes.pt"
     notes.write_text("not a checkpoint")
-    result = runner.invoke(cli, ["init", str(notes), "--force"])
+    result = run_cli("init", notes, "--force")
     assert result.exit_code == 1 and "exists and is not a tfm-export checkpoint" in result.output
     assert notes.read_text() == "not a checkpoint" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.pt"]
     ours = tmp_path / "model.pt"
-    assert runner.invoke(cli, ["init", str(ours)]).exit_code == 0
-    assert runner.invoke(cli, ["init", str(ours), "--force", "--seed", "3"]).exit_code == 0 and is_checkpoint(ours)
+    assert run_cli("init", ours).exit_code == 0
+    assert run_cli("init", ours, "--force", "--seed", "3").exit_code == 0 and is_checkpoint(ours)
 
 
 def test_reports_and_configs_replace_only_their_own_kind(tmp_path):

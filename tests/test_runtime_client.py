@@ -13,11 +13,7 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +22,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
+from helpers import free_port, server_process, serving_forever  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,33 +56,12 @@ const caught = async (call) => {
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def api(bundled_export):
     """`tfm-export serve` of the bundled export (request-level batching: it has no static decoder), with a key."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "tfm_export", "serve", str(bundled_export), "--batching", "request",
-           "--port", str(port), "--api-key", KEY, "--max-texts", str(MAX_TEXTS), "--threads", "1", "--no-spin"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/healthz")
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with server_process("serve", bundled_export, "--batching", "request", "--api-key", KEY, "--max-texts", MAX_TEXTS,
+                        "--threads", "1", "--no-spin", timeout=60) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")
@@ -222,13 +198,9 @@ class Stub(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     Stub.answers, Stub.received = [], []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", Stub
-    server.shutdown()
-    server.server_close()
+    with serving_forever(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}", Stub
 
 
 FULL = (429, {"Retry-After": "0"}, {"error": "the queue is full (max_queue); retry later", "limit": "max_queue"})

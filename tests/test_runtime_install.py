@@ -15,12 +15,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
 from tfm_export.runtime import open_export
 from tfm_export.runtime.verify import verify_export
 
+from helpers import run_cli_ok
 from install_helpers import ROOT, build_wheel, install_wheel, run
 
 HELDOUT = [line.split("\t") for line in (ROOT / "models/num2words-de/heldout.tsv").read_text().splitlines()]
@@ -58,8 +57,7 @@ def test_no_pytorch_but_the_runtime_and_the_server_packages(runtime_bin, elsewhe
 def test_generate_gives_the_full_install_tokens(runtime_bin, bundled_export, elsewhere):
     args = ["generate", str(bundled_export), *(a for text in INPUTS for a in ("--text", text)), "--json",
             "--device", "cpu"]
-    full = CliRunner().invoke(cli, args)
-    assert full.exit_code == 0, full.output
+    full = run_cli_ok(*args)
     runtime_only = run([runtime_bin / "tfm-export", *args], cwd=elsewhere)
     assert runtime_only.stdout == full.stdout
     rows = [json.loads(line) for line in runtime_only.stdout.splitlines()]
@@ -117,8 +115,7 @@ def test_validate_without_a_checkpoint_runs_the_runtime_checks(runtime_bin, bund
 
 def test_validate_without_a_checkpoint_in_the_full_install(bundled_export):
     """No checkpoint beside the folder: the runtime checks run and the output says how to add eager."""
-    result = CliRunner().invoke(cli, ["validate", str(bundled_export)])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("validate", bundled_export)
     assert "eager comparison recorded at export: parity on cpu, greedy tokens equal" in result.stdout
     assert result.stdout.rstrip().endswith("not compared with the eager model: cannot find the checkpoint "
                                            f"{bundled_export} was exported from; pass --model MODEL.pt")

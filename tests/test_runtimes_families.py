@@ -24,13 +24,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("tokenizers")
 
 import hf_fixtures  # noqa: E402
+from helpers import run_cli  # noqa: E402
 from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
-from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
@@ -322,7 +321,7 @@ def test_node_cli_takes_language_codes(trained_export):
     source, (_, target) = hf_fixtures.LANGS[MULTILINGUAL]
     cli_js = [shutil.which("node"), str(NODE / "cli.mjs"), str(folder)]
     listed = subprocess.run([*cli_js, "--languages"], capture_output=True, text=True, timeout=300)
-    assert listed.stdout == CliRunner().invoke(cli, ["languages", str(folder)]).output
+    assert listed.stdout == run_cli("languages", folder).output
     inputs = [e.source for e in hf_fixtures.task_examples(MULTILINGUAL, 3)]
     done = subprocess.run([*cli_js, "--num-beams", "1", "--source-lang", source, "--target-lang", target, *inputs],
                           capture_output=True, text=True, timeout=300)

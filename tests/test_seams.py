@@ -7,9 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli
 from tfm_export.cli.common import cli_option
 from tfm_export.errors import DeviceError, ExportError, InputError, ManifestError, ValidationError
 from tfm_export.export.exporter import ExportOptions, export_model
@@ -47,7 +46,7 @@ def test_a_manifest_that_disagrees_with_its_graphs_is_refused(tiny_export, tmp_p
     folder = _edited(tiny_export, tmp_path / "edited", lambda d: d["config"].update({field: value}))
     with pytest.raises(ManifestError, match="does not describe encoder.onnx|does not describe decoder.onnx"):
         open_export(folder, device="cpu")
-    result = CliRunner().invoke(cli, ["generate", str(folder), "--ids", "5 6", "--device", "cpu"])
+    result = run_cli("generate", folder, "--ids", "5 6", "--device", "cpu")
     assert result.exit_code == 1 and "does not describe" in result.output and "Traceback" not in result.output
 
 
@@ -64,7 +63,7 @@ def test_validate_refuses_another_models_checkpoint(tiny_export, tmp_path):
     init_checkpoint(other, "base", seed=1)
     with pytest.raises(ValidationError, match="the checkpoint does not match the export"):
         validate_export(tiny_export, load_checkpoint(other).build_model())
-    result = CliRunner().invoke(cli, ["validate", str(tiny_export), "--model", str(other)])
+    result = run_cli("validate", tiny_export, "--model", other)
     assert result.exit_code == 1 and "does not match the export" in result.output
 
 

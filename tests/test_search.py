@@ -6,9 +6,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli, run_cli_ok
 from tfm_export.config import PRESETS
 from tfm_export.errors import InputError
 from tfm_export.export.exporter import ExportOptions, export_model
@@ -230,33 +229,27 @@ def test_manifest_generation_section_sets_defaults_and_old_exports_load(eos_mode
     assert open_export(out, device="cpu").generation == GenerationConfig()
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
 def test_cli_generate_beam_n_best_json_and_stream(eos_model):
     _, runtime = eos_model
     folder = runtime.folder
-    result = run("generate", folder, "--ids", "5 9 13", "--ids", "40", "--num-beams", "4", "--n-best", "3",
-                 "--json", "--device", "cpu", "--max-new-tokens", "8")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("generate", folder, "--ids", "5 9 13", "--ids", "40", "--num-beams", "4", "--n-best", "3",
+                        "--json", "--device", "cpu", "--max-new-tokens", "8")
     records = [json.loads(line) for line in result.output.splitlines()]
     expected = runtime.generate([[5, 9, 13], [40]], num_beams=4, num_return_sequences=3, max_new_tokens=8)
     for record, hyps in zip(records, expected):
         assert [h["ids"] for h in record["hypotheses"]] == [h.ids for h in hyps]
         assert record["ids"] == hyps[0].ids and abs(record["score"] - hyps[0].score) < 1e-5
-    result = run("generate", folder, "--ids", "5 9 13", "--sample", "--top-p", "0.9", "--seed", "1", "--stream",
-                 "--device", "cpu", "--max-new-tokens", "8")
+    result = run_cli("generate", folder, "--ids", "5 9 13", "--sample", "--top-p", "0.9", "--seed", "1", "--stream",
+                     "--device", "cpu", "--max-new-tokens", "8")
     sampled = runtime.generate([[5, 9, 13]], do_sample=True, top_p=0.9, seed=1, max_new_tokens=8)[0][0].ids
     assert result.exit_code == 0 and result.output.split("\t")[1].split() == [str(i) for i in sampled]
-    result = run("generate", folder, "--ids", "5", "--num-beams", "2", "--n-best", "3")
+    result = run_cli("generate", folder, "--ids", "5", "--num-beams", "2", "--n-best", "3")
     assert result.exit_code == 1 and "--n-best 3 cannot exceed the number of beams" in result.output
 
 
 def test_cli_bench_num_beams_rows(tiny_checkpoint, tiny_export):
-    result = run("bench", tiny_export, "--model", tiny_checkpoint, "--batch", "2", "--src-len", "5",
-                 "--new-tokens", "4", "--repeat", "1", "--warmup", "0", "--num-beams", "3")
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok("bench", tiny_export, "--model", tiny_checkpoint, "--batch", "2", "--src-len", "5",
+                        "--new-tokens", "4", "--repeat", "1", "--warmup", "0", "--num-beams", "3")
     names = {line.split()[0] for line in result.output.splitlines()[1:] if line.strip()}
     assert {"eager-beam3", "ort-beam3"} <= names
 

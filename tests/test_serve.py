@@ -6,58 +6,27 @@ from __future__ import annotations
 import json
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 httpx = pytest.importorskip("httpx")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("fastapi")
 
-from click.testing import CliRunner  # noqa: E402
-
-from tfm_export.cli import cli  # noqa: E402
+from helpers import free_port, run_cli, run_cli_ok, server_process, serving  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
 from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
-from tfm_export.serve.app import create_app  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402
 from tfm_export.serve.engine import ServeSettings, check_bind, open_engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "models" / "num2words-de" / "model.pt"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def serving(settings: ServeSettings, engine=None):
-    """A real uvicorn server in a thread on a free loopback port; yields its base URL and the engine."""
-    engine = engine or open_engine(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}", engine
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def varied_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
@@ -271,10 +240,10 @@ def test_api_key(static_export):
 
 
 def test_cli_needs_the_static_decoder_only_for_inflight_batching(tiny_export):
-    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--port", str(free_port()), "--batching", "inflight"])
+    result = run_cli("serve", tiny_export, "--port", free_port(), "--batching", "inflight")
     assert result.exit_code == 1 and "re-export with --static-slots N" in result.output
     assert "serving" not in result.output and len(result.output.strip().splitlines()) == 1
-    result = CliRunner().invoke(cli, ["serve", str(tiny_export), "--host", "0.0.0.0"])
+    result = run_cli("serve", tiny_export, "--host", "0.0.0.0")
     assert result.exit_code == 1 and "--api-key" in result.output
 
 
@@ -283,11 +252,9 @@ def test_cli_needs_the_static_decoder_only_for_inflight_batching(tiny_export):
 def test_cli_serves_any_export_and_says_so_once_it_listens(export, kind, notice, request):
     """Default flags serve an export without the static decoder too (request-level batching, with a
     notice saying how to get in-flight batching); "serving on" comes once requests are answered."""
-    port = free_port()
     folder = request.getfixturevalue(export)
-    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder), "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    try:
+    with server_process("serve", folder, wait=None) as server:  # no polling: the test waits for its line
+        proc, port = server.proc, server.port
         lines = [proc.stderr.readline()]
         if notice:
             assert "request-level batching; for in-flight batching re-export with --static-slots N" in lines[0]
@@ -299,9 +266,6 @@ def test_cli_serves_any_export_and_says_so_once_it_listens(export, kind, notice,
         assert reply.status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_write_config(static_export, tmp_path):
@@ -309,9 +273,7 @@ def test_write_config(static_export, tmp_path):
     from tfm_export.serve.ray_config import settings_from_dict
 
     path = tmp_path / "serve.yaml"
-    result = CliRunner().invoke(cli, ["serve", str(static_export), "--write-config", str(path), "--replicas", "3",
-                                      "--max-batch", "4"])
-    assert result.exit_code == 0, result.output
+    run_cli_ok("serve", static_export, "--write-config", path, "--replicas", "3", "--max-batch", "4")
     config = yaml.safe_load(path.read_text())
     app = config["applications"][0]
     assert app["import_path"] == "tfm_export.serve.ray_app:app_builder"
@@ -332,24 +294,13 @@ def post_or_refused(client: httpx.Client, url: str, body: dict):
 
 
 def test_sigterm_finishes_what_is_in_flight_and_exits_0(static_export, serial):
-    port = free_port()
-    cmd = [sys.executable, "-m", "tfm_export", "serve", str(static_export), "--port", str(port), "--max-batch", "1",
-           "--max-queue", "256"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
     # Four sources per request and one row: the queue grows ~4x faster than one row drains it, however
     # slowly the clients send (one shared client, so no per-request TLS set-up slows them either).
     sources = [ids for ids, _ in varied_requests(128, 7)]
     requests = [sources[i:i + 4] for i in range(0, len(sources), 4)]
-    client = httpx.Client(limits=httpx.Limits(max_connections=40))
-    try:
-        while True:
-            try:
-                client.get(f"{url}/healthz")
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.1)
+    with httpx.Client(limits=httpx.Limits(max_connections=40)) as client, \
+            server_process("serve", static_export, "--max-batch", "1", "--max-queue", "256", client=client) as server:
+        url, proc = server.url, server.proc
         with ThreadPoolExecutor(len(requests)) as pool:
             submitted, futures, deadline = [], [], time.time() + 60
             while (health := client.get(f"{url}/healthz").json())["queue_depth"] < 6:  # waiting for the one row
@@ -364,10 +315,6 @@ def test_sigterm_finishes_what_is_in_flight_and_exits_0(static_export, serial):
             proc.send_signal(signal.SIGTERM)
             replies = [f.result() for f in futures]
         assert proc.wait(30) == 0
-    finally:
-        client.close()
-        if proc.poll() is None:
-            proc.kill()
     answered = [(texts, reply) for texts, reply in zip(submitted, replies) if reply is not None]
     assert sum(len(texts) for texts, _ in answered) >= 7  # the 6 waiting sources and the row's
     for texts, reply in answered:

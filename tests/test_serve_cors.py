@@ -11,10 +11,9 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from tfm_export.cli import cli  # noqa: E402
+from helpers import run_cli, run_cli_ok  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.serve.app import create_app  # noqa: E402
 from tfm_export.serve.cors import check_origins  # noqa: E402
@@ -60,7 +59,7 @@ def test_no_cors_by_default(bundled_export):
 def test_an_origin_is_scheme_host_and_port(origin):
     with pytest.raises(InputError, match="is not an origin"):
         check_origins([origin])
-    result = CliRunner().invoke(cli, ["serve", "no-such-folder", "--cors-origin", origin])
+    result = run_cli("serve", "no-such-folder", "--cors-origin", origin)
     assert result.exit_code == 1 and "is not an origin" in result.output
     check_origins(["http://127.0.0.1:8000", "https://[::1]:8443", "https://example.com", "*"])
 
@@ -70,8 +69,7 @@ def test_the_ray_config_carries_the_origins(bundled_export, tmp_path):
     from tfm_export.serve.ray_config import settings_from_dict
 
     path = tmp_path / "serve.yaml"
-    result = CliRunner().invoke(cli, ["serve", str(bundled_export), "--write-config", str(path),
-                                      "--cors-origin", PAGE, "--cors-origin", "https://app.example"])
-    assert result.exit_code == 0, result.output
+    run_cli_ok("serve", bundled_export, "--write-config", path, "--cors-origin", PAGE, "--cors-origin",
+               "https://app.example")
     settings = settings_from_dict(yaml.safe_load(path.read_text())["applications"][0]["args"])
     assert settings.cors_origins == (PAGE, "https://app.example")

@@ -12,7 +12,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from test_serve import serving, stream_events, varied_requests  # noqa: E402
+from helpers import serving  # noqa: E402
+from test_serve import stream_events, varied_requests  # noqa: E402
 
 from tfm_export.runtime import RuntimeOptions, open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402

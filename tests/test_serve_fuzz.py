@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
 
 from tfm_export.serve.app import ACCEPTED  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 
-from test_serve import serving  # noqa: E402
+from helpers import serving  # noqa: E402
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,  # the same bodies on every run
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

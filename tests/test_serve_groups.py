@@ -218,7 +218,7 @@ def test_bundled_model_beams_in_the_batch_equal_direct_calls(bundled_export, tmp
 def test_mixed_requests_from_8_clients_equal_direct_calls(static_export):
     """8 clients x 50 requests, greedy, beam and sampling mixed, over HTTP."""
     httpx = pytest.importorskip("httpx")
-    from test_serve import serving
+    from helpers import serving
 
     direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
     rng = random.Random(8)

@@ -13,11 +13,12 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
 libretranslatepy = pytest.importorskip("libretranslatepy")
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-from test_serve import serving  # noqa: E402
+from helpers import serving  # noqa: E402
 
 from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
 from tfm_export.importers import load_model  # noqa: E402

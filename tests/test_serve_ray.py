@@ -14,6 +14,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
 
+from helpers import free_port  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
@@ -39,7 +40,7 @@ def test_two_replicas_survive_a_killed_replica(static_export):
 
     from tfm_export.serve import ray_app
 
-    port = 18000 + random.randrange(1000)
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         settings = ServeSettings(str(static_export), engine=EngineConfig(max_batch=4), threads=1)

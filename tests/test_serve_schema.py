@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("schemathesis")
 httpx = pytest.importorskip("httpx")
 
-from test_serve import OK, scrape, serving  # noqa: E402
+from helpers import serving  # noqa: E402
+from test_serve import OK, scrape  # noqa: E402
 
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402

@@ -3,14 +3,12 @@
 import http.client
 import json
 import shutil
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli, serving_forever
 from tfm_export.errors import InputError, ManifestError
 from tfm_export.serve.web import is_loopback, make_server
 
@@ -42,14 +40,8 @@ def web_dir(tmp_path) -> Path:
 
 @contextmanager
 def serving(export: Path, web_dir: Path):
-    srv = make_server(export, port=0, web_dir=web_dir)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
+    with serving_forever(make_server(export, port=0, web_dir=web_dir)) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 @pytest.fixture
@@ -136,7 +128,7 @@ def test_the_page_and_node_pin_one_tokenizer_library():
 
 
 def test_cli_help_and_errors(tiny_export, tmp_path):
-    result = CliRunner().invoke(cli, ["serve-web", "--help"])
+    result = run_cli("serve-web", "--help")
     assert result.exit_code == 0 and "--port" in result.output and "--host" in result.output
-    result = CliRunner().invoke(cli, ["serve-web", str(tiny_export), "--web-dir", str(tmp_path)])
+    result = run_cli("serve-web", tiny_export, "--web-dir", tmp_path)
     assert result.exit_code == 1 and "has no index.html" in result.output

@@ -4,9 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from tfm_export.cli import cli
+from helpers import run_cli
 from tfm_export.errors import ExportError, InputError
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.manifest import load_manifest
@@ -156,7 +155,7 @@ def test_in_flight_rows_write_the_cache_in_place_through_one_fused_node_per_laye
 def test_bad_slot_counts_are_refused_before_any_work(tiny_checkpoint, tmp_path):
     with pytest.raises(ExportError, match=r"must be 2\.\.64"):
         export_model(load_checkpoint(tiny_checkpoint), tmp_path / "x", ExportOptions(static_cache=True, static_slots=65))
-    result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(tmp_path / "y"), "--static-slots", "100"])
+    result = run_cli(tiny_checkpoint, "-o", tmp_path / "y", "--static-slots", "100")
     assert result.exit_code == 1 and "--static-slots 100 must be 2..64" in result.output
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 

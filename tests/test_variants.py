@@ -12,10 +12,8 @@ import pytest
 
 from tfm_export.manifest import Manifest, load_manifest
 import torch
-from click.testing import CliRunner
 
 from tfm_export.model.checkpoint import load_checkpoint
-from tfm_export.cli import cli
 from tfm_export.errors import DeviceError, ExportError
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGraph
@@ -26,6 +24,7 @@ from tfm_export.runtime.cache import GrowingCache
 from tfm_export.runtime.static import StaticCache, cuda_graph_device
 
 from conftest import has_cuda_gpu
+from helpers import run_cli, run_cli_ok
 
 SOURCES = [[5, 9, 13, 7], [40, 41], [3, 60, 12]]
 ELEM = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT64: "int64",
@@ -48,8 +47,7 @@ def optimized(tiny_checkpoint, tmp_path_factory):
 def float16_static(tiny_checkpoint, tmp_path_factory):
     """--dtype float16 --cuda-graph through the CLI (validated on CPU here: no GPU)."""
     out = tmp_path_factory.mktemp("f16") / "out"
-    result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(out), "--dtype", "float16", "--cuda-graph"])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(tiny_checkpoint, "-o", out, "--dtype", "float16", "--cuda-graph")
     return out, json.loads((out / "manifest.json").read_text()), result.output
 
 
@@ -105,8 +103,7 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
 
 def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):
     out = tmp_path / "q"
-    result = CliRunner().invoke(cli, [str(tiny_checkpoint), "-o", str(out), "--quantize", "int8"])
-    assert result.exit_code == 0, result.output
+    result = run_cli_ok(tiny_checkpoint, "-o", out, "--quantize", "int8")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["variant"]["quantize"] == "int8"
     assert manifest["variant"]["transforms"]["int8"]["decoder"]["quantized_matmuls"] > 0
@@ -332,8 +329,8 @@ def test_thread_settings_reach_the_session():
 def test_generate_cli_with_cuda_graph_and_no_spin(static32):
     out = static32[0]
     args = ["generate", str(out), "--ids", "5 9 13 7", "--device", "cpu", "--max-new-tokens", "10"]
-    plain = CliRunner().invoke(cli, args)
-    graphs = CliRunner().invoke(cli, [*args, "--cuda-graph", "--no-spin"])
+    plain = run_cli(*args)
+    graphs = run_cli(*args, "--cuda-graph", "--no-spin")
     assert plain.exit_code == 0 and graphs.exit_code == 0, graphs.output
     assert graphs.output == plain.output
 
