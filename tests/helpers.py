@@ -165,3 +165,15 @@ def serving_forever(server):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def import_hf(path, options=None):
+    """A Hugging Face folder read and checked by the HF importer alone (what `load_any` does for a folder,
+    without the detection in front of it): the importer's own errors, as its tests expect them."""
+    from pathlib import Path
+
+    from tfm_export.importers.base import run
+    from tfm_export.importers.hf import HFImporter
+    from tfm_export.importers.source import Source
+
+    return run(HFImporter(), Source(Path(path)), dict(options or {}))

@@ -18,7 +18,7 @@ from tfm_export.errors import CheckpointError, ConfigError, ManifestError  # noq
 from tfm_export.model.generate import greedy_decode  # noqa: E402
 from tfm_export.importers import load_any  # noqa: E402
 from tfm_export.cli.common import cli_option
-from tfm_export.importers.hf import import_hf as import_marian  # noqa: E402
+from helpers import import_hf as import_marian  # noqa: E402
 from tfm_export.importers.hf_generation import generation_report  # noqa: E402
 from tfm_export.text.languages import Languages  # noqa: E402
 from tfm_export.text.marian import MarianTokenizer  # noqa: E402

@@ -325,7 +325,7 @@ def test_marian_generation_config_becomes_the_default_decoding(tmp_path):
     both sides gives the same hypotheses and scores."""
     pytest.importorskip("transformers")
     from marian_fixtures import padded_batch, marian, save
-    from tfm_export.importers.hf import import_hf as import_marian
+    from helpers import import_hf as import_marian
 
     hf = marian(seed=4, generation=dict(num_beams=6, length_penalty=0.7, no_repeat_ngram_size=3, max_length=13))
     ckpt = import_marian(save(hf, tmp_path / "hf"))

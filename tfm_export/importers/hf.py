@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ..model.checkpoint import Checkpoint
-from .base import run
 from .families import family_for
 from .hf_folder import apply_options, read_json, read_weights
 from .hf_generation import generation_defaults, generation_report, generation_settings
@@ -61,8 +60,3 @@ class HFImporter:
                 "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)
-
-
-def import_hf(path: str | Path, options: dict[str, Any] | None = None) -> Checkpoint:
-    """Read and check a Hugging Face folder as a Checkpoint (what `load_any` does for a folder)."""
-    return run(HFImporter(), Source(Path(path)), dict(options or {}))
