@@ -139,11 +139,11 @@ def test_device_head_equals_host_path_and_transformers(marian_exports, settings,
         config = runtime.generation_config(max_new_tokens=HF_STEPS, forced_eos=forced, **settings)
         assert config.renormalize_logits
         with monkeypatch.context() as patch:
-            tops, logits = count_calls(patch, BeamHead, "__call__"), count_calls(patch, cache._GrowingState, "logits")
+            tops, logits = count_calls(patch, BeamHead, "__call__"), count_calls(patch, cache.GrowingState, "logits")
             on_device = runtime.generate(sources, config)
         assert tops and not logits  # the logits never came to the host
         with monkeypatch.context() as patch:
-            patch.setattr(cache._GrowingState, "top", None)  # an ORT state without the head: the host path
+            patch.setattr(cache.GrowingState, "device_top", False)  # an ORT state without the head: the host path
             on_host = runtime.generate(sources, config)
         same(on_device, [[(h.ids, h.score) for h in row] for row in on_host], atol=1e-12)
         same(on_device, hf_generate(hf, src, mask, **settings))  # its generation_config forces EOS or not
@@ -157,7 +157,7 @@ def test_whole_row_processors_keep_the_host_path(marian_exports, monkeypatch):
     src, mask = padded_batch()
     sources = [row[: int(m.sum())] for row, m in zip(src.tolist(), mask)]
     settings = dict(num_beams=4, no_repeat_ngram_size=2, repetition_penalty=1.3, num_return_sequences=2)
-    tops, logits = count_calls(monkeypatch, BeamHead, "__call__"), count_calls(monkeypatch, cache._GrowingState, "logits")
+    tops, logits = count_calls(monkeypatch, BeamHead, "__call__"), count_calls(monkeypatch, cache.GrowingState, "logits")
     ours = runtime.generate(sources, max_new_tokens=HF_STEPS, forced_eos=forced, **settings)
     assert logits and not tops
     same(ours, hf_generate(hf, src, mask, **settings))
