@@ -152,8 +152,8 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
             with stage(f"export {spec.name}"):
                 extra = _export_graph(wrapper, args, spec, target.tmp, opset, max_len, module)
             path = target.tmp / spec.file
-            entries[spec.name] = GraphEntry(spec, "", finish_graph(path, config), extra)
-            entries[spec.name] = GraphEntry(spec, sha256_file(path), entries[spec.name].opset,
+            opset_written = finish_graph(path, config)  # stamps the config: the file's last write, hashed after it
+            entries[spec.name] = GraphEntry(spec, sha256_file(path), opset_written,
                                             {f: sha256_file(target.tmp / f) for f in extra})
         kind = "encoder-only" if decode is None else "nocache"
         described = {"module": f"{type(module).__module__}.{type(module).__qualname__}", "path": "module",
