@@ -219,10 +219,32 @@ def test_003_encoder_only_outputs_equal_eager(tmp_path):
     assert got.shape == (3, 3) and np.allclose(got, want, atol=1e-5)
     with pytest.raises(InputError, match="encoder-only"):
         model.generate_ids(sources)
-    result = CliRunner().invoke(cli, ["run", str(out), "--ids", "5 9 13 2 7", "--ids", "8,3,3,41,6", "--device", "cpu"])
+    # The CLI: the pickled classifier through its adapter, then `tfm-export run`.
+    torch.save(module, tmp_path / "cls.pt")
+    result = CliRunner().invoke(cli, [str(tmp_path / "cls.pt"), "--trust-pickle", "--adapter", "seed_models:SEED_003",
+                                      "-o", str(tmp_path / "cli_onnx")])
+    assert result.exit_code == 0 and "encoder.logits: max abs diff" in result.output, result.output
+    result = CliRunner().invoke(cli, ["run", str(tmp_path / "cli_onnx"), "--ids", "5 9 13 2 7", "--ids", "8,3,3,41,6",
+                                      "--device", "cpu"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.strip().splitlines()]
     assert [r["ids"] for r in rows] == sources[:2] and np.allclose([r["logits"] for r in rows], want[:2], atol=1e-5)
+    result = CliRunner().invoke(cli, ["generate", str(out), "--ids", "5 9", "--device", "cpu"])
+    assert result.exit_code == 1 and "encoder-only" in result.output and "tfm-export run" in result.output
+
+
+def test_what_an_unmatched_state_dict_looks_like(tmp_path):
+    """A feature front end (no source embedding) is named; an unrecognised one keeps the --layout hint."""
+    speech = {"encoder.conv1.weight": torch.zeros(8, 4, 3), "encoder.layers.0.self_attn.q_proj.weight": torch.zeros(8, 8),
+              "decoder.embed_tokens.weight": torch.zeros(10, 8)}
+    torch.save(speech, tmp_path / "speech.pt")
+    with pytest.raises(CheckpointError, match="feature front end .* --adapter"):
+        load_any(tmp_path / "speech.pt")
+    torch.save({"encoder.emb.weight": torch.zeros(4, 2), "decoder.emb.weight": torch.zeros(4, 2),
+                "decoder.attn.keys.weight": torch.zeros(2, 2)}, tmp_path / "odd.pt")
+    result = CliRunner().invoke(cli, [str(tmp_path / "odd.pt")])
+    assert result.exit_code == 1 and "pass --layout NAME, one of tutorial, nn_transformer" in result.output
+    assert "--adapter" in result.output
 
 
 # ---------------------------------------------------------------- 000: the generic path equals the native export
