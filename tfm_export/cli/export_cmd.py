@@ -122,7 +122,8 @@ def _export_module(model: Path, out: Path | None, adapter: str, opset: int, atol
     ids = {k: load_opts.get(k) for k in ("src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "max_len")}
     with StageDisplay() as show:
         manifest = export_with_adapter(module, spec, out, opset=opset, atol=atol, validate=not no_validate,
-                                       force=force, on_stage=show, source={"checkpoint": model.name}, **ids)
+                                       force=force, on_stage=show, source={"checkpoint": model.name}, inputs=[model],
+                                       **ids)
     report = manifest.validation or {}
     for name, row in report.get("outputs", {}).items():
         click.echo(f"  {name}: max abs diff {row['max_abs']:.2e} (atol {report['atol']:g})")

@@ -124,15 +124,17 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
                   output_names: Sequence[str] | None = None, sources: Sequence[Sequence[int]] | None = None,
                   opset: int = 18, atol: float = 1e-4, validate: bool = True, force: bool = False,
                   max_new_tokens: int = 16, source: dict[str, Any] | None = None,
-                  on_stage: StageCallback | None = None) -> Manifest:
+                  inputs: Sequence[str | os.PathLike] = (), on_stage: StageCallback | None = None) -> Manifest:
     """Export `module` through `encode` (and `decode`) to `out`; returns the manifest.
 
     Seq2seq (`decode` given): encoder.onnx (src_ids, src_mask -> memory) and decoder_nocache.onnx (tgt_ids,
     memory, src_mask -> logits of the last position); `bos_id` and `eos_id` are required. Encoder-only
     (`decode=None`): encoder.onnx alone, its outputs named `output_names` (default `output`, `output_1`, ...).
     `sources`: token-id lists the greedy/beam check decodes (default: random ids). The module is put in
-    eval mode. Validation fails (ValidationError, nothing written) when ORT and eager differ beyond `atol`
-    or their tokens differ.
+    eval mode. Validation fails (ValidationError, nothing written) when ORT and eager outputs differ beyond
+    `atol`, or their greedy/beam tokens differ and so do the logits along ORT's decoded prefixes (tokens
+    that part at a near-tie of an untrained model are reported, not failed). `inputs`: files the export
+    reads (the pickled module), never inside the folder it replaces.
     """
     out = Path(out)
     if not OPSETS[0] <= opset <= OPSETS[1]:
@@ -144,7 +146,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
     module.eval()
     graphs = _Graphs(module, encode, decode, src_pad_id, src_vocab_size, max_len, output_names)
     config = _config(graphs, src_vocab_size, tgt_vocab_size, max_len, bos_id, eos_id, src_pad_id, tgt_pad_id)
-    target = prepare_output_dir(out, force, [])
+    target = prepare_output_dir(out, force, list(inputs))
     stage = _Stages(on_stage)
     try:
         entries = {}
