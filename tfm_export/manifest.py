@@ -125,7 +125,9 @@ class Manifest:
     """Everything an app needs to run an export: graphs, config, tokenizer, variant, validation."""
 
     config: TransformerConfig
-    graphs: dict[str, GraphEntry]  # encoder, decoder, and decoder_static when exported
+    # encoder, decoder, and decoder_static when exported; a module export (export.module_export): encoder and
+    # decoder_nocache (no cache: the whole prefix each step), or encoder alone (runtime.nocache)
+    graphs: dict[str, GraphEntry]
     variant: Variant = Variant()
     tokenizer: dict[str, Any] | None = None  # text.tokenizer's dict form
     samples: list[str] | None = None  # sample source texts

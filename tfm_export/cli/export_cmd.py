@@ -64,13 +64,25 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--static-slots", type=click.IntRange(min=2), default=None,
               help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
                    "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")
+@click.option("--adapter", default=None, metavar="PACKAGE.MODULE:OBJECT",
+              help="Your own architecture: MODEL is a module saved whole (torch.save(model, path), with "
+                   "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
+                   "decode(model, tgt_ids, memory, src_mask), plus its special ids and sizes as attributes "
+                   "(docs/exporting.md, 'Your own architecture').")
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
-                   **load_opts: Any) -> None:
+                   adapter: str | None, **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     requires_extra("export", "export")
+    if adapter is not None:
+        variant = optimize or quantize or dtype != "float32" or cuda_graph or static_slots is not None
+        if variant:
+            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
+                                   "--dtype, --cuda-graph and --static-slots")
+        _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
+        return
     from ..export.exporter import ExportOptions, default_out_dir, export_model
     from ..export.validate import format_report
     from ..importers import load_model
@@ -92,6 +104,32 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
         raise
     if manifest.validation:
         click.echo(format_report(manifest.validation))
+    click.echo(f"wrote {out} ({', '.join(g.file for g in manifest.graphs.values())}, manifest.json)")
+
+
+def _export_module(model: Path, out: Path | None, adapter: str, opset: int, atol: float, no_validate: bool,
+                   force: bool, load_opts: dict[str, Any]) -> None:
+    """`--adapter`: the pickled module through the adapter's encode/decode (export.module_export)."""
+    from ..export.exporter import default_out_dir
+    from ..export.module_export import export_with_adapter, load_adapter, load_module
+    from ..files import check_output_dir
+
+    out = out or default_out_dir(model)
+    check_output_dir(out, force, [model])
+    spec = load_adapter(adapter)  # before unpickling: a wrong name fails fast
+    click.echo(f"exporting {model} -> {out} through the adapter {adapter}", err=True)
+    module = load_module(model, load_opts["trust_pickle"])
+    ids = {k: load_opts.get(k) for k in ("src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "max_len")}
+    with StageDisplay() as show:
+        manifest = export_with_adapter(module, spec, out, opset=opset, atol=atol, validate=not no_validate,
+                                       force=force, on_stage=show, source={"checkpoint": model.name}, inputs=[model],
+                                       **ids)
+    report = manifest.validation or {}
+    for name, row in report.get("outputs", {}).items():
+        click.echo(f"  {name}: max abs diff {row['max_abs']:.2e} (atol {report['atol']:g})")
+    for name in ("greedy", "beam"):
+        if name in report:
+            click.echo(f"  {name} tokens equal on {report[name]['equal']}/{report[name]['sources']} sources")
     click.echo(f"wrote {out} ({', '.join(g.file for g in manifest.graphs.values())}, manifest.json)")
 
 

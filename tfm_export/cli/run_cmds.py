@@ -268,3 +268,20 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
         write_report(report, json_file)
     if plot_file:
         plot(report, plot_file)
+
+
+@main_group.command("run")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--ids", multiple=True, required=True,
+              help='Source token ids, e.g. "3 17 9" (repeatable; padded into one batch).')
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@library_errors
+def run_command(folder: Path, ids: tuple[str, ...], device: str) -> None:
+    """Run an encoder-only export in FOLDER (exported with --adapter / export_module without decode): one JSON
+    object per source with each output's row."""
+    from ..runtime import open_export
+
+    sources = [parse_int_list(i, "--ids") for i in ids]
+    outputs = open_export(folder, device).run(sources)
+    for row in range(len(sources)):
+        click.echo(json.dumps({"ids": sources[row], **{k: v[row].tolist() for k, v in outputs.items()}}))

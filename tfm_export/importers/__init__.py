@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import CheckpointError, ConfigError, shorten
 from ..model.checkpoint import Checkpoint
 from . import nn_transformer, tutorial
-from .base import Importer, StateDictImporter, run
+from .base import OWN_ARCHITECTURE, Importer, StateDictImporter, recognised, run
 from .hf import HFImporter
 from .native import NativeImporter
 from .source import Source
@@ -84,9 +84,12 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
         if signature in source.state:
             raise CheckpointError(f"{source.path} is {reason}", options={"config": None} if "{config}" in reason else None)
     converters = [i.name for i in IMPORTERS.values() if isinstance(i, StateDictImporter)]
-    raise CheckpointError(f"cannot tell the layout of {source.path} from its keys "
-                          f"({shorten(sorted(source.state), 3)}); pass {{layout}}, one of {', '.join(converters)}",
-                          options={"layout": None})
+    what = f"cannot tell the layout of {source.path} from its keys ({shorten(sorted(source.state), 3)})"
+    looks = recognised(source.data, source.state)
+    if looks is not None:  # no layout can work: point at the path that will
+        raise CheckpointError(f"{what}: it is {looks}; {OWN_ARCHITECTURE}")
+    raise CheckpointError(f"{what}; pass {{layout}}, one of {', '.join(converters)}, when it is one of them; "
+                          f"else {OWN_ARCHITECTURE}", options={"layout": None})
 
 
 def load_model(path: str | os.PathLike, layout: str | None = None, config_file: str | os.PathLike | None = None,

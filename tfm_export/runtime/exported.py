@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
+from .nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
 from .api import GenerateMixin
 from .decoding import DecodeTimings, DecoderCache
 from .generation import GenerationConfig
@@ -49,9 +50,13 @@ class ExportedModel(GenerateMixin):
         `static_search`: beam search and sampling use it too (RuntimeOptions.static_search)."""
         self.folder, self.manifest, self.device = folder, manifest, device
         self.config: TransformerConfig = manifest.config
-        self.encoder, self.decoder = sessions["encoder"], sessions["decoder"]
-        self.growing = GrowingCache(self.encoder, self.decoder, device, self.config, manifest.cache_dtype,
-                                    manifest.cross_per_source, manifest.encoder_input.name)
+        self.encoder, self.decoder = sessions["encoder"], sessions.get("decoder")
+        # A module export (runtime.nocache): a decoder without a cache, or none (encoder-only).
+        self.nocache = (NoCacheCache(self.encoder, sessions[runtime_graphs(manifest)[1]], manifest)
+                        if is_module_export(manifest) and len(sessions) > 1 else None)
+        self.growing = None if is_module_export(manifest) else GrowingCache(
+            self.encoder, self.decoder, device, self.config, manifest.cache_dtype, manifest.cross_per_source,
+            manifest.encoder_input.name)
         self.static_cache, self.static_search = static, static_search
         if static is not None and static.capture:
             # CUDA graphs: a capture fails while another thread runs on the GPU, so this model's calls on
@@ -63,9 +68,13 @@ class ExportedModel(GenerateMixin):
     @property
     def cache(self) -> DecoderCache:
         """The cache greedy decoding runs on: the static one when opened with it, else the growing one."""
-        return self.static_cache or self.growing
+        return self.static_cache or self.growing or self.cache_for(self.generation, 0)
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        if self.growing is None:  # a module export
+            if self.nocache is None:
+                raise encoder_only_error()
+            return self.nocache
         static = self.static_cache
         if static is not None and (config.is_greedy or (self.static_search and steps <= static.slots)):
             return static
@@ -86,6 +95,14 @@ class ExportedModel(GenerateMixin):
             raise InputError(f"this export's encoder reads {declared.name} ({declared.dtype} "
                              f"{', '.join(map(str, declared.shape))}), not token ids; pass that input instead")
         return source_batch(sources, self.config).astype(declared.dtype, copy=False)  # (batch, src_len)
+
+    def run(self, sources: Sequence[Sequence[int]]) -> dict[str, Any]:
+        """An encoder-only export's outputs (numpy arrays by name) for token-id sources, padded into one
+        batch (runtime.nocache.run_encoder)."""
+        if "decoder" in self.manifest.graphs or self.nocache is not None:
+            raise InputError("this export has a decoder; use generate/translate (`tfm-export generate`), "
+                             "not run")
+        return run_encoder(self.encoder, self.manifest, self.source_input(sources))
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.static_cache.slots if self.static_cache else None  # fixed by its export
@@ -110,7 +127,7 @@ def open_export(folder: str | os.PathLike, device: str = "auto", options: Runtim
     """
     folder = Path(folder)
     manifest = manifest or load_manifest(folder, verify_hashes=verify)
-    paths = {name: folder / manifest.graphs[name].file for name in ("encoder", "decoder")}
+    paths = {name: folder / manifest.graphs[name].file for name in runtime_graphs(manifest)}
     options = options or RuntimeOptions()
     chosen, sessions = open_sessions(paths, device, options)
     check_sessions(manifest, sessions)
