@@ -144,3 +144,33 @@ def test_wrong_features_are_one_input_error(exported, bad):
     runtime = open_export(out, device="cpu")
     with pytest.raises(InputError, match="input_features"):
         runtime.generate_ids(given, max_new_tokens=2)
+
+
+def test_features_config_fields_are_checked():
+    from tfm_export.config import TransformerConfig
+
+    base = dict(src_vocab_size=10, tgt_vocab_size=10, source="features", n_mels=80, n_frames=3000)
+    assert TransformerConfig(**base).src_len == 1500
+    assert TransformerConfig(src_vocab_size=10, tgt_vocab_size=10).src_len is None  # token sources: as given
+    for bad, match in ((dict(n_frames=3001), "must be even"), (dict(n_mels=0), "n_mels"),
+                       (dict(share_embeddings=True), "token source"), (dict(source="audio"), "source"),
+                       (dict(encoder_positions="rotary"), "encoder_positions")):
+        with pytest.raises(ValueError, match=match):
+            TransformerConfig(**{**base, **bad})
+
+
+def test_preprocessor_config_must_fit_the_model(tmp_path):
+    from tfm_export.errors import ConfigError
+    from tfm_export.importers.hf import import_hf
+
+    folder = whisper_folder("base.en", tmp_path / "model")
+    checkpoint = import_hf(folder)
+    assert checkpoint.config.source == "features" and checkpoint.meta["features"]["feature_size"] == 80
+    assert not any(k.endswith("k_proj.bias") for k in checkpoint.state_dict)
+    preprocessor = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps({**preprocessor, "feature_size": 128}))
+    with pytest.raises(ConfigError, match="mixes two models"):
+        import_hf(folder)
+    (folder / "preprocessor_config.json").unlink()
+    with pytest.raises(ConfigError, match="preprocessor_config.json"):
+        import_hf(folder)
