@@ -85,8 +85,9 @@ class TransformerConfig:
     # The encoder's position kind when it differs from the decoder's `positions` (None: the same).
     # Whisper: "learned", i.e. its saved (sinusoidal) embed_positions table of n_frames // 2 rows, read as is.
     encoder_positions: str | None = None
-    key_bias: bool = True  # k_proj has a bias when attention_bias does (Whisper's has none: it shifts all
-    # of a query's scores alike, which the softmax cancels)
+    # k_proj has a bias when attention_bias does. Whisper's has none: a key bias adds the same amount to
+    # all of a query's scores, which the softmax cancels.
+    key_bias: bool = True
 
     def __post_init__(self) -> None:
         act = ACTIVATION_ALIASES.get(self.activation, self.activation)

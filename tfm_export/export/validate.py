@@ -228,7 +228,7 @@ def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Gene
 
 def _random_features(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
     """Random features (batch, n_mels, n_frames): the frames are fixed by the model, `src_len` is unused.
-    Standard normal, about the range of Whisper's log-mel features ((log10 - 4) / 4, within [-1.5, 1.5])."""
+    Standard normal: about the scale of Whisper's log-mel features ((log10 + 4) / 4, over 8 log10 units)."""
     cfg = model.config
     return torch.randn((batch, cfg.n_mels, cfg.n_frames), generator=gen)
 
