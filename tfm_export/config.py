@@ -21,6 +21,9 @@ ACTIVATION_ALIASES = {"swish": "silu"}
 # by half_dim - 1 instead of half_dim (sinusoidal_fairseq). T5 has no absolute positions (none):
 # its attention adds a learned bias by relative distance (relative_buckets).
 POSITIONS = ("sinusoidal", "sinusoidal_concat", "sinusoidal_fairseq", "learned", "none")
+# What the encoder reads: token ids through an embedding table (every text model), or log-mel
+# features (batch, n_mels, frames) through Whisper's two convolutions (the second halves the frames).
+SOURCES = ("tokens", "features")
 # The normalisation of every block: LayerNorm, or T5's RMS norm (no mean subtraction, no bias).
 NORMS = ("layer", "rms")
 
@@ -72,6 +75,19 @@ class TransformerConfig:
     relative_buckets: int = 0  # T5's relative attention bias: buckets of distance per head (0: none)
     relative_max_distance: int = 128  # T5: distances from here on share the last (log-spaced) bucket
     output_scale: bool = False  # decoder output times d_model ** -0.5 before the head (T5 with a tied head)
+    # --- Speech (Whisper); each default keeps the text models as they are --------------------------
+    # "features": the encoder reads (batch, n_mels, n_frames) float32 log-mel features through two Conv1d
+    # + GELU (the second of stride 2) instead of a source token embedding; src_vocab_size and src_pad_id
+    # then name no embedding (set them to the target's) and src_mask is all True.
+    source: str = "tokens"  # key of SOURCES
+    n_mels: int = 0  # mel bins of the features (Whisper 80; large-v3 128); 0 with token sources
+    n_frames: int = 0  # feature frames per source, fixed (3000: 30 s); the encoder sees n_frames // 2 positions
+    # The encoder's position kind when it differs from the decoder's `positions` (None: the same).
+    # Whisper: "learned", i.e. its saved (sinusoidal) embed_positions table of n_frames // 2 rows, read as is.
+    encoder_positions: str | None = None
+    # k_proj has a bias when attention_bias does. Whisper's has none: a key bias adds the same amount to
+    # all of a query's scores, which the softmax cancels.
+    key_bias: bool = True
 
     def __post_init__(self) -> None:
         act = ACTIVATION_ALIASES.get(self.activation, self.activation)
@@ -88,6 +104,11 @@ class TransformerConfig:
     def inner_dim(self) -> int:
         """Width of the attention's concatenated heads (d_model unless d_head says otherwise)."""
         return self.n_heads * self.head_dim
+
+    @property
+    def src_len(self) -> int | None:
+        """The encoder's (fixed) output length with a features source; None: as long as the tokens."""
+        return self.n_frames // 2 if self.source == "features" else None
 
     @property
     def attn_scale(self) -> float:
@@ -118,12 +139,28 @@ class TransformerConfig:
             raise ValueError(f"config.layer_norm_eps must be positive, got {self.layer_norm_eps}")
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("positions", self.positions, POSITIONS)
+        _check_choice("encoder_positions", self.encoder_positions or self.positions, POSITIONS)
+        _check_choice("source", self.source, SOURCES)
+        self._validate_features()
         _check_choice("norm", self.norm, NORMS)
         _check_choice("attention_scale", self.attention_scale, tuple(ATTENTION_SCALES))
         self._validate_ids()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("config.share_embeddings needs src_vocab_size == tgt_vocab_size "
                              f"({self.src_vocab_size} != {self.tgt_vocab_size})")
+
+    def _validate_features(self) -> None:
+        if self.source != "features":
+            return
+        for name in ("n_mels", "n_frames"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+                raise ValueError(f"config.{name} must be an integer of at least 2 with a features source, "
+                                 f"got {value!r}")
+        if self.n_frames % 2:
+            raise ValueError(f"config.n_frames ({self.n_frames}) must be even: the stride-2 convolution halves it")
+        if self.share_embeddings:
+            raise ValueError("config.share_embeddings needs a token source (a features source has no embedding)")
 
     def _validate_ids(self) -> None:
         for name, vocab in (("src_pad_id", self.src_vocab_size), ("tgt_pad_id", self.tgt_vocab_size),

@@ -140,6 +140,9 @@ class Manifest:
     # Files copied beside the graphs (a tokenizer's models) -> sha256, so that replacing the export
     # removes them only while unchanged. None in exports made before it (then they are never removed).
     files: dict[str, str] | None = None
+    # How features are computed from audio, for an encoder that reads them (Whisper): the folder's
+    # preprocessor_config.json as audio.features.FeatureConfig.to_dict() writes it. None: a token encoder.
+    features: dict[str, Any] | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -148,8 +151,9 @@ class Manifest:
 
     @property
     def encoder_input(self) -> TensorSpec:
-        """What the encoder reads (its name, element type and axes): token ids (export.specs.TOKEN_IDS) for
-        every model today; every runner feeds the encoder by this declaration."""
+        """What the encoder reads (its name, element type and axes): token ids (export.specs.TOKEN_IDS), or
+        float32 features (batch, n_mels, n_frames) (export.specs.features, Whisper); every runner feeds the
+        encoder by this declaration."""
         return self.graphs["encoder"].spec.inputs[0]
 
     @property
@@ -171,7 +175,8 @@ class Manifest:
                 "special_ids": self.special_ids, "tokenizer": self.tokenizer, "samples": self.samples,
                 "source": dict(self.source), "variant": self.variant.to_dict(),
                 "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation,
-                "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {})}
+                "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {}),
+                **({"features": dict(self.features)} if self.features is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
@@ -179,7 +184,7 @@ class Manifest:
                    {name: GraphEntry.from_dict(name, g) for name, g in data["graphs"].items()},
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
                    dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
-                   data.get("generation"), data.get("files"))
+                   data.get("generation"), data.get("files"), data.get("features"))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

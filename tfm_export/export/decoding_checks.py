@@ -34,6 +34,8 @@ from ..runtime import GREEDY, GenerationConfig, RuntimeOptions, open_export
 from ..runtime.static import static_slots
 
 GREEDY_SOURCES = 16
+# Random feature windows for a features source: each is a whole window (Whisper: 1500 encoder positions).
+FEATURE_SOURCES = 4
 # The growing-cache decoder (the static one is checked against it), with no spinning threads: these
 # checks run PyTorch and ORT in turn, and spinning ORT threads would take PyTorch's cores.
 QUIET = RuntimeOptions(cuda_graph=False, spin_wait=False)
@@ -127,18 +129,24 @@ class _Recording:
         self.prefixes = [self.prefixes[i] for i in beam_idx]
 
 
-def _padded(sources: list[list[int]], model: Transformer) -> torch.Tensor:
+def _padded(sources: Any, model: Transformer) -> torch.Tensor:
+    """The sources as the eager model's input: ids padded (batch, src_len), or features as they are."""
+    if model.config.source == "features":
+        return torch.from_numpy(np.asarray(sources, dtype=np.float32))  # (batch, n_mels, n_frames)
     pad, width = model.config.src_pad_id, max(len(s) for s in sources)
     return torch.tensor([s + [pad] * (width - len(s)) for s in sources])  # (batch, src_len)
 
 
-def decoding_sources(runtime_manifest: Manifest, folder: Path, cfg: Any, gen: torch.Generator) -> list[list[int]]:
-    """The export's sample texts encoded (when it has both), else GREEDY_SOURCES random sources."""
+def decoding_sources(runtime_manifest: Manifest, folder: Path, cfg: Any, gen: torch.Generator) -> Any:
+    """The export's sample texts encoded (when it has both), else GREEDY_SOURCES random sources (a features
+    source: FEATURE_SOURCES random windows, an array (sources, n_mels, n_frames))."""
     if runtime_manifest.samples and runtime_manifest.tokenizer:
         from ..text.tokenizer import tokenizer_from_dict
 
         tokenizer = tokenizer_from_dict(runtime_manifest.tokenizer, folder)
         return [tokenizer.encode(text) for text in runtime_manifest.samples]
+    if cfg.source == "features":  # (sources, n_mels, n_frames): fewer, each is a whole window
+        return torch.randn((FEATURE_SOURCES, cfg.n_mels, cfg.n_frames), generator=gen).numpy()
     lengths = torch.randint(1, min(cfg.max_len, 12) + 1, (GREEDY_SOURCES,), generator=gen).tolist()
     rows = [torch.randint(0, cfg.src_vocab_size, (n,), generator=gen).tolist() for n in lengths]
     return [[t if t != cfg.src_pad_id else (t + 1) % cfg.src_vocab_size for t in row] for row in rows]

@@ -31,7 +31,7 @@ from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
 from .variants import transform_graphs, variant_of
 from ..model.transformer import Transformer
-from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, TOKEN_IDS, GraphSpec
+from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,9 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
     module = GRAPH_MODULES[spec.name](model).eval()
     cfg = model.config
     slots = spec.tensor("past.0.self.key").shape[2] if spec.name in SLOT_GRAPHS else cfg.max_len
-    args = example_inputs(spec, {TOKEN_IDS.name: cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots})
+    # id ranges of the integer inputs (a features input is float: random normal values)
+    ids = {encoder_input(cfg).name: cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots}
+    args = example_inputs(spec, ids)
     path = folder / spec.file
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with _quiet_exporter():
@@ -152,9 +154,15 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     copied = _copy_tokenizer_files(checkpoint, folder)
     return Manifest(config=model.config, graphs=graphs, variant=variant_of(options, transforms),
                     tokenizer=checkpoint.tokenizer, files={name: sha256_file(folder / name) for name in copied},
-                    samples=checkpoint.samples,
-                    source={"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **checkpoint.meta},
-                    created_by=_versions(), generation=checkpoint.meta.get("generation_defaults") or None)
+                    samples=checkpoint.samples, source=_source(checkpoint), created_by=_versions(),
+                    generation=checkpoint.meta.get("generation_defaults") or None,
+                    features=checkpoint.meta.get("features"))
+
+
+def _source(checkpoint: Checkpoint) -> dict:
+    """The manifest's `source`: the checkpoint's name and meta (its feature config goes to Manifest.features)."""
+    meta = {k: v for k, v in checkpoint.meta.items() if k != "features"}
+    return {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **meta}
 
 
 def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str, Callable[..., GraphSpec]]:

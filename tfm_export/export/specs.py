@@ -34,19 +34,36 @@ def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: s
     return [TensorSpec(n, dtype, (batch, heads, length, head_dim)) for n in names]
 
 
-# The encoder's input when it reads token ids (every model today): the one place its name, element type and
-# axes are written. Runners read it back from the manifest (Manifest.encoder_input), never assume it.
+# The encoder's input when it reads token ids (config.source "tokens"): the one place its name, element type
+# and axes are written. Runners read it back from the manifest (Manifest.encoder_input), never assume it.
 TOKEN_IDS = TensorSpec("src_ids", "int64", ("batch", "src_len"))
+FEATURES_NAME = "input_features"  # transformers' name of Whisper's encoder input
+
+
+def features(config: TransformerConfig) -> TensorSpec:
+    """The encoder's input when it reads log-mel features (config.source "features", Whisper): float32
+    (batch, n_mels, n_frames), both fixed by the model (its convolutions, its position table)."""
+    return TensorSpec(FEATURES_NAME, "float32", ("batch", config.n_mels, config.n_frames))
+
+
+# config.source -> the encoder's input declaration
+ENCODER_INPUTS = {"tokens": lambda config: TOKEN_IDS, "features": features}
+
+
+def encoder_input(config: TransformerConfig) -> TensorSpec:
+    return ENCODER_INPUTS[config.source](config)
 
 
 def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
-    """TOKEN_IDS -> src_mask and every decoder layer's cross-attention keys/values."""
-    h, d = config.n_heads, config.head_dim
-    outputs = [TensorSpec("src_mask", "bool", ("batch", "src_len"))]
+    """The encoder input -> src_mask and every decoder layer's cross-attention keys/values.
+
+    src_len is the token count, or with features the fixed n_frames // 2 (config.src_len): src_mask is
+    then all True, and the decoder's contract (src_mask (src_batch, src_len), cross.*) is the same."""
+    h, d, src_len = config.n_heads, config.head_dim, config.src_len or "src_len"
+    outputs = [TensorSpec("src_mask", "bool", ("batch", src_len))]
     for i in range(config.n_decoder_layers):
-        outputs += _kv(cross_names(i), h, "src_len", d, dtype)
-    return GraphSpec("encoder", "encoder.onnx", (TOKEN_IDS,),
-                     tuple(outputs))
+        outputs += _kv(cross_names(i), h, src_len, d, dtype)
+    return GraphSpec("encoder", "encoder.onnx", (encoder_input(config),), tuple(outputs))
 
 
 def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:

@@ -23,7 +23,9 @@ from ..model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
-BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))  # None: the model's max_len, up to the cap below
+# None: the model's max_len, up to the cap below. A features source has one fixed length (config.src_len):
+# there, only the batches differ.
+BATCHES_AND_SRC_LENS = ((1, 1), (2, 7), (5, None))
 # Long position tables (nn.Transformer's default is 5000) would make the full-length case cost
 # gigabytes of attention scores; beyond this the graph's shapes are no different anyway.
 MAX_VALIDATED_SRC_LEN = 512
@@ -220,6 +222,18 @@ def _compare_grouped(stats: dict[str, _Stat], session: ort.InferenceSession, mod
 
 
 def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
+    """The encoder's input of config.source: token ids (`_random_ids`) or features (`_random_features`)."""
+    return RANDOM_SOURCES[model.config.source](model, batch, src_len, gen)
+
+
+def _random_features(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Random features (batch, n_mels, n_frames): the frames are fixed by the model, `src_len` is unused.
+    Standard normal: about the scale of Whisper's log-mel features ((log10 + 4) / 4, over 8 log10 units)."""
+    cfg = model.config
+    return torch.randn((batch, cfg.n_mels, cfg.n_frames), generator=gen)
+
+
+def _random_ids(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
     """Random ids without pads, then right-padding on every other row after the first."""
     cfg = model.config
     src = torch.randint(0, cfg.src_vocab_size, (batch, src_len), generator=gen)
@@ -227,6 +241,9 @@ def _random_source(model: Transformer, batch: int, src_len: int, gen: torch.Gene
     for row in range(1, batch, 2):
         src[row, max(1, src_len // 2):] = cfg.src_pad_id
     return src
+
+
+RANDOM_SOURCES = {"tokens": _random_ids, "features": _random_features}  # config.source -> its random source
 
 
 def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], past_len: int, tgt_len: int,

@@ -50,6 +50,7 @@ class HFImporter:
         config = apply_options(config, options, model_type, layout.table, unbounded=layout.unbounded)
         converted = layout.convert(state, config, embeddings)
         tokenizer = folder_tokenizer(path, family.tokenizer, config)
+        features = family.features(path, config).to_dict() if family.features else None
         meta = {"layout": model_type, "tokenizer_folder": str(path) if tokenizer else None,
                 "options": {k: v for k, v in options.items() if v is not None},
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
@@ -57,5 +58,6 @@ class HFImporter:
                              "shared": config.share_embeddings, "tied": config.tie_output},
                 "generation": generation_report(generation, config.eos_id),
                 "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
-                "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None}
+                "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None,
+                **({"features": features} if features else {})}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)

@@ -48,7 +48,8 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         d, inner, bias = config.d_model, config.inner_dim, config.attention_bias
         self.n_heads, self.head_dim, self.scale = config.n_heads, config.head_dim, config.attn_scale
-        self.q_proj, self.k_proj = nn.Linear(d, inner, bias=bias), nn.Linear(d, inner, bias=bias)
+        self.q_proj = nn.Linear(d, inner, bias=bias)
+        self.k_proj = nn.Linear(d, inner, bias=bias and config.key_bias)  # Whisper's has none
         self.v_proj, self.out_proj = nn.Linear(d, inner, bias=bias), nn.Linear(inner, d, bias=bias)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -62,7 +62,14 @@ class EagerModel(GenerateMixin):
         folder = Path(self._tokenizer_folder) if self._tokenizer_folder else None
         return tokenizer_from_dict(self._tokenizer, folder)
 
-    def source_input(self, sources: Sequence[Sequence[int]]) -> torch.Tensor:
+    def source_input(self, sources: Any) -> torch.Tensor:
+        """Token ids (batch, src_len), or with a features source (batch, n_mels, n_frames) float32 features."""
+        if self.config.source == "features":
+            from ..manifest import TensorSpec
+            from ..runtime.exported import feature_batch
+
+            declared = TensorSpec("features", "float32", ("batch", self.config.n_mels, self.config.n_frames))
+            return torch.from_numpy(feature_batch(sources, declared)).to(self.device)
         return torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:

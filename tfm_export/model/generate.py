@@ -76,17 +76,26 @@ class EagerState:
 @torch.no_grad()
 def greedy_decode(model: Transformer, source: Tensor, max_new_tokens: int | None = None,
                   stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
-    """Greedy decoding of a padded (batch, src_len) id tensor; returns each row's ids without BOS/EOS.
+    """Greedy decoding of a padded (batch, src_len) id tensor (or, with a features source, a (batch, n_mels,
+    n_frames) float tensor); returns each row's ids without BOS/EOS.
 
     Rows stop at EOS (`stop_at_eos`); the batch stops when every row has. With
     `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks, which pass `timings`).
     The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.decode with its Greedy strategy).
     """
     cfg = model.config
+    if cfg.source == "features":  # (batch, n_mels, n_frames) float: the encoder's shape is fixed
+        return _greedy(model, source, max_new_tokens, stop_at_eos, timings)
     check_ids(source, cfg.src_vocab_size, "source")
     if source.shape[1] > cfg.max_len:
         raise InputError(f"source length {source.shape[1]} exceeds the model's max_len ({cfg.max_len}); "
                          f"shorten or split the input")
+    return _greedy(model, source, max_new_tokens, stop_at_eos, timings)
+
+
+def _greedy(model: Transformer, source: Tensor, max_new_tokens: int | None, stop_at_eos: bool,
+            timings: DecodeTimings | None) -> list[list[int]]:
+    cfg = model.config
     steps = resolve_max_new_tokens(max_new_tokens, 1, cfg.max_len)
     greedy = Greedy(source.shape[0], steps, cfg, stop_at_eos)
     run(EagerCache(model), source, greedy, timings)

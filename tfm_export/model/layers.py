@@ -69,6 +69,13 @@ def fairseq_table(max_len: int, d_model: int) -> Tensor:
     return torch.cat([table, torch.zeros(max_len, d_model - 2 * half)], dim=1)
 
 
+def position_table(kind: str, rows: int, d_model: int) -> tuple[nn.Embedding | None, Tensor | None]:
+    """A learned table (an Embedding of `rows`) or a fixed one (a buffer) of the kind, or neither ("none")."""
+    learned = nn.Embedding(rows, d_model) if kind == "learned" else None
+    fixed = sinusoidal_table(rows, d_model, kind) if kind not in ("learned", "none") else None
+    return learned, fixed
+
+
 def make_norm(config: TransformerConfig) -> nn.Module:
     return RMSNorm(config.d_model, config.layer_norm_eps) if config.norm == "rms" else nn.LayerNorm(
         config.d_model, config.layer_norm_eps)
@@ -93,16 +100,16 @@ class RMSNorm(nn.Module):
 class Embeddings(nn.Module):
     """Token embedding (optionally scaled by sqrt(d_model)) plus positions, optionally normed."""
 
-    def __init__(self, config: TransformerConfig, vocab_size: int, tokens: nn.Embedding | None = None):
+    def __init__(self, config: TransformerConfig, vocab_size: int, tokens: nn.Embedding | None = None,
+                 positions: str | None = None):
+        """`positions`: the kind of position table (config.POSITIONS; None: config.positions)."""
         super().__init__()
         self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, config.d_model)
         self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         self.offset = config.position_offset  # table rows before position 0
-        rows = config.max_len + config.position_offset
-        fixed = config.positions not in ("learned", "none")
-        self.positions = nn.Embedding(rows, config.d_model) if config.positions == "learned" else None
-        self.register_buffer("table", sinusoidal_table(rows, config.d_model, config.positions) if fixed else None,
-                             persistent=False)
+        self.positions, table = position_table(positions or config.positions, config.max_len + config.position_offset,
+                                               config.d_model)
+        self.register_buffer("table", table, persistent=False)
         self.norm = make_norm(config) if config.embed_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 

@@ -5,7 +5,8 @@ incrementally (a growing self-attention past, or a pre-allocated one: see model.
 Cross-attention keys/values are computed once per source. Everything is plain tensor ops with no
 data-dependent Python branches on shapes, so torch.export traces one graph for every batch size and
 length. The families (the paper's, Marian, BART, M2M100/NLLB, Pegasus, T5) are fields of the one
-config: positions, norms, biases, gates, T5's relative position bias (model.layers, model.attention).
+config: positions, norms, biases, gates, T5's relative position bias (model.layers, model.attention);
+Whisper's encoder reads log-mel features through model.frontend instead of token ids.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from .attention import KV, MultiHeadAttention, RelativePositionBias
+from .frontend import SOURCE_MASKS, SOURCE_MODULES
 from .kv_cache import AppendCache, CachePolicy
 from .layers import Embeddings, FeedForward, make_norm
 
@@ -93,7 +95,8 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
-        self.src_embed = Embeddings(config, config.src_vocab_size)
+        self.src_embed = SOURCE_MODULES[config.source](config)  # token embeddings or the features front end
+        self.source_mask = SOURCE_MASKS[config.source]
         shared = self.src_embed.tokens if config.share_embeddings else None
         self.tgt_embed = Embeddings(config, config.tgt_vocab_size, tokens=shared)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
@@ -110,14 +113,17 @@ class Transformer(nn.Module):
         self.register_buffer("suppress", suppress, persistent=False)
 
     def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
-        """Encode (batch, src_len) ids -> memory (batch, src_len, d_model), src_mask (batch, src_len) bool."""
-        src_mask = source != self.config.src_pad_id  # True for real tokens
+        """Encode the source -> memory (batch, src_len, d_model), src_mask (batch, src_len) bool.
+
+        `source`: token ids (batch, src_len), or features (batch, n_mels, n_frames) with
+        src_len = n_frames // 2 (config.source)."""
+        x = self.src_embed(source)  # (batch, src_len, d_model)
+        src_mask = self.source_mask(self.config, source, x)  # True for real positions
         allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         bias = None
         if self.encoder_bias is not None:
-            positions = torch.arange(source.shape[1], device=source.device)  # (src_len,)
+            positions = torch.arange(x.shape[1], device=source.device)  # (src_len,)
             bias = self.encoder_bias(positions, positions)  # (heads, src_len, src_len)
-        x = self.src_embed(source)
         for layer in self.encoder_layers:
             x = layer(x, allowed, bias)
         return self.encoder_norm(x), src_mask

@@ -14,13 +14,14 @@ import logging
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 
 from ..config import TransformerConfig
 from ..errors import InputError
-from ..manifest import Manifest, load_manifest
+from ..manifest import Manifest, TensorSpec, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
 from .nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
@@ -35,6 +36,7 @@ from .static import StaticCache, open_static
 log = logging.getLogger(__name__)
 
 TOKEN_TYPES = ("int64", "int32")  # encoder inputs that are token ids (Manifest.encoder_input)
+FEATURE_TYPES = ("float32", "float16")  # encoder inputs that are features (Whisper's log-mel)
 
 __all__ = ["DecodeTimings", "ExportedModel", "open_export", "uses_static_decoder"]
 
@@ -89,8 +91,12 @@ class ExportedModel(GenerateMixin):
 
         return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
-    def source_input(self, sources: Sequence[Sequence[int]]) -> Any:
+    def source_input(self, sources: Any) -> Any:
+        """The encoder's input as the manifest declares it: token ids (lists of ints, padded), or a float
+        array (batch, n_mels, n_frames) of features (`feature_batch`)."""
         declared = self.manifest.encoder_input
+        if declared.dtype in FEATURE_TYPES:
+            return feature_batch(sources, declared)
         if declared.dtype not in TOKEN_TYPES:
             raise InputError(f"this export's encoder reads {declared.name} ({declared.dtype} "
                              f"{', '.join(map(str, declared.shape))}), not token ids; pass that input instead")
@@ -109,6 +115,25 @@ class ExportedModel(GenerateMixin):
         if config.is_greedy and slots is not None and slots < self.config.max_len:
             return slots, "the static decoder's cache slots"
         return super()._step_limit(config)
+
+
+def feature_batch(features: Any, declared: TensorSpec) -> np.ndarray:
+    """Features as the encoder declares them: a float array (batch, n_mels, n_frames) (a list of
+    (n_mels, n_frames) arrays is stacked), cast to the declared float type; anything else, or
+    non-finite values, is one InputError naming the shape wanted."""
+    want = f"a float array (batch, {', '.join(map(str, declared.shape[1:]))}) of {declared.name}"
+    try:
+        array = np.asarray(features)
+    except (ValueError, TypeError):  # ragged lists
+        raise InputError(f"the features are not one array; pass {want}") from None
+    fixed = list(declared.shape[1:])
+    if array.dtype.kind != "f" or array.ndim != len(declared.shape) or list(array.shape[1:]) != fixed \
+            or array.shape[0] == 0:
+        raise InputError(f"the features are {array.dtype} {tuple(array.shape)}; this export's encoder reads {want} "
+                         f"(audio.features.log_mel_batch makes them)")
+    if not np.isfinite(array).all():
+        raise InputError(f"the features hold NaN or infinite values; pass {want}")
+    return np.ascontiguousarray(array, dtype=declared.dtype)  # (batch, n_mels, n_frames)
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
 
 import torch
 
@@ -47,6 +48,9 @@ class Family:
     layout: Layout  # config.json -> our config, their weight names -> ours
     defaults: Mapping[str, Any]  # the config class's values for what a hand-written config.json leaves out
     tokenizer: TokenizerRule  # which tokenizer files are read, the source template, the language tokens
+    # Families whose encoder reads features (config.source "features"): (folder, config) -> the folder's
+    # audio.features.FeatureConfig, checked against the config; recorded in the manifest (Manifest.features).
+    features: Callable[[Path, TransformerConfig], Any] | None = None
 
     def config_json(self, raw: dict[str, Any]) -> dict[str, Any]:
         """config.json with the config class's defaults filled in."""

@@ -1,0 +1,102 @@
+"""Random Hugging Face Whisper folders, saved as the published ones are (tests only).
+
+    whisper_folder(layout, folder)   WhisperForConditionalGeneration with random weights (seeded), its
+                                     generation_config.json, tokenizer files and preprocessor_config.json
+    LAYOUTS                          tiny, base, large-v3-turbo: their depths, heads and mel bins, narrow
+
+The tokenizer is a small byte-level BPE (the `tokenizers` library) with Whisper's special tokens in
+Whisper's order: <|endoftext|>, <|startoftranscript|>, the language tokens (multilingual only),
+<|translate|>, <|transcribe|>, <|startoflm|>, <|startofprev|>, <|nospeech|>, <|notimestamps|>, loaded
+and saved by WhisperTokenizerFast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+CORPUS = [f"{n} is spelled out in words, said aloud and heard." for n in range(200)] + [
+    "The quick brown fox jumps over the lazy dog.", "Whisper transcribes speech into text."]
+LANGUAGES = ("en", "de", "fr", "es")  # a few of Whisper's 99 (large-v3: 100)
+BPE_VOCAB = 300
+
+
+class Layout(NamedTuple):
+    """One published Whisper checkpoint's structure, narrow: d_model 64, 4 heads, ffn 4 x d_model."""
+
+    encoder_layers: int
+    decoder_layers: int
+    n_mels: int
+    multilingual: bool
+    source_positions: int  # max_source_positions: frames / 2 (1500 published; fewer keeps tests quick)
+
+
+LAYOUTS = {
+    "tiny": Layout(4, 4, 80, True, 1500),          # openai/whisper-tiny: 4 + 4 layers, 80 mels, 3000 frames
+    "base.en": Layout(6, 6, 80, False, 200),       # openai/whisper-base.en: 6 + 6, English-only vocabulary
+    "large-v3-turbo": Layout(32, 4, 128, True, 200),  # openai/whisper-large-v3-turbo: 32 + 4, 128 mels
+}
+
+
+def specials(multilingual: bool) -> list[str]:
+    langs = [f"<|{code}|>" for code in LANGUAGES] if multilingual else []
+    return ["<|endoftext|>", "<|startoftranscript|>", *langs, "<|translate|>", "<|transcribe|>", "<|startoflm|>",
+            "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+
+
+def build_tokenizer(folder: Path, multilingual: bool):
+    """A byte-level BPE (GPT-2's pre-tokenizer) with Whisper's special tokens after it, saved in `folder`."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(CORPUS, vocab_size=BPE_VOCAB, min_frequency=2, show_progress=False)
+    stage = folder / ".bpe"
+    stage.mkdir(parents=True, exist_ok=True)
+    model = json.loads(bpe.to_str())["model"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    (stage / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
+    (stage / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    tok = transformers.WhisperTokenizer(str(stage / "vocab.json"), str(stage / "merges.txt"),
+                                        unk_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": specials(multilingual)[1:]})
+    tok.save_pretrained(folder)
+    for path in stage.iterdir():
+        path.unlink()
+    stage.rmdir()
+    return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def whisper_folder(layout: str, folder: Path, seed: int = 0, d_model: int = 64, heads: int = 4,
+                   std: float = 0.2) -> Path:
+    """A random Whisper folder of `layout` (LAYOUTS): weights drawn with `std` (wider than transformers'
+    0.02, so that greedy tokens depend on the features; at 0.5 the encoder's residual stream grows so large that
+    float32 rounding alone moves its outputs by 3e-4)."""
+    import transformers
+
+    shape, folder = LAYOUTS[layout], Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(folder, shape.multilingual)
+    eot, sot = tok.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
+    config = transformers.WhisperConfig(
+        vocab_size=len(tok), num_mel_bins=shape.n_mels, encoder_layers=shape.encoder_layers,
+        decoder_layers=shape.decoder_layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, d_model=d_model,
+        max_source_positions=shape.source_positions, max_target_positions=64, pad_token_id=eot,
+        bos_token_id=eot, eos_token_id=eot, decoder_start_token_id=sot, init_std=std,
+        begin_suppress_tokens=None, suppress_tokens=None)
+    torch.manual_seed(seed)
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot, max_length=64,
+        suppress_tokens=[tok.convert_tokens_to_ids("<|nospeech|>")], begin_suppress_tokens=[eot],
+        no_timestamps_token_id=tok.convert_tokens_to_ids("<|notimestamps|>"), is_multilingual=shape.multilingual)
+    model.save_pretrained(folder)
+    seconds = shape.source_positions * 2 // 100  # 100 frames a second (hop 160 at 16 kHz)
+    extractor = transformers.WhisperFeatureExtractor(feature_size=shape.n_mels, chunk_length=seconds)
+    (folder / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
+    return folder
