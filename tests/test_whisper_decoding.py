@@ -417,35 +417,60 @@ class TorchCache:
         return TorchRows(self.model, src, src.shape[0] * expand)
 
 
-GENERATE_CASES = [  # (language, task, timestamps, num_beams)
-    ("de", "transcribe", False, 1), ("de", "translate", True, 1), (None, None, True, 1), (None, None, False, 1),
-    ("fr", None, True, 3), (None, "transcribe", False, 2),
+GENERATE_CASES = [  # (language, task, timestamps, num_beams, bias of the EOS logit: rows that end)
+    ("de", "transcribe", False, 1, 0.0), ("de", "translate", True, 1, 0.0), (None, None, True, 1, 0.0),
+    (None, None, False, 1, 0.0), ("fr", None, True, 3, 0.0), (None, "transcribe", False, 2, 0.0),
+    ("de", "translate", True, 1, 3.0), ("de", None, True, 2, 4.0), ("de", None, True, 3, 5.0),
 ]
 
 
-@pytest.mark.parametrize("language,task,timestamps,beams", GENERATE_CASES)
-def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, beams):
+@pytest.mark.parametrize("language,task,timestamps,beams,eos_bias", GENERATE_CASES)
+def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, beams, eos_bias):
+    """Our strategies stepped through runtime.decoding.run equal generate's single window token for token
+    (force_unique_generate_call: the first window's whole decoder ids), its detected language, and, greedy,
+    its average log-probability (`_retrieve_avg_logprobs` on generate's scores) and <|nospeech|> probability."""
     rng = np.random.default_rng(7)
     features = rng.normal(0, 1, (2, 8, 3000)).astype(np.float32)
     new = 12
     cache = TorchCache(tiny_whisper)
-    theirs = tiny_whisper.generate(torch.from_numpy(features), language=language, task=task,
-                                   return_timestamps=timestamps, max_new_tokens=new, num_beams=beams,
-                                   do_sample=False)
-    detected = None
-    if language is None:
-        detected = run(cache, features, LanguageDetector(2, SETTINGS))
-        hf_detected = tiny_whisper.detect_language(torch.from_numpy(features)).tolist()
-        assert detected == hf_detected
-    prompts = prompts_for(SETTINGS, 2, language, task, timestamps)
-    config = GenerationConfig(num_beams=beams, max_new_tokens=new)
-    strategy = whisper_strategy(prompts, new, SETTINGS, config, timestamps, VOCAB)
-    results = run(cache, features, strategy)
+
+    def bias(module, inputs, logits):
+        return logits + torch.nn.functional.one_hot(torch.tensor(EOS), VOCAB) * eos_bias
+
+    hook = tiny_whisper.proj_out.register_forward_hook(bias)
+    try:
+        theirs = tiny_whisper.generate(torch.from_numpy(features), language=language, task=task,
+                                       return_timestamps=timestamps, max_new_tokens=new, num_beams=beams,
+                                       do_sample=False, force_unique_generate_call=True, output_scores=True,
+                                       return_dict_in_generate=True)
+        detected = None
+        if language is None:
+            detected = run(cache, features, LanguageDetector(2, SETTINGS))
+            assert detected == tiny_whisper.detect_language(torch.from_numpy(features)).tolist()
+        prompts = prompts_for(SETTINGS, 2, language, task, timestamps)
+        config = GenerationConfig(num_beams=beams, max_new_tokens=new)
+        strategy = whisper_strategy(prompts, new, SETTINGS, config, timestamps, VOCAB)
+        results = run(cache, features, strategy)
+        with torch.no_grad():
+            first = tiny_whisper(input_features=torch.from_numpy(features),
+                                 decoder_input_ids=torch.full((2, 1), SOT)).logits[:, -1]
+    finally:
+        hook.remove()
     rows = strategy.whisper_results() if beams > 1 else results
+    ended = 0
     for b in range(2):
         row = rows[b][0]
-        expected = [t for t in theirs[b].tolist()]
-        mine = row.ids + ([EOS] if row.ended else [])
-        assert mine == expected[: len(mine)] and all(t == EOS for t in expected[len(mine):]), (mine, expected)
+        expected = theirs["sequences"][b].tolist()
+        assert expected[: len(row.prompt)] == row.prompt
         if detected is not None:
             assert row.prompt[1] == detected[b]
+        expected = expected[len(row.prompt):]
+        mine = row.ids + ([EOS] if row.ended else [])
+        assert mine == expected[: len(mine)] and all(t == EOS for t in expected[len(mine):]), (mine, expected)
+        ended += row.ended
+        assert row.no_speech_prob == pytest.approx(float(torch.softmax(first[b], -1)[NOSPEECH]), abs=1e-6)
+        if beams == 1:
+            scores = [step[b] for step in theirs["scores"]]
+            avg = WhisperGenerationMixin._retrieve_avg_logprobs(scores, torch.tensor(mine), 0.0)
+            assert row.avg_logprob == pytest.approx(float(avg), abs=1e-5)
+    assert (ended > 0) == (eos_bias > 0)  # rows of the biased cases end before max_new_tokens
