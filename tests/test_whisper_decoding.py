@@ -256,6 +256,13 @@ def test_segments_equal_transformers():
         assert mine_advance == int(advance)
         assert [(s.start, s.end, s.tokens) for s in mine] == \
             [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in theirs]
+    for frames in range(1, 3001):  # no timestamp: the end is frames * 0.01 / 0.02 in float32, truncated
+        theirs, _ = WhisperGenerationMixin._retrieve_segment(
+            seek_sequence=torch.tensor([5, 6]), seek_outputs=[None], time_offset=torch.tensor([0.0], dtype=torch.float64),
+            timestamp_begin=BEGIN, seek_num_frames=torch.tensor([frames]), time_precision=0.02,
+            time_precision_features=0.01, input_stride=2, prev_idx=0, idx=0, return_token_timestamps=False,
+            decoder_input_ids=torch.zeros((1, 4)))
+        assert split_segments([5, 6], BEGIN, 0.0, frames)[0][0].end == float(theirs[0]["end"])
 
 
 class OffsetsStandIn:
