@@ -356,6 +356,26 @@ def test_transcribe_fallback_and_silence():
         Fallback(no_speech_threshold=0.6)
 
 
+def test_transcribe_logprob_fallback_and_conditioning():
+    """A low average log-probability falls back too; after a window decoded at temperature >= 0.5 the next
+    window is not conditioned on the previous text (transformers' is_low_temperature)."""
+    init = init_tokens(SETTINGS, "de", timestamps=True)
+    seen = []
+
+    def decode_window(window, prompt, temperature):
+        seen.append((prompt, temperature))
+        doubtful = temperature == 0.0 and len(seen) == 1
+        return types.SimpleNamespace(ids=[BEGIN, 7, BEGIN + 10, BEGIN + 10, 8, BEGIN + 20, BEGIN + 20],
+                                     ended=False, avg_logprob=-3.0 if doubtful else -0.2, no_speech_prob=0.0)
+
+    out = transcribe(np.zeros((4, 3000), np.float32), decode_window, SETTINGS, init, VOCAB,
+                     condition_on_prev_tokens=True, fallback=Fallback((0.0, 0.6), logprob_threshold=-1.0))
+    assert [t for _, t in seen[:3]] == [0.0, 0.6, 0.0]
+    assert seen[2][0] == init  # window 1 ended at 0.6: no conditioning for window 2
+    assert seen[3][0][0] == PREV  # window 2 ended at 0.0: window 3 is conditioned again
+    assert [w[:2] for w in out.windows[:3]] == [(0, 0.6), (40, 0.0), (80, 0.0)]
+
+
 def test_compression_ratio_equal_transformers():
     rng = np.random.default_rng(6)
     for vocab in (VOCAB, 51865):
