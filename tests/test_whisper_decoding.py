@@ -501,3 +501,28 @@ def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, bea
             avg = WhisperGenerationMixin._retrieve_avg_logprobs(scores, torch.tensor(mine), 0.0)
             assert row.avg_logprob == pytest.approx(float(avg), abs=1e-5)
     assert (ended > 0) == (eos_bias > 0)  # rows of the biased cases end before max_new_tokens
+
+
+def test_transcribe_equal_long_form_generate(tiny_whisper):
+    """`transcribe` with our greedy strategy as the window decoder equals transformers' long-form generate
+    segment for segment: 3200 frames, conditioned on the previous text; its windows start at 0, 8 (a pair),
+    3008 (a single timestamp ending: the whole window), 3120. (Unconditioned, this model's windows seek a few
+    frames at a time: hundreds of windows; window_prompt's own test covers that prompt.)"""
+    condition, new = True, 10
+    features = np.random.default_rng(8).normal(0, 1, (8, 3200)).astype(np.float32)
+    theirs = tiny_whisper.generate(torch.from_numpy(features[None]), language="de", return_timestamps=True,
+                                   max_new_tokens=new, condition_on_prev_tokens=condition, return_segments=True)
+    cache = TorchCache(tiny_whisper)
+
+    def decode_window(window, prompt, temperature):
+        assert temperature == 0.0
+        strategy = whisper_strategy([prompt], new, SETTINGS, GenerationConfig(max_new_tokens=new), True, VOCAB)
+        return run(cache, window[None], strategy)[0][0]
+
+    init = init_tokens(SETTINGS, "de", timestamps=True)
+    out = transcribe(features, decode_window, SETTINGS, init, VOCAB, condition_on_prev_tokens=condition,
+                     max_target_positions=64)
+    expected = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in theirs["segments"][0]]
+    assert [w[0] for w in out.windows] == [0, 8, 3008, 3120]
+    assert [(s.start, s.end, s.tokens) for s in out.segments] == expected
+    assert out.ids == [t for t in theirs["sequences"][0].tolist() if t != EOS]
