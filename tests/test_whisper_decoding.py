@@ -15,6 +15,7 @@ languages, tasks, <|startoftranscript|>... <|notimestamps|>, then the timestamps
 from __future__ import annotations
 
 import copy
+import json
 import types
 
 import numpy as np
@@ -27,7 +28,7 @@ from transformers.generation.logits_process import (LogitsProcessorList, Suppres
 from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 
-from tfm_export.errors import InputError
+from tfm_export.errors import InputError, ManifestError
 from tfm_export.runtime.decoding import run
 from tfm_export.runtime.generation import GenerationConfig
 from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id,
@@ -141,6 +142,19 @@ def test_settings_round_trip():
     assert SETTINGS.timestamp_begin == BEGIN and SETTINGS.no_speech_token_id == NOSPEECH
     assert SETTINGS.suppress_tokens == (1, 2, 7, 11, 59, PREV, NOSPEECH)
     assert SETTINGS.languages()[:2] == ["<|en|>", "<|de|>"]
+
+
+def test_settings_from_folder(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps(GENERATION))
+    assert WhisperSettings.from_folder(tmp_path) == SETTINGS
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS}))
+    with pytest.raises(ManifestError, match="decoder_start_token_id"):
+        WhisperSettings.from_folder(tmp_path)
+    with pytest.raises(ManifestError, match="missing"):
+        WhisperSettings.from_folder(tmp_path / "nowhere")
+    with pytest.raises(InputError, match="prompt_ids"):  # detection runs without the prompt: detect first
+        prompts_for(SETTINGS, 1, None, None, False, prompt_prefix(SETTINGS, [5]))
+    assert prompts_for(SETTINGS, 1, None, None, False, [PREV, 5], detected=[53]) == [[PREV, 5, SOT, 53, TRANSCRIBE, NTS]]
 
 
 class StandIn:
@@ -444,15 +458,16 @@ class TorchCache:
         return TorchRows(self.model, src, src.shape[0] * expand)
 
 
-GENERATE_CASES = [  # (language, task, timestamps, num_beams, bias of the EOS logit: rows that end)
-    ("de", "transcribe", False, 1, 0.0), ("de", "translate", True, 1, 0.0), (None, None, True, 1, 0.0),
-    (None, None, False, 1, 0.0), ("fr", None, True, 3, 0.0), (None, "transcribe", False, 2, 0.0),
-    ("de", "translate", True, 1, 3.0), ("de", None, True, 2, 4.0), ("de", None, True, 3, 5.0),
+GENERATE_CASES = [  # (language, task, timestamps, num_beams, bias of the EOS logit: rows that end, initial prompt)
+    ("de", "transcribe", False, 1, 0.0, None), ("de", "translate", True, 1, 0.0, None), (None, None, True, 1, 0.0, None),
+    (None, None, False, 1, 0.0, None), ("fr", None, True, 3, 0.0, None), (None, "transcribe", False, 2, 0.0, None),
+    ("de", "translate", True, 1, 3.0, None), ("de", None, True, 2, 4.0, None), ("de", None, True, 3, 5.0, None),
+    ("de", None, True, 1, 0.0, [20, 21, 22]), ("fr", "translate", False, 2, 0.0, [30]),
 ]
 
 
-@pytest.mark.parametrize("language,task,timestamps,beams,eos_bias", GENERATE_CASES)
-def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, beams, eos_bias):
+@pytest.mark.parametrize("language,task,timestamps,beams,eos_bias,prompt", GENERATE_CASES)
+def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, beams, eos_bias, prompt):
     """Our strategies stepped through runtime.decoding.run equal generate's single window token for token
     (force_unique_generate_call: the first window's whole decoder ids), its detected language, and, greedy,
     its average log-probability (`_retrieve_avg_logprobs` on generate's scores) and <|nospeech|> probability."""
@@ -465,8 +480,10 @@ def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, bea
         return logits + torch.nn.functional.one_hot(torch.tensor(EOS), VOCAB) * eos_bias
 
     hook = tiny_whisper.proj_out.register_forward_hook(bias)
+    prompt_ids = None if prompt is None else prompt_prefix(SETTINGS, prompt)
     try:
         theirs = tiny_whisper.generate(torch.from_numpy(features), language=language, task=task,
+                                       prompt_ids=None if prompt_ids is None else torch.tensor(prompt_ids),
                                        return_timestamps=timestamps, max_new_tokens=new, num_beams=beams,
                                        do_sample=False, force_unique_generate_call=True, output_scores=True,
                                        return_dict_in_generate=True)
@@ -474,13 +491,14 @@ def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, bea
         if language is None:
             detected = run(cache, features, LanguageDetector(2, SETTINGS))
             assert detected == tiny_whisper.detect_language(torch.from_numpy(features)).tolist()
-        prompts = prompts_for(SETTINGS, 2, language, task, timestamps)
+        prompts = prompts_for(SETTINGS, 2, language, task, timestamps, prompt_ids)
         config = GenerationConfig(num_beams=beams, max_new_tokens=new)
         strategy = whisper_strategy(prompts, new, SETTINGS, config, timestamps, VOCAB)
         results = run(cache, features, strategy)
         with torch.no_grad():
-            first = tiny_whisper(input_features=torch.from_numpy(features),
-                                 decoder_input_ids=torch.full((2, 1), SOT)).logits[:, -1]
+            # WhisperNoSpeechDetection reads the logits at <|startoftranscript|>, after an initial prompt
+            head = torch.tensor([[*(prompt_ids or []), SOT]] * 2)
+            first = tiny_whisper(input_features=torch.from_numpy(features), decoder_input_ids=head).logits[:, -1]
     finally:
         hook.remove()
     rows = strategy.whisper_results() if beams > 1 else results
