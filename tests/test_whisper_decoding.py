@@ -44,7 +44,8 @@ VOCAB = BEGIN + 61  # timestamps up to <|1.20|>
 LANGS = {"<|en|>": 52, "<|de|>": 53, "<|fr|>": 54, "<|es|>": 55, "<|zh|>": 56}
 GENERATION = {  # generation_config.json of a multilingual Whisper folder, on this vocabulary
     "decoder_start_token_id": SOT, "eos_token_id": EOS, "pad_token_id": EOS, "bos_token_id": EOS,
-    "no_timestamps_token_id": NTS, "lang_to_id": LANGS, "task_to_id": {"translate": TRANSLATE, "transcribe": TRANSCRIBE},
+    "no_timestamps_token_id": NTS, "lang_to_id": LANGS,
+    "task_to_id": {"translate": TRANSLATE, "transcribe": TRANSCRIBE},
     "is_multilingual": True, "suppress_tokens": [1, 2, 7, 11, 59, PREV, NOSPEECH], "begin_suppress_tokens": [3, EOS],
     "max_initial_timestamp_index": 5, "prev_sot_token_id": PREV, "forced_decoder_ids": [[1, None], [2, TRANSCRIBE]],
     "alignment_heads": [[0, 1]], "max_length": 448, "return_timestamps": False,
@@ -154,7 +155,8 @@ def test_settings_from_folder(tmp_path):
         WhisperSettings.from_folder(tmp_path / "nowhere")
     with pytest.raises(InputError, match="prompt_ids"):  # detection runs without the prompt: detect first
         prompts_for(SETTINGS, 1, None, None, False, prompt_prefix(SETTINGS, [5]))
-    assert prompts_for(SETTINGS, 1, None, None, False, [PREV, 5], detected=[53]) == [[PREV, 5, SOT, 53, TRANSCRIBE, NTS]]
+    assert prompts_for(SETTINGS, 1, None, None, False, [PREV, 5], detected=[53]) == \
+        [[PREV, 5, SOT, 53, TRANSCRIBE, NTS]]
 
 
 class StandIn:
@@ -199,7 +201,8 @@ def test_language_names():
         config = hf_config()
         config.language = bad
         with pytest.raises(ValueError):
-            WhisperGenerationMixin._retrieve_init_tokens(StandIn([52]), None, 1, config, types.SimpleNamespace(), 3000, {})
+            WhisperGenerationMixin._retrieve_init_tokens(StandIn([52]), None, 1, config, types.SimpleNamespace(),
+                                                         3000, {})
     english = WhisperSettings.from_dict({**GENERATION, "is_multilingual": False, "lang_to_id": None})
     with pytest.raises(InputError, match="English-only"):
         init_tokens(english, "de")
@@ -272,7 +275,8 @@ def test_segments_equal_transformers():
             [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in theirs]
     for frames in range(1, 3001):  # no timestamp: the end is frames * 0.01 / 0.02 in float32, truncated
         theirs, _ = WhisperGenerationMixin._retrieve_segment(
-            seek_sequence=torch.tensor([5, 6]), seek_outputs=[None], time_offset=torch.tensor([0.0], dtype=torch.float64),
+            seek_sequence=torch.tensor([5, 6]), seek_outputs=[None],
+            time_offset=torch.tensor([0.0], dtype=torch.float64),
             timestamp_begin=BEGIN, seek_num_frames=torch.tensor([frames]), time_precision=0.02,
             time_precision_features=0.01, input_stride=2, prev_idx=0, idx=0, return_token_timestamps=False,
             decoder_input_ids=torch.zeros((1, 4)))
@@ -459,8 +463,9 @@ class TorchCache:
 
 
 GENERATE_CASES = [  # (language, task, timestamps, num_beams, bias of the EOS logit: rows that end, initial prompt)
-    ("de", "transcribe", False, 1, 0.0, None), ("de", "translate", True, 1, 0.0, None), (None, None, True, 1, 0.0, None),
-    (None, None, False, 1, 0.0, None), ("fr", None, True, 3, 0.0, None), (None, "transcribe", False, 2, 0.0, None),
+    ("de", "transcribe", False, 1, 0.0, None), ("de", "translate", True, 1, 0.0, None),
+    (None, None, True, 1, 0.0, None), (None, None, False, 1, 0.0, None), ("fr", None, True, 3, 0.0, None),
+    (None, "transcribe", False, 2, 0.0, None),
     ("de", "translate", True, 1, 3.0, None), ("de", None, True, 2, 4.0, None), ("de", None, True, 3, 5.0, None),
     ("de", None, True, 1, 0.0, [20, 21, 22]), ("fr", "translate", False, 2, 0.0, [30]),
 ]

@@ -107,7 +107,8 @@ class WhisperSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WhisperSettings":
-        """From generation_config.json or `to_dict` (unknown keys ignored); ManifestError when the two ids are missing."""
+        """From generation_config.json or `to_dict` (unknown keys ignored); a ManifestError without the
+        start and EOS ids."""
         missing = [k for k in ("decoder_start_token_id", "eos_token_id") if data.get(k) is None]
         if missing:
             raise ManifestError(f"Whisper generation settings lack {', '.join(missing)}; "

@@ -137,7 +137,8 @@ class Fallback:
               vocab_size: int) -> tuple[bool, bool]:
         """(needs fallback, skip the window) for a window's ids (EOS included), as transformers' `_need_fallback`."""
         needs = skip = False
-        if self.compression_ratio_threshold is not None and compression_ratio(ids, vocab_size) > self.compression_ratio_threshold:
+        limit = self.compression_ratio_threshold
+        if limit is not None and compression_ratio(ids, vocab_size) > limit:
             needs = True
         if self.logprob_threshold is not None:
             if avg_logprob is None:
