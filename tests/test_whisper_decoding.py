@@ -31,11 +31,11 @@ from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 from tfm_export.errors import InputError, ManifestError
 from tfm_export.runtime.decoding import run
 from tfm_export.runtime.generation import GenerationConfig
-from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id,
+from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id, language_probs,
                                         max_new_tokens, prompt_prefix, suppress, suppress_at_begin,
                                         timestamp_rules, whisper_process)
 from tfm_export.runtime.whisper_longform import (Fallback, Segment, compression_ratio, offsets, split_segments,
-                                                 transcribe, window_prompt)
+                                                 transcribe, window_config, window_decoder, window_prompt)
 from tfm_export.runtime.whisper_search import LanguageDetector, prompts_for, whisper_strategy
 
 EOS, SOT, TRANSLATE, TRANSCRIBE, PREV, NOSPEECH, NTS = 50, 51, 57, 58, 60, 61, 62
@@ -394,6 +394,17 @@ def test_transcribe_logprob_fallback_and_conditioning():
     assert [w[:2] for w in out.windows[:3]] == [(0, 0.6), (40, 0.0), (80, 0.0)]
 
 
+def test_window_config_and_language_probs():
+    beams = GenerationConfig(num_beams=3, max_new_tokens=9)
+    assert window_config(beams, 0.0) == beams
+    hot = window_config(beams, 0.4)
+    assert (hot.do_sample, hot.temperature, hot.num_beams, hot.max_new_tokens) == (True, 0.4, 1, 9)
+    logits = np.random.default_rng(9).normal(0, 2, (3, VOCAB))
+    probs = language_probs(logits, SETTINGS)
+    assert all(abs(sum(p.values()) - 1) < 1e-12 for p in probs)
+    assert [LANGS[max(p, key=p.get)] for p in probs] == detect_language(logits, SETTINGS).tolist()
+
+
 def test_compression_ratio_equal_transformers():
     rng = np.random.default_rng(6)
     for vocab in (VOCAB, 51865):
@@ -499,14 +510,13 @@ def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, bea
         prompts = prompts_for(SETTINGS, 2, language, task, timestamps, prompt_ids)
         config = GenerationConfig(num_beams=beams, max_new_tokens=new)
         strategy = whisper_strategy(prompts, new, SETTINGS, config, timestamps, VOCAB)
-        results = run(cache, features, strategy)
+        rows = run(cache, features, strategy)
         with torch.no_grad():
             # WhisperNoSpeechDetection reads the logits at <|startoftranscript|>, after an initial prompt
             head = torch.tensor([[*(prompt_ids or []), SOT]] * 2)
             first = tiny_whisper(input_features=torch.from_numpy(features), decoder_input_ids=head).logits[:, -1]
     finally:
         hook.remove()
-    rows = strategy.whisper_results() if beams > 1 else results
     ended = 0
     for b in range(2):
         row = rows[b][0]
@@ -535,13 +545,8 @@ def test_transcribe_equal_long_form_generate(tiny_whisper):
     features = np.random.default_rng(8).normal(0, 1, (8, 3200)).astype(np.float32)
     theirs = tiny_whisper.generate(torch.from_numpy(features[None]), language="de", return_timestamps=True,
                                    max_new_tokens=new, condition_on_prev_tokens=condition, return_segments=True)
-    cache = TorchCache(tiny_whisper)
-
-    def decode_window(window, prompt, temperature):
-        assert temperature == 0.0
-        strategy = whisper_strategy([prompt], new, SETTINGS, GenerationConfig(max_new_tokens=new), True, VOCAB)
-        return run(cache, window[None], strategy)[0][0]
-
+    decode_window = window_decoder(TorchCache(tiny_whisper), SETTINGS, GenerationConfig(max_new_tokens=new), VOCAB,
+                                   max_target_positions=64)
     init = init_tokens(SETTINGS, "de", timestamps=True)
     out = transcribe(features, decode_window, SETTINGS, init, VOCAB, condition_on_prev_tokens=condition,
                      max_target_positions=64)

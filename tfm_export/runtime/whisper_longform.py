@@ -33,7 +33,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import InputError
-from .whisper import WhisperSettings
+from .decoding import DecoderCache, run
+from .generation import GenerationConfig
+from .whisper import WhisperSettings, max_new_tokens
+from .whisper_search import WhisperRow, whisper_strategy
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 FEATURE_PRECISION = 0.01  # seconds per mel frame
@@ -249,3 +252,27 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
     out.segments = history[start:]
     out.ids = [t for seg in out.segments for t in seg.tokens]
     return out
+
+
+def window_config(config: GenerationConfig, temperature: float) -> GenerationConfig:
+    """The decoding settings of one fallback try (transformers' generate_with_fallback): sampling at
+    `temperature` > 0 (one beam), else `config` as it is with temperature 1."""
+    if temperature > 0.0:
+        return config.replace(do_sample=True, temperature=temperature, num_beams=1, num_return_sequences=1)
+    return config.replace(do_sample=False, temperature=1.0)
+
+
+def window_decoder(cache: DecoderCache, settings: WhisperSettings, config: GenerationConfig, vocab_size: int,
+                   timestamps: bool = True, max_target_positions: int = 448
+                   ) -> Callable[[np.ndarray, list[int], float], WhisperRow]:
+    """`transcribe`'s `decode_window` over a runtime cache whose encoder reads (batch, n_mels, frames)
+    features: one source, runtime.decoding.run with the Whisper strategy of `window_config`, the best row.
+    (Sampling draws from config.seed in every window: transformers' global generator is not reproduced.)"""
+
+    def decode_window(window: np.ndarray, prompt: list[int], temperature: float) -> WhisperRow:
+        steps = max_new_tokens(settings, len(prompt), config.max_new_tokens, max_target_positions)
+        strategy = whisper_strategy([prompt], steps, settings, window_config(config, temperature), timestamps,
+                                    vocab_size)
+        return run(cache, window[None], strategy)[0][0]
+
+    return decode_window

@@ -188,11 +188,12 @@ class WhisperBeamSearch(_Prompted, BeamSearch):
         per_row = top_k(scores, self.width)
         return self._select(np.take_along_axis(scores, per_row, axis=1), per_row, scores.shape[1])
 
-    def whisper_results(self) -> list[list[WhisperRow]]:
+    def results(self) -> list[list[WhisperRow]]:  # type: ignore[override]
         """Per source, its best num_return_sequences hypotheses as WhisperRows (avg_logprob: the summed
-        log-probability, from the score, over the length with EOS: transformers re-normalises per step)."""
+        log-probability, from the score, over the length with EOS; transformers' fallback test instead
+        log-softmaxes each step's processed scores again, which differs where a processor banned ids)."""
         out = []
-        for b, hyps in enumerate(self.results()):
+        for b, hyps in enumerate(BeamSearch.results(self)):
             rows = []
             for s, hyp in enumerate(hyps):
                 length = int(self.slot_len[b, s])
