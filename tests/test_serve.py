@@ -320,3 +320,19 @@ def test_sigterm_finishes_what_is_in_flight_and_exits_0(static_export, serial):
     for texts, reply in answered:
         assert reply.status_code == 200
         assert [t["ids"] for t in reply.json()["translations"]] == [serial(ids, 64) for ids in texts]
+
+
+def test_beams_above_the_maximum_are_a_422_and_rows_over_max_rows_a_413(static_export):
+    with serving(ServeSettings(str(static_export), max_texts=4, max_beams=4, max_rows=6)) as (url, _):
+        for name in ("num_beams", "num_return_sequences"):
+            reply = httpx.post(f"{url}/v1/translate", json={"ids": [[5]], name: 5, "do_sample": name != "num_beams"})
+            assert reply.status_code == 422 and reply.json()["field"] == name, reply.text
+            assert f"{name} 5 exceeds this server's limit of 4 rows per source (max_beams" in reply.json()["error"]
+        assert httpx.post(f"{url}/v1/translate", json={"ids": [[5]] * 3, "num_beams": 2}).status_code == 200
+        reply = httpx.post(f"{url}/v1/translate", json={"ids": [[5]] * 4, "num_beams": 2})
+        assert reply.status_code == 413 and reply.json()["limit"] == "max_rows", reply.text
+        assert "8 decoder rows exceed the limit of 6 per request (max_rows, a server setting: tfm-export serve " \
+               "--max-rows)" in reply.json()["error"]
+        schema = httpx.get(f"{url}/openapi.json").json()["components"]["schemas"]["TranslateRequest"]
+        beams = [b for b in schema["allOf"][1]["anyOf"] if b["properties"]["do_sample"]["enum"][0] is False]
+        assert [b["properties"].get("ids", {"maxItems": 4})["maxItems"] for b in beams] == [4, 3, 2, 1]

@@ -189,3 +189,47 @@ def test_a_full_queue_is_429_with_retry_after(chars_export):
         reply = post(url, q=["1", "2", "3"], source="en", target="de")
     assert reply.status_code == 429 and reply.headers["Retry-After"] == "1"
     assert reply.json()["error"].startswith("Slowdown:")
+
+
+@pytest.fixture(scope="module")
+def wide(chars_export):
+    """A server taking 32 texts per request and 40 decoder rows; its engine and the runtime's model."""
+    with serving(ServeSettings(str(chars_export), max_texts=32, max_rows=40)) as (url, engine):
+        yield url, engine, open_export(chars_export, "cpu")
+
+
+def test_empty_texts_are_translated_into_empty_texts_without_decoding(wide, monkeypatch):
+    url, engine, model = wide
+    submitted = []
+    monkeypatch.setattr(engine, "submit", lambda jobs, submit=engine.submit: (submitted.append(jobs), submit(jobs)))
+    tokens = engine.tokens_total
+    reply = post(url, q=[""] * 31, source="en", target="de")
+    assert reply.status_code == 200 and reply.json() == {"translatedText": [""] * 31}, reply.text
+    reply = post(url, q=[""] * 3, source="auto", target="de", alternatives=2)
+    assert reply.json()["translatedText"] == [""] * 3 and reply.json()["alternatives"] == [[]] * 3, reply.text
+    native = httpx.post(f"{url}/v1/translate", json={"texts": ["", ""], "num_beams": 2, "num_return_sequences": 2})
+    assert native.json() == {"translations": [{"ids": [], "text": "", "hypotheses": [{"ids": [], "text": ""}] * 2}] * 2}
+    streamed = httpx.post(f"{url}/v1/translate", json={"texts": [""], "stream": True}).text
+    assert "event: token" not in streamed
+    assert 'event: done\ndata: {"translations": [{"ids": [], "text": ""}]}' in streamed
+    assert submitted == [] and engine.tokens_total == tokens  # nothing decoded: the engine saw no job
+    # with other texts, those are decoded (and equal the runtime's translations), the empty ones not
+    reply = post(url, q=["", "4718", ""], source="en", target="de")
+    assert reply.json() == {"translatedText": ["", model.translate(["4718"])[0], ""]}
+    assert [len(jobs) for jobs in submitted] == [1] and engine.tokens_total > tokens
+
+
+def test_the_rows_of_a_request_are_bounded(wide):
+    url = wide[0]
+    assert post(url, q=["12"] * 13, source="en", target="de", alternatives=2).status_code == 200  # 39 rows
+    reply = post(url, q=["12"] * 14, source="en", target="de", alternatives=2)  # 14 x 3 beams = 42 rows
+    assert reply.status_code == 400 and list(reply.json()) == ["error"], reply.text
+    assert "42 decoder rows exceed the limit of 40" in reply.json()["error"] and "--max-rows" in reply.json()["error"]
+    reply = httpx.post(f"{url}/v1/translate", json={"texts": ["12"] * 11, "num_beams": 4})
+    assert reply.status_code == 413 and reply.json()["limit"] == "max_rows", reply.text
+    assert reply.json()["error"].startswith("11 sources x 4 rows each (num_beams, num_return_sequences) = 44 "
+                                            "decoder rows exceed the limit of 40 per request (max_rows")
+    body = httpx.get(f"{url}/openapi.json").json()["paths"]["/translate"]["post"]["requestBody"]
+    caps = {branch["properties"]["alternatives"]["const"]: branch["properties"]["q"]["maxItems"]
+            for branch in body["content"]["application/json"]["schema"]["anyOf"]}
+    assert caps == {0: 32, 1: 20, 2: 13, 3: 10, 4: 8, 5: 6, 6: 5, 7: 5}  # 40 rows // (alternatives + 1)

@@ -1,13 +1,18 @@
 """The OpenAPI schema is the server's contract. schemathesis reads /openapi.json of a live server, sends
 requests it generates from it (valid ones and invalid ones, on every operation) and checks each
 answer: a valid request gets a 2xx, an invalid one a 4xx, nothing a 5xx, and every status, content
-type, header and body (server-sent events included) is one the schema documents. Deterministic
-(schemathesis' deterministic generation, no seed) and bounded: a fixed number of cases per
-operation against a tiny model with small limits, so that every valid request decodes fast."""
+type, header and body (server-sent events included) is one the schema documents. Every phase runs
+on every operation, the coverage phase (boundary values: each minimum and maximum, one past them,
+empty strings and lists) included, with two checks of this server's own (HOOKS): a value the schema
+refuses is a 422 naming the field (413 only for the size limits, naming the limit), and an empty text
+translates to an empty text. Deterministic (schemathesis' deterministic generation, no seed) and
+bounded: a fixed number of cases per operation against a tiny model with small limits, so that every
+valid request decodes fast."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,9 +28,10 @@ from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 
 EXAMPLES = 100  # cases per operation and phase: ~15 s of requests on the loaded 2-core test machine
-# 413 is this server's answer to a request over a documented limit (max_texts, beams, source length):
-# a rejection, which schemathesis' default list leaves out. Warnings fail the run: "most generated
-# data was rejected" (low_valid_rate: valid requests refused) is the failure this test exists for.
+# 413 is this server's answer to a request over a size limit (max_texts, source length, max_rows): a
+# rejection, which schemathesis' default list leaves out; HOOKS checks that a 413 is one of those.
+# Warnings fail the run: "most generated data was rejected" (low_valid_rate: valid requests refused)
+# is the failure this test exists for.
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
@@ -38,26 +44,79 @@ fail-on = true
 [warnings.low_valid_rate]
 threshold = 0.9
 """
+SIZE_LIMITS = ("max_texts", "max_len", "max_src_len", "max_rows")  # the limits a 413 may name (docs/serving.md)
+# Checks of this server's own, run by schemathesis with its built-in ones on every case of every phase.
+HOOKS = f"""
+import json
+
+import schemathesis
+
+SIZE_LIMITS = {SIZE_LIMITS!r}
+
+
+def _json(response):
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        return None
+
+
+@schemathesis.check
+def refusals_name_their_cause(ctx, response, case):
+    \"\"\"A 422 names the request field at fault; a 413 names the size limit (any other value the
+    schema refuses, such as num_beams above its maximum, is a 422).\"\"\"
+    if case.operation.path != "/v1/translate" or response.status_code not in (413, 422):
+        return None
+    body = _json(response) or {{}}
+    if response.status_code == 422 and not (body.get("field") or body.get("fields")):
+        raise AssertionError(f"a 422 that names no field: {{body}}")
+    if response.status_code == 413 and body.get("limit") not in SIZE_LIMITS:
+        raise AssertionError(f"413 is for the size limits ({{', '.join(SIZE_LIMITS)}}); a value the schema "
+                             f"refuses is a 422 naming the field: {{body}}")
+    return None
+
+
+@schemathesis.check
+def empty_texts_translate_to_empty_texts(ctx, response, case):
+    \"\"\"An empty source text is answered with an empty text (and no ids), without decoding.\"\"\"
+    body = _json(response)
+    if response.status_code != 200 or not isinstance(body, dict) or not isinstance(case.body, dict):
+        return None
+    if case.operation.path == "/v1/translate" and isinstance(case.body.get("texts"), list):
+        for text, row in zip(case.body["texts"], body["translations"]):
+            if text == "" and (row.get("text") != "" or row["ids"] != []):
+                raise AssertionError(f"the empty text was translated into {{row}}")
+    if case.operation.path == "/translate" and "q" in case.body:
+        q, got = case.body["q"], body["translatedText"]
+        for text, translated in zip(q if isinstance(q, list) else [q], got if isinstance(got, list) else [got]):
+            if text == "" and translated != "":
+                raise AssertionError(f"the empty text was translated into {{translated!r}}")
+    return None
+"""
+OPERATIONS = {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics"}
 
 
 @pytest.fixture(scope="module")
 def server(chars_export):
-    """Text in and out (a character tokenizer), request-level batching, small limits."""
+    """Text in and out (a character tokenizer), request-level batching, small limits (max_rows 6: fewer
+    sources with 3 or 4 beams or samples)."""
     settings = ServeSettings(str(chars_export), engine=EngineConfig(max_batch=4, max_queue=64), max_texts=3,
-                             max_beams=4)
+                             max_beams=4, max_rows=6)
     with serving(settings) as (url, engine):
         yield url, engine
 
 
 def run_schemathesis(url: str, folder) -> tuple[subprocess.CompletedProcess, dict]:
     """schemathesis' run (its output) and its JSON report."""
-    config, report = folder / "schemathesis.toml", folder / "report.json"
+    config, report, hooks = folder / "schemathesis.toml", folder / "report.json", folder / "hooks.py"
     config.write_text(CONFIG)
+    hooks.write_text(HOOKS)
     cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", f"{url}/openapi.json",
            "--checks", "all", "--mode", "all", "--phases", "examples,coverage,fuzzing",
            "--max-examples", str(EXAMPLES), "--generation-deterministic", "--workers", "1", "--request-timeout", "30",
            "--no-color", "--output-sanitize", "false", "--report", "json", "--report-json-path", str(report)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(hooks)}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     return result, json.loads(report.read_text()) if report.exists() else {}
 
 
@@ -69,7 +128,9 @@ def test_every_answer_is_one_the_schema_documents(server, tmp_path):
     assert "No issues found" in result.stdout
     # every valid request schemathesis made was answered 2xx (its "rejected" counts the others)
     rates = report["valid_rates"]
-    assert set(rates) == {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics"}
+    assert set(rates) == OPERATIONS
+    # the schema has no examples (that phase skips); boundary values and random ones on every operation
+    assert all({"coverage", "fuzzing"} <= set(phases) for phases in rates.values()), rates
     counts = [phase for phases in rates.values() for phase in phases.values()]
     assert all(phase["rejected"] == 0 and phase["accepted"] > 0 for phase in counts), rates
     translated = scrape(url)["tfm_export_requests_total"][OK] - before
@@ -86,6 +147,8 @@ def test_the_schema_states_this_servers_limits(server):
     texts = request["properties"]["texts"]["anyOf"][0]["items"]
     assert texts["maxLength"] == 63 and texts["pattern"].startswith("^[")  # 63 digits + EOS = max_len
     assert request["properties"]["num_beams"]["anyOf"][0]["maximum"] == 4
+    beams = [b for b in request["allOf"][1]["anyOf"] if b["properties"]["do_sample"]["enum"][0] is False]
+    assert [b["properties"].get("texts", {"maxItems": 3})["maxItems"] for b in beams] == [3, 3, 2, 1]  # max_rows 6
     assert request["properties"]["source_lang"]["anyOf"] == [{"type": "null"}]  # no language codes
     translate = schema["paths"]["/v1/translate"]["post"]["responses"]
     assert set(translate) == {"200", "400", "413", "422", "429", "500", "503"}

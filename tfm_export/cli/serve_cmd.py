@@ -17,7 +17,10 @@ LIMITS = (("--max-batch", 16, "Sources decoded together (rows of the running bat
           ("--max-queue", 64, "Sources waiting for a row; beyond it requests get 429 with Retry-After."),
           ("--max-texts", 32, "Sources per request; more get 413."),
           ("--max-beams", 8, "Cache rows one source may take: num_beams, sampled num_return_sequences "
-                             "(LibreTranslate: alternatives + 1); more get 413."))
+                             "(LibreTranslate: alternatives + 1); more get 422 (LibreTranslate: 400)."),
+          ("--max-rows", 128, "Decoder rows one request may take: sources x rows per source (num_beams or "
+                              "sampled num_return_sequences); more get 413 (LibreTranslate: 400). The default "
+                              "takes --max-texts sources at 4 beams."))
 
 
 def limit_options(fn):
@@ -59,7 +62,8 @@ def limit_options(fn):
               help="Write a Ray Serve config (for `serve deploy`) with these settings and exit.")
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
-                  max_queue: int, max_texts: int, max_beams: int, max_src_len: int | None, window_ms: float,
+                  max_queue: int, max_texts: int, max_beams: int, max_rows: int, max_src_len: int | None,
+                  window_ms: float,
                   api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
@@ -76,7 +80,8 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
         raise click.UsageError("give the export FOLDER to serve")
     settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
                              EngineConfig(max_batch, max_queue, window_ms, max_src_len),
-                             max_texts, threads, spin, api_key, cors_origins=cors_origins, max_beams=max_beams)
+                             max_texts, threads, spin, api_key, cors_origins=cors_origins, max_beams=max_beams,
+                             max_rows=max_rows)
     check_origins(cors_origins)
     if write_config is not None:
         from ..serve.ray_config import write_config as write

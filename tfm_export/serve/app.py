@@ -6,11 +6,13 @@
     GET  /healthz       {"status": "ok", ...}
     GET  /metrics       Prometheus text format (serve.metrics)
 
-Every error is JSON `{"error": one line, ...}`: unknown options and bad values 422 (naming them),
-a body that is not a JSON object 400, too many texts, too long a source or too many beams 413
-(naming the limit), a full queue 429 with Retry-After, shutting down 503, a missing or wrong API
-key 401 (LibreTranslate: 400/403/429, its own statuses). /openapi.json declares each of them, with
-the limits of the model being served (serve.contract).
+Every error is JSON `{"error": one line, ...}`: unknown options and bad values 422 (naming them;
+num_beams or num_return_sequences above max_beams too: every value the schema refuses but the size
+limits'), a body that is not a JSON object 400, too many texts, too long a source or too many decoder
+rows (sources x beams) 413 (naming the limit), a full queue 429 with Retry-After, shutting down 503, a
+missing or wrong API key 401 (LibreTranslate: 400/403/429, its own statuses). /openapi.json declares
+each of them, with the limits of the model being served (serve.contract). An empty text is
+translated into an empty text without decoding.
 """
 
 from __future__ import annotations

@@ -3,9 +3,12 @@
 serve.schemas' models carry the constraints every server has (GenerationConfig's ranges); this adds
 the ones of the model being served, each enforced by serve.engine.prepare_sources (or the tokenizer)
 with a 4xx: sources per request (max_texts), tokens per source, ids within the vocabulary, characters
-a character tokenizer knows, max_new_tokens, beams, language codes, exactly one of texts/ids, and the
+a character tokenizer knows, max_new_tokens, beams, language codes, exactly one of texts/ids, the
 decoding options that only go together (num_return_sequences <= num_beams unless sampling; sampling
-with one beam). So a client generating requests from /openapi.json gets 2xx for every valid one.
+with one beam), and decoder rows per request (max_rows: fewer sources when each takes more rows). So a
+client generating requests from /openapi.json gets 2xx for every valid one. Over a size limit (the
+sources' count or length, the rows) is a 413 naming the limit; any other value the schema refuses is
+a 422 naming the field.
 """
 
 from __future__ import annotations
@@ -87,21 +90,40 @@ def _nullable(props: dict[str, Any], name: str, schema: dict[str, Any] | None) -
     props[name] = {**kept, "anyOf": [schema, {"type": "null"}] if schema else [{"type": "null"}]}
 
 
+def sources_for(rows: int, bounds: Limits) -> int:
+    """How many sources a request may have when each takes `rows` decoder rows (max_rows)."""
+    return min(bounds.max_texts, bounds.max_rows // rows)
+
+
 def decoding_branches(defaults: Any, bounds: Limits, settings: ServeSettings) -> list[dict[str, Any]]:
     """The decoding options that go together (GenerationConfig's checks), one branch each: sampling
-    with one beam, or k beams returning at most k sequences. An absent or null option is the export's
-    default (`defaults`, its GenerationConfig), so a branch allows it only where the default fits."""
+    n sequences with one beam, or k beams returning at most k sequences; each with the sources that
+    fit max_rows (n or k rows each). An absent or null option is the export's default (`defaults`,
+    its GenerationConfig), so a branch allows it only where the default fits."""
 
     def option(name: str, values: list[Any], fits: bool) -> tuple[dict[str, Any], list[str]]:
         return {name: {"enum": values + [None] if fits else values}}, [] if fits else [name]
 
-    sample_props, sample_required = {}, []
-    for props, required in (option("do_sample", [True], defaults.do_sample),
+    def fewer_sources(props: dict[str, Any], rows: int) -> None:
+        most = sources_for(rows, bounds)
+        if most < bounds.max_texts:  # texts and ids are null or arrays; maxItems is about arrays
+            props.update({name: {"maxItems": most} for name in ("texts", "ids")})
+
+    branches = []
+    for lo, hi in _runs([sources_for(n, bounds) for n in range(1, settings.max_beams + 1)]):  # n = lo + 1 ..
+        props, required = {}, []
+        for more, named in (option("do_sample", [True], defaults.do_sample),
                             option("num_beams", [1], defaults.num_beams == 1)):
-        sample_props.update(props)
-        sample_required += required
-    branches = [{"properties": sample_props, "required": sample_required}]
+            props.update(more)
+            required += named
+        fits = lo < defaults.num_return_sequences <= hi
+        props["num_return_sequences"] = {"anyOf": [{"type": "integer", "minimum": lo + 1, "maximum": hi}]
+                                         + ([{"type": "null"}] if fits else [])}
+        fewer_sources(props, hi)
+        branches.append({"properties": props, "required": required + ([] if fits else ["num_return_sequences"])})
     for k in range(1, bounds.max_beams + 1):
+        if not sources_for(k, bounds):
+            break
         props, required = {}, []
         for more, named in (option("do_sample", [False], not defaults.do_sample),
                             option("num_beams", [k], defaults.num_beams == k)):
@@ -110,8 +132,22 @@ def decoding_branches(defaults: Any, bounds: Limits, settings: ServeSettings) ->
         fits = defaults.num_return_sequences <= k
         props["num_return_sequences"] = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": k}]
                                          + ([{"type": "null"}] if fits else [])}
+        fewer_sources(props, k)
         branches.append({"properties": props, "required": required + ([] if fits else ["num_return_sequences"])})
     return branches
+
+
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal non-zero values: the indices start .. end - 1."""
+    runs: list[tuple[int, int]] = []
+    for n, value in enumerate(values):
+        if not value:
+            break
+        if runs and values[runs[-1][0]] == value:
+            runs[-1] = (runs[-1][0], n + 1)
+        else:
+            runs.append((n, n + 1))
+    return runs
 
 
 def add_security(schema: dict[str, Any]) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from ..runtime.generation import GenerationConfig
@@ -22,7 +23,9 @@ API_KEY_ENV = "TFM_EXPORT_API_KEY"
 
 
 class LimitError(InputError):
-    """A request over one of the server's size limits (HTTP 413); `options` names the limit."""
+    """A request over one of the server's size limits (HTTP 413): sources per request (max_texts),
+    tokens per source (max_len, max_src_len), decoder rows per request (max_rows); `options` names
+    the limit. Any other value out of range is an InputError naming the field (HTTP 422)."""
 
 
 # batching -> (engine, whether it needs the static-cache decoder); "single" is one request at a time;
@@ -46,15 +49,21 @@ class ServeSettings:
     api_key: str | None = None  # when set, every request but /healthz, /languages and the docs needs it
     cors_origins: tuple[str, ...] = ()  # web pages' origins allowed to call (serve.cors); none: no CORS
     # Cache rows one source may take: num_beams, sampled num_return_sequences (LibreTranslate's
-    # alternatives + 1). Each beam is a row of decoder cache, so this bounds one request's memory.
+    # alternatives + 1); more is 422 (the schema's maximum for those fields).
     max_beams: int = 8
+    # Decoder rows one request may take, all its sources together: sources x rows per source (the
+    # larger of num_beams and num_return_sequences). Each row is a row of decoder cache and a share of
+    # every step, so this bounds one request's memory and time; more is 413. The default takes
+    # max_texts sources at a Marian export's default 4 beams.
+    max_rows: int = 128
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_CHOICES:
             raise InputError(f"unknown {{batching}}; use one of {', '.join(BATCHING_CHOICES)}",
                              options={"batching": self.batching})
-        if self.max_beams < 1:
-            raise InputError(f"{{max_beams}} must be at least 1, got {self.max_beams}", options={"max_beams": None})
+        for name in ("max_beams", "max_rows"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{{{name}}} must be at least 1, got {getattr(self, name)}", options={name: None})
 
 
 def has_static_decoder(folder: str) -> bool:
@@ -93,9 +102,10 @@ def open_engine(settings: ServeSettings) -> Any:
                              static_search=not needs_static)
     model = open_export(settings.folder, settings.device, options)
     default_beams = max(model.generation.num_beams, model.generation.num_return_sequences)
-    if default_beams > settings.max_beams:  # else every request that keeps the defaults would be refused
-        raise InputError(f"{settings.folder} decodes with {default_beams} beams by default, more than "
-                         f"{{max_beams}} {settings.max_beams}; raise it", options={"max_beams": None})
+    for name in ("max_beams", "max_rows"):  # else every request that keeps the defaults would be refused
+        if default_beams > getattr(settings, name):
+            raise InputError(f"{settings.folder} decodes with {default_beams} beams by default, more than "
+                             f"{{{name}}} {getattr(settings, name)}; raise it", options={name: None})
     config = settings.engine
     if settings.batching == "single":
         config = dataclasses.replace(config, max_batch=1, window_ms=0)
@@ -113,6 +123,7 @@ class Limits:
     src_vocab: int  # source ids are 0 .. src_vocab - 1
     max_new_tokens: int  # tokens per source (the static decoder's slots when it has fewer than max_len)
     max_beams: int  # rows per source: the server's max_beams, within what beam search can pick from
+    max_rows: int  # decoder rows per request: sources x rows per source
 
 
 def limits(model: Any, settings: ServeSettings) -> Limits:
@@ -122,7 +133,12 @@ def limits(model: Any, settings: ServeSettings) -> Limits:
     # Beam search picks 2 x num_beams candidates per row from the vocabulary (transformers' rule).
     beams = min(settings.max_beams, max(1, cfg.tgt_vocab_size // 2))
     return Limits(settings.max_texts, src_len, src_limit, cfg.src_vocab_size,
-                  model.steps_for(GenerationConfig()), beams)
+                  model.steps_for(GenerationConfig()), beams, settings.max_rows)
+
+
+def rows_per_source(config: GenerationConfig) -> int:
+    """Decoder rows one source takes: a beam search's beams, or the sequences sampled."""
+    return max(config.num_beams, config.num_return_sequences)
 
 
 def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | None,
@@ -131,7 +147,9 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
                     target_lang: str | None = None) -> tuple[list[list[int]], int, GenerationConfig]:
     """Checked sources, their token budget and decoding settings (`options`: GenerationConfig fields
     over the export's defaults; `source_lang`/`target_lang`: codes of the tokenizer's languages, see
-    runtime.api.encode); InputError naming the limit, option or valid codes otherwise."""
+    runtime.api.encode); InputError naming the option or valid codes otherwise, LimitError naming the
+    size limit. An empty text (one that encodes as "" does) has the source [], nothing to decode:
+    serve.translation answers it with an empty translation at once."""
     from ..runtime.sources import source_batch
 
     if (texts is None) == (ids is None):
@@ -148,18 +166,58 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
     # ids are used as given: their language tokens are the caller's (target_lang still forces the
     # first generated token on models that start the target with it)
     if texts is not None:
-        sources = [model.encode(text, source_lang, target_lang) for text in texts]
+        with naming("texts"):
+            sources = encode_texts(model, texts, source_lang, target_lang)
     else:
         sources = [list(source) for source in ids]
     for n, source in enumerate(sources, 1):
+        if texts is not None and not source:  # an empty text: nothing to check or decode
+            continue
         if len(source) > bounds.src_len:
             raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{bounds.src_limit}}} of "
                              f"{bounds.src_len}; shorten or split it", options={bounds.src_limit: None})
-        source_batch([source], model.config)  # empty, out-of-vocabulary or non-int64 ids: InputError
+        with naming("ids" if ids is not None else "texts"):
+            source_batch([source], model.config)  # empty, out-of-vocabulary or non-int64 ids: InputError
     options = {**model.language_options(target_lang), **dict(options or {})}
     config = model.generation_config(**options, max_new_tokens=max_new_tokens)
     check_beams(config, bounds, settings, model.config.tgt_vocab_size)
-    return sources, token_budget(model, config, max_new_tokens), config
+    rows = len(sources) * rows_per_source(config)
+    if rows > bounds.max_rows:
+        raise LimitError(f"{len(sources)} sources x {rows_per_source(config)} rows each (num_beams, "
+                         f"num_return_sequences) = {rows} decoder rows exceed the limit of {bounds.max_rows} per "
+                         f"request ({{max_rows}}, a server setting: tfm-export serve --max-rows); send fewer "
+                         f"sources or beams", options={"max_rows": None})
+    with naming("max_new_tokens"):
+        steps = token_budget(model, config, max_new_tokens)
+    return sources, steps, config
+
+
+@contextmanager
+def naming(field: str) -> Iterator[None]:
+    """The runtime's InputErrors that name no option, naming the request `field` they are about (the
+    422's `field`)."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.options or isinstance(exc, LimitError):
+            raise
+        raise InputError(str(exc), options={field: None}) from None
+
+
+def encode_texts(model: Any, texts: Sequence[str], source_lang: str | None,
+                 target_lang: str | None) -> list[list[int]]:
+    """Each text's source ids; [] for an empty one: "", or blanks that encode as "" does (a
+    tokenizer that drops them). A model's translation of nothing but EOS (and language tokens) is
+    whatever its decoder makes of no input, up to max_new_tokens of it: an empty text is an empty
+    translation instead, without decoding."""
+    sources, nothing = [], None
+    for text in texts:
+        source = model.encode(text, source_lang, target_lang)  # a text it cannot encode: InputError
+        if not text.strip():
+            nothing = nothing if nothing is not None else model.encode("", source_lang, target_lang)
+            source = [] if source == nothing else source
+        sources.append(source)
+    return sources
 
 
 def token_budget(model: Any, config: GenerationConfig, asked: int | None) -> int:
@@ -183,12 +241,14 @@ def check_codes(model: Any, source_lang: str | None, target_lang: str | None) ->
 
 
 def check_beams(config: GenerationConfig, bounds: Limits, settings: ServeSettings, vocab: int) -> None:
-    """Rows per source within max_beams (413), and beams the vocabulary can feed (422)."""
+    """Rows per source within max_beams, and beams the vocabulary can feed: 422s naming the field
+    (the schema's maximum for num_beams and num_return_sequences; serve.contract)."""
     for name in ("num_beams", "num_return_sequences"):
         value = getattr(config, name)
         if value > settings.max_beams:
-            raise LimitError(f"{name} {value} exceeds the server's limit of {settings.max_beams} rows per "
-                             f"source ({{max_beams}})", options={"max_beams": None})
+            raise InputError(f"{{{name}}} {value} exceeds this server's limit of {settings.max_beams} rows per "
+                             f"source (max_beams, a server setting: tfm-export serve --max-beams)",
+                             options={name: value})
     if config.num_beams > bounds.max_beams:
         raise InputError(f"{{num_beams}} {config.num_beams} is too many for a vocabulary of {vocab} ids: beam "
                          f"search picks 2 x num_beams candidates per step; use at most {bounds.max_beams}",

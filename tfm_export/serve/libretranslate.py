@@ -46,14 +46,16 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
     """POST /translate and GET /languages on `app`, over the engine in state["engine"]."""
     model = state["engine"].model
     view, bounds = LanguageView.of(model), limits(model, settings)
-    most_alternatives = bounds.max_beams - 1
+    most_alternatives = min(bounds.max_beams, bounds.max_rows) - 1
 
     @app.get("/languages", response_model=list[Language])
     async def languages() -> list[dict[str, Any]]:
         """The export's language codes (none for a model without codes), LibreTranslate's way."""
         return language_entries(view)
 
-    @app.post("/translate", response_model=None, openapi_extra=openapi_body(model, view, bounds), responses={
+    body = openapi_body(model, view, bounds, most_alternatives)
+
+    @app.post("/translate", response_model=None, openapi_extra=body, responses={
         200: {"description": "The translation(s).", "content": {"application/json": {"schema": ANSWER}}},
         **error_responses(400, *((403,) if settings.api_key else ()), 429, 500, 503)})
     async def translate(request: Request) -> Any:
@@ -76,6 +78,7 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
             raise as_libretranslate(exc) from None
         if not await collect(work, state["metrics"], request):
             return {}  # the client went away: nobody reads this
+        # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
         hypotheses = [[model.tokenizer.decode(h.ids) for h in hyps] for hyps in work.best()]
         return answer(hypotheses, batch, alternatives, detected)
 
@@ -211,20 +214,33 @@ ANSWER = {"type": "object", "required": ["translatedText"], "properties": {
                          "description": 'The source used for "auto" (nothing is detected; see the docs).'}}}
 
 
-def openapi_body(model: Any, view: LanguageView, bounds: Any) -> dict[str, Any]:
-    """The request body's schema, JSON and form: LibreTranslate's parameters with this server's limits."""
+def alternatives_rows(model: Any, alternatives: int) -> int:
+    """Decoder rows per text for `alternatives` (translate above: one more beam, at least the default's)."""
+    defaults = model.generation
+    if not alternatives:
+        return max(defaults.num_beams, defaults.num_return_sequences)
+    return max(defaults.num_beams, alternatives + 1)
+
+
+def openapi_body(model: Any, view: LanguageView, bounds: Any, most_alternatives: int) -> dict[str, Any]:
+    """The request body's schema, JSON and form: LibreTranslate's parameters with this server's limits
+    (a list q holds the texts whose rows fit max_rows: fewer with more alternatives)."""
     text = text_schema(model, bounds)
     one = {**text, "minLength": 1}  # an empty q is "missing", as LibreTranslate says
     source = {"type": "string", "enum": ["auto", *view.sources]} if view.sources else {"type": "string",
                                                                                        "minLength": 1}
     target = {"type": "string", "enum": view.targets} if view.targets else {"type": "string", "minLength": 1}
     common = {"source": source, "target": target,
-              "alternatives": {"type": "integer", "minimum": 0, "maximum": bounds.max_beams - 1,
+              "alternatives": {"type": "integer", "minimum": 0, "maximum": most_alternatives,
                                "description": "Other translations wanted (n-best)."},
               "api_key": {"type": "string", "description": "The API key (or Authorization: Bearer KEY)."}}
     texts = {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": text}
     as_json = {"type": "object", "required": ["q", "source", "target"], "properties": {
         "q": {"anyOf": [one, texts]}, "format": {"enum": ["text", "", None]}, **common}}
+    caps = [min(bounds.max_texts, bounds.max_rows // alternatives_rows(model, a)) for a in range(most_alternatives + 1)]
+    if min(caps) < bounds.max_texts:  # one branch per alternatives value; absent is 0
+        as_json["anyOf"] = [{"properties": {"alternatives": {"const": a}, "q": {"maxItems": cap}},
+                             "required": [] if a == 0 else ["alternatives"]} for a, cap in enumerate(caps)]
     as_form = {"type": "object", "required": ["q", "source", "target"], "properties": {
         "q": one, "format": {"type": "string", "enum": ["text", ""]}, **common}}
     if not model.manifest.tokenizer:  # text in, text out: nothing is valid without a tokenizer

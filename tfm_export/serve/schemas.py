@@ -125,8 +125,10 @@ ERRORS = {
     400: "The body is not a JSON object (or, for /translate, a form) or a parameter is missing or bad.",
     401: "Missing or wrong API key: send `Authorization: Bearer KEY`.",
     403: "Missing or wrong API key: send `api_key` or `Authorization: Bearer KEY`.",
-    413: "Over a server limit (`limit` names it): sources per request, source length, beams.",
-    422: "A bad or unknown field (`field`/`fields` name it), or a text the tokenizer cannot encode.",
+    413: "Over a size limit (`limit` names it): sources per request (max_texts), tokens per source (max_len, "
+         "max_src_len), decoder rows per request (max_rows: sources x beams or samples).",
+    422: "A bad or unknown field (`field`/`fields` name it; any value the schema refuses but a size limit's, "
+         "e.g. num_beams above its maximum), or a text the tokenizer cannot encode.",
     429: "The queue is full; retry after `Retry-After` seconds.",
     500: "The decode engine failed (a bug; the server log has the traceback).",
     503: "The server is shutting down; retry on another replica.",

@@ -45,15 +45,18 @@ def failure_from(exc: TfmExportError) -> HTTPFailure:
 
 
 class Translation:
-    """One request's jobs and the events the decode thread sends back to the event loop."""
+    """One request's jobs and the events the decode thread sends back to the event loop. An empty
+    source (an empty text, see engine.prepare_sources) gets no job: its translation is empty now."""
 
     def __init__(self, sources: list[list[int]], max_new_tokens: int, config: GenerationConfig, mailbox: Mailbox):
         self.events: asyncio.Queue = asyncio.Queue()
         self.jobs = [Job(ids, max_new_tokens, self._emitter(mailbox, n), config, row=n)
-                     for n, ids in enumerate(sources)]
+                     for n, ids in enumerate(sources) if ids]
         self.ids: list[list[int]] = [[] for _ in sources]
-        # per source, from its "done" event: None (plain greedy, no score) or its Hypothesis list
-        self.hypotheses: list[list[Hypothesis] | None] = [None for _ in sources]
+        # per source, from its "done" event: None (plain greedy, no score) or its Hypothesis list;
+        # an empty source's n-best is num_return_sequences empty hypotheses (no score: nothing decoded)
+        nothing = [Hypothesis([], math.nan)] * config.num_return_sequences if config.num_return_sequences > 1 else None
+        self.hypotheses: list[list[Hypothesis] | None] = [None if ids else nothing for ids in sources]
         self.started, self.first_token = time.perf_counter(), None
 
     def _emitter(self, mailbox: Mailbox, index: int):
@@ -87,6 +90,8 @@ def submit(engine: Any, mailbox: Mailbox, sources: list[list[int]], steps: int,
            config: GenerationConfig) -> Translation:
     """The sources' jobs queued on the engine; HTTPFailure when it refuses them (full, closing)."""
     work = Translation(sources, steps, config, mailbox)
+    if not work.jobs:  # only empty texts: answered without the engine
+        return work
     try:
         engine.submit(work.jobs)
     except TfmExportError as exc:
@@ -145,7 +150,7 @@ async def _drain(events: AsyncIterator[Any]) -> None:
 async def stream(work: Translation, model: Any, metrics: ServerMetrics) -> AsyncIterator[str]:
     """Server-sent events: `token` {index, id, text} per token (text: what it adds), then `done`."""
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
-    shown = [""] * len(work.jobs)  # text sent so far per source
+    shown = [""] * len(work.ids)  # text sent so far per source
     pending: list[str] = []  # events not written yet: a burst of tokens goes out in one write
     try:
         async for index, kind, value in work.events_until_done():
