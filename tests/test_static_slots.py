@@ -187,7 +187,7 @@ def test_the_runtime_checks_decode_the_in_flight_rows_like_the_growing_cache(slo
     assert report["rows_mismatched"] == [] and "decoder_rows.onnx: the same rows" in format_verification(report)
     static = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
     growing = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=False))
-    assert greedy_in_rows(static.cache, SOURCES, SLOTS) == growing.generate_ids(SOURCES, SLOTS)
+    assert greedy_in_rows(static.cache, static.source_input(SOURCES), SLOTS) == growing.generate_ids(SOURCES, SLOTS)
 
 
 def test_the_runtime_checks_fail_on_other_rows_unless_the_export_is_int8():

@@ -92,7 +92,7 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
     model = open_export(out, "cpu", RuntimeOptions(cuda_graph=True))
     assert type(open_rows(model.cache, 2, 8)).__name__ == "HostRows"
     reference = open_export(tiny_export, device="cpu").generate_ids(SOURCES, 12)
-    assert greedy_in_rows(model.cache, SOURCES, 12) == reference
+    assert greedy_in_rows(model.cache, model.source_input(SOURCES), 12) == reference
     quantized = export_model(load_checkpoint(tiny_checkpoint), tmp_path / "q", ExportOptions(static_cache=True,
                                                                                               quantize="int8"))
     assert "decoder_static" in quantized.graphs and "decoder_rows" not in quantized.graphs

@@ -174,3 +174,25 @@ def test_preprocessor_config_must_fit_the_model(tmp_path):
     (folder / "preprocessor_config.json").unlink()
     with pytest.raises(ConfigError, match="preprocessor_config.json"):
         import_hf(folder)
+
+
+def test_static_cache_and_runtime_checks_take_features(tmp_path):
+    """A Whisper export with its static-cache decoders (`--static-slots`): the static cache (greedy and beam
+    search) and the server's in-flight rows decode the growing cache's tokens from features, and
+    `tfm-export validate` (the runtime checks) decodes random feature windows."""
+    from tfm_export.runtime import RuntimeOptions
+    from tfm_export.runtime.verify import greedy_in_rows, verify_export
+
+    folder = whisper_folder("base.en", tmp_path / "model")
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(cli, [str(folder), "-o", str(out), "--static-slots", "12", "--no-validate"])
+    assert result.exit_code == 0, result.output
+    growing = open_export(out, "cpu", RuntimeOptions(cuda_graph=False))
+    static = open_export(out, "cpu", RuntimeOptions(cuda_graph=True))
+    x = np.random.default_rng(3).standard_normal((2, growing.config.n_mels, growing.config.n_frames), dtype=np.float32)
+    want = growing.generate_ids(x, 12)
+    assert static.generate_ids(x, 12) == want
+    assert static.generate_ids(x, 12, num_beams=2) == growing.generate_ids(x, 12, num_beams=2)
+    assert greedy_in_rows(static.static_cache, static.source_input(x), 12) == want
+    report = verify_export(out)
+    assert report["from"] == "random" and report["rows_mismatched"] == [] and report["static_cache_mismatched_rows"] == []

@@ -31,7 +31,6 @@ from .decoding import moved
 from .generation import GenerationConfig, Hypothesis
 from .processors import BiasKey
 from .row_batch import Rows
-from .sources import source_batch
 from .strategies import Greedy, Picker, TokenPicker, strategy_for
 
 Top = tuple[np.ndarray, np.ndarray]  # a group's rows' best log-probabilities and their ids
@@ -193,14 +192,15 @@ class InflightRows:
             self.rows.reorder(np.concatenate(beams), moving)
 
 
-def decode_in_flight(rows: Rows, sources: list[list[int]], steps: int, config: GenerationConfig,
+def decode_in_flight(rows: Rows, src: np.ndarray, steps: int, config: GenerationConfig,
                      cfg: TransformerConfig) -> list[list[Hypothesis] | list[int]]:
-    """Decode `sources` as the server's rows do, every source its own group (rows must hold them all):
-    per source its hypotheses, or for plain greedy decoding its ids (trimmed at EOS)."""
+    """Decode the sources of `src` (the encoder input of a batch) as the server's rows do, every source its
+    own group (rows must hold them all): per source its hypotheses, or for plain greedy decoding its ids
+    (trimmed at EOS)."""
     batch = InflightRows(rows, cfg)
-    encoded = rows.encode(source_batch(sources, cfg))
+    encoded = rows.encode(src)
     free, groups = batch.free_rows(), []
-    for n in range(len(sources)):
+    for n in range(src.shape[0]):
         group = RowGroup.start(n, [free.pop(0) for _ in range(group_width(config))], config, steps, cfg, n)
         batch.join(group, [value[n:n + 1] for value in encoded])
         groups.append(group)

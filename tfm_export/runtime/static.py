@@ -103,8 +103,9 @@ class StaticCache:
         """Encode `src` (batch, src_len) into the bound buffers of its (bucketed) shape, `expand` rows per
         source (beams, samples: each source's encoder outputs repeated)."""
         src = self._bucket(src)
+        width = self.config.src_len or src.shape[1]  # the encoder's output length: fixed for features
         rows = src.shape[0] * expand
-        return RowBatch(self, rows, src.shape[1], self._slots_for(rows, src.shape[1])).start(src, expand)
+        return RowBatch(self, rows, width, self._slots_for(rows, width)).start(src, expand)
 
     def device_value(self, array: np.ndarray) -> ort.OrtValue:
         return device_value(self.device, array)
@@ -120,7 +121,8 @@ class StaticCache:
         return RowGather(self.device, self.options.intra_op_threads or 0)
 
     def _bucket(self, src: np.ndarray) -> np.ndarray:
-        if not self.capture:
+        """Token ids padded to the SRC_BUCKET multiple when capturing (features have one fixed shape)."""
+        if not self.capture or self.config.src_len is not None:
             return src
         width = min(self.config.max_len, -(-src.shape[1] // SRC_BUCKET) * SRC_BUCKET)
         return np.pad(src, ((0, 0), (0, width - src.shape[1])), constant_values=self.config.src_pad_id)

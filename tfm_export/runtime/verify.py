@@ -23,13 +23,13 @@ from .exported import ExportedModel, open_export
 from .generation import GREEDY
 from .inflight import decode_in_flight
 from .rows import open_rows
-from .sources import source_batch
 from .static import StaticCache, static_slots
 
 log = logging.getLogger(__name__)
 
 RANDOM_SOURCES = 8  # decoded when the export records no sample texts
 RANDOM_MAX_LEN = 12  # their longest length (or max_len, when shorter)
+RANDOM_FEATURES = 2  # feature windows decoded for a speech encoder (each a whole 30 s window)
 
 
 def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int = 32, seed: int = 0,
@@ -59,16 +59,18 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
         _same_rows("decoder_static", static.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps)), rows,
                    report, strict)
         if "decoder_rows" in manifest.graphs:  # the server's in-flight rows on CPU, stepped by its loop
-            _same_rows("decoder_rows", greedy_in_rows(static.static_cache, sources, steps), rows, report, strict)
+            _same_rows("decoder_rows", greedy_in_rows(static.static_cache, static.source_input(sources), steps), rows,
+                       report, strict)
     log.info("runtime checks of %s passed: %d %s sources decoded", folder, len(sources), origin)
     return report
 
 
-def greedy_in_rows(cache: StaticCache, sources: list[list[int]], steps: int) -> list[list[int]]:
-    """Greedy ids of `sources` decoded as the server's in-flight rows (runtime.rows.open_rows, stepped by
-    runtime.inflight's loop), trimmed at EOS: how an export's checks prove that they decode like decoder.onnx."""
-    rows = open_rows(cache, len(sources), source_batch(sources, cache.config).shape[1])
-    return decode_in_flight(rows, sources, steps, GREEDY, cache.config)
+def greedy_in_rows(cache: StaticCache, src: np.ndarray, steps: int) -> list[list[int]]:
+    """Greedy ids of `src` (the encoder input of a batch: ExportedModel.source_input) decoded as the server's
+    in-flight rows (runtime.rows.open_rows, stepped by runtime.inflight's loop), trimmed at EOS: how an
+    export's checks prove that they decode like decoder.onnx."""
+    rows = open_rows(cache, src.shape[0], cache.config.src_len or src.shape[1])
+    return decode_in_flight(rows, src, steps, GREEDY, cache.config)
 
 
 ROW_REPORTS = {"decoder_static": "static_cache_mismatched_rows", "decoder_rows": "rows_mismatched"}
@@ -82,13 +84,16 @@ def _same_rows(graph: str, got: list[list[int]], want: list[list[int]], report: 
                               report)
 
 
-def _sources(runtime: ExportedModel, seed: int) -> tuple[list[list[int]], str]:
-    """The export's sample texts encoded (what the eager validation decoded too), else seeded random ids."""
+def _sources(runtime: ExportedModel, seed: int) -> tuple[Any, str]:
+    """The export's sample texts encoded (what the eager validation decoded too), else seeded random ids,
+    or random log-mel features for an encoder that reads them (Manifest.encoder_input)."""
     manifest = runtime.manifest
     if manifest.samples and manifest.tokenizer:
         return [runtime.tokenizer.encode(text) for text in manifest.samples], "sample"
     cfg = manifest.config
     rng = np.random.default_rng(seed)
+    if cfg.source == "features":  # a few whole windows: (sources, n_mels, n_frames)
+        return rng.standard_normal((RANDOM_FEATURES, cfg.n_mels, cfg.n_frames), dtype=np.float32), "random"
     lengths = rng.integers(1, min(cfg.max_len, RANDOM_MAX_LEN) + 1, RANDOM_SOURCES)
     # Ids drawn from the vocabulary minus the source padding id (a pad inside a row is not a source).
     ids = [rng.integers(0, cfg.src_vocab_size - 1, n) for n in lengths]
