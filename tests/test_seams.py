@@ -136,7 +136,7 @@ def test_the_encoder_input_is_read_from_the_manifest(tiny_export, tmp_path):
     features = manifest.replace(graphs={**manifest.graphs, "encoder": dataclasses.replace(encoder, spec=spec)})
     model = open_export(out, verify=False, manifest=renamed)
     model.manifest = features  # (opening checks the declaration against the graph: this one is a speech encoder's)
-    with pytest.raises(InputError, match="reads source_tokens \\(float32 batch, n_mels, frames\\), not token ids"):
+    with pytest.raises(InputError, match=r"pass a float array \(batch, n_mels, frames\) of source_tokens"):
         model.generate_ids(sources, 8)
 
 

@@ -56,6 +56,8 @@ def test_a_source_that_fails_to_encode_on_the_joiner_is_answered_alone(static_ex
         return encode(src)
 
     engine.joiner._encode = broken
+    step = engine.rows.step  # slower steps: the joiner encodes the next job while the only row is busy, also
+    engine.rows.step = lambda *a: (time.sleep(0.005), step(*a))[1]  # on a loaded machine (it once did none)
     record = Recorder()
     engine.start()
     engine.submit([record.job(i, ids, 8) for i, ids in enumerate(SOURCES)])

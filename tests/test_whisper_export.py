@@ -161,7 +161,7 @@ def test_features_config_fields_are_checked():
 
 def test_preprocessor_config_must_fit_the_model(tmp_path):
     from tfm_export.errors import ConfigError
-    from tfm_export.importers.hf import import_hf
+    from helpers import import_hf
 
     folder = whisper_folder("base.en", tmp_path / "model")
     checkpoint = import_hf(folder)
