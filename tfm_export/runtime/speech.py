@@ -41,7 +41,7 @@ from .decoding import run
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
 
-__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "speech_settings", "transcribe"]
+__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "speech_settings", "to_srt", "to_vtt", "transcribe"]
 
 
 def speech_settings(model: Any) -> tuple[WhisperSettings, FeatureConfig]:
@@ -163,3 +163,24 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                          for s in segments],
             "ids": list(out.ids)}
 
+
+
+# ---- subtitles ---------------------------------------------------------------------------------------
+
+def _clock(seconds: float, decimal: str) -> str:
+    millis = int(round(max(seconds, 0.0) * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{millis // 1000:02d}{decimal}{millis % 1000:03d}"
+
+
+def to_srt(segments: Sequence[dict[str, Any]]) -> str:
+    """SubRip: numbered cues, `HH:MM:SS,mmm --> HH:MM:SS,mmm`, the text, a blank line."""
+    return "".join(f"{n}\n{_clock(s['start'], ',')} --> {_clock(s['end'], ',')}\n{s['text'].strip()}\n\n"
+                   for n, s in enumerate(segments, 1))
+
+
+def to_vtt(segments: Sequence[dict[str, Any]]) -> str:
+    """WebVTT: the header, then cues `HH:MM:SS.mmm --> HH:MM:SS.mmm` and their text."""
+    return "WEBVTT\n\n" + "".join(f"{_clock(s['start'], '.')} --> {_clock(s['end'], '.')}\n{s['text'].strip()}\n\n"
+                                  for s in segments)
