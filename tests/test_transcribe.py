@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from whisper_fixtures import LANGUAGES, whisper_folder  # noqa: E402
-from tfm_export.audio import load_audio, log_mel, log_mel_spectrogram, load_feature_config  # noqa: E402
+from tfm_export.audio import FeatureConfig, load_audio, log_mel, log_mel_spectrogram  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
@@ -32,6 +32,7 @@ from tfm_export.runtime import open_export  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore")
 NEW = 12  # max_new_tokens per window: quick, and the same for both sides
 RATE = 16000
+PROMPT = [None, 20, 21, 22]  # <|startofprev|> is set in `speech_folder`
 
 
 def speech_folder(folder):
@@ -84,7 +85,7 @@ def synthetic(seconds: float, seed: int = 0) -> np.ndarray:
 
 def reference(model, samples, **kwargs) -> tuple[list[int], int]:
     """generate's ids (EOS removed) on the features `transcribe` computes, and the first window's detected language."""
-    config = load_feature_config_of(model)
+    config = FeatureConfig(n_mels=model.config.num_mel_bins)
     long = len(samples) > config.n_samples
     features = log_mel_spectrogram(samples, config) if long else log_mel(samples, config)
     x = torch.from_numpy(features[None])
@@ -94,12 +95,6 @@ def reference(model, samples, **kwargs) -> tuple[list[int], int]:
     eos = model.generation_config.eos_token_id
     ids = [t for t in out["sequences"][0].tolist() if t != eos]
     return ids, detected
-
-
-def load_feature_config_of(model):
-    from tfm_export.audio.features import FeatureConfig
-
-    return FeatureConfig(n_mels=model.config.num_mel_bins)
 
 
 def language_of(model, token_id: int) -> str:
@@ -121,18 +116,12 @@ def test_features_equal_feature_extractor(speech_wav):
     samples = load_audio(speech_wav, RATE)
     extractor = transformers.WhisperFeatureExtractor(feature_size=80)
     theirs = extractor(samples, sampling_rate=RATE, return_tensors="np").input_features[0]
-    assert np.abs(log_mel(samples, load_feature_config_of_n(80)) - theirs).max() < 1e-4
+    assert np.abs(log_mel(samples, FeatureConfig(n_mels=80)) - theirs).max() < 1e-4
     long = np.concatenate([samples] * 12)  # > 30 s: all frames, unpadded
     theirs = extractor(long, sampling_rate=RATE, truncation=False, padding="longest",
                        return_tensors="np").input_features[0]
-    ours = log_mel_spectrogram(long, load_feature_config_of_n(80))
+    ours = log_mel_spectrogram(long, FeatureConfig(n_mels=80))
     assert ours.shape == theirs.shape and np.abs(ours - theirs).max() < 1e-4
-
-
-def load_feature_config_of_n(n_mels):
-    from tfm_export.audio.features import FeatureConfig
-
-    return FeatureConfig(n_mels=n_mels)
 
 
 CASES = {  # name -> (transcribe's arguments, generate's)
@@ -142,6 +131,7 @@ CASES = {  # name -> (transcribe's arguments, generate's)
     "detect": (dict(), dict(task="transcribe")),
     "translate": (dict(language="es", task="translate"), dict(language="es", task="translate")),
     "detect-timestamps": (dict(timestamps=True), dict(task="transcribe", return_timestamps=True)),
+    "prompt": (dict(language="de", prompt=[20, 21, 22]), dict(language="de", prompt_ids=PROMPT)),
 }
 
 
@@ -153,6 +143,8 @@ def test_transcribe_equals_generate(whisper, speech_wav, audio, case):
     source = speech_wav if audio == "espeak" else synthetic(7.5, seed=len(case))
     samples = load_audio(speech_wav, RATE) if audio == "espeak" else source
     result = runtime.transcribe(source, max_new_tokens=NEW, **mine)
+    if "prompt_ids" in theirs:
+        theirs = {**theirs, "prompt_ids": torch.tensor([model.generation_config.prev_sot_token_id, *PROMPT[1:]])}
     ids, detected = reference(model, samples, **theirs)
     assert result["ids"] == ids
     assert result["language"] == (mine.get("language") or language_of(model, detected))
