@@ -110,6 +110,21 @@ def test_manifest_keeps_the_whisper_settings(whisper):
     assert speech["no_timestamps_token_id"] == gen.no_timestamps_token_id
     assert speech["prev_sot_token_id"] == gen.prev_sot_token_id
     assert "speech" not in json.loads((out / "manifest.json").read_text())["source"]
+    jsonschema = pytest.importorskip("jsonschema")
+    from tfm_export.manifest import schema
+
+    jsonschema.validate(json.loads((out / "manifest.json").read_text()), schema())
+
+
+def test_text_prompt_equals_get_prompt_ids(whisper, speech_wav):
+    """A text prompt is tokenized as the tokenizer's get_prompt_ids: <|startofprev|>, " " + the text."""
+    out, model, runtime = whisper
+    tok = transformers.AutoTokenizer.from_pretrained(str(out.parent / "model"), local_files_only=True)
+    text = "the quick brown fox"
+    result = runtime.transcribe(speech_wav, language="de", prompt=text, max_new_tokens=NEW)
+    prompt_ids = torch.tensor(tok.get_prompt_ids(text))
+    ids, _ = reference(model, load_audio(speech_wav, RATE), language="de", prompt_ids=prompt_ids)
+    assert result["ids"] == ids
 
 
 def test_features_equal_feature_extractor(speech_wav):
