@@ -23,7 +23,7 @@ from click.testing import CliRunner
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from whisper_fixtures import LANGUAGES, whisper_folder  # noqa: E402
+from whisper_fixtures import LANGUAGES, LAYOUTS, whisper_folder  # noqa: E402
 from tfm_export.audio import FeatureConfig, load_audio, log_mel, log_mel_spectrogram  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
@@ -35,35 +35,42 @@ RATE = 16000
 PROMPT = [None, 20, 21, 22]  # <|startofprev|> is set in `speech_folder`
 
 
-def speech_folder(folder):
-    """whisper_folder("tiny") plus timestamp tokens and the language/task maps of a published folder."""
-    whisper_folder("tiny", folder)
+def speech_folder(folder, layout: str = "tiny"):
+    """whisper_folder(layout) plus its timestamp tokens (<|0.00|> to the window's end) and, multilingual,
+    the language and task maps of a published folder."""
+    whisper_folder(layout, folder)
     tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     model = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), local_files_only=True)
-    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+    stamps = LAYOUTS[layout].source_positions + 1  # 0.02 s apart (two frames each): 1501 for 30 s
+    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(stamps)])
     torch.manual_seed(1)
     model.resize_token_embeddings(len(tok), mean_resizing=False)
     with torch.no_grad():  # timestamps as likely as text now and then
-        model.model.decoder.embed_tokens.weight[-1501:].normal_(0, 0.2)
+        model.model.decoder.embed_tokens.weight[-stamps:].normal_(0, 0.2)
     gen = model.generation_config
-    gen.lang_to_id = {f"<|{c}|>": tok.convert_tokens_to_ids(f"<|{c}|>") for c in LANGUAGES}
-    gen.task_to_id = {t: tok.convert_tokens_to_ids(f"<|{t}|>") for t in ("transcribe", "translate")}
+    if LAYOUTS[layout].multilingual:
+        gen.lang_to_id = {f"<|{c}|>": tok.convert_tokens_to_ids(f"<|{c}|>") for c in LANGUAGES}
+        gen.task_to_id = {t: tok.convert_tokens_to_ids(f"<|{t}|>") for t in ("transcribe", "translate")}
     gen.prev_sot_token_id = tok.convert_tokens_to_ids("<|startofprev|>")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
 
-@pytest.fixture(scope="module")
-def whisper(tmp_path_factory):
-    """(export folder, transformers' model, the export opened)."""
-    base = tmp_path_factory.mktemp("speech")
-    folder = speech_folder(base / "model")
+def export(base, layout):
+    """(export folder, transformers' model, the export opened) of speech_folder(layout)."""
+    folder = speech_folder(base / "model", layout)
     out = base / "onnx"
     result = CliRunner().invoke(cli, [str(folder), "-o", str(out), "--no-validate"])
     assert result.exit_code == 0, result.output
     model = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), local_files_only=True).eval()
     return out, model, open_export(out, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    """The tiny layout, multilingual: 3000-frame (30 s) windows."""
+    return export(tmp_path_factory.mktemp("speech"), "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +90,16 @@ def synthetic(seconds: float, seed: int = 0) -> np.ndarray:
     return (tone + 0.02 * rng.standard_normal(t.shape)).astype(np.float32)
 
 
-def reference(model, samples, **kwargs) -> tuple[list[int], int]:
+def reference(model, samples, detect: bool = True, **kwargs) -> tuple[list[int], int | None]:
     """generate's ids (EOS removed) on the features `transcribe` computes, and the first window's detected language."""
-    config = FeatureConfig(n_mels=model.config.num_mel_bins)
+    frames = 2 * model.config.max_source_positions
+    config = FeatureConfig(n_mels=model.config.num_mel_bins, chunk_length=frames // 100)
     long = len(samples) > config.n_samples
     features = log_mel_spectrogram(samples, config) if long else log_mel(samples, config)
     x = torch.from_numpy(features[None])
     with torch.no_grad():
         out = model.generate(x, max_new_tokens=NEW, return_segments=True, **kwargs)
-        detected = int(model.detect_language(x[:, :, :3000])[0])
+        detected = int(model.detect_language(x[:, :, :frames])[0]) if detect else None
     eos = model.generation_config.eos_token_id
     ids = [t for t in out["sequences"][0].tolist() if t != eos]
     return ids, detected
@@ -233,3 +241,17 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert len(result.output.strip().splitlines()) == 1 and "bad.wav" in result.output
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--language", "klingon"])
     assert result.exit_code != 0 and "klingon" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_english_only_model(tmp_path):
+    """base.en's layout: no language or task; 400-frame (4 s) windows, so 10 s of audio is long-form."""
+    out, model, runtime = export(tmp_path, "base.en")
+    for seconds, timestamps in ((3.0, False), (3.0, True), (10.0, False)):
+        samples = synthetic(seconds, seed=5)
+        result = runtime.transcribe(samples, timestamps=timestamps, max_new_tokens=NEW)
+        ids, _ = reference(model, samples, detect=False, return_timestamps=timestamps or seconds > 4)
+        assert result["ids"] == ids and result["language"] == "en"
+    with pytest.raises(InputError, match="English-only"):
+        runtime.transcribe(synthetic(1.0), task="translate")
+    with pytest.raises(InputError, match="English-only"):
+        runtime.transcribe(synthetic(1.0), language="de")
