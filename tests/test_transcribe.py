@@ -203,17 +203,15 @@ def test_bad_inputs_are_one_input_error(whisper, tmp_path):
         runtime.transcribe(synthetic(3.0), max_seconds=1.0)
 
 
-def test_text_export_is_not_a_speech_model(tmp_path):
-    from tfm_export.manifest import Manifest
+def test_text_export_is_not_a_speech_model():
+    from types import SimpleNamespace
+
     from tfm_export.runtime.speech import speech_settings
 
-    class Stub:
-        manifest = Manifest.__new__(Manifest)
-
-    object.__setattr__(Stub.manifest, "features", None)
-    object.__setattr__(Stub.manifest, "speech", None)
     with pytest.raises(InputError, match="not a speech model"):
-        speech_settings(Stub())
+        speech_settings(SimpleNamespace(manifest=SimpleNamespace(features=None, speech=None)))
+    with pytest.raises(InputError, match="export the Whisper folder again"):
+        speech_settings(SimpleNamespace(manifest=SimpleNamespace(features={"feature_size": 80}, speech=None)))
 
 
 def test_cli(whisper, speech_wav, tmp_path):

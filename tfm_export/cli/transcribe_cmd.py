@@ -22,7 +22,8 @@ from .common import library_errors, main_group, ort_thread_options
               help="Predict timestamps: segments with their times (long audio always decodes with them).")
 @click.option("--num-beams", type=click.IntRange(min=1), default=1, show_default=True,
               help="Beam search with this many beams in each 30 s window (1: greedy).")
-@click.option("--prompt", default=None, help="An initial prompt: text the transcript is conditioned on (spellings, names).")
+@click.option("--prompt", default=None,
+              help="An initial prompt: text the transcript is conditioned on (spellings, names).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
               help="Most tokens per 30 s window (default: up to the model's max_length).")
 @click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,

@@ -32,11 +32,11 @@ import numpy as np
 
 from ..audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
 from ..errors import InputError
+from .decoding import run
 from .generation import GenerationConfig
 from .whisper import WhisperSettings, init_tokens, needs_detection, prompt_prefix
 from .whisper_longform import Fallback, Segment, transcribe as transcribe_features, window_decoder
 from .whisper_search import LanguageDetector
-from .decoding import run
 
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
@@ -117,10 +117,11 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
         raise InputError(f"{{task}} must be one of {', '.join(TASKS)}", options={"task": task})
     if not settings.lang_to_id:  # English-only: transformers takes no language or task for it
         if task == "translate":
-            raise InputError("this Whisper model is English-only: it cannot translate ({task} translate)",
+            raise InputError("this Whisper model is English-only: it cannot translate; leave out {task}",
                              options={"task": task})
         if language is not None and language.lower().strip("<|>") not in ("en", "english"):
-            raise InputError("this Whisper model is English-only: it takes no {language}", options={"language": language})
+            raise InputError("this Whisper model is English-only: it takes no {language}",
+                             options={"language": language})
         language = task = None
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
