@@ -143,6 +143,10 @@ class Manifest:
     # How features are computed from audio, for an encoder that reads them (Whisper): the folder's
     # preprocessor_config.json as audio.features.FeatureConfig.to_dict() writes it. None: a token encoder.
     features: dict[str, Any] | None = None
+    # How a speech model decodes (Whisper): generation_config.json's Whisper keys as
+    # runtime.whisper.WhisperSettings.to_dict() writes them (prompt tokens, languages, timestamp rules).
+    # None: not a speech model, or an export made before it.
+    speech: dict[str, Any] | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -176,7 +180,8 @@ class Manifest:
                 "source": dict(self.source), "variant": self.variant.to_dict(),
                 "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation,
                 "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {}),
-                **({"features": dict(self.features)} if self.features is not None else {})}
+                **({"features": dict(self.features)} if self.features is not None else {}),
+                **({"speech": dict(self.speech)} if self.speech is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
@@ -184,7 +189,8 @@ class Manifest:
                    {name: GraphEntry.from_dict(name, g) for name, g in data["graphs"].items()},
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
                    dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
-                   data.get("generation"), data.get("files"), data.get("features"))
+                   data.get("generation"), data.get("files"), data.get("features"),
+                   data.get("speech"))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -156,12 +156,13 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                     tokenizer=checkpoint.tokenizer, files={name: sha256_file(folder / name) for name in copied},
                     samples=checkpoint.samples, source=_source(checkpoint), created_by=_versions(),
                     generation=checkpoint.meta.get("generation_defaults") or None,
-                    features=checkpoint.meta.get("features"))
+                    features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"))
 
 
 def _source(checkpoint: Checkpoint) -> dict:
-    """The manifest's `source`: the checkpoint's name and meta (its feature config goes to Manifest.features)."""
-    meta = {k: v for k, v in checkpoint.meta.items() if k != "features"}
+    """The manifest's `source`: the checkpoint's name and meta (its feature config goes to Manifest.features,
+    its speech decoding settings to Manifest.speech)."""
+    meta = {k: v for k, v in checkpoint.meta.items() if k not in ("features", "speech")}
     return {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **meta}
 
 

@@ -51,6 +51,7 @@ class HFImporter:
         converted = layout.convert(state, config, embeddings)
         tokenizer = folder_tokenizer(path, family.tokenizer, config)
         features = family.features(path, config).to_dict() if family.features else None
+        speech = family.speech(generation) if family.speech else None
         meta = {"layout": model_type, "tokenizer_folder": str(path) if tokenizer else None,
                 "options": {k: v for k, v in options.items() if v is not None},
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
@@ -59,5 +60,5 @@ class HFImporter:
                 "generation": generation_report(generation, config.eos_id),
                 "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None,
-                **({"features": features} if features else {})}
+                **({"features": features} if features else {}), **({"speech": speech} if speech else {})}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)

@@ -110,6 +110,15 @@ class ExportedModel(GenerateMixin):
                              "not run")
         return run_encoder(self.encoder, self.manifest, self.source_input(sources))
 
+    def transcribe(self, audio: Any, language: str | None = None, task: str | None = "transcribe",
+                   timestamps: bool = False, num_beams: int = 1, prompt: Any = None,
+                   max_seconds: float | None = 3600.0, max_new_tokens: int | None = None) -> dict[str, Any]:
+        """A Whisper export: speech (a path, bytes or float32 samples at 16 kHz) -> {text, language,
+        segments, ids}, window by window (runtime.speech.transcribe)."""
+        from .speech import transcribe
+
+        return transcribe(self, audio, language, task, timestamps, num_beams, prompt, max_seconds, max_new_tokens)
+
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.static_cache.slots if self.static_cache else None  # fixed by its export
         if config.is_greedy and slots is not None and slots < self.config.max_len:

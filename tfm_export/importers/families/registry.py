@@ -51,6 +51,9 @@ class Family:
     # Families whose encoder reads features (config.source "features"): (folder, config) -> the folder's
     # audio.features.FeatureConfig, checked against the config; recorded in the manifest (Manifest.features).
     features: Callable[[Path, TransformerConfig], Any] | None = None
+    # Speech families (Whisper): the folder's generation settings (generation_config.json, else config.json)
+    # -> the decoding settings the runtime's transcribe needs (Manifest.speech).
+    speech: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def config_json(self, raw: dict[str, Any]) -> dict[str, Any]:
         """config.json with the config class's defaults filled in."""

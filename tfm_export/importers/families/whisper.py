@@ -121,7 +121,15 @@ def feature_config(path: Path, config: TransformerConfig) -> FeatureConfig:
     return features
 
 
+def speech_settings(generation: dict[str, Any]) -> dict[str, Any]:
+    """The Whisper decoding settings (runtime.whisper.WhisperSettings) of the folder's generation settings
+    (generation_config.json over config.json), for Manifest.speech."""
+    from ...runtime.whisper import WhisperSettings
+
+    return WhisperSettings.from_dict(generation).to_dict()
+
+
 # WhisperTokenizer adds its prompt tokens in code, by task and language: that is decoding's business
 # (the runtime's Whisper rules), so the template adds nothing; the tokenizer decodes ids to text.
 register_family(Family("whisper", WhisperLayout(), DEFAULTS, TokenizerRule({"": Template((), ())}),
-                       features=feature_config))
+                       features=feature_config, speech=speech_settings))

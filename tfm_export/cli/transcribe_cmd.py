@@ -1,0 +1,57 @@
+"""`tfm-export transcribe FOLDER AUDIO...`: speech to text with a Whisper export (runtime.speech)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .common import library_errors, main_group, ort_thread_options
+
+
+@main_group.command("transcribe")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--language", default=None,
+              help="The spoken language: a code (de), an English name (german) or a token (<|de|>); "
+                   "default: detected from the first 30 s.")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
+              help="transcribe: text in the spoken language; translate: English text.")
+@click.option("--timestamps", is_flag=True,
+              help="Predict timestamps: segments with their times (long audio always decodes with them).")
+@click.option("--num-beams", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Beam search with this many beams in each 30 s window (1: greedy).")
+@click.option("--prompt", default=None,
+              help="An initial prompt: text the transcript is conditioned on (spellings, names).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
+              help="Most tokens per 30 s window (default: up to the model's max_length).")
+@click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
+              help="Refuse recordings longer than this many seconds.")
+@click.option("--format", "out_format", type=click.Choice(["txt", "srt", "vtt", "json"]), default="txt",
+              show_default=True, help="txt: the text; srt/vtt: subtitles from the segments; json: as --json.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per file: file, text, language, segments [{start, end, text}], ids.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@ort_thread_options
+@library_errors
+def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
+                       num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
+                       out_format: str, as_json: bool, device: str, threads: int | None, spin: bool) -> None:
+    """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG) with the Whisper export in FOLDER."""
+    from ..runtime import RuntimeOptions, open_export
+    from ..runtime.speech import to_srt, to_vtt
+
+    model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
+    for path in audio:
+        result = model.transcribe(str(path), language=language, task=task, timestamps=timestamps,
+                                  num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
+                                  max_new_tokens=max_new_tokens)
+        if as_json or out_format == "json":
+            click.echo(json.dumps({"file": str(path), **result}, ensure_ascii=False))
+        elif out_format == "srt":
+            click.echo(to_srt(result["segments"]), nl=False)
+        elif out_format == "vtt":
+            click.echo(to_vtt(result["segments"]), nl=False)
+        else:
+            click.echo(result["text"].strip())
