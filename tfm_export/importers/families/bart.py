@@ -54,6 +54,17 @@ COMMON_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, 
                    "tie_word_embeddings": True}
 
 
+def check_stacks(hf: dict[str, Any]) -> None:
+    """The config.json fields of BART-style stacks that the one model config cannot vary: the same heads and
+    ffn sizes in the encoder and the decoder, and a supported activation (Whisper's config has them too)."""
+    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or \
+            hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
+        raise ConfigError("encoder and decoder with different heads or ffn sizes are not supported")
+    if hf["activation_function"] not in ACTIVATIONS:
+        raise ConfigError(f"activation {hf['activation_function']!r} is not supported; supported: "
+                          f"{', '.join(ACTIVATIONS)}")
+
+
 @dataclass(frozen=True)
 class BartLayout:
     """What one model_type of the BART kind fixes in its code (the rest is in config.json)."""
@@ -123,12 +134,7 @@ class BartLayout:
 
     def check(self, hf: dict[str, Any]) -> None:
         """What config.json alone can rule out (before reading weights that may be large)."""
-        if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or \
-                hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
-            raise ConfigError("encoder and decoder with different heads or ffn sizes are not supported")
-        if hf["activation_function"] not in ACTIVATIONS:
-            raise ConfigError(f"activation {hf['activation_function']!r} is not supported; supported: "
-                              f"{', '.join(ACTIVATIONS)}")
+        check_stacks(hf)
         if hf.get("pad_token_id") is None:
             raise ConfigError("config.json has no pad_token_id; the model needs one to mask padded sources")
 

@@ -26,7 +26,7 @@ from ..common import KeyMap
 from ..hf_folder import ACTIVATIONS, first, same, single_id
 from ..hf_generation import banned_ids
 from ..hf_tokenizers import Template, TokenizerRule
-from .bart import ATTENTION, DECODER_LAYER, ENCODER_LAYER
+from .bart import ATTENTION, DECODER_LAYER, ENCODER_LAYER, check_stacks
 from .registry import Family, register_family
 
 TOKENS = "model.decoder.embed_tokens.weight"
@@ -48,12 +48,7 @@ class WhisperLayout:
     unbounded: bool = False
 
     def check(self, hf: dict[str, Any]) -> None:
-        if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or \
-                hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
-            raise ConfigError("encoder and decoder with different heads or ffn sizes are not supported")
-        if hf["activation_function"] not in ACTIVATIONS:
-            raise ConfigError(f"activation {hf['activation_function']!r} is not supported; supported: "
-                              f"{', '.join(ACTIVATIONS)}")
+        check_stacks(hf)
         if hf.get("tie_word_embeddings") is False:
             raise ConfigError("an untied Whisper head (tie_word_embeddings false) is not supported")
 
