@@ -64,12 +64,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cases", default="", help="only the cases whose name contains this")
     args = parser.parse_args()
     export = str(Path(args.export).resolve())
-    results: dict[str, dict[str, list[float]]] = {case: {"before": [], "after": []} for case in CASES}
+    cases = {case: spec for case, spec in CASES.items() if args.cases in case}
+    results: dict[str, dict[str, list[float]]] = {case: {"before": [], "after": []} for case in cases}
     for n in range(args.rounds):
         order = ("before", "after") if n % 2 == 0 else ("after", "before")
-        for case, spec in CASES.items():
+        for case, spec in cases.items():
             for side in order:
                 value = run_case(getattr(args, side).resolve(), export, spec, args.threads)
                 results[case][side].append(value)
