@@ -22,40 +22,23 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
-from ..errors import ConfigError, ExportError, OutputError, ValidationError, first_line
+from ..errors import ConfigError, ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
-from ..manifest import GraphEntry, GraphSpec, Manifest, TensorSpec, sha256_file, write_manifest
-from ..runtime.api import GenerateMixin
-from ..runtime.generation import GenerationConfig
-from ..runtime.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
-from ..runtime.sources import source_batch
+from ..manifest import GraphEntry, GraphSpec, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
 from .exporter import EXTERNAL_DATA_BYTES, OPSETS, StageCallback, _quiet_exporter, _Stages, _versions
+from .module_graphs import Decode, Encode, Graphs
+from .module_validate import validate_module
 
 log = logging.getLogger(__name__)
-
-Encode = Callable[[nn.Module, Tensor, Tensor], Any]  # (model, src_ids, src_mask) -> memory / outputs
-Decode = Callable[[nn.Module, Tensor, Tensor, Tensor], Tensor]  # (model, tgt_ids, memory, src_mask) -> logits
-
-SRC_IDS = TensorSpec("src_ids", "int64", ("batch", "src_len"))
-SRC_MASK = TensorSpec(SOURCE_MASK, "bool", ("batch", "src_len"))
-TGT_IDS = TensorSpec("tgt_ids", "int64", ("batch", "tgt_len"))
-DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.bool: "bool"}
-# Validation: (batch, src_len) and decoder prefix lengths (None: max_len, capped), beams compared.
-GRID = ((1, 1), (2, 7), (3, None))
-TGT_LENS = (1, 4, None)
-MAX_GRID_LEN = 64
-VALIDATION_BEAMS = 3
 
 
 @dataclass(frozen=True)
@@ -144,7 +127,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
         raise ConfigError("a model that generates needs its special ids: pass {bos_id} and {eos_id}",
                           options={"bos_id": None, "eos_id": None})
     module.eval()
-    graphs = _Graphs(module, encode, decode, src_pad_id, src_vocab_size, max_len, output_names)
+    graphs = Graphs(module, encode, decode, src_pad_id, src_vocab_size, max_len, output_names)
     config = _config(graphs, src_vocab_size, tgt_vocab_size, max_len, bos_id, eos_id, src_pad_id, tgt_pad_id)
     target = prepare_output_dir(out, force, list(inputs))
     stage = _Stages(on_stage)
@@ -176,117 +159,8 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
     return manifest
 
 
-class _EncoderGraph(nn.Module):
-    """(src_ids, src_mask) -> encode's outputs as a flat tuple."""
 
-    def __init__(self, module: nn.Module, encode: Encode):
-        super().__init__()
-        self.module, self.encode = module, encode
-
-    def forward(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, ...]:
-        out = self.encode(self.module, src_ids, src_mask)
-        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-class _DecoderGraph(nn.Module):
-    """(tgt_ids, memory, src_mask) -> the last position's logits (batch, vocab) float32."""
-
-    def __init__(self, module: nn.Module, decode: Decode):
-        super().__init__()
-        self.module, self.decode = module, decode
-
-    def forward(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        logits = self.decode(self.module, tgt_ids, memory, src_mask)
-        return (logits[:, -1] if logits.dim() == 3 else logits).float()
-
-
-class _Graphs:
-    """The wrappers, their specs (axes found by running the callables at two shapes) and example inputs."""
-
-    def __init__(self, module: nn.Module, encode: Encode, decode: Decode | None, pad: int, src_vocab: int,
-                 max_len: int, output_names: Sequence[str] | None):
-        self.module, self.pad, self.src_vocab, self.max_len = module, pad, src_vocab, max_len
-        self.encoder = _EncoderGraph(module, encode)
-        self.decoder = _DecoderGraph(module, decode) if decode is not None else None
-        # Never 0 or 1 on a dynamic axis (torch.export would specialise it), and all different.
-        length = max(2, min(5, max_len))
-        self.sizes = {"batch": 3, "src_len": length, "tgt_len": max(2, min(4, max_len - 1))}
-        shapes = ((3, length), (2, length + 1 if length < max_len else length - 1))
-        first, second = self._probe(*shapes[0]), self._probe(*shapes[1])
-        if self.decoder is not None:
-            if len(first) != 1:
-                raise ExportError(f"encode returned {len(first)} tensors; a model that generates returns one "
-                                  f"(the memory its decode reads)")
-            names = [MEMORY]
-        else:
-            names = list(output_names or ["output"] + [f"output_{i}" for i in range(1, len(first))])
-            if len(names) != len(first):
-                raise ConfigError(f"encode returned {len(first)} outputs but {len(names)} output names were given")
-        self.outputs = tuple(_tensor_spec(n, a, b, *shapes, "encode") for n, a, b in zip(names, first, second))
-
-    @torch.no_grad()
-    def _probe(self, batch: int, src_len: int) -> tuple[Tensor, ...]:
-        src, mask = self.example_source(batch, src_len, torch.Generator().manual_seed(src_len))
-        try:
-            return self.encoder(src, mask)
-        except Exception as exc:
-            raise ExportError(f"encode failed on a ({batch}, {src_len}) batch of ids: {type(exc).__name__}: "
-                              f"{first_line(exc, 200)}") from exc
-
-    def example_source(self, batch: int, src_len: int, gen: torch.Generator, vocab: int | None = None
-                       ) -> tuple[Tensor, Tensor]:
-        """Random ids (none the padding id), the last row padded from half its length."""
-        vocab = vocab or self.src_vocab
-        src = torch.randint(0, vocab - 1, (batch, src_len), generator=gen)
-        src = src + (src >= self.pad).long()  # never the padding id
-        if batch > 1 and src_len > 1:
-            src[-1, (src_len + 1) // 2:] = self.pad
-        return src, src != self.pad
-
-    def to_export(self, config: TransformerConfig) -> list[tuple[GraphSpec, nn.Module, tuple[Tensor, ...]]]:
-        gen = torch.Generator().manual_seed(0)
-        src, mask = self.example_source(self.sizes["batch"], self.sizes["src_len"], gen, config.src_vocab_size)
-        graphs = [(self.encoder_spec, self.encoder, (src, mask))]
-        if self.decoder is not None:
-            with torch.no_grad():
-                memory = self.encoder(src, mask)[0]
-            tgt = torch.randint(0, config.tgt_vocab_size, (self.sizes["batch"], self.sizes["tgt_len"]), generator=gen)
-            graphs.append((self.decoder_spec(config), self.decoder, (tgt, memory, mask)))
-        return graphs
-
-    @property
-    def encoder_spec(self) -> GraphSpec:
-        return GraphSpec("encoder", "encoder.onnx", (SRC_IDS, SRC_MASK), self.outputs)
-
-    def decoder_spec(self, config: TransformerConfig) -> GraphSpec:
-        memory = self.outputs[0]
-        return GraphSpec(GRAPH_NAME, f"{GRAPH_NAME}.onnx", (TGT_IDS, memory, SRC_MASK),
-                         (TensorSpec("logits", "float32", ("batch", config.tgt_vocab_size)),))
-
-
-def _tensor_spec(name: str, a: Tensor, b: Tensor, shape_a: tuple[int, int], shape_b: tuple[int, int],
-                 what: str) -> TensorSpec:
-    """An output's spec from two runs at (batch, src_len) shape_a and shape_b: each axis batch, src_len or fixed."""
-    if not isinstance(a, Tensor) or a.dtype not in DTYPES:
-        raise ExportError(f"{what} output {name} is {getattr(a, 'dtype', type(a).__name__)}; outputs must be "
-                          f"tensors of {', '.join(DTYPES.values())}")
-    if a.dim() != b.dim():
-        raise ExportError(f"{what} output {name} changes rank with the input's shape")
-    axes: list[str | int] = []
-    for x, y in zip(a.shape, b.shape):
-        if x == y:
-            axes.append(int(x))
-        elif (x, y) == (shape_a[0], shape_b[0]) and "batch" not in axes:
-            axes.append("batch")
-        elif (x, y) == (shape_a[1], shape_b[1]) and "src_len" not in axes:
-            axes.append("src_len")
-        else:
-            raise ExportError(f"{what} output {name} has an axis ({x} then {y}) that is neither the batch nor the "
-                              f"source length")
-    return TensorSpec(name, DTYPES[a.dtype], tuple(axes))
-
-
-def _config(graphs: _Graphs, src_vocab: int, tgt_vocab: int | None, max_len: int, bos: int | None, eos: int | None,
+def _config(graphs: Graphs, src_vocab: int, tgt_vocab: int | None, max_len: int, bos: int | None, eos: int | None,
             src_pad: int, tgt_pad: int | None) -> TransformerConfig:
     """The manifest's config: the vocabulary sizes, max_len and special ids describe the model; the
     architecture fields only say the width of the memory (runtime.nocache reads none of them)."""
@@ -334,146 +208,3 @@ def _export_graph(wrapper: nn.Module, args: tuple[Tensor, ...], spec: GraphSpec,
         program.save(str(path), external_data=big)
     check_graph(path, spec)
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(spec.file) and p.name != spec.file)
-
-
-# ---------------------------------------------------------------- validation
-
-
-class EagerModule(GenerateMixin):
-    """The callables in eager mode as a runner: `generate_ids` etc. through the one decode driver and the
-    same strategies as the ONNX runtime (a no-cache state: the whole prefix each step)."""
-
-    def __init__(self, module: nn.Module, encode: Encode, decode: Decode, config: TransformerConfig):
-        self.module, self.encode_fn, self.decode_fn, self.config = module, encode, decode, config
-        self.generation = GenerationConfig()
-
-    def source_input(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
-        return source_batch(sources, self.config)
-
-    def cache_for(self, config: GenerationConfig, steps: int) -> "EagerModule":
-        return self
-
-    lock = nullcontext()
-
-    @torch.no_grad()
-    def start(self, src: np.ndarray, expand: int = 1) -> "_EagerState":
-        ids = torch.from_numpy(src)
-        mask = ids != self.config.src_pad_id
-        memory = _EncoderGraph(self.module, self.encode_fn)(ids, mask)[0]
-        return _EagerState(self, memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0))
-
-
-class _EagerState:
-    device_top = False
-
-    def __init__(self, runner: EagerModule, memory: Tensor, mask: Tensor):
-        self.runner, self.memory, self.mask = runner, memory, mask
-        self.prefix = torch.zeros((memory.shape[0], 0), dtype=torch.int64)
-        self.out: np.ndarray | None = None
-
-    @torch.no_grad()
-    def step(self, tokens: np.ndarray) -> None:
-        self.prefix = torch.cat([self.prefix, torch.from_numpy(tokens.reshape(-1, 1).astype(np.int64))], dim=1)
-        graph = _DecoderGraph(self.runner.module, self.runner.decode_fn)
-        self.out = graph(self.prefix, self.memory, self.mask).numpy()
-
-    def next_ids(self) -> np.ndarray:
-        return self.out.argmax(axis=1).astype(np.int64)
-
-    def logits(self) -> np.ndarray:
-        return self.out
-
-    def top(self, bias: Any, width: int, renormalize: bool) -> Any:
-        raise NotImplementedError("eager: strategies take the logits")
-
-    def reorder(self, beam_idx: np.ndarray) -> None:
-        index = torch.from_numpy(beam_idx)
-        self.prefix, self.memory, self.mask = self.prefix[index], self.memory[index], self.mask[index]
-
-
-def validate_module(folder: Path, manifest: Manifest, graphs: _Graphs, atol: float,
-                    sources: Sequence[Sequence[int]] | None, max_new_tokens: int) -> dict[str, Any]:
-    """ORT against the callables: every output over GRID (and TGT_LENS for the decoder), then greedy and
-    beam tokens; the report, or a ValidationError carrying it."""
-    import onnxruntime as ort
-
-    from ..runtime import open_export
-
-    config, gen = manifest.config, torch.Generator().manual_seed(0)
-    sessions = {name: ort.InferenceSession(str(folder / entry.file), providers=["CPUExecutionProvider"])
-                for name, entry in manifest.graphs.items()}
-    worst: dict[str, float] = {}
-    for batch, src_len in GRID:
-        src_len = src_len or min(config.max_len, MAX_GRID_LEN)
-        src, mask = graphs.example_source(batch, src_len, gen, config.src_vocab_size)
-        with torch.no_grad():
-            expected = graphs.encoder(src, mask)
-        got = sessions["encoder"].run(None, {"src_ids": src.numpy(), SOURCE_MASK: mask.numpy()})
-        for spec, want, have in zip(manifest.graphs["encoder"].spec.outputs, expected, got):
-            _record(worst, f"encoder.{spec.name}", have, want.numpy())
-        if graphs.decoder is None:
-            continue
-        for tgt_len in TGT_LENS:
-            tgt_len = tgt_len or min(config.max_len, MAX_GRID_LEN)
-            tgt = torch.randint(0, config.tgt_vocab_size, (batch, tgt_len), generator=gen)
-            tgt[:, 0] = config.bos_id
-            with torch.no_grad():
-                want = graphs.decoder(tgt, expected[0], mask).numpy()
-            have = sessions[GRAPH_NAME].run(None, {"tgt_ids": tgt.numpy(), MEMORY: expected[0].numpy(),
-                                                   SOURCE_MASK: mask.numpy()})[0]
-            _record(worst, f"{GRAPH_NAME}.logits", have, want)
-    report: dict[str, Any] = {"atol": atol, "mode": "module", "outputs": {k: {"max_abs": v, "ok": v <= atol}
-                                                                          for k, v in worst.items()}}
-    failed = [k for k, v in worst.items() if not v <= atol]
-    if graphs.decoder is not None and not failed:
-        runner = open_export(folder, device="cpu", manifest=manifest, verify=False)
-        eager = EagerModule(graphs.module, graphs.encoder.encode, graphs.decoder.decode, config)
-        sources = [list(s) for s in sources] if sources else _random_sources(graphs, config, gen)
-        steps = min(max_new_tokens, config.max_len)
-        for name, beams in (("greedy", 1), ("beam", VALIDATION_BEAMS)):
-            along = _AlongThePaths(eager, sources, beams)
-            ours = [h[0].ids for h in runner.generate(sources, max_new_tokens=steps, num_beams=beams, observer=along)]
-            theirs = [h[0].ids for h in eager.generate(sources, max_new_tokens=steps, num_beams=beams)]
-            equal = sum(a == b for a, b in zip(ours, theirs))
-            report[name] = {"sources": len(sources), "equal": equal, "path_max_abs": along.worst}
-            # Tokens that part at a near-tie are no failure when ORT's logits equal eager's along ORT's paths.
-            if along.worst > atol or (equal != len(sources) and not np.isfinite(along.worst)):
-                failed.append(f"{name} tokens ({len(sources) - equal} of {len(sources)} sources differ; logits along "
-                              f"the decoded prefixes differ by up to {along.worst:.2e})")
-    if failed:
-        raise ValidationError(f"ONNX Runtime differs from your module's callables: {', '.join(failed)} "
-                              f"(atol {atol})", report)
-    return report
-
-
-class _AlongThePaths:
-    """A runtime.decoding.Observer of the ONNX decode: each step, the callables' logits for the same prefixes
-    (row r of source r // beams) against ORT's; `worst` is the largest difference."""
-
-    def __init__(self, eager: EagerModule, sources: Sequence[Sequence[int]], beams: int):
-        self.eager, self.beams, self.worst = eager, beams, 0.0
-        self.start = eager.start(eager.source_input(sources), beams)  # the eager memory, rows as ORT's
-
-    def step(self, tokens: np.ndarray, state: Any) -> None:
-        graph = _DecoderGraph(self.eager.module, self.eager.decode_fn)
-        with torch.no_grad():
-            want = graph(torch.from_numpy(state.prefix), self.start.memory, self.start.mask).numpy()
-        worst: dict[str, float] = {}
-        _record(worst, "logits", state.logits(), want)
-        self.worst = max(self.worst, worst["logits"])
-
-    def reorder(self, beam_idx: np.ndarray) -> None:
-        pass  # rows stay with their source: the eager memory needs no reordering
-
-
-def _record(worst: dict[str, float], key: str, got: np.ndarray, want: np.ndarray) -> None:
-    if got.shape != want.shape:
-        worst[key] = float("inf")
-        return
-    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    worst[key] = max(worst.get(key, 0.0), float(diff.max()) if diff.size else 0.0)
-
-
-def _random_sources(graphs: _Graphs, config: TransformerConfig, gen: torch.Generator) -> list[list[int]]:
-    src, mask = graphs.example_source(4, max(2, min(8, config.max_len)), gen, config.src_vocab_size)
-    return [[int(t) for t, m in zip(row, keep) if m] for row, keep in zip(src, mask)]
