@@ -64,6 +64,13 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--static-slots", type=click.IntRange(min=2), default=None,
               help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
                    "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")
+@click.option("--eval-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Held-out set for the quality report: `source<TAB>reference` per line (for speech, an audio "
+                   "file's path relative to this file). A variant is scored against its float32 graphs and the "
+                   "references: chrF and BLEU, WER for speech (default: the checkpoint's sample texts).")
+@click.option("--max-quality-drop", type=click.FloatRange(min=0), default=None, metavar="POINTS",
+              help="Fail the export (nothing written) when the variant loses more than POINTS of chrF against the "
+                   "references (against float32's outputs without them; WER points for speech).")
 @click.option("--adapter", default=None, metavar="PACKAGE.MODULE:OBJECT",
               help="Your own architecture: MODEL is a module saved whole (torch.save(model, path), with "
                    "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
@@ -73,14 +80,15 @@ OPSETS = click.IntRange(17, 25)
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
-                   adapter: str | None, **load_opts: Any) -> None:
+                   eval_file: Path | None, max_quality_drop: float | None, adapter: str | None,
+                   **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     requires_extra("export", "export")
     if adapter is not None:
         variant = optimize or quantize or dtype != "float32" or cuda_graph or static_slots is not None
-        if variant:
+        if variant or eval_file or max_quality_drop is not None:
             raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
-                                   "--dtype, --cuda-graph and --static-slots")
+                                   "--dtype, --cuda-graph, --static-slots, --eval-file and --max-quality-drop")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
     from ..export.exporter import ExportOptions, default_out_dir, export_model
@@ -95,7 +103,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
-                            static_slots=static_slots)
+                            static_slots=static_slots, eval_file=str(eval_file) if eval_file else None,
+                            max_quality_drop=max_quality_drop)
     try:
         with StageDisplay() as show:
             manifest = export_model(checkpoint, out, options, on_stage=show)
@@ -168,6 +177,10 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, **load_
         requires_extra("export", "validate --model")
     manifest = load_manifest(folder)
     click.echo(format_verification(verify_export(folder, manifest=manifest)))
+    if (manifest.validation or {}).get("quality"):  # measured at export (export.quality)
+        from ..export.quality import format_quality
+
+        click.echo(format_quality(manifest.validation["quality"]))
     model_path = model_path or _recorded_checkpoint(folder, manifest)
     if model_path is None:
         return

@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,13 +24,14 @@ import torch
 from .. import __version__
 from ..config import TransformerConfig
 from ..model.checkpoint import Checkpoint
-from ..errors import ExportError, OutputError, first_line
+from ..errors import ConfigError, ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
-from ..manifest import GraphEntry, Manifest, sha256_file, write_manifest
+from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
-from .variants import transform_graphs, variant_of
+from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
+from .variants import transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
@@ -57,6 +59,10 @@ class ExportOptions:
     quantize: str | None = None  # "int8": dynamic int8 weights for CPU (tfm_export.variants)
     static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
     static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
+    # The held-out set of the quality report (export.quality): `source<TAB>reference` lines (audio paths for
+    # speech). None: the checkpoint's sample texts, scored against float32 only.
+    eval_file: str | None = None
+    max_quality_drop: float | None = None  # fail when the export loses more points (chrF; WER for speech)
 
     @property
     def is_variant(self) -> bool:
@@ -108,20 +114,23 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
                           options={"static_slots": slots})
+    eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
+    _check_quality_options(options, eval_set, checkpoint)
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
-    target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint))
+    target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint) + [options.eval_file])
     stage = _Stages(on_stage)
+    # A variant's quality is measured against its own float32 graphs, copied aside before the transforms.
+    compare = options.is_variant and options.validate and (eval_set is not None or bool(checkpoint.samples))
+    float32 = tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.float32-", dir=target.tmp.parent) \
+        if compare else contextlib.nullcontext()
     try:
         with stage("load"):
             model = checkpoint.build_model()
-        manifest = _write_graphs(checkpoint, model, target.tmp, options, stage)
-        if options.validate:
-            from .validate import validate_export
-
-            with stage("validate"):
-                # The manifest's variant decides the checks (parity, float16 tolerance, int8 agreement).
-                report = validate_export(target.tmp, model, options.atol, manifest=manifest)
-            manifest = manifest.replace(validation=report)
+        with float32 as reference:
+            reference = Path(reference) if reference else None
+            manifest = _write_graphs(checkpoint, model, target.tmp, options, stage, reference)
+            if options.validate:
+                manifest = _validate(target.tmp, model, manifest, options, eval_set, reference, stage)
         write_manifest(target.tmp, manifest)  # once, after the last transform and the validation
         target.commit()
     except BaseException as exc:
@@ -133,30 +142,81 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     return manifest
 
 
+def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, checkpoint: Checkpoint) -> None:
+    if options.max_quality_drop is None:
+        return
+    if not options.is_variant:
+        raise ConfigError("{max_quality_drop} compares a reduced-precision export with its float32 graphs: add "
+                          "--quantize, --dtype float16 or --optimize", options={"max_quality_drop": None})
+    if not options.validate:
+        raise ConfigError("{max_quality_drop} is checked by the validation: drop --no-validate",
+                          options={"max_quality_drop": None})
+    samples = checkpoint.samples and checkpoint.tokenizer and not checkpoint.meta.get("speech")
+    if eval_set is None and not samples:
+        raise ConfigError("{max_quality_drop} needs a held-out set: pass --eval-file (source<TAB>reference lines)",
+                          options={"max_quality_drop": None})
+
+
+def _validate(folder: Path, model: Transformer, manifest: Manifest, options: ExportOptions,
+              eval_set: EvalSet | None, reference: Path | None, stage: "_Stages") -> Manifest:
+    """Validation (the manifest's variant decides the checks: parity, float16 tolerance, int8 agreement), then
+    the quality report on the held-out set; the manifest with both, or a ValidationError carrying them."""
+    from .validate import validate_export
+
+    with stage("validate"):
+        report = validate_export(folder, model, options.atol, manifest=manifest)
+    eval_set = eval_set or default_eval_set(manifest)
+    if eval_set is not None:
+        with stage("quality"):
+            float32 = (reference, load_manifest(reference)) if reference else None
+            report = {**report, "quality": measure_quality(folder, manifest, eval_set, float32,
+                                                           validation_settings(manifest.variant)["device"])}
+        check_drop(report, options.max_quality_drop)
+    return manifest.replace(validation=report)
+
+
 def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,
-                  stage: "_Stages") -> Manifest:
-    """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`."""
-    specs, extra = {}, {}
+                  stage: "_Stages", reference: Path | None = None) -> Manifest:
+    """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`.
+    `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own."""
+    specs, float32, extra = {}, {}, {}
     for name, make_spec in _graph_specs(options, model.config).items():
-        spec = make_spec(model.config)
+        float32[name] = make_spec(model.config)
         with stage(f"export {name}"):
-            extra[name] = export_graph(model, spec, folder, options.opset)
+            extra[name] = export_graph(model, float32[name], folder, options.opset)
         specs[name] = make_spec(model.config, options.dtype)  # the I/O after the variant's transforms
+    if reference is not None:
+        for name, spec in float32.items():
+            for file in (spec.file, *extra[name]):
+                shutil.copy2(folder / file, reference / file)
     transforms = {}
     if options.is_variant:
         with stage("transform"):
             transforms = transform_graphs(folder, specs, options)
+    copied = _copy_tokenizer_files(checkpoint, folder)
+    manifest = Manifest(config=model.config, graphs=_entries(folder, specs, extra, model.config),
+                        variant=variant_of(options, transforms), tokenizer=checkpoint.tokenizer,
+                        files={name: sha256_file(folder / name) for name in copied}, samples=checkpoint.samples,
+                        source=_source(checkpoint), created_by=_versions(),
+                        generation=checkpoint.meta.get("generation_defaults") or None,
+                        features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"))
+    if reference is not None:
+        for name in copied:
+            shutil.copy2(folder / name, reference / name)
+        write_manifest(reference, manifest.replace(graphs=_entries(reference, float32, extra, model.config),
+                                                   variant=Variant()))
+    return manifest
+
+
+def _entries(folder: Path, specs: dict[str, GraphSpec], extra: dict[str, list[str]],
+             config: TransformerConfig) -> dict[str, GraphEntry]:
+    """Each graph's manifest entry: stamped with the config (the file's last write), then hashed once."""
     graphs = {}
     for name, spec in specs.items():
         path = folder / spec.file
-        opset = finish_graph(path, model.config)  # the file's last write: hashed once, after it
+        opset = finish_graph(path, config)
         graphs[name] = GraphEntry(spec, sha256_file(path), opset, {f: sha256_file(folder / f) for f in extra[name]})
-    copied = _copy_tokenizer_files(checkpoint, folder)
-    return Manifest(config=model.config, graphs=graphs, variant=variant_of(options, transforms),
-                    tokenizer=checkpoint.tokenizer, files={name: sha256_file(folder / name) for name in copied},
-                    samples=checkpoint.samples, source=_source(checkpoint), created_by=_versions(),
-                    generation=checkpoint.meta.get("generation_defaults") or None,
-                    features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"))
+    return graphs
 
 
 def _source(checkpoint: Checkpoint) -> dict:

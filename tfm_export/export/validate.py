@@ -16,6 +16,7 @@ import torch
 from ..config import TransformerConfig
 from ..errors import ValidationError, shorten
 from .decoding_checks import compare_default, compare_greedy, decoding_sources, default_decoding
+from .quality import format_quality
 from .graphs import DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
 from ..manifest import Manifest, load_manifest
 from ..runtime.static import static_slots
@@ -306,4 +307,6 @@ def format_report(report: dict[str, Any]) -> str:
     if greedy and "static_cache_mismatched_rows" in greedy:
         bad = greedy["static_cache_mismatched_rows"]
         lines.append(f"static-cache decoder (--cuda-graph): {'same rows' if not bad else f'DIFFERS on rows {bad}'}")
+    if report.get("quality"):
+        lines.append(format_quality(report["quality"]))
     return "\n".join(lines)
