@@ -23,7 +23,7 @@ from click.testing import CliRunner
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from whisper_fixtures import LANGUAGES, LAYOUTS, whisper_folder  # noqa: E402
+from whisper_fixtures import LANGUAGES, LAYOUTS, generate_ids, whisper_folder  # noqa: E402
 from tfm_export.audio import FeatureConfig, load_audio, log_mel, log_mel_spectrogram  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
@@ -92,17 +92,7 @@ def synthetic(seconds: float, seed: int = 0) -> np.ndarray:
 
 def reference(model, samples, detect: bool = True, **kwargs) -> tuple[list[int], int | None]:
     """generate's ids (EOS removed) on the features `transcribe` computes, and the first window's detected language."""
-    frames = 2 * model.config.max_source_positions
-    config = FeatureConfig(n_mels=model.config.num_mel_bins, chunk_length=frames // 100)
-    long = len(samples) > config.n_samples
-    features = log_mel_spectrogram(samples, config) if long else log_mel(samples, config)
-    x = torch.from_numpy(features[None])
-    with torch.no_grad():
-        out = model.generate(x, max_new_tokens=NEW, return_segments=True, **kwargs)
-        detected = int(model.detect_language(x[:, :, :frames])[0]) if detect else None
-    eos = model.generation_config.eos_token_id
-    ids = [t for t in out["sequences"][0].tolist() if t != eos]
-    return ids, detected
+    return generate_ids(model, samples, detect, max_new_tokens=NEW, **kwargs)
 
 
 def language_of(model, token_id: int) -> str:

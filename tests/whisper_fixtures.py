@@ -100,3 +100,21 @@ def whisper_folder(layout: str, folder: Path, seed: int = 0, d_model: int = 64, 
     extractor = transformers.WhisperFeatureExtractor(feature_size=shape.n_mels, chunk_length=seconds)
     (folder / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
     return folder
+
+
+def generate_ids(model, samples, detect: bool = True, **kwargs) -> tuple[list[int], int | None]:
+    """transformers' `generate` on the features `transcribe` computes from `samples` (16 kHz float32): its
+    ids with EOS removed (sequences; segments joined in the long form) and the first window's detected
+    language. Short audio is padded to one window, long audio is all its frames (generate's long form)."""
+    from tfm_export.audio import FeatureConfig, log_mel, log_mel_spectrogram
+
+    frames = 2 * model.config.max_source_positions
+    config = FeatureConfig(n_mels=model.config.num_mel_bins, chunk_length=frames // 100)
+    long = len(samples) > config.n_samples
+    features = log_mel_spectrogram(samples, config) if long else log_mel(samples, config)
+    x = torch.from_numpy(features[None])
+    with torch.no_grad():
+        out = model.generate(x, return_segments=True, **kwargs)
+        detected = int(model.detect_language(x[:, :, :frames])[0]) if detect else None
+    eos = model.generation_config.eos_token_id
+    return [t for t in out["sequences"][0].tolist() if t != eos], detected
