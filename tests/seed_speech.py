@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 import decoding_oracle as oracle
+from helpers import one_thread
 
 # ---------------------------------------------------------------- the tutorial's code (re-indented only)
 
@@ -278,13 +279,14 @@ def train_001(model: Transformer, steps: int = 250, seed: int = 0) -> Transforme
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(steps):
-        X, lens, inputs, targets = batch(gen, 32)
-        logits = model(X, lens, inputs)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=PAD)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    with one_thread():
+        for _ in range(steps):
+            X, lens, inputs, targets = batch(gen, 32)
+            logits = model(X, lens, inputs)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=PAD)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     return model.eval()
 
 
@@ -310,8 +312,10 @@ def _next_logp(model: Transformer, frames: np.ndarray):
 
 
 def tutorial_greedy(model: Transformer, frames: np.ndarray, steps: int) -> list[int]:
-    return oracle.greedy(_next_logp(model.eval(), frames), steps, BOS, EOS)
+    with one_thread():
+        return oracle.greedy(_next_logp(model.eval(), frames), steps, BOS, EOS)
 
 
 def tutorial_beam(model: Transformer, frames: np.ndarray, steps: int, k: int) -> list[int]:
-    return oracle.beam(_next_logp(model.eval(), frames), steps, k, BOS, EOS)
+    with one_thread():
+        return oracle.beam(_next_logp(model.eval(), frames), steps, k, BOS, EOS)

@@ -9,11 +9,12 @@ eager runners.
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, first_line
 
 # What a padded frame holds: the encoder masks these positions out (model.frontend.frame_mask).
 FRAME_PAD = np.nan
@@ -116,6 +117,32 @@ def float_source(sources: Any, declared: Any, max_len: int) -> np.ndarray:
     if "src_len" in declared.shape:
         return frame_batch(sources, declared, max_len)
     return feature_batch(sources, declared)
+
+
+def read_feature_file(path: str | os.PathLike, declared: Any) -> list[np.ndarray]:
+    """The sources in a .npy file for the float encoder input `declared` (Manifest.encoder_input): one source
+    (an array of the declared shape less its batch axis, e.g. frames (frames, n_feats)), or several (with
+    it). Not a .npy array, or not that shape: one InputError naming the file. The values are checked when
+    decoded (`float_source`)."""
+    if declared.dtype not in ("float32", "float16"):
+        raise InputError(f"this export's encoder reads token ids ({declared.name}), not features; pass token ids "
+                         f"or text instead of {path}")
+    try:
+        array = np.load(path, allow_pickle=False)  # never unpickle: a .npy is data
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {first_line(exc, 120)}") from None
+    except (ValueError, EOFError):  # numpy's message speaks of pickles whatever the file holds
+        raise InputError(f"{path} is not a .npy array file; save the features with numpy.save") from None
+    if not isinstance(array, np.ndarray):  # a .npz archive
+        raise InputError(f"{path} is a .npz archive; save each source's features as one .npy file (numpy.save)")
+    per_source = declared.shape[1:]  # ("src_len", n_feats) or (n_mels, n_frames)
+    fixed = [(i, d) for i, d in enumerate(per_source) if not isinstance(d, str)]
+    wanted = f"({', '.join('frames' if isinstance(d, str) else str(d) for d in per_source)})"
+    rows = [array] if array.ndim == len(per_source) else list(array) if array.ndim == len(per_source) + 1 else None
+    if rows is None or array.dtype.kind != "f" or any(r.shape[i] != d for r in rows[:1] for i, d in fixed):
+        raise InputError(f"{path} holds {array.dtype} {tuple(array.shape)}; this export's encoder reads "
+                         f"{declared.name} as float {wanted} per source (or (sources, ...) for several)")
+    return rows
 
 
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int,
