@@ -18,6 +18,7 @@ import torch
 
 import seed_speech as ss
 from helpers import run_cli, run_cli_ok
+from tfm_export.config import TransformerConfig
 from tfm_export.errors import CheckpointError, InputError
 from tfm_export.export.specs import TOKEN_IDS, frames
 from tfm_export.importers import load_any
@@ -147,6 +148,15 @@ def test_token_export_refuses_a_features_file(tmp_path):
 def test_python_api_refuses_ids_for_a_frames_export(export):
     with pytest.raises(InputError, match=r"reads float arrays \(frames, 80\) of input_frames"):
         open_export(export, device="cpu").generate_ids([[3, 4, 5]])
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({}, r"config.n_feats must be an integer of at least 1 with a frames source, got 0"),
+    ({"n_feats": 80, "share_embeddings": True}, "share_embeddings needs a token source"),
+])
+def test_frames_config_is_checked(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, source="frames", **changes)
 
 
 @pytest.mark.parametrize("change, message", [

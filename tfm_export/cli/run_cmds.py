@@ -157,8 +157,8 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
                    "beam search and forced EOS); the decoding flags below still apply.")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
-                     input_format: str, features: tuple[Path, ...], device: str, batch_size: int, threads: int | None, spin: bool,
-                     cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
+                     input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
+                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
                      target_lang: str | None, greedy: bool, **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export

@@ -252,7 +252,8 @@ def _random_frames(model: Transformer, batch: int, src_len: int, gen: torch.Gene
     return frames
 
 
-RANDOM_SOURCES = {"tokens": _random_ids, "features": _random_features, "frames": _random_frames}  # config.source -> its random source
+# config.source -> its random source
+RANDOM_SOURCES = {"tokens": _random_ids, "features": _random_features, "frames": _random_frames}
 
 
 def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], past_len: int, tgt_len: int,

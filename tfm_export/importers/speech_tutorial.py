@@ -74,7 +74,8 @@ def config_from(state: dict[str, torch.Tensor], options: dict[str, Any], kinds: 
     return TransformerConfig(
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d_model,
         n_heads=require(options, "heads", "the number of heads"),
-        n_encoder_layers=count_layers(state, "encoder.layers."), n_decoder_layers=count_layers(state, "decoder.layers."),
+        n_encoder_layers=count_layers(state, "encoder.layers."),
+        n_decoder_layers=count_layers(state, "decoder.layers."),
         d_ff=state["encoder.layers.0.poswise_ffn.conv1.weight"].shape[0], dropout=0.0, **FIXED,
         positions=positions, max_len=max_len, src_pad_id=pad, tgt_pad_id=pad,
         bos_id=require(options, "bos_id", "the start-of-sequence id"),
