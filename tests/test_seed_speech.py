@@ -171,3 +171,17 @@ def test_unmappable_variants_are_one_line(state_dict_file, tmp_path, change, mes
     with pytest.raises(CheckpointError, match=message) as info:
         load_any(tmp_path / "variant.pt", options=OPTIONS)
     assert "\n" not in str(info.value)
+
+
+def test_cuda_graph_buckets_pad_frames_as_the_runtime_does(export):
+    """Capturing on CUDA pads sources to a bucket of lengths (runtime.static): frames with NaN, the padding the
+    encoder masks (not the token padding id). The bucketing alone, on any machine."""
+    from types import SimpleNamespace
+
+    from tfm_export.runtime.static import SRC_BUCKET, StaticCache
+
+    config = load_manifest(export).config
+    src = np.zeros((2, 3, ss.FBANK_DIM), np.float32)
+    padded = StaticCache._bucket(SimpleNamespace(capture=True, config=config), src)
+    assert padded.shape == (2, min(config.max_len, SRC_BUCKET), ss.FBANK_DIM)
+    assert not np.isnan(padded[:, :3]).any() and np.isnan(padded[:, 3:]).all()
