@@ -31,6 +31,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """PyTorch on one thread for a while: tiny matrices (the seeds' training) only contend on the shared cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 # The CLI, in-process (click's CliRunner)
 
 

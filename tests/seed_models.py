@@ -24,6 +24,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from helpers import one_thread
+
 # ---------------------------------------------------------------- 004: per-head projectors in lists
 
 
@@ -255,9 +257,7 @@ def train_004(model: Transformer, steps: int = 400, seed: int = 0) -> Transforme
     optimizer = torch.optim.Adam(all_parameters(model), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD)
     model.train()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: threads only contend (the test machine's cores are shared)
-    try:
+    with one_thread():
         for _ in range(steps):
             src, tgt = toy_batch(gen, 64)
             logits = model(src, tgt[:, :-1])
@@ -265,8 +265,6 @@ def train_004(model: Transformer, steps: int = 400, seed: int = 0) -> Transforme
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
     return model.eval()
 
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import decoding_oracle as oracle
 import reference_models as ref
 import seed_models as sm
 from tfm_export.cli import cli
@@ -62,40 +63,13 @@ def _next_logp(module, decode, memory, mask, prefixes: list[list[int]]) -> torch
 
 def eager_greedy(module, encode, decode, source, steps=STEPS, bos=sm.BOS, eos=sm.EOS) -> list[int]:
     memory, mask = _start(module, encode, source)
-    ids: list[int] = []
-    for _ in range(steps):
-        token = int(_next_logp(module, decode, memory, mask, [[bos] + ids])[0].argmax())
-        if token == eos:
-            break
-        ids.append(token)
-    return ids
+    return oracle.greedy(lambda prefixes: _next_logp(module, decode, memory, mask, prefixes), steps, bos, eos)
 
 
 def eager_beam(module, encode, decode, source, steps=STEPS, k=BEAMS, bos=sm.BOS, eos=sm.EOS) -> list[int]:
-    """Beam search with transformers' rules (length_penalty 1, early_stopping False): each step the 2k
-    best continuations; those ending (EOS, or the last step) among the first k are scored by their
-    length, the best k others run on; done when k have ended and no running beam can beat the worst."""
+    """decoding_oracle.beam (transformers' rules) over the callables."""
     memory, mask = _start(module, encode, source)
-    beams: list[tuple[list[int], float]] = [([], 0.0)]
-    ended: list[tuple[float, list[int]]] = []
-    for step in range(steps):
-        logp = _next_logp(module, decode, memory, mask, [[bos] + ids for ids, _ in beams])
-        candidates = sorted(((score + float(logp[b, t]), b, t) for b, (_, score) in enumerate(beams)
-                             for t in range(logp.shape[1])), key=lambda c: -c[0])[: 2 * k]
-        running = []
-        for rank, (score, b, t) in enumerate(candidates):
-            ids = beams[b][0] + [t]
-            if t == eos or step == steps - 1:
-                if rank < k:
-                    ended.append((score / len(ids), ids))
-            elif len(running) < k:
-                running.append((ids, score))
-        ended = sorted(ended, key=lambda e: -e[0])[:k]
-        beams = running
-        if not beams or (len(ended) == k and beams[0][1] / (step + 1) <= ended[-1][0]):
-            break
-    best = ended[0][1]
-    return best[:-1] if best[-1] == eos else best
+    return oracle.beam(lambda prefixes: _next_logp(module, decode, memory, mask, prefixes), steps, k, bos, eos)
 
 
 # ---------------------------------------------------------------- 004: the Python API and the CLI adapter

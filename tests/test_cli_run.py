@@ -32,7 +32,7 @@ def test_generate_input_file_in_batches(tiny_export, tmp_path):
     (["--ids", "5 999"], "out of range"),
     (["--ids", "5 x"], "must be integers"),
     (["--text", "hi"], "no tokenizer"),
-    ([], "exactly one of --text, --ids or --input"),
+    ([], "exactly one of --text, --ids, --input or --features"),
     (["--ids", "5", "--device", "cuda:7"], "CUDA requested"),
 ])
 def test_generate_errors(tiny_export, args, fragment):

@@ -21,9 +21,13 @@ ACTIVATION_ALIASES = {"swish": "silu"}
 # by half_dim - 1 instead of half_dim (sinusoidal_fairseq). T5 has no absolute positions (none):
 # its attention adds a learned bias by relative distance (relative_buckets).
 POSITIONS = ("sinusoidal", "sinusoidal_concat", "sinusoidal_fairseq", "learned", "none")
-# What the encoder reads: token ids through an embedding table (every text model), or log-mel
-# features (batch, n_mels, frames) through Whisper's two convolutions (the second halves the frames).
-SOURCES = ("tokens", "features")
+# What the encoder reads: token ids through an embedding table (every text model), log-mel features
+# (batch, n_mels, frames) through Whisper's two convolutions (the second halves the frames), or
+# variable-length frames (batch, frames, n_feats) through one Linear, padded frames being NaN
+# (users' own speech models over filterbank frames, seed 001).
+SOURCES = ("tokens", "features", "frames")
+# The sizes a source other than token ids needs -> their least value.
+SOURCE_SIZES = {"features": {"n_mels": 2, "n_frames": 2}, "frames": {"n_feats": 1}}
 # The normalisation of every block: LayerNorm, or T5's RMS norm (no mean subtraction, no bias).
 NORMS = ("layer", "rms")
 
@@ -56,7 +60,7 @@ class TransformerConfig:
     tgt_pad_id: int = 0  # target padding id; fills finished rows during batched decoding
     bos_id: int = 1  # first decoder input (the "decoder start" token)
     eos_id: int = 2  # decoding of a row stops after this id
-    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (the paper)
+    scale_embeddings: bool = True  # multiply token embeddings (and projected frames) by sqrt(d_model) (the paper)
     final_norm: bool = False  # a LayerNorm after the last encoder and decoder block
     share_embeddings: bool = False  # one embedding table for source and target
     tie_output: bool = False  # output projection reuses the target embedding matrix
@@ -88,6 +92,11 @@ class TransformerConfig:
     # k_proj has a bias when attention_bias does. Whisper's has none: a key bias adds the same amount to
     # all of a query's scores, which the softmax cancels.
     key_bias: bool = True
+    # "frames": the encoder reads (batch, src_len, n_feats) float32 frames (e.g. 80 filterbank bins) through one
+    # Linear(n_feats, d_model) in the source embedding's place, plus the encoder's positions; src_len varies
+    # (up to max_len) and a padded frame is all NaN (the runtime pads from each source's length), which the
+    # mask reads as token sources' src_pad_id. src_vocab_size and src_pad_id then name no embedding.
+    n_feats: int = 0  # values per frame with a frames source; 0 otherwise
 
     def __post_init__(self) -> None:
         act = ACTIVATION_ALIASES.get(self.activation, self.activation)
@@ -108,7 +117,7 @@ class TransformerConfig:
     @property
     def src_len(self) -> int | None:
         """The encoder's (fixed) output length with a features source; None: as long as the tokens."""
-        return self.n_frames // 2 if self.source == "features" else None
+        return self.n_frames // 2 if self.source == "features" else None  # frames: as many as given
 
     @property
     def attn_scale(self) -> float:
@@ -150,17 +159,17 @@ class TransformerConfig:
                              f"({self.src_vocab_size} != {self.tgt_vocab_size})")
 
     def _validate_features(self) -> None:
-        if self.source != "features":
+        if self.source == "tokens":
             return
-        for name in ("n_mels", "n_frames"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 2:
-                raise ValueError(f"config.{name} must be an integer of at least 2 with a features source, "
-                                 f"got {value!r}")
-        if self.n_frames % 2:
-            raise ValueError(f"config.n_frames ({self.n_frames}) must be even: the stride-2 convolution halves it")
         if self.share_embeddings:
-            raise ValueError("config.share_embeddings needs a token source (a features source has no embedding)")
+            raise ValueError(f"config.share_embeddings needs a token source (a {self.source} source has no embedding)")
+        for name, least in SOURCE_SIZES[self.source].items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"config.{name} must be an integer of at least {least} with a {self.source} "
+                                 f"source, got {value!r}")
+        if self.source == "features" and self.n_frames % 2:
+            raise ValueError(f"config.n_frames ({self.n_frames}) must be even: the stride-2 convolution halves it")
 
     def _validate_ids(self) -> None:
         for name, vocab in (("src_pad_id", self.src_vocab_size), ("tgt_pad_id", self.tgt_vocab_size),

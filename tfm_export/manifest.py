@@ -155,9 +155,9 @@ class Manifest:
 
     @property
     def encoder_input(self) -> TensorSpec:
-        """What the encoder reads (its name, element type and axes): token ids (export.specs.TOKEN_IDS), or
-        float32 features (batch, n_mels, n_frames) (export.specs.features, Whisper); every runner feeds the
-        encoder by this declaration."""
+        """What the encoder reads (its name, element type and axes): token ids (export.specs.TOKEN_IDS),
+        float32 features (batch, n_mels, n_frames) (export.specs.features, Whisper), or float32 frames
+        (batch, src_len, n_feats) (export.specs.frames); every runner feeds the encoder by this declaration."""
         return self.graphs["encoder"].spec.inputs[0]
 
     @property

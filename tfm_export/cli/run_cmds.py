@@ -12,11 +12,13 @@ import click
 from .common import ort_thread_options, library_errors, main_group, parse_int_list, requires_extra
 
 
-def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str
-             ) -> tuple[str, list[Any]]:
-    given = sum(bool(x) for x in (text, ids, input_file))
+def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
+             features: tuple[Path, ...]) -> tuple[str, list[Any]]:
+    given = sum(bool(x) for x in (text, ids, input_file, features))
     if given != 1:
-        raise click.UsageError("give exactly one of --text, --ids or --input")
+        raise click.UsageError("give exactly one of --text, --ids, --input or --features")
+    if features:  # read once the export says what its encoder takes (_feature_sources)
+        return "features", list(features)
     if text:
         kind, sources = "text", list(text)
     elif ids:
@@ -38,6 +40,19 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise click.ClickException(f"{path} is not UTF-8 text (byte {exc.start}); pass a text file, one "
                                    f"source per line") from None
+
+
+def _feature_sources(model: Any, paths: list[Path]) -> tuple[list[str], list[Any]]:
+    """--features files -> (a label per source: the file, with [i] for the sources of a batch file; the
+    arrays), read by the export's declared encoder input (runtime.sources.read_feature_file)."""
+    from ..runtime.sources import read_feature_file
+
+    labels, arrays = [], []
+    for path in paths:
+        rows = read_feature_file(path, model.manifest.encoder_input)
+        labels += [f"{path}[{i}]" if len(rows) > 1 else str(path) for i in range(len(rows))]
+        arrays += rows
+    return labels, arrays
 
 
 def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
@@ -116,6 +131,10 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
               help="A file with one source per line; results stream with a progress bar.")
 @click.option("--input-format", type=click.Choice(["text", "ids"]), default="text", show_default=True,
               help="How --input lines are read.")
+@click.option("--features", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A .npy file of features for an export whose encoder reads them (repeatable): one source's "
+                   "frames (frames, n_feats), or Whisper's (n_mels, n_frames); with a leading axis, one source "
+                   "per row. Frames of different lengths are padded and masked.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sources decoded together.")
@@ -138,13 +157,13 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
                    "beam search and forced EOS); the decoding flags below still apply.")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
-                     input_format: str, device: str, batch_size: int, threads: int | None, spin: bool,
-                     cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
+                     input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
+                     threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
                      target_lang: str | None, greedy: bool, **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
-    kind, sources = _sources(text, ids, input_file, input_format)
+    kind, sources = _sources(text, ids, input_file, input_format, features)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
     has_tokenizer = bool(model.manifest.tokenizer)
@@ -153,6 +172,8 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     config = generation_config(model, decoding, greedy)
     if kind == "text":
         encoded = [model.encode(s, source_lang, target_lang) for s in sources]
+    elif kind == "features":
+        sources, encoded = _feature_sources(model, sources)
     else:
         encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
     tokenizer = model.tokenizer if has_tokenizer else None

@@ -16,7 +16,8 @@ def _pairs(flat: tuple[Tensor, ...]) -> list[KV]:
 
 
 class EncoderGraph(nn.Module):
-    """the encoder input (token ids (batch, src_len), or features (batch, n_mels, n_frames): specs.encoder_input)
+    """the encoder input (token ids (batch, src_len), features (batch, n_mels, n_frames) or frames (batch, src_len,
+    n_feats): specs.encoder_input)
     -> (src_mask, cross.0.key, cross.0.value, ...)."""
 
     n_named_args = 1  # inputs before the *caches varargs (none here)

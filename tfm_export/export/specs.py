@@ -46,8 +46,17 @@ def features(config: TransformerConfig) -> TensorSpec:
     return TensorSpec(FEATURES_NAME, "float32", ("batch", config.n_mels, config.n_frames))
 
 
+FRAMES_NAME = "input_frames"
+
+
+def frames(config: TransformerConfig) -> TensorSpec:
+    """The encoder's input when it reads frames (config.source "frames"): float32 (batch, src_len, n_feats),
+    src_len free (up to max_len); a padded frame is all NaN, which the encoder masks out."""
+    return TensorSpec(FRAMES_NAME, "float32", ("batch", "src_len", config.n_feats))
+
+
 # config.source -> the encoder's input declaration
-ENCODER_INPUTS = {"tokens": lambda config: TOKEN_IDS, "features": features}
+ENCODER_INPUTS = {"tokens": lambda config: TOKEN_IDS, "features": features, "frames": frames}
 
 
 def encoder_input(config: TransformerConfig) -> TensorSpec:

@@ -244,7 +244,17 @@ def _random_ids(model: Transformer, batch: int, src_len: int, gen: torch.Generat
     return src
 
 
-RANDOM_SOURCES = {"tokens": _random_ids, "features": _random_features}  # config.source -> its random source
+def _random_frames(model: Transformer, batch: int, src_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Random frames (batch, src_len, n_feats), standard normal (about normalised filterbank features), padded
+    like `_random_ids`: every other row after the first ends at half length, the rest NaN (runtime.sources)."""
+    frames = torch.randn((batch, src_len, model.config.n_feats), generator=gen)
+    for row in range(1, batch, 2):
+        frames[row, max(1, src_len // 2):] = float("nan")
+    return frames
+
+
+# config.source -> its random source
+RANDOM_SOURCES = {"tokens": _random_ids, "features": _random_features, "frames": _random_frames}
 
 
 def _decoder_inputs(model: Transformer, cross_out: tuple[torch.Tensor, ...], past_len: int, tgt_len: int,

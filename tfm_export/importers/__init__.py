@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import CheckpointError, ConfigError, shorten
 from ..model.checkpoint import Checkpoint
-from . import nn_transformer, tutorial
+from . import nn_transformer, speech_tutorial, tutorial
 from .base import OWN_ARCHITECTURE, Importer, StateDictImporter, recognised, run
 from .hf import HFImporter
 from .native import NativeImporter
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 # Every source format, in detection order.
 IMPORTERS: dict[str, Importer] = {importer.name: importer for importer in (
     NativeImporter(), StateDictImporter("tutorial", tutorial), StateDictImporter("nn_transformer", nn_transformer),
-    HFImporter())}
+    StateDictImporter("speech_tutorial", speech_tutorial), HFImporter())}
 IMPORTERS["marian"] = IMPORTERS["hf"]  # the name of the folder layout before the other families came
 LAYOUTS = tuple(IMPORTERS)
 # Options that the weights of other layouts cannot tell (keys of load_any's `options`).

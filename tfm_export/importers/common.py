@@ -97,6 +97,19 @@ class KeyMap:
             return
         self.copy(f"{target}.bias", f"{key}.bias")
 
+    def pointwise_conv(self, target: str, key: str) -> None:
+        """A Conv1d of kernel 1 (out, in, 1) as the Linear (out, in) it computes: the same weights, one per
+        position; a wider kernel mixes positions, which no Linear does (one CheckpointError)."""
+        self.linear(target, key)
+        weight = self.target.get(f"{target}.weight")
+        if weight is None:
+            return
+        if weight.dim() != 3 or weight.shape[2] != 1:
+            raise CheckpointError(f"cannot convert this {self.layout} checkpoint: {key}.weight {tuple(weight.shape)} "
+                                  f"is not a Conv1d of kernel size 1 (out, in, 1); only position-wise ones map "
+                                  f"onto our feed-forward")
+        self.target[f"{target}.weight"] = weight[:, :, 0].contiguous()  # (out, in)
+
     def split_in_proj(self, target: str, key: str) -> None:
         """nn.MultiheadAttention's fused in_proj (3*d_model, d_model) -> q/k/v projections."""
         weight = self.get(f"{key}.in_proj_weight")

@@ -14,7 +14,7 @@ from ..runtime.api import GenerateMixin
 from ..runtime.decoding import DecoderCache
 from ..runtime.device import device_kind
 from ..runtime.generation import GenerationConfig
-from ..runtime.sources import source_batch
+from ..runtime.sources import float_source, source_batch
 from ..errors import DeviceError
 from .generate import EagerCache
 from .transformer import Transformer
@@ -63,13 +63,13 @@ class EagerModel(GenerateMixin):
         return tokenizer_from_dict(self._tokenizer, folder)
 
     def source_input(self, sources: Any) -> torch.Tensor:
-        """Token ids (batch, src_len), or with a features source (batch, n_mels, n_frames) float32 features."""
-        if self.config.source == "features":
-            from ..manifest import TensorSpec
-            from ..runtime.exported import feature_batch
+        """Token ids (batch, src_len), or float32 features (batch, n_mels, n_frames) or padded frames (batch,
+        src_len, n_feats), as the export would declare them (export.specs.encoder_input)."""
+        if self.config.source != "tokens":
+            from ..export.specs import encoder_input
 
-            declared = TensorSpec("features", "float32", ("batch", self.config.n_mels, self.config.n_frames))
-            return torch.from_numpy(feature_batch(sources, declared)).to(self.device)
+            floats = float_source(sources, encoder_input(self.config), self.config.max_len)
+            return torch.from_numpy(floats).to(self.device)
         return torch.from_numpy(source_batch(sources, self.config)).to(self.device)  # (batch, src_len)
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:

@@ -1,6 +1,6 @@
-"""What the encoder reads, per config.source: token ids through Embeddings (model.layers), or Whisper's
-log-mel features through two convolutions. Each gives the encoder's input (batch, src_len, d_model) and
-src_mask (batch, src_len), True where a source position is real."""
+"""What the encoder reads, per config.source: token ids through Embeddings (model.layers), Whisper's
+log-mel features through two convolutions, or variable-length frames through one Linear. Each gives the
+encoder's input (batch, src_len, d_model) and src_mask (batch, src_len), True where a source position is real."""
 
 from __future__ import annotations
 
@@ -37,6 +37,20 @@ class FeatureFrontEnd(nn.Module):
         return self.dropout(x)
 
 
+class FrameFrontEnd(Embeddings):
+    """Frames (batch, src_len, n_feats) -> Linear(n_feats, d_model) (in the token table's place, `tokens`),
+    scaled and plus positions as token embeddings are. A padded frame is all NaN (config.source "frames"):
+    it is zeroed first, as NaN times a weight would reach every position through attention."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config, config.src_vocab_size, tokens=nn.Linear(config.n_feats, config.d_model),
+                         positions=config.encoder_positions)
+
+    def forward(self, frames: Tensor, offset: Tensor | int = 0) -> Tensor:
+        real = torch.where(torch.isnan(frames), torch.zeros_like(frames), frames)  # (batch, src_len, n_feats)
+        return super().forward(real, offset)
+
+
 def token_source(config: TransformerConfig) -> nn.Module:
     return Embeddings(config, config.src_vocab_size, positions=config.encoder_positions)
 
@@ -51,8 +65,14 @@ def feature_mask(config: TransformerConfig, source: Tensor, x: Tensor) -> Tensor
     return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)  # (batch, src_len)
 
 
+def frame_mask(config: TransformerConfig, source: Tensor, x: Tensor) -> Tensor:
+    # Padding is NaN, as token sources' is src_pad_id: one input carries the lengths. The first value decides
+    # (the runtime pads whole frames; a NaN inside a real frame is refused before it gets here).
+    return ~torch.isnan(source[..., 0])  # (batch, src_len)
+
+
 # config.source -> (the module that embeds the source, its src_mask)
 SOURCE_MODULES: dict[str, Callable[[TransformerConfig], nn.Module]] = {
-    "tokens": token_source, "features": FeatureFrontEnd}
+    "tokens": token_source, "features": FeatureFrontEnd, "frames": FrameFrontEnd}
 SOURCE_MASKS: dict[str, Callable[[TransformerConfig, Tensor, Tensor], Tensor]] = {
-    "tokens": token_mask, "features": feature_mask}
+    "tokens": token_mask, "features": feature_mask, "frames": frame_mask}

@@ -76,15 +76,15 @@ class EagerState:
 @torch.no_grad()
 def greedy_decode(model: Transformer, source: Tensor, max_new_tokens: int | None = None,
                   stop_at_eos: bool = True, timings: DecodeTimings | None = None) -> list[list[int]]:
-    """Greedy decoding of a padded (batch, src_len) id tensor (or, with a features source, a (batch, n_mels,
-    n_frames) float tensor); returns each row's ids without BOS/EOS.
+    """Greedy decoding of a padded (batch, src_len) id tensor (or, with a features or frames source, the float
+    tensor of export.specs.encoder_input's shape); returns each row's ids without BOS/EOS.
 
     Rows stop at EOS (`stop_at_eos`); the batch stops when every row has. With
     `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks, which pass `timings`).
     The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.decode with its Greedy strategy).
     """
     cfg = model.config
-    if cfg.source == "features":  # (batch, n_mels, n_frames) float: the encoder's shape is fixed
+    if cfg.source != "tokens":  # float features or frames, checked by the runners (runtime.sources)
         return _greedy(model, source, max_new_tokens, stop_at_eos, timings)
     check_ids(source, cfg.src_vocab_size, "source")
     if source.shape[1] > cfg.max_len:

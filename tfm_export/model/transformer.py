@@ -6,7 +6,8 @@ Cross-attention keys/values are computed once per source. Everything is plain te
 data-dependent Python branches on shapes, so torch.export traces one graph for every batch size and
 length. The families (the paper's, Marian, BART, M2M100/NLLB, Pegasus, T5) are fields of the one
 config: positions, norms, biases, gates, T5's relative position bias (model.layers, model.attention);
-Whisper's encoder reads log-mel features through model.frontend instead of token ids.
+Whisper's encoder reads log-mel features, and users' speech models filterbank frames, through model.frontend
+instead of token ids.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ class Transformer(nn.Module):
     def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Encode the source -> memory (batch, src_len, d_model), src_mask (batch, src_len) bool.
 
-        `source`: token ids (batch, src_len), or features (batch, n_mels, n_frames) with
-        src_len = n_frames // 2 (config.source)."""
+        `source`: token ids (batch, src_len), features (batch, n_mels, n_frames) with
+        src_len = n_frames // 2, or frames (batch, src_len, n_feats), padded ones NaN (config.source)."""
         x = self.src_embed(source)  # (batch, src_len, d_model)
         src_mask = self.source_mask(self.config, source, x)  # True for real positions
         allowed = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)

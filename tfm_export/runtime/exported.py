@@ -21,14 +21,14 @@ import onnxruntime as ort
 
 from ..config import TransformerConfig
 from ..errors import InputError
-from ..manifest import Manifest, TensorSpec, load_manifest
+from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
 from .cache import GrowingCache
 from .nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
 from .api import GenerateMixin
 from .decoding import DecodeTimings, DecoderCache
 from .generation import GenerationConfig
-from .sources import source_batch
+from .sources import feature_batch, float_source, source_batch  # feature_batch: re-exported (its former home)
 from .device import Device, RuntimeOptions, open_sessions
 from .static import GRAPH_NAME as STATIC_GRAPH
 from .static import StaticCache, open_static
@@ -92,11 +92,12 @@ class ExportedModel(GenerateMixin):
         return tokenizer_from_dict(self.manifest.tokenizer, self.folder)
 
     def source_input(self, sources: Any) -> Any:
-        """The encoder's input as the manifest declares it: token ids (lists of ints, padded), or a float
-        array (batch, n_mels, n_frames) of features (`feature_batch`)."""
+        """The encoder's input as the manifest declares it: token ids (lists of ints, padded), a float array
+        (batch, n_mels, n_frames) of features, or frames (a list of (frames, n_feats) arrays), padded
+        (runtime.sources.float_source)."""
         declared = self.manifest.encoder_input
         if declared.dtype in FEATURE_TYPES:
-            return feature_batch(sources, declared)
+            return float_source(sources, declared, self.config.max_len)
         if declared.dtype not in TOKEN_TYPES:
             raise InputError(f"this export's encoder reads {declared.name} ({declared.dtype} "
                              f"{', '.join(map(str, declared.shape))}), not token ids; pass that input instead")
@@ -124,25 +125,6 @@ class ExportedModel(GenerateMixin):
         if config.is_greedy and slots is not None and slots < self.config.max_len:
             return slots, "the static decoder's cache slots"
         return super()._step_limit(config)
-
-
-def feature_batch(features: Any, declared: TensorSpec) -> np.ndarray:
-    """Features as the encoder declares them: a float array (batch, n_mels, n_frames) (a list of
-    (n_mels, n_frames) arrays is stacked), cast to the declared float type; anything else, or
-    non-finite values, is one InputError naming the shape wanted."""
-    want = f"a float array (batch, {', '.join(map(str, declared.shape[1:]))}) of {declared.name}"
-    try:
-        array = np.asarray(features)
-    except (ValueError, TypeError):  # ragged lists
-        raise InputError(f"the features are not one array; pass {want}") from None
-    fixed = list(declared.shape[1:])
-    if array.dtype.kind != "f" or array.ndim != len(declared.shape) or list(array.shape[1:]) != fixed \
-            or array.shape[0] == 0:
-        raise InputError(f"the features are {array.dtype} {tuple(array.shape)}; this export's encoder reads {want} "
-                         f"(audio.features.log_mel_batch makes them)")
-    if not np.isfinite(array).all():
-        raise InputError(f"the features hold NaN or infinite values; pass {want}")
-    return np.ascontiguousarray(array, dtype=declared.dtype)  # (batch, n_mels, n_frames)
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:

@@ -1,17 +1,23 @@
 """What a decode starts from and how long it may run: the source checks of every runner. Torch-free.
 
-Token ids are the encoder input of every model today (export.specs.TOKEN_IDS, read back as
-Manifest.encoder_input); `source_batch` pads and checks them once for the ONNX and eager runners.
+The encoder's input is declared in the manifest (Manifest.encoder_input): token ids (export.specs.TOKEN_IDS),
+which `source_batch` pads and checks, or floats (`float_source`): Whisper's fixed feature windows
+(`feature_batch`) or variable-length frames (`frame_batch`, padded with NaN). One check for the ONNX and
+eager runners.
 """
 
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, first_line
+
+# What a padded frame holds: the encoder masks these positions out (model.frontend.frame_mask).
+FRAME_PAD = np.nan
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -50,6 +56,93 @@ def source_batch(sources: Sequence[Sequence[int]], config: Any) -> np.ndarray:
         raise InputError(f"source length {src.shape[1]} exceeds the model's max_len ({config.max_len}); "
                          f"shorten or split the input")
     return src
+
+
+def feature_batch(features: Any, declared: Any) -> np.ndarray:
+    """Features as the encoder declares them: a float array (batch, n_mels, n_frames) (a list of
+    (n_mels, n_frames) arrays is stacked), cast to the declared float type; anything else, or
+    non-finite values, is one InputError naming the shape wanted."""
+    want = f"a float array (batch, {', '.join(map(str, declared.shape[1:]))}) of {declared.name}"
+    try:
+        array = np.asarray(features)
+    except (ValueError, TypeError):  # ragged lists
+        raise InputError(f"the features are not one array; pass {want}") from None
+    fixed = list(declared.shape[1:])
+    if array.dtype.kind != "f" or array.ndim != len(declared.shape) or list(array.shape[1:]) != fixed \
+            or array.shape[0] == 0:
+        raise InputError(f"the features are {array.dtype} {tuple(array.shape)}; this export's encoder reads {want} "
+                         f"(audio.features.log_mel_batch makes them)")
+    if not np.isfinite(array).all():
+        raise InputError(f"the features hold NaN or infinite values; pass {want}")
+    return np.ascontiguousarray(array, dtype=declared.dtype)  # (batch, n_mels, n_frames)
+
+
+def frame_batch(frames: Any, declared: Any, max_len: int) -> np.ndarray:
+    """Variable-length frames as the encoder declares them (batch, src_len, n_feats): a list of (frames,
+    n_feats) float arrays, or one (batch, frames, n_feats) array (every row whole), right-padded with NaN
+    to the longest; anything else, non-finite values or more than `max_len` frames is one InputError."""
+    n_feats = declared.shape[-1]
+    want = f"float arrays (frames, {n_feats}) of {declared.name}, one per source"
+    if isinstance(frames, np.ndarray) and frames.ndim != 3:
+        raise InputError(f"the frames are one array of shape {frames.shape}; pass {want} (or one array "
+                         f"(batch, frames, {n_feats}))")
+    rows = list(frames) if isinstance(frames, (list, tuple, np.ndarray)) else None
+    if not rows:
+        raise InputError(f"no frames given; pass {want}")
+    rows = [_frames(row, n, n_feats, want, max_len) for n, row in enumerate(rows, 1)]
+    batch = np.full((len(rows), max(len(r) for r in rows), n_feats), FRAME_PAD, dtype=declared.dtype)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch  # (batch, src_len, n_feats)
+
+
+def _frames(row: Any, n: int, n_feats: int, want: str, max_len: int) -> np.ndarray:
+    try:
+        array = np.asarray(row)
+    except (ValueError, TypeError):  # ragged lists
+        raise InputError(f"source {n} is not one array; pass {want}") from None
+    if array.dtype.kind != "f" or array.ndim != 2 or array.shape[1] != n_feats or array.shape[0] == 0:
+        raise InputError(f"source {n} is {array.dtype} {tuple(array.shape)}; this export's encoder reads {want}")
+    if not np.isfinite(array).all():
+        raise InputError(f"source {n} holds NaN or infinite values; pass {want}")
+    if array.shape[0] > max_len:
+        raise InputError(f"source {n} has {array.shape[0]} frames, more than the model's max_len ({max_len}); "
+                         f"shorten or split the input")
+    return array
+
+
+def float_source(sources: Any, declared: Any, max_len: int) -> np.ndarray:
+    """A float encoder input by its declaration (a TensorSpec): frames when its length is free (src_len),
+    padded here; else whole feature windows of the fixed shape."""
+    if "src_len" in declared.shape:
+        return frame_batch(sources, declared, max_len)
+    return feature_batch(sources, declared)
+
+
+def read_feature_file(path: str | os.PathLike, declared: Any) -> list[np.ndarray]:
+    """The sources in a .npy file for the float encoder input `declared` (Manifest.encoder_input): one source
+    (an array of the declared shape less its batch axis, e.g. frames (frames, n_feats)), or several (with
+    it). Not a .npy array, or not that shape: one InputError naming the file. The values are checked when
+    decoded (`float_source`)."""
+    if declared.dtype not in ("float32", "float16"):
+        raise InputError(f"this export's encoder reads token ids ({declared.name}), not features; pass token ids "
+                         f"or text instead of {path}")
+    try:
+        array = np.load(path, allow_pickle=False)  # never unpickle: a .npy is data
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {first_line(exc, 120)}") from None
+    except (ValueError, EOFError):  # numpy's message speaks of pickles whatever the file holds
+        raise InputError(f"{path} is not a .npy array file; save the features with numpy.save") from None
+    if not isinstance(array, np.ndarray):  # a .npz archive
+        raise InputError(f"{path} is a .npz archive; save each source's features as one .npy file (numpy.save)")
+    per_source = declared.shape[1:]  # ("src_len", n_feats) or (n_mels, n_frames)
+    fixed = [(i, d) for i, d in enumerate(per_source) if not isinstance(d, str)]
+    wanted = f"({', '.join('frames' if isinstance(d, str) else str(d) for d in per_source)})"
+    rows = [array] if array.ndim == len(per_source) else list(array) if array.ndim == len(per_source) + 1 else None
+    if rows is None or array.dtype.kind != "f" or any(r.shape[i] != d for r in rows[:1] for i, d in fixed):
+        raise InputError(f"{path} holds {array.dtype} {tuple(array.shape)}; this export's encoder reads "
+                         f"{declared.name} as float {wanted} per source (or (sources, ...) for several)")
+    return rows
 
 
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int,

@@ -36,6 +36,7 @@ from .device import Device, RuntimeOptions, create_session
 from .head import BeamHead
 from .reorder import RowGather
 from .row_batch import RowBatch
+from .sources import FRAME_PAD
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,14 @@ class StaticCache:
         return RowGather(self.device, self.options.intra_op_threads or 0)
 
     def _bucket(self, src: np.ndarray) -> np.ndarray:
-        """Token ids padded to the SRC_BUCKET multiple when capturing (features have one fixed shape)."""
+        """Token ids (or frames) padded to the SRC_BUCKET multiple when capturing (features have one fixed
+        shape); frames are padded as runtime.sources pads them."""
         if not self.capture or self.config.src_len is not None:
             return src
         width = min(self.config.max_len, -(-src.shape[1] // SRC_BUCKET) * SRC_BUCKET)
-        return np.pad(src, ((0, 0), (0, width - src.shape[1])), constant_values=self.config.src_pad_id)
+        pad = [(0, 0)] * src.ndim
+        pad[1] = (0, width - src.shape[1])  # (batch, src_len[, n_feats]): the length axis
+        return np.pad(src, pad, constant_values=FRAME_PAD if src.dtype.kind == "f" else self.config.src_pad_id)
 
     def _zeros_host(self, name: str, batch: int, src_len: int = 0) -> np.ndarray:
         """Zeros in a spec's shape (zeros: never-written cache slots must be finite)."""

@@ -86,7 +86,7 @@ def _same_rows(graph: str, got: list[list[int]], want: list[list[int]], report: 
 
 def _sources(runtime: ExportedModel, seed: int) -> tuple[Any, str]:
     """The export's sample texts encoded (what the eager validation decoded too), else seeded random ids,
-    or random log-mel features for an encoder that reads them (Manifest.encoder_input)."""
+    or random log-mel features or frames for an encoder that reads them (Manifest.encoder_input)."""
     manifest = runtime.manifest
     if manifest.samples and manifest.tokenizer:
         return [runtime.tokenizer.encode(text) for text in manifest.samples], "sample"
@@ -95,6 +95,8 @@ def _sources(runtime: ExportedModel, seed: int) -> tuple[Any, str]:
     if cfg.source == "features":  # a few whole windows: (sources, n_mels, n_frames)
         return rng.standard_normal((RANDOM_FEATURES, cfg.n_mels, cfg.n_frames), dtype=np.float32), "random"
     lengths = rng.integers(1, min(cfg.max_len, RANDOM_MAX_LEN) + 1, RANDOM_SOURCES)
+    if cfg.source == "frames":  # (frames, n_feats) each, of random lengths
+        return [rng.standard_normal((n, cfg.n_feats), dtype=np.float32) for n in lengths], "random"
     # Ids drawn from the vocabulary minus the source padding id (a pad inside a row is not a source).
     ids = [rng.integers(0, cfg.src_vocab_size - 1, n) for n in lengths]
     return [[int(t + (t >= cfg.src_pad_id)) for t in row] for row in ids], "random"
