@@ -214,14 +214,30 @@ def test_bodies_that_are_not_one_audio_form(server, recordings, spool):
     assert not list(spool.iterdir())
 
 
+BOUNDARY = "tfm-export-test-boundary"
+FORM = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def form_body(audio: bytes) -> bytes:
+    """A multipart/form-data body with `model` and `file`, as a client writes it (sent in parts by hand)."""
+    return (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+            f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            f"Content-Type: audio/wav\r\n\r\n").encode() + audio + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def test_an_upload_without_content_length_is_cut_at_the_limit(server, spool):
+    """Chunked: no Content-Length to refuse it by; the server stops reading once the file passes the limit."""
+    body = form_body(bytes(MAX_UPLOAD_MB * 2**20 + 1))
+    chunks = (body[n:n + 65536] for n in range(0, len(body), 65536))
+    response = httpx.post(f"{server}/v1/audio/transcriptions", content=chunks, headers=FORM, timeout=60)
+    assert response.status_code == 413 and response.json()["limit"] == "max_upload_mb"
+    assert not list(spool.iterdir())
+
+
 def test_the_upload_is_spooled_and_always_removed(server, recordings, spool):
     """The file is on disk in --upload-dir while the upload arrives, and gone once answered, or once the
     client drops the connection halfway."""
-    audio = recordings["window"].read_bytes()
-    boundary = "tfm-export-test-boundary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
-            f"Content-Type: audio/wav\r\n\r\n").encode() + audio + f"\r\n--{boundary}--\r\n".encode()
+    body = form_body(recordings["window"].read_bytes())
     half = len(body) // 2
     seen = []
 
@@ -235,11 +251,10 @@ def test_the_upload_is_spooled_and_always_removed(server, recordings, spool):
             raise ConnectionAbortedError("the client gives up halfway")
         yield body[half:]
 
-    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
-    response = httpx.post(f"{server}/v1/audio/transcriptions", content=slowly(False), headers=headers, timeout=60)
+    response = httpx.post(f"{server}/v1/audio/transcriptions", content=slowly(False), headers=FORM, timeout=60)
     assert response.status_code == 200, response.text
     with pytest.raises(ConnectionAbortedError):
-        httpx.post(f"{server}/v1/audio/transcriptions", content=slowly(True), headers=headers, timeout=60)
+        httpx.post(f"{server}/v1/audio/transcriptions", content=slowly(True), headers=FORM, timeout=60)
     assert len(seen) == 2 and all(len(names) == 1 and names[0].startswith(SPOOL_PREFIX) for names in seen)
     deadline = time.time() + 10
     while list(spool.iterdir()) and time.time() < deadline:  # the dropped one: once the server notices
