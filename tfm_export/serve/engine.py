@@ -83,11 +83,20 @@ def has_static_decoder(folder: str) -> bool:
     return GRAPH_NAME in load_manifest(Path(folder), verify_hashes=False).graphs
 
 
+def is_speech(folder: str) -> bool:
+    """The export reads audio features (Whisper): its server runs serve.audio, not the text routes."""
+    from ..manifest import load_manifest
+
+    return load_manifest(Path(folder), verify_hashes=False).features is not None
+
+
 def resolve_batching(settings: ServeSettings) -> ServeSettings:
-    """`auto` made concrete: in-flight when the export supports it, else request-level batching."""
+    """`auto` made concrete: in-flight when the export supports it, else request-level batching. A Whisper
+    export's recordings run on serve.transcriber's workers, not in the engine's batch: request-level."""
     if settings.batching != "auto":
         return settings
-    return dataclasses.replace(settings, batching="inflight" if has_static_decoder(settings.folder) else "request")
+    inflight = has_static_decoder(settings.folder) and not is_speech(settings.folder)
+    return dataclasses.replace(settings, batching="inflight" if inflight else "request")
 
 
 def check_batching(settings: ServeSettings) -> ServeSettings:

@@ -2,10 +2,10 @@
 
 A recording is transcribed window by window, each window's start depending on the last one's timestamps
 (runtime.whisper_longform), with Whisper's own logits processors; the in-flight engine's rows step
-text jobs only. So a recording runs on a worker thread here from start to end (runtime.speech.transcribe
-on the export's growing cache, whose calls share nothing), `workers` recordings at once, `max_queue`
-more waiting; beyond that a 429 (QueueFull). Each window's text can be handed to the event loop as it is
-decoded (streaming). Torch-free; no web framework here.
+text jobs only. So a recording runs on a worker thread here from start to end (runtime.speech.transcribe;
+the growing cache's calls share nothing, a static cache's take turns under its lock), `workers`
+recordings at once, `max_queue` more waiting; beyond that a 429 (QueueFull). Each window's text can be
+handed to the event loop as it is decoded (streaming). Torch-free; no web framework here.
 """
 
 from __future__ import annotations
