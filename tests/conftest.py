@@ -39,6 +39,7 @@ def has_cuda_gpu() -> bool:
 SHARED_GROUPS = {
     "trained": ("test_hf_families", "test_runtimes_families", "test_serve_libretranslate"),  # trained_export
     "wheel": ("test_wheel_install", "test_runtime_install"),  # both build this checkout's wheel in place
+    "whisper": ("test_serve_audio", "test_serve_schema"),  # whisper_export
     "npm": ("test_node_package", "test_runtimes", "test_runtimes_fixture", "test_runtime_client"),  # runtimes/
 }
 GROUP_OF = {module: group for group, modules in SHARED_GROUPS.items() for module in modules}
@@ -200,3 +201,17 @@ def trained_export(tmp_path_factory):
         return made[family]
 
     return export
+
+
+@pytest.fixture(scope="session")
+def whisper_export(tmp_path_factory) -> Path:
+    """A random multilingual Whisper folder of 2 + 2 layers with 4 s windows (tests/whisper_fixtures.py:
+    quick to export and decode; a 10 s recording is three windows), exported without validation: for the
+    servers' audio routes."""
+    pytest.importorskip("transformers")
+    from helpers import run_cli_ok
+    from whisper_fixtures import Layout, speech_folder
+
+    base = tmp_path_factory.mktemp("whisper")
+    run_cli_ok(speech_folder(base / "model", Layout(2, 2, 80, True, 200)), "-o", base / "onnx", "--no-validate")
+    return base / "onnx"

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from whisper_fixtures import LANGUAGES, LAYOUTS, generate_ids, whisper_folder  # noqa: E402
+from whisper_fixtures import generate_ids, speech_folder  # noqa: E402
 from tfm_export.audio import FeatureConfig, load_audio, log_mel, log_mel_spectrogram  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
@@ -33,28 +33,6 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 NEW = 12  # max_new_tokens per window: quick, and the same for both sides
 RATE = 16000
 PROMPT = [None, 20, 21, 22]  # <|startofprev|> is set in `speech_folder`
-
-
-def speech_folder(folder, layout: str = "tiny"):
-    """whisper_folder(layout) plus its timestamp tokens (<|0.00|> to the window's end) and, multilingual,
-    the language and task maps of a published folder."""
-    whisper_folder(layout, folder)
-    tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), local_files_only=True)
-    stamps = LAYOUTS[layout].source_positions + 1  # 0.02 s apart (two frames each): 1501 for 30 s
-    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(stamps)])
-    torch.manual_seed(1)
-    model.resize_token_embeddings(len(tok), mean_resizing=False)
-    with torch.no_grad():  # timestamps as likely as text now and then
-        model.model.decoder.embed_tokens.weight[-stamps:].normal_(0, 0.2)
-    gen = model.generation_config
-    if LAYOUTS[layout].multilingual:
-        gen.lang_to_id = {f"<|{c}|>": tok.convert_tokens_to_ids(f"<|{c}|>") for c in LANGUAGES}
-        gen.task_to_id = {t: tok.convert_tokens_to_ids(f"<|{t}|>") for t in ("transcribe", "translate")}
-    gen.prev_sot_token_id = tok.convert_tokens_to_ids("<|startofprev|>")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 def export(base, layout):

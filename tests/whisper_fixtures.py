@@ -2,6 +2,8 @@
 
     whisper_folder(layout, folder)   WhisperForConditionalGeneration with random weights (seeded), its
                                      generation_config.json, tokenizer files and preprocessor_config.json
+    speech_folder(folder, layout)    whisper_folder plus what a published folder has besides: timestamp
+                                     tokens, the language and task maps
     LAYOUTS                          tiny, base, large-v3-turbo: their depths, heads and mel bins, narrow
 
 The tokenizer is a small byte-level BPE (the `tokenizers` library) with Whisper's special tokens in
@@ -41,6 +43,11 @@ LAYOUTS = {
 }
 
 
+def layout_of(layout: "str | Layout") -> Layout:
+    """A LAYOUTS name, or a Layout of the test's own."""
+    return LAYOUTS[layout] if isinstance(layout, str) else layout
+
+
 def specials(multilingual: bool) -> list[str]:
     langs = [f"<|{code}|>" for code in LANGUAGES] if multilingual else []
     return ["<|endoftext|>", "<|startoftranscript|>", *langs, "<|translate|>", "<|transcribe|>", "<|startoflm|>",
@@ -71,14 +78,14 @@ def build_tokenizer(folder: Path, multilingual: bool):
     return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def whisper_folder(layout: str, folder: Path, seed: int = 0, d_model: int = 64, heads: int = 4,
+def whisper_folder(layout: "str | Layout", folder: Path, seed: int = 0, d_model: int = 64, heads: int = 4,
                    std: float = 0.2) -> Path:
     """A random Whisper folder of `layout` (LAYOUTS): weights drawn with `std` (wider than transformers'
     0.02, so that greedy tokens depend on the features; at 0.5 the encoder's residual stream grows so large that
     float32 rounding alone moves its outputs by 3e-4)."""
     import transformers
 
-    shape, folder = LAYOUTS[layout], Path(folder)
+    shape, folder = layout_of(layout), Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(folder, shape.multilingual)
     eot, sot = tok.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
@@ -118,3 +125,27 @@ def generate_ids(model, samples, detect: bool = True, **kwargs) -> tuple[list[in
         detected = int(model.detect_language(x[:, :, :frames])[0]) if detect else None
     eos = model.generation_config.eos_token_id
     return [t for t in out["sequences"][0].tolist() if t != eos], detected
+
+
+def speech_folder(folder, layout: "str | Layout" = "tiny"):
+    """whisper_folder(layout) plus its timestamp tokens (<|0.00|> to the window's end) and, multilingual,
+    the language and task maps of a published folder."""
+    import transformers
+
+    whisper_folder(layout, folder)
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), local_files_only=True)
+    stamps = layout_of(layout).source_positions + 1  # 0.02 s apart (two frames each): 1501 for 30 s
+    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(stamps)])
+    torch.manual_seed(1)
+    model.resize_token_embeddings(len(tok), mean_resizing=False)
+    with torch.no_grad():  # timestamps as likely as text now and then
+        model.model.decoder.embed_tokens.weight[-stamps:].normal_(0, 0.2)
+    gen = model.generation_config
+    if layout_of(layout).multilingual:
+        gen.lang_to_id = {f"<|{c}|>": tok.convert_tokens_to_ids(f"<|{c}|>") for c in LANGUAGES}
+        gen.task_to_id = {t: tok.convert_tokens_to_ids(f"<|{t}|>") for t in ("transcribe", "translate")}
+    gen.prev_sot_token_id = tok.convert_tokens_to_ids("<|startofprev|>")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

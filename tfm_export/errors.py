@@ -65,6 +65,10 @@ class InputError(TfmExportError):
     """Inputs do not fit the model (token ids out of range, sequences too long, ...)."""
 
 
+class AudioTooLong(InputError):
+    """A recording longer than the caller's max_seconds (a server answers it with 413, naming its limit)."""
+
+
 class OutputError(TfmExportError):
     """An output folder or file cannot (or must not) be written: it holds user files, no space, ..."""
 

@@ -19,7 +19,7 @@ import numpy as np
 import soundfile
 import soxr
 
-from ..errors import InputError
+from ..errors import AudioTooLong, InputError
 
 AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview]
 
@@ -141,7 +141,7 @@ def looks_like_text(head: bytes) -> bool:
 
 def check_length(seconds: float, max_seconds: float | None, label: str) -> None:
     if max_seconds is not None and seconds > max_seconds:
-        raise InputError(f"{label} is {seconds:.1f} s long, over the limit of {max_seconds:g} s (max_seconds); "
+        raise AudioTooLong(f"{label} is {seconds:.1f} s long, over the limit of {max_seconds:g} s (max_seconds); "
                          f"split the recording or raise max_seconds")
 
 

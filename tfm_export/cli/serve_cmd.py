@@ -51,6 +51,16 @@ def limit_options(fn):
 @click.option("--cors-origin", "cors_origins", multiple=True,
               help="Let web pages of this origin call the server (e.g. http://127.0.0.1:8000, the page of "
                    "`tfm-export serve-web`); repeat for more. Default: none (browsers refuse other origins).")
+@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=25.0, show_default=True,
+              help="Whisper exports: the largest audio upload (OpenAI's limit); larger get 413.")
+@click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0,
+              show_default=True, help="Whisper exports: the longest recording; longer get 413.")
+@click.option("--audio-workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Whisper exports: recordings transcribed at once, each on a thread of its own (--max-queue "
+                   "more wait; beyond them 429). More than the cores share them.")
+@click.option("--upload-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Whisper exports: where uploads are spooled while they are transcribed (removed after "
+                   "each request); default: the system's temporary folder.")
 # No spinning by default: a server runs several sessions by turns (the encoder for each joining
 # request, the decoder each step, the search lane), and threads spinning in an idle session take the
 # cores of the busy one (in-flight on 2 cores: 545 -> 722 tokens/s, BENCHMARKS.md).
@@ -63,17 +73,18 @@ def limit_options(fn):
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
                   max_queue: int, max_texts: int, max_beams: int, max_rows: int, max_src_len: int | None,
-                  window_ms: float,
-                  api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
+                  window_ms: float, max_upload_mb: float, max_audio_seconds: float, audio_workers: int,
+                  upload_dir: str | None, api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
-    GET /languages, GET /healthz, /metrics, docs at /docs.
+    GET /languages (a text model) or OpenAI's POST /v1/audio/transcriptions and /v1/audio/translations
+    (a Whisper export); GET /healthz, /metrics, docs at /docs.
 
     SIGTERM or Ctrl+C stops accepting, finishes the requests in flight and exits 0.
     """
     from ..serve.batcher import EngineConfig
     from ..serve.cors import check_origins
-    from ..serve.engine import ServeSettings, check_batching, check_bind, resolve_batching
+    from ..serve.engine import ServeSettings, check_batching, check_bind, is_speech, resolve_batching
     from ..serve.server import run_server
 
     if folder is None and write_config is None:
@@ -81,7 +92,8 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
                              EngineConfig(max_batch, max_queue, window_ms, max_src_len),
                              max_texts, threads, spin, api_key, cors_origins=cors_origins, max_beams=max_beams,
-                             max_rows=max_rows)
+                             max_rows=max_rows, max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
+                             audio_workers=audio_workers, upload_dir=upload_dir)
     check_origins(cors_origins)
     if write_config is not None:
         from ..serve.ray_config import write_config as write
@@ -91,7 +103,7 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
         return
     check_bind(host, api_key)
     settings = check_batching(resolve_batching(settings))  # before binding; Ray's replicas get the same choice
-    if batching == "auto" and settings.batching == "request":
+    if batching == "auto" and settings.batching == "request" and not is_speech(settings.folder):
         click.echo(f"{folder} has no decoder_static.onnx: serving with request-level batching; for in-flight "
                    f"batching re-export with --static-slots N (the most tokens a row generates)", err=True)
     if use_ray:

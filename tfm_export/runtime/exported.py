@@ -113,12 +113,14 @@ class ExportedModel(GenerateMixin):
 
     def transcribe(self, audio: Any, language: str | None = None, task: str | None = "transcribe",
                    timestamps: bool = False, num_beams: int = 1, prompt: Any = None,
-                   max_seconds: float | None = 3600.0, max_new_tokens: int | None = None) -> dict[str, Any]:
+                   max_seconds: float | None = 3600.0, max_new_tokens: int | None = None,
+                   on_text: Any = None) -> dict[str, Any]:
         """A Whisper export: speech (a path, bytes or float32 samples at 16 kHz) -> {text, language,
-        segments, ids}, window by window (runtime.speech.transcribe)."""
+        segments, ids}, window by window (runtime.speech.transcribe; `on_text`: the text so far after each)."""
         from .speech import transcribe
 
-        return transcribe(self, audio, language, task, timestamps, num_beams, prompt, max_seconds, max_new_tokens)
+        return transcribe(self, audio, language, task, timestamps, num_beams, prompt, max_seconds, max_new_tokens,
+                          on_text)
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.static_cache.slots if self.static_cache else None  # fixed by its export

@@ -26,12 +26,12 @@ condition_on_prev_tokens) apply when the folder sets them. Sampling fallback tem
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
-from ..errors import InputError
+from ..errors import AudioTooLong, InputError
 from .decoding import run
 from .generation import GenerationConfig
 from .whisper import WhisperSettings, init_tokens, needs_detection, prompt_prefix
@@ -71,7 +71,7 @@ def read_samples(audio: Any, sampling_rate: int, max_seconds: float | None = DEF
         samples = as_samples(audio)
         seconds = len(samples) / sampling_rate
         if max_seconds is not None and seconds > max_seconds:
-            raise InputError(f"the audio is {seconds:.1f} s long, over the limit of {max_seconds:g} s "
+            raise AudioTooLong(f"the audio is {seconds:.1f} s long, over the limit of {max_seconds:g} s "
                              "(max_seconds); split the recording or raise max_seconds")
         return samples
     raise InputError(f"audio must be a path, the file's bytes or a float32 numpy array of samples at "
@@ -107,11 +107,13 @@ def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[in
 
 def transcribe(model: Any, audio: Any, language: str | None = None, task: str | None = "transcribe",
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
-               max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None) -> dict[str, Any]:
+               max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
+               on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One recording -> {"text", "language", "segments": [{"start", "end", "text"}], "ids"} (the module
     docstring). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
-    `max_new_tokens`: per window (None: up to the folder's max_length)."""
+    `max_new_tokens`: per window (None: up to the folder's max_length); `on_text`: called after each
+    window with the text so far (streaming; an exception it raises stops the transcription)."""
     settings, features_config = speech_settings(model)
     if task is not None and task not in TASKS:
         raise InputError(f"{{task}} must be one of {', '.join(TASKS)}", options={"task": task})
@@ -145,9 +147,6 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     vocab = model.config.tgt_vocab_size
     max_positions = model.config.max_len
     decode_window = window_decoder(cache, settings, config, vocab, stamped, max_positions)
-    out = transcribe_features(features, decode_window, settings, init, vocab, prompt_ids=prompt_ids,
-                              condition_on_prev_tokens=bool(settings.condition_on_prev_tokens),
-                              fallback=_fallback(settings), window_frames=window, max_target_positions=max_positions)
     begin = settings.timestamp_begin
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
 
@@ -155,6 +154,11 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
         kept = [t for t in ids if t < begin]
         return tokenizer.decode(kept) if tokenizer is not None else " ".join(map(str, kept))
 
+    on_window = None if on_text is None else lambda done: on_text(text_of([t for s in done for t in s.tokens]))
+    out = transcribe_features(features, decode_window, settings, init, vocab, prompt_ids=prompt_ids,
+                              condition_on_prev_tokens=bool(settings.condition_on_prev_tokens),
+                              fallback=_fallback(settings), window_frames=window, max_target_positions=max_positions,
+                              on_window=on_window)
     language_token = init[1] if len(init) > 1 and init[1] in (settings.lang_to_id or {}).values() else None
     seconds = len(samples) / features_config.sampling_rate
     segments = out.segments if stamped else [Segment(0.0, seconds, out.ids)]

@@ -207,10 +207,12 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
                prompt_ids: Sequence[int] | None = None, condition_on_prev_tokens: bool = False,
                prompt_condition_type: str = "first-segment", fallback: Fallback = Fallback(),
                num_frames: int | None = None, window_frames: int = WINDOW_FRAMES,
-               max_target_positions: int = 448) -> Transcript:
+               max_target_positions: int = 448,
+               on_window: Callable[[list[Segment]], None] | None = None) -> Transcript:
     """One audio's (n_mels, frames) features -> its Transcript (the module docstring's loop); `init`: the
     init tokens (runtime.whisper.init_tokens, with timestamps); `prompt_ids`: an initial prompt
-    (runtime.whisper.prompt_prefix); `num_frames`: the audio's real frames (default: all)."""
+    (runtime.whisper.prompt_prefix); `num_frames`: the audio's real frames (default: all); `on_window`:
+    called after each window with the segments so far (a server streams them; raising stops the loop)."""
     if prompt_condition_type not in ("first-segment", "all-segments"):
         raise InputError('{prompt_condition_type} must be "first-segment" or "all-segments"',
                          options={"prompt_condition_type": prompt_condition_type})
@@ -249,6 +251,8 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
         segments, advance = split_segments(ids, begin, offset, frames)
         seek += advance if advance > 0 else frames  # a pair at <|0.00|>: transformers would decode it again forever
         history += segments
+        if on_window is not None:
+            on_window(history[start:])
     out.segments = history[start:]
     out.ids = [t for seg in out.segments for t in seg.tokens]
     return out

@@ -3,8 +3,12 @@
     POST /v1/translate  {"texts": [...]} or {"ids": [[...]]}, "source_lang"?, "target_lang"?,
                         "max_new_tokens"?, "stream"?, decoding options (serve.schemas.TranslateRequest)
     POST /translate     LibreTranslate's API (serve.libretranslate), with GET /languages
+    POST /v1/audio/transcriptions, /v1/audio/translations   OpenAI's audio API (serve.audio)
     GET  /healthz       {"status": "ok", ...}
     GET  /metrics       Prometheus text format (serve.metrics)
+
+A server serves one export: a text model's has the text routes, a Whisper export's the audio routes, and
+each answers the other kind's routes with a 400 saying which model it serves (OTHER_KIND).
 
 Every error is JSON `{"error": one line, ...}`: unknown options and bad values 422 (naming them;
 num_beams or num_return_sequences above max_beams too: every value the schema refuses but the size
@@ -28,6 +32,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from ..errors import TfmExportError
+from .audio import add_audio
 from .contract import install_openapi
 from .cors import add_cors
 from .engine import ServeSettings, open_engine, prepare_sources
@@ -40,6 +45,16 @@ from .schemas import (ACCEPTED, REQUEST_ONLY, STREAM_EVENT, Health, TranslateReq
 from .translation import HTTPFailure, collect, failure_from, results, stream, submit
 
 log = logging.getLogger(__name__)
+
+# is the export a speech model -> the routes of the other kind, and what they answer there
+OTHER_KIND = {
+    False: ({"/v1/audio/transcriptions": "POST", "/v1/audio/translations": "POST"},
+            "this export is a text model; the audio routes need a Whisper export served on its own "
+            "(tfm-export serve WHISPER_EXPORT); send text to POST /v1/translate"),
+    True: ({"/v1/translate": "POST", "/translate": "POST", "/languages": "GET"},
+           "this export is a speech model (Whisper); send audio to POST /v1/audio/transcriptions or "
+           "/v1/audio/translations, and serve a text model on its own server for text"),
+}
 
 # pydantic's messages for fields with several accepted types name each type tried; this says it once
 REQUIREMENTS = {"early_stopping": 'must be true, false or "never"'}
@@ -76,6 +91,8 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         yield
         # uvicorn has waited for the open requests; close() finishes whatever is still queued
         await asyncio.to_thread(engine.close)
+        if "transcriber" in state:
+            await asyncio.to_thread(state["transcriber"].close)
 
     app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
     _add_error_handling(app, settings, state)
@@ -94,6 +111,32 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         """Prometheus text format."""
         return Response(state["metrics"].render(), media_type=CONTENT_TYPE)
 
+    speech = engine.model.manifest.features is not None
+    if speech:
+        add_audio(app, settings, state)
+    else:
+        _add_translate(app, settings, state)
+        add_libretranslate(app, settings, state)
+    _refuse_other_kind(app, speech)
+    install_openapi(app, engine.model, settings)
+    return app
+
+
+def _refuse_other_kind(app: FastAPI, speech: bool) -> None:
+    """The other kind's routes answer 400 with what this server serves (left out of its schema)."""
+    routes, message = OTHER_KIND[speech]
+
+    async def refuse() -> None:
+        raise HTTPFailure(400, message)
+
+    for path, method in routes.items():
+        app.add_api_route(path, refuse, methods=[method], include_in_schema=False)
+
+
+def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+    """POST /v1/translate over the engine in state["engine"]."""
+    engine = state["engine"]
+    keyed = (401,) if settings.api_key else ()
     stream_doc = {"description": "The translations (JSON), or with `stream` server-sent events: `token` "
                                  "{index, id, text?} per token, then `done` (the JSON answer) or `error`.",
                   "model": TranslateResponse, "content": {"text/event-stream": {"schema": STREAM_EVENT}}}
@@ -114,10 +157,6 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         if not await collect(work, state["metrics"], request):
             return {}  # the client went away: nobody reads this
         return results(work, engine.model)
-
-    add_libretranslate(app, settings, state)
-    install_openapi(app, engine.model, settings)
-    return app
 
 
 def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:

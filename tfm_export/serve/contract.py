@@ -58,7 +58,8 @@ def install_openapi(app: Any, model: Any, settings: ServeSettings) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()  # FastAPI's, cached on the app; constrained in place once
-            constrain(schema["components"]["schemas"]["TranslateRequest"], model, settings)
+            if "TranslateRequest" in schema.get("components", {}).get("schemas", {}):  # a text model's server
+                constrain(schema["components"]["schemas"]["TranslateRequest"], model, settings)
             if settings.api_key:
                 add_security(schema)
         return app.openapi_schema

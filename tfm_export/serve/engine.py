@@ -56,14 +56,23 @@ class ServeSettings:
     # every step, so this bounds one request's memory and time; more is 413. The default takes
     # max_texts sources at a Marian export's default 4 beams.
     max_rows: int = 128
+    # Whisper exports (serve.audio): the largest upload (OpenAI's limit), the longest recording, the
+    # recordings transcribed at once (each a worker thread running ORT on the cores), where uploads spool.
+    max_upload_mb: float = 25.0
+    max_audio_seconds: float = 3600.0
+    audio_workers: int = 2
+    upload_dir: str | None = None  # None: the system's temporary folder
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_CHOICES:
             raise InputError(f"unknown {{batching}}; use one of {', '.join(BATCHING_CHOICES)}",
                              options={"batching": self.batching})
-        for name in ("max_beams", "max_rows"):
+        for name in ("max_beams", "max_rows", "audio_workers"):
             if getattr(self, name) < 1:
                 raise InputError(f"{{{name}}} must be at least 1, got {getattr(self, name)}", options={name: None})
+        for name in ("max_upload_mb", "max_audio_seconds"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{{{name}}} must be above 0, got {getattr(self, name)}", options={name: None})
 
 
 def has_static_decoder(folder: str) -> bool:
@@ -74,11 +83,20 @@ def has_static_decoder(folder: str) -> bool:
     return GRAPH_NAME in load_manifest(Path(folder), verify_hashes=False).graphs
 
 
+def is_speech(folder: str) -> bool:
+    """The export reads audio features (Whisper): its server runs serve.audio, not the text routes."""
+    from ..manifest import load_manifest
+
+    return load_manifest(Path(folder), verify_hashes=False).features is not None
+
+
 def resolve_batching(settings: ServeSettings) -> ServeSettings:
-    """`auto` made concrete: in-flight when the export supports it, else request-level batching."""
+    """`auto` made concrete: in-flight when the export supports it, else request-level batching. A Whisper
+    export's recordings run on serve.transcriber's workers, not in the engine's batch: request-level."""
     if settings.batching != "auto":
         return settings
-    return dataclasses.replace(settings, batching="inflight" if has_static_decoder(settings.folder) else "request")
+    inflight = has_static_decoder(settings.folder) and not is_speech(settings.folder)
+    return dataclasses.replace(settings, batching="inflight" if inflight else "request")
 
 
 def check_batching(settings: ServeSettings) -> ServeSettings:

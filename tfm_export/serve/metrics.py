@@ -1,4 +1,5 @@
-"""Prometheus metrics of one server (`GET /metrics`): requests, queue, batch occupancy, tokens, latency.
+"""Prometheus metrics of one server (`GET /metrics`): requests, queue, batch occupancy, tokens, latency,
+audio seconds transcribed and the real-time factor.
 
 Each app has its own registry, so several apps in one process (tests, benchmarks) do not collide.
 Gauges that the decode thread owns (queue depth, occupancy, tokens) are read at scrape time from the
@@ -16,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Seconds: from a few decoder steps on the tiny model to a long base-model translation under load.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Processing seconds per second of audio: below 1 is faster than real time (a GPU: 0.01; a small CPU: ~1).
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 class EngineCollector:
@@ -50,6 +53,12 @@ class ServerMetrics:
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.first_token = Histogram("tfm_export_first_token_seconds", "Time from request to first token.",
                                      buckets=LATENCY_BUCKETS, registry=self.registry)
+        # speech (serve.audio): what was transcribed, and how fast for its length
+        self.audio_seconds = Counter("tfm_export_audio_seconds", "Seconds of audio transcribed.",
+                                     registry=self.registry)
+        self.real_time_factor = Histogram("tfm_export_real_time_factor", "Seconds taken per second of audio, "
+                                          "per recording (reading the file included).", buckets=RTF_BUCKETS,
+                                          registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

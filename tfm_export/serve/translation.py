@@ -157,7 +157,7 @@ async def stream(work: Translation, model: Any, metrics: ServerMetrics) -> Async
             if kind == "token":
                 event: dict[str, Any] = {"index": index, "id": value}
                 if tokenizer:
-                    event["text"], shown[index] = _delta(tokenizer.decode(work.ids[index]), shown[index])
+                    event["text"], shown[index] = text_delta(tokenizer.decode(work.ids[index]), shown[index])
                 pending.append(f"event: token\ndata: {json.dumps(event, ensure_ascii=False)}\n\n")
             if pending and work.events.empty():
                 yield "".join(pending)
@@ -170,6 +170,6 @@ async def stream(work: Translation, model: Any, metrics: ServerMetrics) -> Async
         work.cancel()
 
 
-def _delta(text: str, shown: str) -> tuple[str, str]:
+def text_delta(text: str, shown: str) -> tuple[str, str]:
     """What `text` adds to what was sent; nothing while a tokenizer rewrites earlier characters."""
     return (text[len(shown):], text) if text.startswith(shown) else ("", shown)

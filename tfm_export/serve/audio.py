@@ -1,0 +1,265 @@
+"""OpenAI's audio API on a Whisper export, so that OpenAI's clients (the `openai` package, curl scripts made
+for api.openai.com) work unchanged:
+
+    POST /v1/audio/transcriptions   multipart/form-data: file, model, language?, prompt?, response_format?,
+                                    temperature?, timestamp_granularities[]?, stream?
+    POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?
+
+Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech):
+json {"text", "usage"}; text the text; verbose_json {"task", "language", "duration", "text", "segments":
+[{"id", "start", "end", "text"}]}; srt and vtt the segments as subtitles (runtime.speech.to_srt/to_vtt, as
+`tfm-export transcribe --format`). verbose_json, srt and vtt decode with timestamps (segments with their
+times), json and text without. Where this differs from OpenAI's service:
+
+- `model` may be any name: a server serves one export.
+- `temperature` must be 0: transcription is greedy (no sampling, no temperature fallback).
+- segments carry no avg_logprob, compression_ratio, no_speech_prob, seek or tokens; no word timestamps.
+- `stream=true` (transcriptions, json or text): server-sent events, one `transcript.text.delta` per 30 s
+  window as it is decoded, then `transcript.text.done` with the whole text.
+- errors are this server's `{"error": one line, "field"|"limit"}` (serve.app); a recording the decoder
+  cannot read is a 422 naming `file`, one over --max-upload-mb or --max-audio-seconds a 413 naming the limit.
+
+A recording runs on serve.transcriber's worker pool, never on the event loop; its upload is spooled to a
+temporary file that is removed when the request ends (serve.upload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import Any, AsyncIterator, Callable, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import AudioTooLong, TfmExportError
+from ..runtime.speech import to_srt, to_vtt
+from ..runtime.whisper import LANGUAGES
+from .engine import ServeSettings
+from .schemas import error_responses
+from .transcriber import Cancelled, Done, Recording, Transcriber
+from .translation import HTTPFailure, failure_from, text_delta
+from .upload import spooled_form
+
+log = logging.getLogger(__name__)
+
+TIMESTAMPED = ("verbose_json", "srt", "vtt")  # formats that show segment times: decoded with timestamps
+STREAMED = ("json", "text")  # formats a stream can stand for: events carry text only
+
+
+class TranslationForm(BaseModel):
+    """POST /v1/audio/translations' fields besides `file` (form values are text: "0" is a number)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, description="Any name: this server serves one export.")
+    # text fields without null: a form has no null, leaving a field out is its default
+    prompt: str = Field("", description="Text the transcript is conditioned on (spellings, names).")
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = Field(
+        "json", description="verbose_json, srt and vtt decode with timestamps (segments with their times).")
+    temperature: float = Field(0.0, ge=0, le=0, description="0 only: decoding is greedy, without sampling.")
+
+
+class TranscriptionForm(TranslationForm):
+    """POST /v1/audio/transcriptions' fields besides `file`."""
+
+    language: str = Field("", description="The spoken language (ISO-639-1, e.g. de); default: detected "
+                                          "from the first window.")
+    timestamp_granularities: list[Literal["segment"]] = Field(
+        [], alias="timestamp_granularities[]", description="segment only (segments come with every "
+                                                             "verbose_json answer); word is not supported.")
+    stream: bool = Field(False, description="Server-sent events: transcript.text.delta per window, then "
+                                            "transcript.text.done (response_format json or text).")
+
+
+# The forms' fields that are lists, as OpenAI's clients send them: the name with [] once per value.
+LISTS = {"timestamp_granularities[]"}
+
+
+def form_fields(fields: dict[str, list[str]], form: type[BaseModel]) -> BaseModel:
+    """The form's text fields, checked: a 422 naming unknown or bad fields."""
+    values: dict[str, Any] = {}
+    for name, given in fields.items():
+        if len(given) > 1 and name not in LISTS:
+            raise HTTPFailure(422, f"{name} is given {len(given)} times; send it once", field=name)
+        values[name] = given if name in LISTS else given[0]
+    try:
+        return form.model_validate(values)
+    except ValidationError as exc:
+        errors = exc.errors()
+        unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
+        if unknown:
+            accepted = ", ".join(["file", *(f.alias or name for name, f in form.model_fields.items())])
+            raise HTTPFailure(422, f"unknown field(s): {', '.join(unknown)}; this route accepts {accepted}",
+                              fields=unknown) from None
+        where = str(errors[0]["loc"][0])
+        raise HTTPFailure(422, f"{where}: {errors[0]['msg']}", field=where) from None
+
+
+def request_body(form: type[BaseModel]) -> dict[str, Any]:
+    """The route's OpenAPI requestBody: multipart/form-data with `file` and the form's fields."""
+    schema = form.model_json_schema(by_alias=True)
+    schema["properties"] = {"file": {"type": "string", "format": "binary", "description":
+                                     "The recording: WAV, FLAC, MP3 or OGG."}, **schema["properties"]}
+    schema["required"] = ["file", *schema.get("required", [])]
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def failure_of(exc: BaseException, settings: ServeSettings) -> HTTPFailure:
+    """A transcription's library error as an answer: too long 413, unreadable audio 422 naming `file`."""
+    if isinstance(exc, AudioTooLong):
+        return HTTPFailure(413, f"{exc}; this server's limit is --max-audio-seconds {settings.max_audio_seconds:g}",
+                           limit="max_audio_seconds")
+    if isinstance(exc, TfmExportError):
+        failure = failure_from(exc)
+        if failure.status == 422 and "field" not in failure.body:  # the only unnamed input is the audio
+            failure.body["field"] = "file"
+        return failure
+    raise exc  # a bug: FastAPI answers 500 and logs the traceback
+
+
+def verbose(done: Done, task: str) -> dict[str, Any]:
+    result = done.result
+    language = LANGUAGES.get(result["language"] or "", result["language"])  # OpenAI names it: "german"
+    return {"task": task, "language": language, "duration": round(done.seconds, 3), "text": result["text"],
+            "segments": [{"id": n, **segment} for n, segment in enumerate(result["segments"])],
+            "usage": {"type": "duration", "seconds": round(done.seconds, 3)}}
+
+
+# response_format -> the answer, given the finished transcription and the task
+FORMATS: dict[str, Callable[[Done, str], Response]] = {
+    "json": lambda done, task: JSONResponse({"text": done.result["text"], "usage": {
+        "type": "duration", "seconds": round(done.seconds, 3)}}),
+    "text": lambda done, task: PlainTextResponse(done.result["text"]),
+    "verbose_json": lambda done, task: JSONResponse(verbose(done, task)),
+    "srt": lambda done, task: PlainTextResponse(to_srt(done.result["segments"])),
+    "vtt": lambda done, task: PlainTextResponse(to_vtt(done.result["segments"])),
+}
+
+# One server-sent event: its data line, JSON (OpenAI's events carry their type inside).
+STREAM_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string", "contentMediaType": "application/json",
+             "description": '{"type": "transcript.text.delta", "delta"} per window, then {"type": '
+                            '"transcript.text.done", "text"}, or {"type": "error", "error": {"message"}}.'}}}
+ERRORS = {"s400": "The body is not a multipart/form-data form with one file.",
+          "s413": "The upload is over --max-upload-mb or the recording over --max-audio-seconds (`limit` names it).",
+          "s422": "A bad or unknown field (`field`/`fields` name it), or a file the decoder cannot read (`file`)."}
+ANSWERS = {"description": "json and verbose_json: JSON; text, srt, vtt: text; stream: server-sent events.",
+           "content": {"application/json": {"schema": {"type": "object", "required": ["text"]}},
+                       "text/plain": {"schema": {"type": "string"}},
+                       "text/event-stream": {"schema": STREAM_EVENT}}}
+
+
+def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+    """The audio routes on `app`, over a worker pool kept in state["transcriber"] (the lifespan closes it)."""
+    from ..audio import load_audio  # noqa: F401  # fails here, at start, without the audio extra (ConfigError)
+
+    model = state["engine"].model
+    transcriber = state["transcriber"] = Transcriber(model, settings.audio_workers, settings.engine.max_queue,
+                                                     settings.max_audio_seconds)
+    responses = {200: ANSWERS, **error_responses(400, *((401,) if settings.api_key else ()), 413, 422, 429, 503,
+                                                 **ERRORS)}
+
+    async def answer(request: Request, form_type: type[BaseModel], task: str) -> Response:
+        async with spooled_form(request, int(settings.max_upload_mb * 2**20), settings.upload_dir) as upload:
+            form = form_fields(upload.fields, form_type)
+            if upload.file_field != "file":
+                got = f" (got a file as {upload.file_field})" if upload.file_field else ""
+                raise HTTPFailure(422, f"file: send the recording as the form's `file` field{got}", field="file")
+            stream = getattr(form, "stream", False)
+            if stream and form.response_format not in STREAMED:
+                raise HTTPFailure(422, f"stream: a stream carries text; use response_format json or text, not "
+                                       f"{form.response_format}", field="stream")
+            recording = Recording(str(upload.path), f"the uploaded file {upload.filename!r}",
+                                  getattr(form, "language", "") or None, task, form.response_format in TIMESTAMPED,
+                                  form.prompt or None)
+            if stream:
+                return await streamed(recording, transcriber, state, settings)
+            done = await finished(recording, transcriber, request, settings)
+            observe(state, done)
+            return FORMATS[form.response_format](done, task)
+
+    @app.post("/v1/audio/transcriptions", response_model=None, responses=responses,
+              openapi_extra=request_body(TranscriptionForm))
+    async def transcriptions(request: Request) -> Response:
+        """Speech to text in the spoken language (OpenAI's create transcription)."""
+        return await answer(request, TranscriptionForm, "transcribe")
+
+    @app.post("/v1/audio/translations", response_model=None, responses=responses,
+              openapi_extra=request_body(TranslationForm))
+    async def translations(request: Request) -> Response:
+        """Speech to English text (OpenAI's create translation)."""
+        return await answer(request, TranslationForm, "translate")
+
+
+def observe(state: dict[str, Any], done: Done | None) -> None:
+    if done is not None and "metrics" in state:
+        state["metrics"].audio_seconds.inc(done.seconds)
+        state["metrics"].real_time_factor.observe(done.elapsed / max(done.seconds, 1e-9))
+
+
+def submit(transcriber: Transcriber, recording: Recording, gone: threading.Event,
+           on_text: Callable[[str], None] | None = None) -> "asyncio.Future[Done]":
+    try:
+        return transcriber.submit(recording, on_text, gone.is_set)
+    except TfmExportError as exc:  # full (429) or closing (503)
+        raise failure_from(exc) from None
+
+
+async def finished(recording: Recording, transcriber: Transcriber, request: Request, settings: ServeSettings
+                   ) -> Done:
+    """The transcription, once done; stopped at its next window when the client goes away."""
+    gone = threading.Event()
+    future = submit(transcriber, recording, gone)
+    try:
+        while not future.done():
+            await asyncio.wait({future}, timeout=0.25)
+            if not future.done() and await request.is_disconnected():
+                gone.set()
+        return future.result()
+    except Cancelled:
+        raise HTTPFailure(400, "the client went away") from None  # nobody reads it
+    except TfmExportError as exc:
+        raise failure_of(exc, settings) from None
+    finally:
+        gone.set()  # a cancelled wait (server shutdown) stops the worker too
+
+
+async def streamed(recording: Recording, transcriber: Transcriber, state: dict[str, Any],
+                   settings: ServeSettings) -> StreamingResponse:
+    """Server-sent events of the text as windows are decoded. The first window (or the end) comes before
+    the answer starts, so a recording the decoder cannot read is still a 4xx, not an error event."""
+    texts: asyncio.Queue = asyncio.Queue()
+    gone = threading.Event()
+    future = submit(transcriber, recording, gone, lambda text: state["mailbox"].post(texts.put_nowait, text))
+    future.add_done_callback(lambda _: texts.put_nowait(None))  # after the texts: both go through the loop
+    first = await texts.get()
+    if first is None and future.exception() is not None:
+        raise failure_of(future.exception(), settings)
+
+    async def events(text: str | None) -> AsyncIterator[str]:
+        shown = ""
+        try:
+            while text is not None:
+                delta, shown = text_delta(text, shown)
+                if delta:
+                    yield sse({"type": "transcript.text.delta", "delta": delta})
+                text = await texts.get()
+            done = future.result()
+            observe(state, done)
+            delta, _ = text_delta(done.result["text"], shown)
+            if delta:
+                yield sse({"type": "transcript.text.delta", "delta": delta})
+            yield sse({"type": "transcript.text.done", "text": done.result["text"]})
+        except TfmExportError as exc:
+            yield sse({"type": "error", "error": {"message": str(exc)}})
+        finally:
+            gone.set()  # the client went away (or the stream ended): stop at the next window
+
+    return StreamingResponse(events(first), media_type="text/event-stream")
+
+
+def sse(event: dict[str, Any]) -> str:
+    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
