@@ -14,7 +14,7 @@ import logging
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import onnxruntime as ort
