@@ -57,7 +57,7 @@ class HFImporter:
                 "detected": {"d_model": config.d_model, "heads": config.n_heads, "layers": [config.n_encoder_layers,
                              config.n_decoder_layers], "vocab": [config.src_vocab_size, config.tgt_vocab_size],
                              "shared": config.share_embeddings, "tied": config.tie_output},
-                "generation": generation_report(generation, config.eos_id),
+                "generation": generation_report(generation, config.eos_id, family.reproduces),
                 "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None,
                 **({"features": features} if features else {}), **({"speech": speech} if speech else {})}

@@ -59,10 +59,12 @@ def banned_ids(generation: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(set(banned) | set(generation.get("suppress_tokens") or [])))
 
 
-def generation_report(generation: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
-    """Generation settings that change the tokens and are not reproduced (each logged once)."""
+def generation_report(generation: dict[str, Any], eos_id: int | None = None,
+                      reproduced: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Generation settings that change the tokens and are not reproduced (each logged once); `reproduced`:
+    those the family's own decoding applies."""
     ignored = {k: generation[k] for k, off in UNSUPPORTED_GENERATION.items()
-               if generation.get(k) not in (None, off)}
+               if generation.get(k) not in (None, off) and k not in reproduced}
     phrases = [ids for ids in generation.get("bad_words_ids") or [] if len(ids) > 1]
     if phrases:
         ignored["bad_words_ids (phrases)"] = phrases

@@ -54,6 +54,9 @@ class Family:
     # Speech families (Whisper): the folder's generation settings (generation_config.json, else config.json)
     # -> the decoding settings the runtime's transcribe needs (Manifest.speech).
     speech: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Generation settings the family's own decoding reproduces (Whisper's rules read begin_suppress_tokens),
+    # so that the import does not warn that they are not.
+    reproduces: tuple[str, ...] = ()
 
     def config_json(self, raw: dict[str, Any]) -> dict[str, Any]:
         """config.json with the config class's defaults filled in."""

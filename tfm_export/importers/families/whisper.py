@@ -127,4 +127,4 @@ def speech_settings(generation: dict[str, Any]) -> dict[str, Any]:
 # WhisperTokenizer adds its prompt tokens in code, by task and language: that is decoding's business
 # (the runtime's Whisper rules), so the template adds nothing; the tokenizer decodes ids to text.
 register_family(Family("whisper", WhisperLayout(), DEFAULTS, TokenizerRule({"": Template((), ())}),
-                       features=feature_config, speech=speech_settings))
+                       features=feature_config, speech=speech_settings, reproduces=("begin_suppress_tokens",)))
