@@ -1,0 +1,597 @@
+r"""Whisper on CPU: tfm-export's ONNX Runtime export vs faster-whisper (CTranslate2) vs transformers (issue #39).
+
+    .venv/bin/python benchmarks/whisper_speed.py [--fixture models/whisper-digits] [--seconds 600] \
+        [--repeat 3] [--threads 2] [--layouts tiny,base] [--vocab 51865] [--batches 1,8] [--steps 96] \
+        [--min-time 1] [--backends ours-f32,ours-int8,faster-whisper-f32,faster-whisper-int8,transformers] \
+        [--work DIR] [--json OUT.json]
+
+faster-whisper is a benchmark-only dependency (not in pyproject's extras). Install it into the venv
+without letting it replace onnxruntime-gpu with onnxruntime (its only use of ONNX Runtime is the Silero
+VAD, which is off here):
+
+    .venv/bin/pip install -c constraints.txt --no-deps faster-whisper av
+
+Backends (each on --threads threads, CPU, one process; all from the same Hugging Face folder):
+  ours-f32 / ours-int8   `tfm-export FOLDER -o OUT` (and `--quantize int8`), opened with
+                         open_export(OUT, "cpu", RuntimeOptions(intra_op_threads=--threads))
+  faster-whisper-f32/-int8  the folder converted by ctranslate2's TransformersConverter
+                         (copy_files tokenizer.json, preprocessor_config.json; quantization None / "int8"),
+                         faster_whisper.WhisperModel(compute_type "float32" / "int8", cpu_threads=--threads)
+  transformers           WhisperForConditionalGeneration (attn_implementation "eager", float32,
+                         torch.set_num_threads(--threads)) on WhisperFeatureExtractor's features
+
+Figures:
+1. Real-time factor (RTF = processing seconds / audio seconds; below 1 is faster than real time) of
+   one long recording (--seconds, default 600): digit strings of 2-5 digits, held out from training,
+   spoken in English by espeak-ng through the fixture's speech.py (random voice, speed, pitch), with
+   pauses of 0.4-1.2 s and faint noise. Every backend decodes the whole recording long-form, window by
+   window (the fixture's 4 s windows), with the same settings: language "en" given, task transcribe,
+   timestamps on, greedy (beam 1), no VAD, no condition on previous text, no temperature fallback and no
+   compression-ratio / log-prob / no-speech thresholds (the fixture's generation_config sets none, so
+   the export applies none either), at most the model's max_target_positions per window. The time
+   includes the log-mel features (each backend computes its own). Each backend runs once as a warm-up
+   (on the first 8 s), then each repeat runs every backend once, in an order rotated per repeat. The
+   table gives the median seconds, the RTF, the median over repeats of the ratio to ours-f32 in the same
+   repeat (below 1: faster than ours-f32), and the word error rate of the text against the spoken words
+   (jiwer, lower-cased, punctuation removed), so that speed is not bought with wrong text.
+   Profile of ours: the share of the export's time spent in the encoder session (its
+   run_with_iobinding calls, timed from outside; the encoder graph also computes the cross-attention
+   keys and values) and in the log-mel features (timed alone); the rest is the decoder steps, the
+   logits processors, the search and seeking.
+2. Milliseconds per decoding step of the decoder, at batch 1 and batch 8 (--batches), on the trained
+   fixture and on random-weight folders of the published layouts (--layouts): tiny (d_model 384, 6
+   heads, 4 + 4 layers) and base (d_model 512, 8 heads, 6 + 6), both 80 mels, 3000 frames (30 s),
+   max_target_positions 448, transformers' initialisation (std 0.02) and a vocabulary of --vocab ids
+   (51865, multilingual Whisper's: the output projection is a large part of a step) over the test
+   fixtures' small tokenizer (the ids above it are unnamed; CTranslate2's converter names them as
+   timestamps). A step is one new token for every row of the batch. Each backend decodes n_short = 4
+   and then n_long = 4 + --steps (at most max_target_positions - 8) new tokens from the same features
+   with EOS banned (greedy, no timestamp rules), in pairs until --min-time seconds have passed:
+   ms/step = (t(n_long) - t(n_short)) / (n_long - n_short), summed over the pairs, so the encoder, the
+   first step and set-up cancel. The table gives the median over repeats and the median ratio to
+   ours-f32 in the same repeat. How each backend decodes a fixed number of tokens:
+     ours          generate_ids(features, max_new_tokens=n, stop_at_eos=False) from <|startoftranscript|>
+     CTranslate2   Whisper.generate (the model faster-whisper wraps; faster-whisper itself has no
+                   fixed-length mode) on [<|startoftranscript|>, <|notimestamps|>], EOS in
+                   suppress_tokens, max_length = 2 n (it decodes max_length // 2 new tokens)
+     transformers  GenerationMixin.generate (the plain loop under WhisperForConditionalGeneration.generate,
+                   without its Whisper processors), the same prompt, min_new_tokens = max_new_tokens = n
+
+Known differences, reported rather than hidden:
+- faster-whisper pads every window's features to 3000 frames (audio.pad_or_trim's default) whatever the
+  preprocessor_config's chunk_length, which it does read (nb_max_frames, seeking); a model whose window
+  is not 30 s (the fixture's 4 s) then fails in CTranslate2 ("expected an input with shape (1, 80,
+  400)"), so the script pads to the model's window instead (patched while it runs) and says so.
+- CTranslate2 decodes at most max_length // 2 new tokens (OpenAI's sample_len) and faster-whisper passes
+  max_length = prompt + max_new_tokens (at most 448): max_new_tokens is set so that every backend may
+  write up to max_target_positions - 4 tokens a window.
+- faster-whisper keeps its default suppress_blank (blank and EOS banned at a window's first step;
+  transformers and the export ban the folder's begin_suppress_tokens) and applies its own timestamp
+  rules, so its text can differ from the other two (which agree); the WER column shows by how much.
+- Optimum's ORTModelForSpeechSeq2Seq is not a backend here (it needs its own venv; see families.py).
+Before each timed backend the script rests 0.3 s, so that the previous backend's spinning threads
+(CTranslate2's and torch's OpenMP, ONNX Runtime's intra-op pool) are idle. These 2-core machines are
+noisy, and any other load on them (a training job) makes single figures meaningless: run it on an idle
+machine and quote ratios within one run. With --work the exports, conversions and
+the recording are kept and reused by a rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import json
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # whisper_fixtures: random Whisper folders
+
+TOOL = "tfm-export benchmarks/whisper_speed.py"
+RATE = 16000
+BACKENDS = ("ours-f32", "ours-int8", "faster-whisper-f32", "faster-whisper-int8", "transformers")
+N_SHORT = 4  # new tokens of the short decode of the step measure
+WARMUP_SECONDS = 8.0
+PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+def long_recording(fixture: Path, seconds: float, seed: int, work: Path) -> tuple[np.ndarray, str]:
+    """(samples, the spoken words): held-out English digit strings with pauses, `seconds` long; cached in
+    `work` (a wav and its words) per (seconds, seed)."""
+    import soundfile
+
+    wav, txt = work / f"digits_{seconds:g}s_{seed}.wav", work / f"digits_{seconds:g}s_{seed}.txt"
+    if wav.exists() and txt.exists():
+        return soundfile.read(wav, dtype="float32")[0], txt.read_text()
+    sys.path.insert(0, str(fixture))
+    import speech  # the fixture's: espeak-ng, as the model was trained and tested
+
+    rng, target = random.Random(seed), int(seconds * RATE)
+    parts, words, total = [], [], 0
+    while True:
+        spoken = speech.draw(rng, "en", heldout=True)
+        pause, said = np.zeros(int(rng.uniform(0.4, 1.2) * RATE), np.float32), spoken.samples()
+        if total + len(pause) + len(said) > target:
+            break
+        parts += [pause, said]
+        words.append(spoken.text())
+        total += len(pause) + len(said)
+    parts.append(np.zeros(target - total, np.float32))
+    noise = 0.003 * np.random.default_rng(seed).standard_normal(target)
+    samples = (np.concatenate(parts) + noise).astype(np.float32)
+    soundfile.write(wav, samples, RATE, subtype="FLOAT")
+    txt.write_text(" ".join(words))
+    return samples, " ".join(words)
+
+
+def normalized(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    import jiwer
+
+    return float(jiwer.wer(normalized(reference), normalized(hypothesis) or "<empty>"))
+
+
+# ---- folders -------------------------------------------------------------------------------------
+
+def random_layouts() -> dict[str, tuple[Any, int, int]]:
+    """name -> (whisper_fixtures.Layout, d_model, heads): published layouts at full width."""
+    from whisper_fixtures import Layout
+
+    return {"tiny": (Layout(4, 4, 80, True, 1500), 384, 6),   # openai/whisper-tiny
+            "base": (Layout(6, 6, 80, True, 1500), 512, 8),   # openai/whisper-base
+            "smoke": (Layout(2, 2, 80, True, 200), 64, 4)}    # 4 s windows: for smoke tests only
+
+
+def random_folder(name: str, folder: Path, vocab: int) -> Path:
+    """A random Whisper folder of layout `name` with `vocab` ids and 448 target positions (the fixtures'
+    tokenizer and preprocessor_config; transformers' initialisation, seeded)."""
+    import torch
+    import transformers
+    from whisper_fixtures import whisper_folder
+
+    if (folder / "model.safetensors").exists():
+        return folder
+    layout, d_model, heads = random_layouts()[name]
+    whisper_folder(layout, folder, d_model=d_model, heads=heads)
+    config = transformers.WhisperConfig.from_pretrained(folder)
+    config.vocab_size, config.max_target_positions = max(vocab, config.vocab_size), 448
+    config.init_std = 0.02  # transformers' default: the fixtures' 0.2 grows a 384-wide encoder's outputs so
+    # large that float32 rounding alone fails the export's validation (6e-4 on the cross keys)
+    torch.manual_seed(0)
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
+    model.generation_config.max_length = 448
+    model.save_pretrained(folder)
+    return folder
+
+
+def exported(folder: Path, out: Path, quantize: str | None) -> Path:
+    """`tfm-export FOLDER -o OUT [--quantize int8]` (validation included), unless `out` holds an export."""
+    if not (out / "manifest.json").exists():
+        extra = ["--quantize", quantize] if quantize else []
+        done = subprocess.run([sys.executable, "-m", "tfm_export", str(folder), "-o", str(out), *extra],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"tfm-export {folder} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return out
+
+
+def converted(folder: Path, out: Path, quantization: str | None) -> Path:
+    """CTranslate2's TransformersConverter, as faster-whisper's docs convert a Whisper folder."""
+    if not (out / "model.bin").exists():
+        from ctranslate2.converters import TransformersConverter
+
+        TransformersConverter(str(folder), copy_files=["tokenizer.json", "preprocessor_config.json"]).convert(
+            str(out), quantization=quantization, force=True)
+    return out
+
+
+# ---- backends ------------------------------------------------------------------------------------
+
+class Folder:
+    """What every backend needs to know of the Hugging Face folder."""
+
+    def __init__(self, path: Path):
+        config = json.loads((path / "config.json").read_text())
+        gen = json.loads((path / "generation_config.json").read_text())
+        self.path, self.max_positions = path, config["max_target_positions"]
+        self.window_frames, self.n_mels = 2 * config["max_source_positions"], config["num_mel_bins"]
+        self.sot, self.eos = config["decoder_start_token_id"], gen["eos_token_id"]
+        self.no_timestamps = gen["no_timestamps_token_id"]
+
+
+class Ours:
+    """The export on ONNX Runtime; the encoder session's time is summed (the profile)."""
+
+    def __init__(self, export: Path, folder: Folder, threads: int):
+        from tfm_export.runtime import RuntimeOptions, open_export
+
+        self.model = open_export(export, "cpu", RuntimeOptions(intra_op_threads=threads))
+        self.encoder_s, self.encoder_calls = 0.0, 0
+        encoder = self.model.encoder
+        run = encoder.run_with_iobinding
+
+        def timed_run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                self.encoder_s += time.perf_counter() - start
+                self.encoder_calls += 1
+
+        encoder.run_with_iobinding = timed_run
+
+    def transcribe(self, samples: np.ndarray, language: str) -> str:
+        return self.model.transcribe(samples, language=language, task="transcribe", timestamps=True,
+                                     num_beams=1)["text"]
+
+    def steps(self, features: np.ndarray, n: int) -> int:
+        from tfm_export.runtime import GREEDY
+
+        ids = self.model.generate_ids(features, max_new_tokens=n, stop_at_eos=False, config=GREEDY)
+        return min(len(row) for row in ids)
+
+
+@contextlib.contextmanager
+def window_padding(frames: int):
+    """faster-whisper pads each window to 3000 frames (pad_or_trim's default) whatever chunk_length says:
+    pad to the model's own window while it runs (nothing changes for 30 s models)."""
+    import faster_whisper.transcribe as fwt
+
+    original = fwt.pad_or_trim
+    if frames != 3000:
+        fwt.pad_or_trim = functools.partial(original, length=frames)
+    try:
+        yield
+    finally:
+        fwt.pad_or_trim = original
+
+
+class Faster:
+    """faster-whisper's WhisperModel on a CTranslate2 conversion; its ctranslate2 model for the steps."""
+
+    def __init__(self, ct2: Path, folder: Folder, threads: int, compute_type: str):
+        from faster_whisper import WhisperModel
+
+        self.folder = folder
+        self.model = WhisperModel(str(ct2), device="cpu", compute_type=compute_type, cpu_threads=threads,
+                                  num_workers=1)
+        frames = self.model.feature_extractor.nb_max_frames
+        if frames != folder.window_frames:
+            raise SystemExit(f"faster-whisper read a window of {frames} frames from {ct2}/preprocessor_config.json,"
+                             f" the model's is {folder.window_frames}")
+
+    @property
+    def max_new_tokens(self) -> int:
+        """Up to max_target_positions - 4 new tokens a window, as ours and transformers: CTranslate2's
+        Whisper.generate decodes at most max_length // 2 new tokens (OpenAI's sample_len, n_text_ctx // 2) and
+        faster-whisper passes max_length = len(prompt) + max_new_tokens (3 ids here), capped at 448."""
+        return min(2 * (self.folder.max_positions - 4) - 3, 448 - 3)
+
+    def transcribe(self, samples: np.ndarray, language: str) -> str:
+        with window_padding(self.folder.window_frames):
+            segments, _ = self.model.transcribe(
+                samples, language=language, task="transcribe", beam_size=1, best_of=1, temperature=0.0,
+                condition_on_previous_text=False, vad_filter=False, without_timestamps=False,
+                word_timestamps=False, compression_ratio_threshold=None, log_prob_threshold=None,
+                no_speech_threshold=None, max_new_tokens=self.max_new_tokens)
+            return "".join(segment.text for segment in segments)  # a generator: decoding happens here
+
+    def steps(self, features: np.ndarray, n: int) -> int:
+        import ctranslate2
+
+        f = self.folder
+        prompt = [f.sot, f.no_timestamps]
+        out = self.model.model.generate(ctranslate2.StorageView.from_array(np.ascontiguousarray(features)),
+                                        [prompt] * len(features), beam_size=1, max_length=2 * n,  # n new ids
+                                        suppress_tokens=[f.eos], suppress_blank=False)
+        return min(len(r.sequences_ids[0]) for r in out)
+
+
+class Eager:
+    """transformers' WhisperForConditionalGeneration, eager attention, float32."""
+
+    def __init__(self, folder: Folder, threads: int):
+        import torch
+        import transformers
+
+        torch.set_num_threads(threads)
+        self.folder = folder
+        self.model = transformers.WhisperForConditionalGeneration.from_pretrained(
+            str(folder.path), attn_implementation="eager").eval()
+        self.extractor = transformers.WhisperFeatureExtractor.from_pretrained(str(folder.path))
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder.path))
+
+    def transcribe(self, samples: np.ndarray, language: str) -> str:
+        import torch
+
+        long = len(samples) > self.extractor.n_samples  # long-form: all frames, unpadded, and a mask
+        inputs = self.extractor(samples, sampling_rate=RATE, return_tensors="pt", truncation=not long,
+                                padding="longest" if long else "max_length", return_attention_mask=True)
+        with torch.inference_mode():
+            ids = self.model.generate(
+                inputs.input_features, attention_mask=inputs.attention_mask, language=language, task="transcribe",
+                return_timestamps=True, condition_on_prev_tokens=False, num_beams=1, do_sample=False,
+                compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None)
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)[0]
+
+    def steps(self, features: np.ndarray, n: int) -> int:
+        import torch
+        import transformers
+        from transformers.generation.utils import GenerationMixin
+
+        f = self.folder
+        config = transformers.GenerationConfig(
+            decoder_start_token_id=f.sot, eos_token_id=f.eos, pad_token_id=f.eos, bos_token_id=f.eos,
+            max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1, use_cache=True)
+        prompt = torch.tensor([[f.sot, f.no_timestamps]] * len(features))
+        with torch.inference_mode():
+            out = GenerationMixin.generate(self.model, input_features=torch.from_numpy(features),
+                                           decoder_input_ids=prompt, generation_config=config)
+        return out.shape[1] - prompt.shape[1]
+
+
+def open_backends(names: list[str], folder: Folder, work: Path, threads: int) -> dict[str, Any]:
+    """The backends by name, each on `folder` (exports and conversions made in `work` when missing)."""
+    made: dict[str, Any] = {}
+    for name in names:
+        if name.startswith("ours-"):
+            quantize = None if name == "ours-f32" else "int8"
+            made[name] = Ours(exported(folder.path, work / name, quantize), folder, threads)
+        elif name.startswith("faster-whisper-"):
+            int8 = name.endswith("int8")
+            ct2 = converted(folder.path, work / f"ct2-{'int8' if int8 else 'f32'}", "int8" if int8 else None)
+            made[name] = Faster(ct2, folder, threads, "int8" if int8 else "float32")
+        elif name == "transformers":
+            made[name] = Eager(folder, threads)
+        else:
+            raise SystemExit(f"unknown backend {name}; choose from {', '.join(BACKENDS)}")
+    return made
+
+
+# ---- measures ------------------------------------------------------------------------------------
+
+def rotated(names: list[str], r: int) -> list[str]:
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def paired_ratio(times: dict[str, list[float]], name: str, base: str = "ours-f32") -> float | None:
+    """Median over repeats of name's figure / base's figure in the same repeat."""
+    if base not in times:
+        return None
+    return statistics.median(a / b for a, b in zip(times[name], times[base]))
+
+
+def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, repeats: int) -> list[dict]:
+    """Every backend transcribes the recording once per repeat (after a warm-up on its first 8 s)."""
+    for backend in backends.values():
+        backend.transcribe(samples[:int(WARMUP_SECONDS * RATE)], "en")
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    texts, encoder = {}, {name: [] for name in backends if isinstance(backends[name], Ours)}
+    for r in range(repeats):
+        for name in rotated(list(backends), r):
+            backend = backends[name]
+            if isinstance(backend, Ours):
+                backend.encoder_s, backend.encoder_calls = 0.0, 0
+            time.sleep(PAUSE)
+            start = time.perf_counter()
+            texts[name] = backend.transcribe(samples, "en")
+            times[name].append(time.perf_counter() - start)
+            if isinstance(backend, Ours):
+                encoder[name].append((backend.encoder_s, backend.encoder_calls))
+            print(f"  repeat {r + 1}: {name} {times[name][-1]:.2f} s", file=sys.stderr)
+    features_s = features_seconds(backends, samples, repeats)
+    seconds = len(samples) / RATE
+    rows = []
+    for name, runs in times.items():
+        row = {"backend": name, "audio_s": seconds, "runs_s": runs, "median_s": statistics.median(runs),
+               "rtf": statistics.median(runs) / seconds, "ratio_to_ours_f32": paired_ratio(times, name),
+               "wer": wer(reference, texts[name]), "words": len(normalized(texts[name]).split()),
+               "text_head": texts[name][:120]}
+        if name in encoder:
+            row["encoder_share"] = statistics.median(e / t for (e, _), t in zip(encoder[name], runs))
+            row["encoder_windows"] = encoder[name][-1][1]
+            row["features_share"] = features_s / row["median_s"] if features_s else None
+        rows.append(row)
+    return rows
+
+
+def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int) -> float | None:
+    """The export's log-mel features of the whole recording, timed alone (median of `repeats`)."""
+    from tfm_export.audio.features import log_mel_spectrogram
+    from tfm_export.runtime.speech import speech_settings
+
+    ours = next((b for b in backends.values() if isinstance(b, Ours)), None)
+    if ours is None:
+        return None
+    config = speech_settings(ours.model)[1]
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        log_mel_spectrogram(samples, config)
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float) -> float:
+    """(t(n_long) - t(N_SHORT)) / (n_long - N_SHORT) in ms, over as many (short, long) pairs as fill
+    `min_seconds` (at least one)."""
+    short = long = 0.0
+    pairs, begin = 0, time.perf_counter()
+    while pairs == 0 or time.perf_counter() - begin < min_seconds:
+        start = time.perf_counter()
+        backend.steps(features, N_SHORT)
+        middle = time.perf_counter()
+        backend.steps(features, n_long)
+        short, long, pairs = short + middle - start, long + time.perf_counter() - middle, pairs + 1
+    return (long - short) / pairs / (n_long - N_SHORT) * 1000
+
+
+def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, repeats: int,
+                  model: str, min_seconds: float) -> list[dict]:
+    """ms per decoding step at this batch (step_ms), each repeat running every backend in turn."""
+    for name, backend in backends.items():  # warm-up, and the lengths checked
+        for n in (N_SHORT, n_long):
+            got = backend.steps(features, n)
+            if got != n:
+                raise SystemExit(f"{name} generated {got} tokens, not {n}, on {model}")
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    for r in range(repeats):
+        for name in rotated(list(backends), r):
+            time.sleep(PAUSE)
+            times[name].append(step_ms(backends[name], features, n_long, min_seconds))
+    return [{"model": model, "batch": len(features), "backend": name, "new_tokens": [N_SHORT, n_long],
+             "runs_ms": runs, "ms_per_step": statistics.median(runs), "ratio_to_ours_f32": paired_ratio(times, name)}
+            for name, runs in times.items()]
+
+
+def step_features(folder: Folder, batch: int, samples: np.ndarray | None) -> np.ndarray:
+    """(batch, n_mels, window frames): the recording's first windows (trained fixture), else noise."""
+    if samples is None:
+        rng = np.random.default_rng(0)
+        return rng.uniform(-0.8, 1.2, (batch, folder.n_mels, folder.window_frames)).astype(np.float32)
+    from tfm_export.audio.features import FeatureConfig, log_mel_spectrogram
+
+    config = FeatureConfig.from_preprocessor_config(json.loads((folder.path / "preprocessor_config.json").read_text()))
+    mel = log_mel_spectrogram(samples, config)
+    windows = [mel[:, i:i + folder.window_frames] for i in range(0, mel.shape[1], folder.window_frames)]
+    windows = [w for w in windows if w.shape[1] == folder.window_frames] or [np.pad(
+        mel, ((0, 0), (0, folder.window_frames - mel.shape[1])))]
+    return np.ascontiguousarray(np.stack([windows[i % len(windows)] for i in range(batch)]))
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+def fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s, lines = report["settings"], []
+    if report["rtf"]:
+        lines += [f"## Long-form real-time factor: {s['seconds']:g} s of espeak-ng digits, whisper-digits (trained), "
+                  f"{s['threads']} threads, median of {s['repeat']}", "",
+                  "| backend | median s | RTF | x ours-f32 | WER | encoder share | features share |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rtf"]:
+        lines.append(f"| {r['backend']} | {r['median_s']:.2f} | {r['rtf']:.4f} | {fmt(r['ratio_to_ours_f32'], '.2f')}"
+                     f" | {r['wer']:.3f} | {fmt(r.get('encoder_share'), '.1%')}"
+                     f" | {fmt(r.get('features_share'), '.1%')} |")
+    lines += ["", f"## Decoder ms per step (one new token for every row; (t(n_long) - t({N_SHORT})) / "
+              f"(n_long - {N_SHORT}), EOS banned), median of {s['repeat']}", "",
+              "| model | batch | backend | ms/step | x ours-f32 |", "|---|---:|---|---:|---:|"]
+    for r in report["steps"]:
+        lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | {r['ms_per_step']:.2f} "
+                     f"| {fmt(r['ratio_to_ours_f32'], '.2f')} |")
+    lines += ["", *(f"- {note}" for note in report["notes"])]
+    return "\n".join(lines)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fixture", type=Path, default=ROOT / "models" / "whisper-digits", help="the trained Whisper")
+    p.add_argument("--seconds", type=float, default=600.0, help="length of the long recording")
+    p.add_argument("--seed", type=int, default=0, help="the recording's digits, voices and pauses")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of every backend (after a warm-up)")
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads of every backend")
+    p.add_argument("--layouts", default="tiny,base", help="random-weight layouts for the step figure "
+                   "(tiny, base; smoke: 64 wide, 2 + 2 layers, 4 s windows); empty: none")
+    p.add_argument("--vocab", type=int, default=51865, help="vocabulary size of the random folders")
+    p.add_argument("--batches", default="1,8", help="batch sizes of the step figure")
+    p.add_argument("--steps", type=int, default=96, help="n_long - n_short of the step figure (capped by the "
+                   "model's max_target_positions)")
+    p.add_argument("--min-time", type=float, default=1.0, help="step figure: seconds of (short, long) decode "
+                   "pairs per backend and repeat (at least one pair)")
+    p.add_argument("--backends", default=",".join(BACKENDS), help="which backends, comma-separated")
+    p.add_argument("--no-rtf", action="store_true", help="skip the long recording (step figure only)")
+    p.add_argument("--work", type=Path, help="keep exports, conversions and the recording here (reused)")
+    p.add_argument("--json", type=Path, help="write the report here")
+    return p.parse_args()
+
+
+def run_model(label: str, path: Path, args: argparse.Namespace, work: Path, names: list[str],
+              recording: tuple[np.ndarray, str] | None, rtf: bool = False) -> tuple[list[dict], list[dict]]:
+    """One folder's figures: the RTF (with `rtf`) and the step figure per batch (on the recording's
+    windows when one is given, else on noise)."""
+    folder = Folder(path)
+    backends = open_backends(names, folder, work, args.threads)
+    rtf_rows = measure_rtf(backends, *recording, args.repeat) if rtf and recording else []
+    n_long = N_SHORT + min(args.steps, folder.max_positions - N_SHORT - 4)  # the prompts take up to 2
+    steps = []
+    for batch in [int(b) for b in args.batches.split(",") if b]:
+        print(f"{label}: steps at batch {batch}", file=sys.stderr)
+        features = step_features(folder, batch, recording[0] if recording else None)
+        steps += measure_steps(backends, features, n_long, args.repeat, label, args.min_time)
+    del backends
+    gc.collect()
+    return rtf_rows, steps
+
+
+def notes(args: argparse.Namespace, names: list[str]) -> list[str]:
+    out = ["RTF and ms/step are medians over the repeats; x ours-f32 is the median of the per-repeat ratios to "
+           "ours-f32 (below 1: faster than ours-f32)"]
+    frames = Folder(args.fixture).window_frames
+    if any(n.startswith("faster-whisper") for n in names):
+        if frames != 3000:
+            out.append(f"faster-whisper pads every window to 3000 frames (audio.pad_or_trim's default), which a "
+                       f"{frames}-frame model rejects: it was made to pad to the model's window")
+        out.append("faster-whisper: max_new_tokens is set so that CTranslate2 (which decodes max_length // 2 new "
+                   "tokens) allows max_target_positions - 4 a window, as the others")
+    return out
+
+
+def versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("faster-whisper", "ctranslate2", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def main() -> None:
+    args = parse_args()
+    from tfm_export.bench.bench import machine_info
+
+    names = [n for n in args.backends.split(",") if n]
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="whisper_speed_")))
+        work.mkdir(parents=True, exist_ok=True)
+        recording = long_recording(args.fixture, args.seconds, args.seed, work)
+        print(f"recording: {len(recording[0]) / RATE:.1f} s, {len(recording[1].split())} words", file=sys.stderr)
+        rtf, steps = run_model("whisper-digits (trained)", args.fixture, args, work / "fixture", names, recording,
+                               not args.no_rtf)
+        for layout in [n for n in args.layouts.split(",") if n]:
+            folder = random_folder(layout, work / f"random-{layout}", args.vocab)
+            steps += run_model(f"random {layout}", folder, args, work / f"random-{layout}-out", names, None)[1]
+    settings = {**vars(args), "fixture": str(args.fixture), "work": str(args.work), "json": str(args.json),
+                "n_short": N_SHORT, "pause_s": PAUSE}
+    report = {"tool": TOOL, "machine": {**machine_info(args.threads), **versions()}, "settings": settings,
+              "rtf": rtf, "steps": steps, "notes": notes(args, names)}
+    print(markdown(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
