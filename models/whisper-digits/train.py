@@ -1,0 +1,208 @@
+"""Recipe: whisper-digits, a tiny Whisper trained on espeak-ng speech of digit strings (English, German).
+
+    apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
+    .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
+    .venv/bin/python models/whisper-digits/train.py [MINUTES]
+
+Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
+generation_config.json with lang_to_id / task_to_id, tokenizer files with the timestamp tokens,
+preprocessor_config.json), plus heldout.tsv and metrics.json. Seeded; its length is set in minutes
+(default 20) because that is what a 2-core machine has, so two runs differ in how many steps they take.
+
+The model learns what Whisper's decoder is asked to do, on a task small enough for minutes of CPU:
+the language token (detection), transcribe or translate (German digits written as English words),
+timestamped segments and the lone timestamp of an utterance cut by the window's end (long-form seeking),
+and <|notimestamps|> text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import torch
+import transformers
+from tokenizers import ByteLevelBPETokenizer
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from speech import RATE, WINDOW_SECONDS, WORDS, Window, compose, draw  # noqa: E402
+
+from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
+
+SEED, BANK, HELDOUT, BATCH, LR, WARMUP = 1234, 1200, 60, 24, 1.5e-3, 150
+LANGUAGES = ("en", "de")
+TIMESTAMPS = WINDOW_SECONDS * 50 + 1  # <|0.00|> ... <|4.00|>, 0.02 s apart
+FOLDER_FILES = ("config.json", "model.safetensors", "generation_config.json", "preprocessor_config.json",
+                "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                "added_tokens.json", "normalizer.json")
+
+
+def specials() -> list[str]:
+    """Whisper's special tokens in Whisper's order (a multilingual folder's, two languages)."""
+    return ["<|endoftext|>", "<|startoftranscript|>", *(f"<|{c}|>" for c in LANGUAGES), "<|translate|>",
+            "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+
+
+def build_tokenizer(stage: Path):
+    """A byte-level BPE over the digit words, then the specials and the timestamps, as Whisper's are."""
+    corpus = [" ".join(WORDS[lang]) for lang in LANGUAGES] * 20 + ["the quick brown fox jumps over the lazy dog"]
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(corpus, vocab_size=360, min_frequency=2, show_progress=False)
+    model = json.loads(bpe.to_str())["model"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    (stage / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
+    (stage / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    tok = transformers.WhisperTokenizer(str(stage / "vocab.json"), str(stage / "merges.txt"),
+                                        unk_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": specials()[1:]})
+    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(TIMESTAMPS)])
+    tok.save_pretrained(stage)
+    return transformers.WhisperTokenizerFast.from_pretrained(str(stage), local_files_only=True)
+
+
+def build_model(tok) -> transformers.WhisperForConditionalGeneration:
+    """d_model 128, 2 + 2 layers, 4 heads, 80 mel bins, 4 s windows (200 encoder positions)."""
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials()}
+    eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
+    config = transformers.WhisperConfig(
+        vocab_size=len(tok), num_mel_bins=80, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, d_model=128,
+        max_source_positions=WINDOW_SECONDS * 50, max_target_positions=64, pad_token_id=eot, bos_token_id=eot,
+        eos_token_id=eot, decoder_start_token_id=sot, begin_suppress_tokens=None, suppress_tokens=None)
+    torch.manual_seed(SEED)
+    model = transformers.WhisperForConditionalGeneration(config)
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot, max_length=64,
+        suppress_tokens=[ids["<|nospeech|>"]], begin_suppress_tokens=[eot], is_multilingual=True,
+        no_timestamps_token_id=ids["<|notimestamps|>"], prev_sot_token_id=ids["<|startofprev|>"],
+        lang_to_id={f"<|{c}|>": ids[f"<|{c}|>"] for c in LANGUAGES}, max_initial_timestamp_index=50,
+        task_to_id={t: ids[f"<|{t}|>"] for t in ("transcribe", "translate")}, return_timestamps=False,
+        alignment_heads=[[1, 0], [1, 2]])
+    return model
+
+
+def target(tok, window: Window, timestamps: bool) -> list[int]:
+    """What the decoder writes after <|startoftranscript|>: language, task, then text (and times), EOT."""
+    stamp = lambda t: tok.convert_tokens_to_ids(f"<|{min(round(t / 0.02), TIMESTAMPS - 1) * 0.02:.2f}|>")  # noqa: E731
+    ids = [tok.convert_tokens_to_ids(f"<|{window.language}|>"), tok.convert_tokens_to_ids(f"<|{window.task}|>")]
+    if not timestamps:
+        return ids + [tok.convert_tokens_to_ids("<|notimestamps|>")] + text_ids(tok, window.text) + [tok.eos_token_id]
+    for start, end, text in window.segments:
+        ids += [stamp(start)] + text_ids(tok, text) + [stamp(end)]
+    if window.resume is not None:
+        ids.append(stamp(window.resume))
+    return ids + [tok.eos_token_id]
+
+
+def text_ids(tok, text: str) -> list[int]:
+    return tok.encode(" " + text, add_special_tokens=False) if text else []
+
+
+def bank(rng: random.Random, size: int, heldout: bool) -> dict[str, list]:
+    """`size` spoken digit strings per language, with their samples."""
+    out = {}
+    for lang in LANGUAGES:
+        spoken = [draw(rng, lang, heldout) for _ in range(size)]
+        out[lang] = [(s, s.samples()) for s in spoken]
+    return out
+
+
+def batch(rng: random.Random, utterances, tok, features: FeatureConfig):
+    """BATCH composed windows: features (BATCH, 80, 400), the decoder's input (<|startoftranscript|> and the
+    target shifted right) and the labels (-100 where there is nothing to learn: padding, and the task token,
+    which the caller chooses). The input is built here, not by transformers from the labels: its shift
+    would turn the masked task token into padding, and the model would never see the task."""
+    xs, targets = [], []
+    for _ in range(BATCH):
+        timestamps = rng.random() < 0.5
+        window = compose(rng, utterances, timestamps)
+        xs.append(log_mel(window.samples, features))
+        targets.append(target(tok, window, timestamps))
+    width = max(map(len, targets))
+    inputs = torch.full((BATCH, width), tok.eos_token_id, dtype=torch.long)
+    labels = torch.full((BATCH, width), -100, dtype=torch.long)
+    sot = tok.convert_tokens_to_ids("<|startoftranscript|>")
+    for i, ids in enumerate(targets):
+        inputs[i, :len(ids)] = torch.tensor([sot] + ids[:-1])
+        labels[i, :len(ids)] = torch.tensor(ids)
+        labels[i, 1] = -100
+    return torch.from_numpy(np.stack(xs)), inputs, labels
+
+
+def train(model, tok, utterances, minutes: float) -> dict:
+    features = FeatureConfig(n_mels=80, chunk_length=WINDOW_SECONDS)
+    rng = random.Random(SEED)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    total = None
+    start, step, losses = time.monotonic(), 0, []
+    model.train()
+    while (elapsed := time.monotonic() - start) < minutes * 60:
+        done = elapsed / (minutes * 60)  # the schedule runs on time, not steps: see the module docstring
+        scale = min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * done))
+        for group in opt.param_groups:
+            group["lr"] = LR * scale
+        x, inputs, labels = batch(rng, utterances, tok, features)
+        loss = model(input_features=x, decoder_input_ids=inputs, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        step += 1
+        if step % 50 == 0:
+            print(f"step {step}  loss {sum(losses[-50:]) / 50:.3f}  {elapsed / 60:.1f} min", flush=True)
+    total = time.monotonic() - start
+    return {"steps": step, "batch": BATCH, "train_minutes": round(total / 60, 1),
+            "final_loss": round(sum(losses[-50:]) / min(50, len(losses)), 4)}
+
+
+def evaluate(model, tok, heldout) -> dict:
+    """Greedy transcription of each held-out utterance alone (language detected), WER per language."""
+    features = FeatureConfig(n_mels=80, chunk_length=WINDOW_SECONDS)
+    model.eval()
+    refs, hyps, langs = {l: [] for l in LANGUAGES}, {l: [] for l in LANGUAGES}, {l: 0 for l in LANGUAGES}
+    with torch.no_grad():
+        for lang in LANGUAGES:
+            for spoken, samples in heldout[lang]:
+                x = torch.from_numpy(log_mel(samples, features)[None])
+                out = model.generate(x, task="transcribe")
+                hyps[lang].append(tok.decode(out[0], skip_special_tokens=True).strip())
+                refs[lang].append(spoken.text())
+                langs[lang] += int(model.detect_language(x)[0]) == tok.convert_tokens_to_ids(f"<|{lang}|>")
+    return {f"wer_{l}": round(jiwer.wer(refs[l], hyps[l]), 4) for l in LANGUAGES} | {
+        f"language_detected_{l}": round(langs[l] / len(heldout[l]), 4) for l in LANGUAGES}
+
+
+def main(minutes: float) -> None:
+    torch.set_num_threads(2)
+    rng = random.Random(SEED)
+    with tempfile.TemporaryDirectory(dir=HERE) as stage:
+        stage = Path(stage)
+        tok = build_tokenizer(stage)
+        utterances, heldout = bank(rng, BANK, heldout=False), bank(rng, HELDOUT, heldout=True)
+        model = build_model(tok)
+        metrics = train(model, tok, utterances, minutes) | evaluate(model, tok, heldout)
+        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        model.save_pretrained(stage)
+        extractor = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=WINDOW_SECONDS)
+        (stage / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
+        (stage / "heldout.tsv").write_text("".join(s.row() + "\n" for lang in LANGUAGES for s, _ in heldout[lang]))
+        (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        for path in stage.iterdir():  # the recipe's own files only: rename each into place
+            if path.name in FOLDER_FILES + ("heldout.tsv", "metrics.json"):
+                os.replace(path, HERE / path.name)
+    print(json.dumps(metrics, indent=2))
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 20.0)

@@ -1,0 +1,176 @@
+"""The trained Whisper fixture (models/whisper-digits) on held-out espeak-ng speech: the export transcribes it
+right (word error rate, jiwer), not only like transformers; and like transformers too, token for token, in
+every decoding mode on real speech, including a long recording of several windows.
+
+models/whisper-digits is a Whisper folder as published (tokenizer with the timestamp tokens, lang_to_id,
+preprocessor_config) trained for minutes on spoken digit strings in English and German (its README). Its
+held-out set (heldout.tsv: digit strings never trained on, with the voice, speed and pitch to speak them)
+is spoken again here by espeak-ng, as the recipe did; the cases skip where espeak-ng is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+jiwer = pytest.importorskip("jiwer")
+
+from whisper_fixtures import generate_ids  # noqa: E402
+from tfm_export.cli import cli  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+
+FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
+sys.path.insert(0, str(FOLDER))
+from speech import RATE, Spoken  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore"),
+              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")]
+METRICS = json.loads((FOLDER / "metrics.json").read_text())
+# The bars: transformers' own WER on this held-out set (metrics.json, written by the recipe) plus a margin
+# for espeak-ng versions; the export must transcribe as well as the model it came from.
+WER_MARGIN = 0.03
+VARIANT_DROP = {"int8": 0.03, "optimize": 0.02}  # allowed WER rise over float32 on the held-out set
+
+
+def export(out: Path, *flags: str) -> Path:
+    result = CliRunner().invoke(cli, [str(FOLDER), "-o", str(out), *flags])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(export folder, the export opened, transformers' model): exported and validated as a user does."""
+    out = export(tmp_path_factory.mktemp("digits") / "onnx")
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(str(FOLDER), local_files_only=True).eval()
+    return out, open_export(out, device="cpu"), model
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    """[(Spoken, samples)] of heldout.tsv: digit strings never trained on, spoken by espeak-ng."""
+    spoken = [Spoken.from_row(row) for row in (FOLDER / "heldout.tsv").read_text().splitlines()]
+    return [(s, s.samples()) for s in spoken]
+
+
+def word_error_rate(runtime, heldout, spoken_in: str, **options) -> float:
+    refs, hyps = [], []
+    for spoken, samples in heldout:
+        if spoken.language == spoken_in:
+            refs.append(spoken.text(options.get("task", "transcribe")))
+            hyps.append(runtime.transcribe(samples, **options)["text"].strip())
+    return jiwer.wer(refs, hyps)
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_heldout_speech_is_transcribed_right(trained, heldout, language):
+    """Language detected, then transcribed: the WER of transformers' own model on this set, or better."""
+    _, runtime, _ = trained
+    wer = word_error_rate(runtime, heldout, language)
+    print(f"held-out WER ({language}, greedy, language detected): {wer:.4f}")
+    assert wer <= METRICS[f"wer_{language}"] + WER_MARGIN
+    detected = [runtime.transcribe(samples)["language"] for s, samples in heldout if s.language == language]
+    assert detected.count(language) / len(detected) >= METRICS[f"language_detected_{language}"] - WER_MARGIN
+
+
+def test_german_speech_is_translated_to_english_words(trained, heldout):
+    _, runtime, _ = trained
+    wer = word_error_rate(runtime, heldout, "de", language="de", task="translate")
+    print(f"held-out WER (de -> en words, translate): {wer:.4f}")
+    assert wer <= METRICS["wer_de"] + 0.1
+
+
+CASES = {  # name -> (transcribe's arguments, generate's)
+    "greedy": (dict(language="en"), dict(language="en")),
+    "detect": (dict(), dict(task="transcribe")),
+    "beam3": (dict(num_beams=3), dict(task="transcribe", num_beams=3)),
+    "timestamps": (dict(timestamps=True), dict(task="transcribe", return_timestamps=True)),
+    "translate": (dict(language="de", task="translate"), dict(language="de", task="translate")),
+    "beam-timestamps": (dict(num_beams=2, timestamps=True), dict(task="transcribe", num_beams=2,
+                                                                  return_timestamps=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tokens_equal_transformers_on_speech(trained, heldout, case):
+    """Six held-out utterances of both languages: the same ids as WhisperForConditionalGeneration.generate."""
+    _, runtime, model = trained
+    mine, theirs = CASES[case]
+    for spoken, samples in heldout[::20]:
+        result = runtime.transcribe(samples, **mine)
+        ids, _ = generate_ids(model, samples, detect=False, **theirs)
+        assert result["ids"] == ids, (case, spoken)
+
+
+def recording(heldout, language: str, count: int, seed: int = 0) -> tuple[np.ndarray, str]:
+    """`count` held-out utterances of `language` with pauses of 0.3-0.9 s: samples and the words said."""
+    rng = np.random.default_rng(seed)
+    chosen = [(s, x) for s, x in heldout if s.language == language][:count]
+    parts = []
+    for _, samples in chosen:
+        parts += [np.zeros(int(rng.uniform(0.3, 0.9) * RATE), np.float32), samples]
+    return np.concatenate(parts), " ".join(s.text() for s, _ in chosen)
+
+
+@pytest.mark.parametrize("language,num_beams", [("en", 1), ("de", 1), ("en", 2)])
+def test_long_recording_is_transcribed_window_by_window(trained, heldout, language, num_beams):
+    """About 15 s (four 4-s windows or more, seeking by the model's own timestamps): the same ids as
+    transformers' long form, segments in order, and the words right."""
+    _, runtime, model = trained
+    samples, said = recording(heldout, language, 8)
+    assert len(samples) > 3 * 4 * RATE
+    result = runtime.transcribe(samples, language=language, timestamps=True, num_beams=num_beams)
+    ids, _ = generate_ids(model, samples, detect=False, language=language, return_timestamps=True,
+                          num_beams=num_beams)
+    assert result["ids"] == ids
+    starts = [s["start"] for s in result["segments"]]
+    assert len(starts) >= 4 and starts == sorted(starts)
+    assert result["segments"][-1]["end"] <= len(samples) / RATE + 0.5
+    wer = jiwer.wer(said, result["text"].strip())
+    print(f"long recording WER ({language}, beams {num_beams}): {wer:.4f}")
+    assert wer <= METRICS[f"wer_{language}"] + 0.1  # a window's end may cut a word the next one repeats
+
+
+@pytest.fixture(scope="module")
+def eval_file(heldout, tmp_path_factory):
+    """The held-out set as `tfm-export --eval-file` takes it: WAV files and their words."""
+    import soundfile
+
+    folder = tmp_path_factory.mktemp("heldout")
+    rows = []
+    for i, (spoken, samples) in enumerate(heldout):
+        soundfile.write(str(folder / f"{i}.wav"), samples, RATE)
+        rows.append(f"{i}.wav\t{spoken.text()}")
+    (folder / "heldout.tsv").write_text("\n".join(rows) + "\n")
+    return folder / "heldout.tsv"
+
+
+@pytest.mark.parametrize("variant", list(VARIANT_DROP))
+def test_variants_keep_the_word_error_rate(tmp_path, eval_file, variant):
+    """int8 weights and the fused graphs transcribe held-out speech about as well as float32: the WER report
+    that validation writes into the manifest (export.quality), and --max-quality-drop holds it."""
+    flags = {"int8": ("--quantize", "int8"), "optimize": ("--optimize",)}[variant]
+    out = export(tmp_path / variant, *flags, "--eval-file", str(eval_file), "--max-quality-drop", "5")
+    quality = json.loads((out / "manifest.json").read_text())["validation"]["quality"]
+    assert quality["kind"] == "speech" and quality["size"] == len(eval_file.read_text().splitlines())
+    refs = quality["against_references"]
+    print(f"held-out WER (both languages, detected): float32 {refs['float32']['wer']:.2f}, "
+          f"{variant} {refs['export']['wer']:.2f}, against float32's text {quality['against_float32']['wer']:.2f}")
+    assert refs["float32"]["wer"] <= 100 * (max(METRICS["wer_en"], METRICS["wer_de"]) + WER_MARGIN)
+    assert quality["drop"] == round(refs["export"]["wer"] - refs["float32"]["wer"], 2)
+    assert quality["drop"] <= 100 * VARIANT_DROP[variant]
+
+
+def test_the_import_reports_nothing_it_does_not_reproduce():
+    """begin_suppress_tokens is applied by the Whisper rules: no "tokens may differ" warning for it."""
+    from tfm_export.importers import load_model
+
+    assert load_model(FOLDER).meta["generation"]["not_reproduced"] == {}
