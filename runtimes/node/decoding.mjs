@@ -336,8 +336,8 @@ class NoCacheState {
 // The decoder state of each decoder graph (runtimeGraphs): the KV cache, or the whole prefix every step.
 const STATES = { decoder: DecoderState, decoder_nocache: NoCacheState };
 
-const ENCODER_ONLY = 'this export is encoder-only (it has no decoder); run it with `run` ' +
-  '(model.run(idLists), `tfm-export-node run OUT --ids ...`)';
+const ENCODER_ONLY = 'this export is encoder-only (it has no decoder); run it: model.run(idLists), ' +
+  'or `tfm-export-node run OUT --ids ...`';
 
 /** The decoder state class of the model's export; an encoder-only export is refused in one line. */
 function stateClass(manifest) {
