@@ -105,8 +105,8 @@ function sourceInput(manifest, where = 'manifest.json') {
   const what = `${where} graphs.encoder`;
   const extra = Array.isArray(declared) ? declared.slice(1).map((t) => t?.name) : [];
   if (!Array.isArray(declared) || declared.length === 0 || extra.some((name) => name !== SOURCE_MASK)) {
-    throw new Error(`${what} declares inputs ${JSON.stringify(Array.isArray(declared) ? declared.map((t) => t?.name) : declared)}; ` +
-      `this runtime feeds the source token ids (and ${SOURCE_MASK}): re-export the model or decode it with the Python runtime`);
+    throw new Error(`${what} declares ${declared?.length ?? 'no list of'} inputs; this runtime feeds one (the source ` +
+      `token ids) or two (and ${SOURCE_MASK}, as a module export's): re-export the model or decode it with the Python runtime`);
   }
   const [{ name, dtype, shape }] = declared;
   if (!ID_ARRAYS[dtype]) {
