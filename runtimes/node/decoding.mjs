@@ -20,7 +20,8 @@
 // axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len).
 //
 // `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with an
-// ort.InferenceSession per graph of `runtimeGraphs` (decoder: null for an encoder-only export) (see translate.mjs and ../web/app.mjs for how they are opened).
+// ort.InferenceSession per graph of `runtimeGraphs` (decoder: null for an encoder-only export; see
+// translate.mjs and ../web/app.mjs for how they are opened).
 // It uses only globals common to Node and browsers, so the page imports this very file.
 //
 // Beam search reorders the past keys/values between steps with TypedArray copies (`gatherRows`), not
@@ -193,8 +194,10 @@ function gatherRows(ort, tensor, index) {
   return new ort.Tensor(tensor.type, data, [index.length, ...tensor.dims.slice(1)]);
 }
 
-/** Each source's row of `tensor` repeated for its `rows / sources` decoder rows (beams, samples); row
- * i*expand + j is source i. One row per source is the tensor itself, not a copy. */
+/**
+ * Each source's row of `tensor` repeated for its `rows / sources` decoder rows (beams, samples); row
+ * i*expand + j is source i. One row per source is the tensor itself, not a copy.
+ */
 function expandRows(ort, tensor, rows) {
   const expand = rows / tensor.dims[0];
   return expand === 1 ? tensor : gatherRows(ort, tensor, Array.from({ length: rows }, (_, r) => Math.floor(r / expand)));
@@ -326,8 +329,10 @@ class NoCacheState {
     return { data: floats(this.out), vocab: this.out.dims.at(-1) };
   }
 
-  /** Row r continues row beamIdx[r]'s prefix. Beams never leave their source, whose memory and mask rows
-   * are all alike, so those stay put. */
+  /**
+   * Row r continues row beamIdx[r]'s prefix. Beams never leave their source, whose memory and mask rows
+   * are all alike, so those stay put (no copy).
+   */
   reorder(beamIdx) {
     this.prefixes = beamIdx.map((row) => this.prefixes[row]);
   }
