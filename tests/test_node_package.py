@@ -42,7 +42,7 @@ import { makeTokenizer, resolveMaxNewTokens } from 'tfm-export-node/greedy';
 import * as decoding from 'tfm-export-node/decoding';
 import { connect, ServerError, type ServerClient } from 'tfm-export-node';
 import { serverSentEvents } from 'tfm-export-node/client';
-import { languages, type LanguageCodes } from 'tfm-export-node';
+import { languages, run, type LanguageCodes } from 'tfm-export-node';
 import { languageOptions, makeTokenizer as makeHfTokenizer, tokenizerFiles } from 'tfm-export-node/tokenizers';
 const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
 const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
@@ -75,6 +75,9 @@ for await (const event of server.streamEvents(['4718', '12'])) { if (event.type 
 const error: ServerError = new ServerError('x', 413);
 console.log(remote, remoteIds, score, (await server.health()).batching, error.status, typeof serverSentEvents);
 console.log(await server.translate(['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }));
+const outputs = await run('classifier_onnx', [[5, 9, 13]]);  // an encoder-only module export
+const dims: readonly number[] = (await model.run([[5, 9]])).logits.dims;
+console.log(outputs.logits.data, dims, decoding.runtimeGraphs(model.manifest).decoder, model.manifest.source?.decoder);
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });",
@@ -83,7 +86,8 @@ BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "connect('http://127.0.0.1:8080', { apikey: 'key' });", "await server.translate('4718');",
        "for await (const id of server.stream([7, 2])) { const s: string = id; }",
        "await translate(model, ['4'], { targetLang: 5 });", "await generateIds(model, [[7]], { forcedBosTokenId: '5' });",
-       "const c: string[] = (await languages('x')).sourceDefault;"]
+       "const c: string[] = (await languages('x')).sourceDefault;",
+       "const s: string = (await run(model, [[5]])).logits;"]
 
 
 def npm(args: list, cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:

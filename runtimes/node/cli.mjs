@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // node runtimes/node/cli.mjs OUT "text" ["text" ...]          one translation per line
 // node runtimes/node/cli.mjs OUT --ids "3 17 9" ["5 6" ...]   one row of token ids per line
+// node runtimes/node/cli.mjs run OUT --ids "3 17 9" ["5 6" ...]   an encoder-only export: one JSON line per row
 // node runtimes/node/cli.mjs --server URL "text" ...          the same lines from `tfm-export serve` at URL
 //   (--api-key KEY, else the environment's TFM_EXPORT_API_KEY)
 // Decoding flags (default: the manifest's `generation` section, else greedy) are Python's `tfm-export
@@ -29,6 +30,7 @@ const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs EXPORT_DIR [options] --ids "3 17 9" ["5 6" ...]\n' +
   '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
   '       cli.mjs EXPORT_DIR --languages                           (the codes --source-lang/--target-lang take)\n' +
+  '       cli.mjs run EXPORT_DIR --ids "3 17 9" ["5 6" ...]          (an encoder-only export: its outputs)\n' +
   wrapped('options:', [
     ...Object.entries(CLI_FLAGS).map(([flag, [, kind]]) => `--${flag}${METAVAR[kind] ?? ` ${kind.join('|')}`}`),
     '--stream', '--source-lang CODE', '--target-lang CODE']);
@@ -117,6 +119,25 @@ async function printLanguages(exportDir) {
   if (codes.sourceDefault) console.log(`default source: ${codes.sourceDefault}`);
 }
 
+/** A tensor's rows as nested lists (numpy's tolist(): row i is source i); int64 values as numbers. */
+function tensorRows(tensor) {
+  const nest = (values, dims) => (dims.length === 1 ? values : Array.from({ length: dims[0] }, (_, i) => {
+    const size = values.length / dims[0];
+    return nest(values.slice(i * size, (i + 1) * size), dims.slice(1));
+  }));
+  const values = Array.from(tensor.data, tensor.type === 'bool' ? Boolean : Number);
+  return nest(values, tensor.dims);
+}
+
+/** `run EXPORT_DIR --ids ...`: the lines of Python's `tfm-export run`, one JSON object per source. */
+async function runEncoder(exportDir, sources) {
+  const { run: runExport } = await import('./translate.mjs');
+  const outputs = Object.entries(await runExport(exportDir, sources)).map(([name, t]) => [name, tensorRows(t)]);
+  sources.forEach((ids, row) => {
+    console.log(JSON.stringify({ ids, ...Object.fromEntries(outputs.map(([name, rows]) => [name, rows[row]])) }));
+  });
+}
+
 /** Best outputs in one batch; n-best ("score<TAB>output") and streams one input at a time. */
 async function run(backend, sources, options, { ids, stream }) {
   if (stream) {
@@ -149,6 +170,7 @@ try {
     console.log(USAGE);
     process.exit(0);
   }
+  const command = !values.server && positionals[0] === 'run' ? positionals.shift() : null;
   const [exportDir, ...inputs] = values.server ? [values.server, ...positionals] : positionals;
   if (values.languages && exportDir && !values.server) {
     await printLanguages(exportDir);
@@ -158,8 +180,13 @@ try {
     console.error(USAGE);
     process.exit(2);
   }
+  if (command && !values.ids) throw new Error('run takes token ids: cli.mjs run EXPORT_DIR --ids "3 17 9" ["5 6" ...]');
   const options = decodingOptions(values);
   const sources = values.ids ? inputs.map(parseIds) : inputs;
+  if (command) {
+    await runEncoder(exportDir, sources);
+    process.exit(0);
+  }
   backend = values.server ? openRemote(values.server, values['api-key'] ?? process.env.TFM_EXPORT_API_KEY, values.ids)
     : await openLocal(exportDir, values.ids);
   await run(backend, sources, options, values);

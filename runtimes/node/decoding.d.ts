@@ -11,11 +11,14 @@ export const MANIFEST_FORMAT: 'tfm-export-manifest/1';
 /** Any onnxruntime module (onnxruntime-node or onnxruntime-web): only its Tensor class is used. */
 export type Ort = { Tensor: typeof Tensor };
 
-/** What the loop runs: the manifest and one session per graph (`tokenizer` is used by `stream` on text). */
+/**
+ * What the loop runs: the manifest and one session per graph of `runtimeGraphs` (decoder: null or absent
+ * for an encoder-only export); `tokenizer` is used by `stream` on text.
+ */
 export interface DecodableModel {
   manifest: Manifest;
   encoder: InferenceSession;
-  decoder: InferenceSession;
+  decoder?: InferenceSession | null;
   tokenizer?: Tokenizer | null;
 }
 
@@ -28,6 +31,12 @@ export type GenerationConfig = Required<Omit<DecodingOptions, 'maxNewTokens' | '
  * int64 or int32, on a batch and a src_len axis); throws a one-line error naming the fix.
  */
 export function checkManifest(manifest: unknown, where?: string): Manifest;
+
+/**
+ * The graphs a runner opens, by role: the encoder, and the decoder's graph: 'decoder' (KV cache),
+ * 'decoder_nocache' (a module export's, no cache) or null (an encoder-only export).
+ */
+export function runtimeGraphs(manifest: Manifest): { encoder: 'encoder'; decoder: 'decoder' | 'decoder_nocache' | null };
 
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */
 export function graphFiles(graph: GraphEntry): Record<string, string>;
@@ -54,6 +63,9 @@ export function generateIds(ort: Ort, model: DecodableModel, sources: number[][]
 
 /** Per source, `numReturnSequences` hypotheses (beam search: best first). */
 export function generate(ort: Ort, model: DecodableModel, sources: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
+
+/** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws one line. */
+export function run(ort: Ort, model: DecodableModel, sources: number[][]): Promise<Record<string, Tensor>>;
 
 /**
  * One source as it is decoded: text pieces for a string, token ids for an id list (beam search: at

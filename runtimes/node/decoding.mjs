@@ -12,11 +12,16 @@
 // step's ids from the state. A strategy names the output it reads (`reads`), and only that one and
 // the caches are fetched from ORT: greedy decoding never copies the (rows, vocab) logits out.
 //
+// Module exports (tfm_export/runtime/nocache.py: the manifest's source.decoder) run through the same
+// driver: "nocache" has decoder_nocache.onnx, which reads the whole prefix every step (`NoCacheState`,
+// one more decoder state); "encoder-only" has no decoder, and `run` gives its encoder's outputs.
+//
 // The encoder's input is what manifest.json declares (graphs.encoder.inputs: its name, id type and
 // axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len).
 //
-// `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with two
-// ort.InferenceSession objects (see translate.mjs and ../web/app.mjs for how they are opened).
+// `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with an
+// ort.InferenceSession per graph of `runtimeGraphs` (decoder: null for an encoder-only export; see
+// translate.mjs and ../web/app.mjs for how they are opened).
 // It uses only globals common to Node and browsers, so the page imports this very file.
 //
 // Beam search reorders the past keys/values between steps with TypedArray copies (`gatherRows`), not
@@ -27,7 +32,7 @@
 // Imports go one way, down: this module -> search.mjs -> options.mjs, and tokenizers.mjs (charsmap.mjs);
 // none of them imports this module.
 import { generationConfig, isGreedy } from './options.mjs';
-import { strategyFor } from './search.mjs';
+import { argmax, strategyFor } from './search.mjs';
 import { languageOptions, makeTokenizer } from './tokenizers.mjs';
 
 export { fromPythonNames, generationConfig } from './options.mjs';
@@ -35,13 +40,25 @@ export { makeTokenizer } from './tokenizers.mjs'; // it lived here first: existi
 
 export const MANIFEST_FORMAT = 'tfm-export-manifest/1';
 
+// A module export's source.decoder -> its decoder graph (null: none); any other export has decoder.onnx.
+const MODULE_DECODERS = { nocache: 'decoder_nocache', 'encoder-only': null };
+
+/**
+ * The graphs a runner opens, by role (Python's runtime_graphs): { encoder: 'encoder', decoder: 'decoder',
+ * 'decoder_nocache' (a module export's decoder without a cache) or null (an encoder-only export) }.
+ */
+export function runtimeGraphs(manifest) {
+  const kind = manifest.source?.decoder;
+  return { encoder: 'encoder', decoder: Object.hasOwn(MODULE_DECODERS, kind) ? MODULE_DECODERS[kind] : 'decoder' };
+}
+
 /** Checks what this runtime reads from manifest.json; throws a one-line error naming the fix. */
 export function checkManifest(manifest, where = 'manifest.json') {
   if (manifest?.format !== MANIFEST_FORMAT) {
     throw new Error(`${where} has format ${JSON.stringify(manifest?.format)}, this runtime reads ` +
       `${MANIFEST_FORMAT}; re-export the model with tfm-export`);
   }
-  for (const name of ['encoder', 'decoder']) {
+  for (const name of Object.values(runtimeGraphs(manifest)).filter(Boolean)) {
     const graph = manifest.graphs?.[name];
     if (!graph?.file || !/^[0-9a-f]{64}$/.test(graph.sha256 ?? '')) {
       throw new Error(`${where} has no valid graphs.${name} entry (file, sha256); re-export the model`);
@@ -75,18 +92,22 @@ const SOURCE_IDS = { name: 'src_ids', dtype: 'int64', shape: ['batch', 'src_len'
 const ID_ARRAYS = { int64: (ids) => BigInt64Array.from(ids, BigInt), int32: (ids) => Int32Array.from(ids) };
 const BATCH_AXES = ['batch', 'src_batch']; // the manifests' names of a source batch axis (specs.DYNAMIC_AXES)
 
+const SOURCE_MASK = 'src_mask'; // bool (batch, src_len), true = a real token: a module export's second input
+
 /**
- * The encoder's one input as manifest.json declares it (graphs.encoder.inputs): { name, dtype, shape,
- * batchFirst }, refused in one line unless it holds token ids (int64 or int32) on a batch axis and a
- * `src_len` axis, in either order. Manifests that declare no inputs get SOURCE_IDS.
+ * The encoder's input as manifest.json declares it (graphs.encoder.inputs): { name, dtype, shape,
+ * batchFirst, mask }, refused in one line unless its first input holds token ids (int64 or int32) on a
+ * batch axis and a `src_len` axis, in either order, and any other is the mask of real tokens (`mask`:
+ * a module export's encoder reads one). Manifests that declare no inputs get SOURCE_IDS.
  */
 function sourceInput(manifest, where = 'manifest.json') {
   const declared = manifest.graphs?.encoder?.inputs;
-  if (declared === undefined || declared === null) return { ...SOURCE_IDS, batchFirst: true };
+  if (declared === undefined || declared === null) return { ...SOURCE_IDS, batchFirst: true, mask: false };
   const what = `${where} graphs.encoder`;
-  if (!Array.isArray(declared) || declared.length !== 1) {
+  const extra = Array.isArray(declared) ? declared.slice(1).map((t) => t?.name) : [];
+  if (!Array.isArray(declared) || declared.length === 0 || extra.some((name) => name !== SOURCE_MASK)) {
     throw new Error(`${what} declares ${declared?.length ?? 'no list of'} inputs; this runtime feeds one (the source ` +
-      'token ids): re-export the model or decode it with the Python runtime');
+      `token ids) or two (and ${SOURCE_MASK}, as a module export's): re-export the model or decode it with the Python runtime`);
   }
   const [{ name, dtype, shape }] = declared;
   if (!ID_ARRAYS[dtype]) {
@@ -97,7 +118,7 @@ function sourceInput(manifest, where = 'manifest.json') {
     throw new Error(`${what} input ${JSON.stringify(name)} has axes ${JSON.stringify(shape)}; this runtime feeds ` +
       '(batch, src_len) or (src_len, batch)');
   }
-  return { name, dtype, shape, batchFirst: batchAt === 0 };
+  return { name, dtype, shape, batchFirst: batchAt === 0, mask: extra.length > 0 };
 }
 
 /** Python's pad_batch and source_batch: the sources checked and right-padded to one width. */
@@ -127,6 +148,20 @@ function sourceTensor(ort, input, padded) {
   const values = input.batchFirst ? padded.flat()
     : Array.from({ length: width * batch }, (_, i) => padded[i % batch][Math.floor(i / batch)]);
   return new ort.Tensor(input.dtype, ID_ARRAYS[input.dtype](values), input.batchFirst ? [batch, width] : [width, batch]);
+}
+
+/** (batch, src_len) bool, true = a real token (Python's `src != src_pad_id`): module exports' src_mask. */
+function maskTensor(ort, padded, padId) {
+  return new ort.Tensor('bool', Uint8Array.from(padded.flat(), (id) => (id === padId ? 0 : 1)),
+    [padded.length, padded[0].length]);
+}
+
+/** The encoder's feeds (Python's encoder_feeds): the source ids and, when it reads one, src_mask. */
+function encoderFeeds(ort, manifest, padded) {
+  const input = sourceInput(manifest);
+  const feeds = { [input.name]: sourceTensor(ort, input, padded) };
+  if (input.mask) feeds[SOURCE_MASK] = maskTensor(ort, padded, manifest.config.src_pad_id);
+  return feeds;
 }
 
 function int64(ort, values, dims) {
@@ -160,6 +195,20 @@ function gatherRows(ort, tensor, index) {
 }
 
 /**
+ * Each source's row of `tensor` repeated for its `rows / sources` decoder rows (beams, samples); row
+ * i*expand + j is source i. One row per source is the tensor itself, not a copy.
+ */
+function expandRows(ort, tensor, rows) {
+  const expand = rows / tensor.dims[0];
+  return expand === 1 ? tensor : gatherRows(ort, tensor, Array.from({ length: rows }, (_, r) => Math.floor(r / expand)));
+}
+
+/** Starts `timings` (when given): the encoder's time, and no decoder step yet. */
+function timeEncoder(timings, start) {
+  if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: [] });
+}
+
+/**
  * Whether the decoder takes src_mask and cross.* once per source (axis `src_batch`), its rows grouped
  * by source; exports made before it need a copy per decoder row.
  */
@@ -187,12 +236,8 @@ class DecoderState {
   static async start(ort, model, padded, { rows, reads }, timings) {
     const c = model.manifest.config;
     const start = performance.now();
-    const input = sourceInput(model.manifest);
-    const enc = await model.encoder.run({ [input.name]: sourceTensor(ort, input, padded) });
-    const expand = rows / padded.length;
-    const index = Array.from({ length: rows }, (_, r) => Math.floor(r / expand));
-    const copy = expand > 1 && !crossPerSource(model.manifest);
-    const perRow = (t) => (copy ? gatherRows(ort, t, index) : t);
+    const enc = await model.encoder.run(encoderFeeds(ort, model.manifest, padded));
+    const perRow = (t) => (crossPerSource(model.manifest) ? t : expandRows(ort, t, rows));
     const feeds = { src_mask: perRow(enc.src_mask) };
     const pairs = cachePairs(c.n_decoder_layers);
     const empty = emptyPast(ort, model.manifest, rows);
@@ -200,7 +245,7 @@ class DecoderState {
     for (let i = 0; i < c.n_decoder_layers; i++) {
       for (const kv of ['key', 'value']) feeds[`cross.${i}.${kv}`] = perRow(enc[`cross.${i}.${kv}`]);
     }
-    if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: [] });
+    timeEncoder(timings, start);
     return new DecoderState(ort, model.decoder, feeds, pairs, rows, reads);
   }
 
@@ -240,6 +285,72 @@ class DecoderState {
   }
 }
 
+const MEMORY = 'memory'; // the module encoder's output that decoder_nocache reads
+
+/**
+ * A module export's decoder without a cache (decoder_nocache.onnx, Python's NoCacheState): the same
+ * interface as DecoderState, so every strategy runs on it through the one driver. It keeps each row's
+ * prefix (the ids fed so far) and runs the decoder on the whole prefix every step ((rows, steps)
+ * tgt_ids, the rows' memory and src_mask -> the last position's logits (rows, vocab)). Its graph has
+ * no next_ids output, so it always fetches the logits and greedy takes their argmax here.
+ */
+class NoCacheState {
+  /** Encode once; each source's memory and mask are repeated for its `rows / sources` rows. */
+  static async start(ort, model, padded, { rows }, timings) {
+    const start = performance.now();
+    const feeds = encoderFeeds(ort, model.manifest, padded);
+    const { [MEMORY]: memory } = await model.encoder.run(feeds, [MEMORY]);
+    const mask = feeds[SOURCE_MASK] ?? maskTensor(ort, padded, model.manifest.config.src_pad_id);
+    timeEncoder(timings, start);
+    return new NoCacheState(ort, model.decoder, expandRows(ort, memory, rows), expandRows(ort, mask, rows), rows);
+  }
+
+  constructor(ort, decoder, memory, mask, rows) {
+    Object.assign(this, { ort, decoder, memory, mask, rows, out: null });
+    this.prefixes = Array.from({ length: rows }, () => []);
+  }
+
+  /** Append one id per row to its prefix and run the decoder on the prefixes. */
+  async step(tokens) {
+    this.prefixes = this.prefixes.map((prefix, r) => [...prefix, tokens[r]]);
+    const feeds = { tgt_ids: int64(this.ort, this.prefixes.flat(), [this.rows, this.prefixes[0].length]),
+      [MEMORY]: this.memory, [SOURCE_MASK]: this.mask };
+    this.out = (await this.decoder.run(feeds, ['logits'])).logits;
+  }
+
+  /** The argmax of each row's logits (ties: the lower id, as Python's NoCacheState.next_ids). */
+  nextIds() {
+    const { data, vocab } = this.logits();
+    return Array.from({ length: this.rows }, (_, r) => argmax(data.subarray(r * vocab, (r + 1) * vocab)));
+  }
+
+  /** The last step's logits: { data (rows * vocab float32), vocab }. */
+  logits() {
+    return { data: floats(this.out), vocab: this.out.dims.at(-1) };
+  }
+
+  /**
+   * Row r continues row beamIdx[r]'s prefix. Beams never leave their source, whose memory and mask rows
+   * are all alike, so those stay put (no copy).
+   */
+  reorder(beamIdx) {
+    this.prefixes = beamIdx.map((row) => this.prefixes[row]);
+  }
+}
+
+// The decoder state of each decoder graph (runtimeGraphs): the KV cache, or the whole prefix every step.
+const STATES = { decoder: DecoderState, decoder_nocache: NoCacheState };
+
+const ENCODER_ONLY = 'this export is encoder-only (it has no decoder); run it: model.run(idLists), ' +
+  'or `tfm-export-node run OUT --ids ...`';
+
+/** The decoder state class of the model's export; an encoder-only export is refused in one line. */
+function stateClass(manifest) {
+  const graph = runtimeGraphs(manifest).decoder;
+  if (!graph) throw new Error(ENCODER_ONLY);
+  return STATES[graph];
+}
+
 /**
  * The step driver (Python's search_steps, greedy_loop's successor), the one loop that steps a
  * decoder: encode `sources`, then step every row from bos_id until the strategy (search.mjs, chosen by
@@ -247,13 +358,14 @@ class DecoderState {
  * holds the results when this ends. `pick`: { scored, stopAtEos } (strategyFor).
  */
 async function* decodeSteps(ort, model, sources, config, { timings, ...pick } = {}) {
+  const State = stateClass(model.manifest);
   const c = model.manifest.config;
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
   const strategy = strategyFor(sources.length, steps, config, {
     bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [],
   }, pick);
-  const state = await DecoderState.start(ort, model, padded, strategy, timings);
+  const state = await State.start(ort, model, padded, strategy, timings);
   let tokens = Array(strategy.rows).fill(c.bos_id);
   while (!strategy.finished) {
     const start = performance.now();
@@ -299,6 +411,19 @@ export async function generateIds(ort, model, sources, { timings, stopAtEos = tr
   }
   const hyps = await decode(ort, model, sources, config, { timings, stopAtEos });
   return hyps.map((best) => best[0].ids);
+}
+
+/**
+ * An encoder-only export's outputs (Python's ExportedModel.run) for token-id sources padded into one
+ * batch: { [output name]: ort.Tensor } by the names the manifest gives them, row i = source i.
+ */
+export async function run(ort, model, sources) {
+  if (runtimeGraphs(model.manifest).decoder) {
+    throw new Error('this export has a decoder; use generateIds, generate or translate (`tfm-export-node OUT --ids ...`), not run');
+  }
+  const padded = padSources(model.manifest.config, sources);
+  const names = model.manifest.graphs.encoder.outputs.map((t) => t.name);
+  return model.encoder.run(encoderFeeds(ort, model.manifest, padded), names);
 }
 
 /** The new ids of one source as they are decided (all at the end for beam search). */

@@ -1,7 +1,7 @@
 // Types of 'tfm-export-node' (translate.mjs): open a tfm-export folder and decode it with
 // onnxruntime-node: greedy, beam search, seeded sampling, streamed or not. The manifest fields are those this runtime reads; the whole contract is
 // tfm_export/manifest.schema.json in the tfm-export repository.
-import type { InferenceSession } from 'onnxruntime-node';
+import type { InferenceSession, Tensor } from 'onnxruntime-node';
 import type { LanguageCodes, Languages } from './tokenizers.js';
 
 /** The client of a `tfm-export serve` (client.d.ts): `connect(url, { apiKey })`. */
@@ -83,7 +83,13 @@ export interface Manifest {
   special_ids: { src_pad: number; tgt_pad: number; bos: number; eos: number };
   tokenizer: TokenizerSpec | null;
   samples: string[] | null;
-  graphs: { encoder: GraphEntry; decoder: GraphEntry; decoder_static?: GraphEntry };
+  /**
+   * decoder: the KV-cache decoder; a module export (`source.decoder`: 'nocache') has decoder_nocache
+   * instead (it reads the whole prefix every step), an encoder-only one neither.
+   */
+  graphs: { encoder: GraphEntry; decoder?: GraphEntry; decoder_nocache?: GraphEntry; decoder_static?: GraphEntry };
+  /** Where the export came from; `decoder` marks a module export ('nocache' or 'encoder-only'). */
+  source?: { decoder?: 'nocache' | 'encoder-only'; [field: string]: unknown };
   /** Default decoding settings (Python's GenerationConfig field names, e.g. num_beams), when the export has them. */
   generation?: Record<string, unknown> | null;
   /** Files beside the graphs (tokenizer.json) -> their sha256 (absent from older exports). */
@@ -117,8 +123,9 @@ export interface ExportedModel {
   /** null when the export has no tokenizer (then only generateIds works). */
   tokenizer: Tokenizer | null;
   encoder: InferenceSession;
-  decoder: InferenceSession;
-  /** Releases both sessions. */
+  /** decoder.onnx, or a module export's decoder_nocache.onnx; null for an encoder-only export. */
+  decoder: InferenceSession | null;
+  /** Releases the sessions. */
   release(): Promise<void>;
   /** generateIds / generate / translate / stream / languages bound to this model. */
   generateIds(idLists: number[][], opts?: GenerateIdsOptions): Promise<number[][]>;
@@ -127,6 +134,8 @@ export interface ExportedModel {
   languages(): LanguageCodes;
   stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
   stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
+  /** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws. */
+  run(idLists: number[][]): Promise<Record<string, Tensor>>;
 }
 
 export interface OpenOptions {
@@ -230,6 +239,12 @@ export function generateIds(exportDirOrModel: string | ExportedModel, idLists: n
 /** Per source, `numReturnSequences` hypotheses with scores (beam search: best first). */
 export function generate(exportDirOrModel: string | ExportedModel, idLists: number[][],
   opts?: GenerateOptions): Promise<Hypothesis[][]>;
+
+/**
+ * An encoder-only export's outputs by name for token-id sources padded into one batch (row i: source
+ * i), as Python's `open_export(OUT).run`; an export with a decoder throws one line.
+ */
+export function run(exportDirOrModel: string | ExportedModel, idLists: number[][]): Promise<Record<string, Tensor>>;
 
 /** Translate texts with the manifest's tokenizer (throws when the export has none): the best texts. */
 export function translate(exportDirOrModel: string | ExportedModel, texts: string[],

@@ -144,7 +144,8 @@ export function sampleToken(scores, generator) {
   return scores.length - 1;
 }
 
-function argmax(row) {
+/** The index of the largest value of a row (ties: the lower id). */
+export function argmax(row) {
   let best = 0;
   for (let t = 1; t < row.length; t++) if (row[t] > row[best]) best = t; // ties: the lower id
   return best;

@@ -3,7 +3,8 @@
 // runtime), tokenises with its tokenizer ("chars", or tokenizer.json: tokenizers.mjs), runs the
 // encoder once and the KV-cache decoder once per token, and returns exactly the Python runtime's
 // tokens: greedy, beam search, seeded sampling, streamed or not; multilingual models take language
-// codes (`sourceLang`, `targetLang`; `languages(dir)` lists them).
+// codes (`sourceLang`, `targetLang`; `languages(dir)` lists them). Module exports (a user's own
+// architecture) decode the same way on their decoder without a cache; an encoder-only one is `run`.
 //
 //   import { translate, generateIds, openExport } from './translate.mjs';
 //   await translate('model_onnx', ['4718']);                  // opens the folder for this call
@@ -19,7 +20,7 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import * as decoding from './decoding.mjs';
-import { checkManifest, graphFiles } from './decoding.mjs';
+import { checkManifest, graphFiles, runtimeGraphs } from './decoding.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './tokenizers.mjs';
 
 export { connect, ServerError } from './client.mjs';
@@ -83,19 +84,22 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
   const manifest = await readManifest(exportDir);
   const options = { logSeverityLevel: 3, ...sessionOptions }; // keep ORT's C++ warnings quiet
   const model = { folder: exportDir, manifest, tokenizer: await openTokenizer(exportDir, manifest, verify) };
-  for (const name of ['encoder', 'decoder']) {
+  const graphs = Object.entries(runtimeGraphs(manifest)).filter(([, name]) => name);
+  model.decoder = null; // an encoder-only export has none
+  for (const [role, name] of graphs) {
     for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
       const full = path.join(exportDir, file);
       if (!(await stat(full).catch(() => null))) throw new Error(`${name} graph file ${full} is missing; re-run the export`);
       if (verify && (await sha256(full)) !== expected) throw new Error(`${full} ${CHANGED}`);
     }
-    model[name] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
+    model[role] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
   }
-  model.release = async () => { await model.encoder.release(); await model.decoder.release(); };
+  model.release = async () => { for (const [role] of graphs) await model[role].release(); };
   model.generateIds = (idLists, opts) => generateIds(model, idLists, opts);
   model.generate = (idLists, opts) => generate(model, idLists, opts);
   model.translate = (texts, opts) => translate(model, texts, opts);
   model.stream = (source, opts) => decoding.stream(ort, model, source, opts);
+  model.run = (idLists) => run(model, idLists);
   model.languages = () => languageCodes(manifest.tokenizer);
   return model;
 }
@@ -122,6 +126,14 @@ export function generateIds(exportDirOrModel, idLists, opts = {}) {
 /** Per source, `numReturnSequences` hypotheses { ids, score } (beam search: best first). */
 export function generate(exportDirOrModel, idLists, opts = {}) {
   return withModel(exportDirOrModel, (model) => decoding.generate(ort, model, idLists, opts));
+}
+
+/**
+ * An encoder-only export's outputs for token-id sources (padded into one batch): { [name]: ort.Tensor },
+ * row i = source i (Python's `open_export(OUT).run`). An export with a decoder throws one line.
+ */
+export function run(exportDirOrModel, idLists) {
+  return withModel(exportDirOrModel, (model) => decoding.run(ort, model, idLists));
 }
 
 /**

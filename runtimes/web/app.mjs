@@ -10,7 +10,7 @@
 // at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts it on that server.
 import * as ort from '/ort/ort.wasm.min.mjs';
 import { connect } from '/lib/client.mjs';
-import { checkManifest, generationConfig, graphFiles, stream } from '/lib/decoding.mjs';
+import { checkManifest, generationConfig, graphFiles, runtimeGraphs, stream } from '/lib/decoding.mjs';
 import { DEFAULTS } from '/lib/options.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from '/lib/tokenizers.mjs';
 
@@ -58,8 +58,10 @@ async function openTokenizer(base, manifest) {
 /** manifest.json (checked), its tokenizer, the graphs (sha256 checked) and one WASM session per graph. */
 async function openExport(base) {
   const manifest = checkManifest(await (await fetchOk(`${base}/manifest.json`)).json(), `${base}/manifest.json`);
+  const graphs = runtimeGraphs(manifest); // a module export's decoder is decoder_nocache.onnx
+  if (!graphs.decoder) throw new Error('this export is encoder-only (it has no decoder): the page translates; run it in Node or Python');
   const model = { manifest, tokenizer: await openTokenizer(base, manifest) };
-  for (const name of ['encoder', 'decoder']) {
+  for (const [role, name] of Object.entries(graphs)) {
     const graph = manifest.graphs[name];
     if (Object.keys(graphFiles(graph)).length > 1) {
       throw new Error(`${graph.file} keeps its weights in external data files (a model over 2 GB): too big for the browser`);
@@ -68,7 +70,7 @@ async function openExport(base) {
     if ((await sha256(bytes)) !== graph.sha256) {
       throw new Error(`${graph.file} does not match the sha256 in manifest.json; re-run the export`);
     }
-    model[name] = await ort.InferenceSession.create(bytes, { executionProviders: ['wasm'] });
+    model[role] = await ort.InferenceSession.create(bytes, { executionProviders: ['wasm'] });
   }
   return model;
 }
