@@ -29,7 +29,7 @@ from tfm_export.runtime import open_export  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
-from speech import RATE, Spoken  # noqa: E402
+from speech import RATE, Spoken, write_eval_set  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore"),
               pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")]
@@ -142,15 +142,7 @@ def test_long_recording_is_transcribed_window_by_window(trained, heldout, langua
 @pytest.fixture(scope="module")
 def eval_file(heldout, tmp_path_factory):
     """The held-out set as `tfm-export --eval-file` takes it: WAV files and their words."""
-    import soundfile
-
-    folder = tmp_path_factory.mktemp("heldout")
-    rows = []
-    for i, (spoken, samples) in enumerate(heldout):
-        soundfile.write(str(folder / f"{i}.wav"), samples, RATE)
-        rows.append(f"{i}.wav\t{spoken.text()}")
-    (folder / "heldout.tsv").write_text("\n".join(rows) + "\n")
-    return folder / "heldout.tsv"
+    return write_eval_set(heldout, tmp_path_factory.mktemp("heldout"))
 
 
 @pytest.mark.parametrize("variant", list(VARIANT_DROP))

@@ -123,3 +123,27 @@ def compose(rng: random.Random, bank: dict[str, list[tuple[Spoken, np.ndarray]]]
         at = end + int(rng.uniform(0.15, 0.8) * RATE)
     noise = rng.uniform(0.0, 0.01) * np.random.default_rng(rng.getrandbits(32)).standard_normal(size)
     return Window((audio * rng.uniform(0.5, 1.5) + noise).astype(np.float32), language, task, segments, resume)
+
+
+def write_eval_set(heldout: list[tuple[Spoken, np.ndarray]], folder) -> "Path":
+    """The held-out utterances as `tfm-export --eval-file` takes them: WAV files and heldout.tsv of
+    `file<TAB>words` lines; the TSV's path."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, (spoken, samples) in enumerate(heldout):
+        soundfile.write(str(folder / f"{i:03d}.wav"), samples, RATE)
+        rows.append(f"{i:03d}.wav\t{spoken.text()}")
+    (folder / "heldout.tsv").write_text("\n".join(rows) + "\n")
+    return folder / "heldout.tsv"
+
+
+if __name__ == "__main__":  # python models/whisper-digits/speech.py DIR: the held-out set as an eval file
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    spoken = [Spoken.from_row(row) for row in (here / "heldout.tsv").read_text().splitlines()]
+    print(write_eval_set([(s, s.samples()) for s in spoken], sys.argv[1]))

@@ -34,7 +34,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from speech import RATE, WINDOW_SECONDS, WORDS, Window, compose, draw  # noqa: E402
+from speech import WINDOW_SECONDS, WORDS, Window, compose, draw  # noqa: E402
 
 from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
 
