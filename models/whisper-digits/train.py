@@ -2,12 +2,14 @@
 
     apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
     .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
-    .venv/bin/python models/whisper-digits/train.py [MINUTES]
+    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume]
 
 Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
 generation_config.json with lang_to_id / task_to_id, tokenizer files with the timestamp tokens,
 preprocessor_config.json), plus heldout.tsv and metrics.json. Seeded; its length is set in minutes
 (default 20) because that is what a 2-core machine has, so two runs differ in how many steps they take.
+`--resume` trains the folder's model for another stage (half the learning rate, other batches);
+metrics.json lists the stages.
 
 The model learns what Whisper's decoder is asked to do, on a task small enough for minutes of CPU:
 the language token (detection), transcribe or translate (German digits written as English words),
@@ -139,18 +141,20 @@ def batch(rng: random.Random, utterances, tok, features: FeatureConfig):
     return torch.from_numpy(np.stack(xs)), inputs, labels
 
 
-def train(model, tok, utterances, minutes: float) -> dict:
+def train(model, tok, utterances, minutes: float, stage: int = 0) -> dict:
+    """One stage of training: `minutes` of AdamW with warm-up and a cosine over the time; a later stage
+    (--resume) starts at half the learning rate on other batches."""
     features = FeatureConfig(n_mels=80, chunk_length=WINDOW_SECONDS)
-    rng = random.Random(SEED)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    total = None
+    rng = random.Random(SEED + stage)
+    lr = LR / (2 if stage else 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     start, step, losses = time.monotonic(), 0, []
     model.train()
     while (elapsed := time.monotonic() - start) < minutes * 60:
         done = elapsed / (minutes * 60)  # the schedule runs on time, not steps: see the module docstring
         scale = min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * done))
         for group in opt.param_groups:
-            group["lr"] = LR * scale
+            group["lr"] = lr * scale
         x, inputs, labels = batch(rng, utterances, tok, features)
         loss = model(input_features=x, decoder_input_ids=inputs, labels=labels).loss
         opt.zero_grad()
@@ -183,16 +187,29 @@ def evaluate(model, tok, heldout) -> dict:
         f"language_detected_{l}": round(langs[l] / len(heldout[l]), 4) for l in LANGUAGES}
 
 
-def main(minutes: float) -> None:
+def previous_stages() -> list[dict]:
+    """metrics.json's stages (a single-stage file lists its one stage's figures at the top level)."""
+    metrics = json.loads((HERE / "metrics.json").read_text())
+    return metrics.get("stages") or [{k: metrics[k] for k in ("steps", "batch", "train_minutes", "final_loss")}]
+
+
+def main(minutes: float, resume: bool) -> None:
     torch.set_num_threads(2)
     rng = random.Random(SEED)
     with tempfile.TemporaryDirectory(dir=HERE) as stage:
         stage = Path(stage)
         tok = build_tokenizer(stage)
         utterances, heldout = bank(rng, BANK, heldout=False), bank(rng, HELDOUT, heldout=True)
-        model = build_model(tok)
-        metrics = train(model, tok, utterances, minutes) | evaluate(model, tok, heldout)
-        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        stages = previous_stages() if resume else []
+        if resume:  # the folder's weights and generation config, trained on for another stage
+            model = transformers.WhisperForConditionalGeneration.from_pretrained(str(HERE), local_files_only=True)
+        else:
+            model = build_model(tok)
+        stages.append(train(model, tok, utterances, minutes, len(stages)))
+        metrics = {"stages": stages, "steps": sum(s["steps"] for s in stages), "batch": BATCH,
+                   "train_minutes": round(sum(s["train_minutes"] for s in stages), 1),
+                   "final_loss": stages[-1]["final_loss"], **evaluate(model, tok, heldout),
+                   "parameters": sum(p.numel() for p in model.parameters())}
         model.save_pretrained(stage)
         extractor = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=WINDOW_SECONDS)
         (stage / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
@@ -205,4 +222,5 @@ def main(minutes: float) -> None:
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 20.0)
+    args = [a for a in sys.argv[1:] if a != "--resume"]
+    main(float(args[0]) if args else 20.0, "--resume" in sys.argv[1:])
