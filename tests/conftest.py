@@ -106,10 +106,10 @@ def reuse_identical_graph_exports(tmp_path_factory):
             digest.update(flat.view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
-    def export_graph(model, spec, folder, opset):
-        entry = cache / key(model, spec, opset)
+    def export_graph(model, spec, folder, opset, external=False):
+        entry = cache / key(model, spec, (opset, external))
         if not entry.is_dir():
-            extra = real(model, spec, folder, opset)
+            extra = real(model, spec, folder, opset, external)
             partial = cache / f".{entry.name}.partial"
             partial.mkdir()
             for name in (spec.file, *extra):

@@ -180,7 +180,7 @@ def test_full_disk_during_export_leaves_nothing(project, monkeypatch):
     import tfm_export.export.exporter as exporter
 
     monkeypatch.setattr(exporter, "export_graph",
-                        lambda model, spec, folder, opset: _full_disk_after_writing(folder / spec.file))
+                        lambda model, spec, folder, opset, external: _full_disk_after_writing(folder / spec.file))
     before = snapshot(project)
     result = run_cli(project / "proj" / "model.pt", "-o", project / "new" / "deeper" / "out")
     assert_clean_failure(result, before, (project,), "no space left on device while writing")

@@ -56,8 +56,8 @@ def test_int8_report_is_in_the_manifest_and_printed(tmp_path, eval_file):
 
 def corrupting(real):
     """int8 quantisation, then the decoder's int8 weights shuffled: valid graphs that translate badly."""
-    def transform(path, spec):
-        counts = real(path, spec)
+    def transform(src, path, spec, external):
+        counts = real(src, path, spec, external)
         if spec.name == "decoder":
             model = onnx.load(str(path))
             rng = np.random.default_rng(0)

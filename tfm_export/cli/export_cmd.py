@@ -64,6 +64,9 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--static-slots", type=click.IntRange(min=2), default=None,
               help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
                    "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")
+@click.option("--external-data", is_flag=True,
+              help="Keep each graph's weights in a GRAPH.onnx.data file beside it (automatic for models over "
+                   "1.5 GB: protobuf holds 2 GB at most); variants keep their own data files.")
 @click.option("--eval-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Held-out set for the quality report: `source<TAB>reference` per line (for speech, an audio "
                    "file's path relative to this file). A variant is scored against its float32 graphs and the "
@@ -80,15 +83,16 @@ OPSETS = click.IntRange(17, 25)
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
-                   eval_file: Path | None, max_quality_drop: float | None, adapter: str | None,
+                   external_data: bool, eval_file: Path | None, max_quality_drop: float | None, adapter: str | None,
                    **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
     requires_extra("export", "export")
     if adapter is not None:
         variant = optimize or quantize or dtype != "float32" or cuda_graph or static_slots is not None
-        if variant or eval_file or max_quality_drop is not None:
+        if variant or eval_file or max_quality_drop is not None or external_data:
             raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
-                                   "--dtype, --cuda-graph, --static-slots, --eval-file and --max-quality-drop")
+                                   "--dtype, --cuda-graph, --static-slots, --external-data, --eval-file and "
+                                   "--max-quality-drop")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
     from ..export.exporter import ExportOptions, default_out_dir, export_model
@@ -103,7 +107,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
-                            static_slots=static_slots, eval_file=str(eval_file) if eval_file else None,
+                            static_slots=static_slots, external_data=external_data,
+                            eval_file=str(eval_file) if eval_file else None,
                             max_quality_drop=max_quality_drop)
     try:
         with StageDisplay() as show:

@@ -36,6 +36,13 @@ def check_graph(path: Path, spec: GraphSpec) -> None:
                           f"in tfm-export, please report it")
 
 
+def external_files(path: Path) -> list[str]:
+    """The external-data files the graph at `path` names (relative to its folder), sorted."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    files = {entry.value for tensor in graph.initializer for entry in tensor.external_data if entry.key == "location"}
+    return sorted(files)
+
+
 def _check_model(path: Path) -> None:
     """onnx.checker on the file; ORT_DEFAULT_DOMAIN_OPS are checked as contrib operators, through a
     copy beside the file (so that external data resolves), removed afterwards."""

@@ -29,7 +29,7 @@ from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
-from .checks import check_graph, finish_graph
+from .checks import check_graph, external_files, finish_graph
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
 from .variants import transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
@@ -37,7 +37,8 @@ from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
 log = logging.getLogger(__name__)
 
-# Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files.
+# Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files (a margin
+# below 2 GB: a graph holds the shared embedding besides its share of the parameters).
 EXTERNAL_DATA_BYTES = 1_500_000_000
 # on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
 # Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
@@ -59,6 +60,9 @@ class ExportOptions:
     quantize: str | None = None  # "int8": dynamic int8 weights for CPU (tfm_export.variants)
     static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
     static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
+    # Weights in `<graph>.onnx.data` files beside each graph: forced by True, else when the parameters
+    # pass EXTERNAL_DATA_BYTES. Variants keep the layout of their float32 graphs.
+    external_data: bool = False
     # The held-out set of the quality report (export.quality): `source<TAB>reference` lines (audio paths for
     # speech). None: the checkpoint's sample texts, scored against float32 only.
     eval_file: str | None = None
@@ -79,8 +83,14 @@ def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
     return path.parent / f"{path.stem if path.is_file() or path.suffix else path.name}_onnx"
 
 
-def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) -> list[str]:
-    """Export one graph described by `spec` into `folder`; returns its external-data file names."""
+def needs_external_data(model: torch.nn.Module, forced: bool = False) -> bool:
+    """Whether the graphs keep their weights in external files (`forced`, or too big for protobuf)."""
+    return forced or sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+
+
+def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, external: bool = False) -> list[str]:
+    """Export one graph described by `spec` into `folder` (weights in external files when `external`);
+    returns its external-data file names."""
     module = GRAPH_MODULES[spec.name](model).eval()
     cfg = model.config
     slots = spec.tensor("past.0.self.key").shape[2] if spec.name in SLOT_GRAPHS else cfg.max_len
@@ -88,7 +98,6 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
     ids = {encoder_input(cfg).name: cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots}
     args = example_inputs(spec, ids)
     path = folder / spec.file
-    big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with _quiet_exporter():
         try:
             program = torch.onnx.export(
@@ -98,9 +107,9 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int) 
                 input_names=spec.input_names(), output_names=spec.output_names(), verbose=False)
         except Exception as exc:  # the exporter raises many types; keep its first line
             raise ExportError(f"torch.onnx could not export the {spec.name}: {first_line(exc)}") from exc
-        program.save(str(path), external_data=big)
+        program.save(str(path), external_data=external)
     check_graph(path, spec)
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith(spec.file) and p.name != spec.file)
+    return external_files(path)
 
 
 def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
@@ -180,10 +189,11 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`.
     `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own."""
     specs, float32, extra = {}, {}, {}
+    external = needs_external_data(model, options.external_data)
     for name, make_spec in _graph_specs(options, model.config).items():
         float32[name] = make_spec(model.config)
         with stage(f"export {name}"):
-            extra[name] = export_graph(model, float32[name], folder, options.opset)
+            extra[name] = export_graph(model, float32[name], folder, options.opset, external)
         specs[name] = make_spec(model.config, options.dtype)  # the I/O after the variant's transforms
     if reference is not None:
         for name, spec in float32.items():
@@ -194,7 +204,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
         with stage("transform"):
             transforms = transform_graphs(folder, specs, options)
     copied = _copy_tokenizer_files(checkpoint, folder)
-    manifest = Manifest(config=model.config, graphs=_entries(folder, specs, extra, model.config),
+    manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
                         variant=variant_of(options, transforms), tokenizer=checkpoint.tokenizer,
                         files={name: sha256_file(folder / name) for name in copied}, samples=checkpoint.samples,
                         source=_source(checkpoint), created_by=_versions(),
@@ -203,19 +213,20 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     if reference is not None:
         for name in copied:
             shutil.copy2(folder / name, reference / name)
-        write_manifest(reference, manifest.replace(graphs=_entries(reference, float32, extra, model.config),
+        write_manifest(reference, manifest.replace(graphs=_entries(reference, float32, model.config),
                                                    variant=Variant()))
     return manifest
 
 
-def _entries(folder: Path, specs: dict[str, GraphSpec], extra: dict[str, list[str]],
-             config: TransformerConfig) -> dict[str, GraphEntry]:
-    """Each graph's manifest entry: stamped with the config (the file's last write), then hashed once."""
+def _entries(folder: Path, specs: dict[str, GraphSpec], config: TransformerConfig) -> dict[str, GraphEntry]:
+    """Each graph's manifest entry: stamped with the config (the file's last write), then hashed once with
+    the external-data files it names (a variant's own, which its transform wrote)."""
     graphs = {}
     for name, spec in specs.items():
         path = folder / spec.file
         opset = finish_graph(path, config)
-        graphs[name] = GraphEntry(spec, sha256_file(path), opset, {f: sha256_file(folder / f) for f in extra[name]})
+        data = {f: sha256_file(folder / f) for f in external_files(path)}
+        graphs[name] = GraphEntry(spec, sha256_file(path), opset, data)
     return graphs
 
 

@@ -10,6 +10,7 @@ validate.py how each variant is checked.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +18,7 @@ import onnx
 
 from ..errors import ExportError, first_line
 from ..manifest import GraphSpec, Variant
-from .checks import check_graph
+from .checks import check_graph, external_files
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,16 @@ FLOAT32_RTOL_PER_ATOL = 0.1
 FLOAT16_CLIP = 2.0**15  # largest constant magnitude in a float16 graph (see float16_graph)
 
 
-def optimize_graph(path: Path, spec: GraphSpec) -> dict[str, int]:
+def optimize_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
     """Fuse a graph for ONNX Runtime with onnxscript's ORT fusion rules; returns fusion counts."""
     import onnx_ir as ir
     from onnxscript.rewriter import ort_fusions
 
-    model = ir.load(str(path))
+    model = ir.load(str(src))  # external weights stay memory-mapped from src's data file
     before = sum(1 for _ in model.graph)
     model, counts = ort_fusions.optimize_for_ort(model)
     counts["cross_kv_bnsh"] = _cross_kv_as_bnsh(model)
-    ir.save(model, str(path))
+    ir.save(model, str(dst), external_data=_data_name(dst) if external else None)
     fused = {name: count for name, count in counts.items() if count}
     fused["nodes_before"], fused["nodes_after"] = before, sum(1 for _ in model.graph)
     return fused
@@ -90,27 +91,29 @@ def _untransposed(value: Any) -> Any:
     return source
 
 
-def float16_graph(path: Path, spec: GraphSpec) -> dict[str, int]:
+def float16_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
     """Weights and compute in float16 (ORT's converter); I/O the spec keeps float32 stays float32."""
+    import onnx_ir as ir
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    model = onnx.load(str(path))
     keep = [t.name for t in (*spec.inputs, *spec.outputs) if t.dtype == "float32"]
     # Constants beyond FLOAT16_CLIP (the -3.4e38 attention mask floor) are clipped to it: far below any
     # real score, so masked weights stay 0, and half float16's range, so `score + floor` (the mask is
-    # added in float16) cannot overflow to -inf, which would make a fully masked row NaN.
-    model = convert_float_to_float16(model, keep_io_types=keep, max_finite_val=FLOAT16_CLIP,
+    # added in float16) cannot overflow to -inf, which would make a fully masked row NaN. Given the path,
+    # the converter infers shapes from the file, which works past protobuf's 2 GB.
+    model = convert_float_to_float16(str(src), keep_io_types=keep, max_finite_val=FLOAT16_CLIP,
                                      op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FLOAT32_OPS])
-    _repair(model)
-    onnx.save(model, str(path))
-    nodes = model.graph.node
+    graph = _repair(model)
+    ir.save(graph, str(dst), external_data=_data_name(dst) if external else None)
+    nodes = list(graph.graph)
     return {"casts": sum(n.op_type == "Cast" for n in nodes),
             "float32_nodes": sum(n.op_type in FLOAT32_OPS for n in nodes),
-            "float16_initializers": sum(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)}
+            "float16_initializers": sum(t.dtype == ir.DataType.FLOAT16 for t in graph.graph.initializers.values())}
 
 
-def _repair(model: onnx.ModelProto) -> None:
-    """Undo three quirks of ORT's float16 converter so onnx.checker accepts the result.
+def _repair(model: onnx.ModelProto) -> Any:
+    """Undo three quirks of ORT's float16 converter so onnx.checker accepts the result; an onnx_ir model
+    (saved through onnx_ir, whose external data has no 2 GB limit).
 
     It adds one Cast per (blocked node, input), so an initializer shared by several layer norms
     (the exporter deduplicates equal weights) gets identical Cast nodes; it appends its Casts at the
@@ -129,22 +132,28 @@ def _repair(model: onnx.ModelProto) -> None:
     del model.graph.value_info[:]
     graph = ir.serde.deserialize_model(model)
     graph.graph.sort()
-    model.CopyFrom(ir.serde.serialize_model(graph))
+    return graph
 
 
-def quantize_graph_int8(path: Path, spec: GraphSpec) -> dict[str, int]:
+def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
     """Dynamic int8 quantisation of MatMul weights (activations quantised on the fly), for CPU."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tmp = path.with_name(path.stem + ".int8.onnx")
-    quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=False, extra_options={"MatMulConstBOnly": True})
-    tmp.replace(path)
-    nodes = onnx.load(str(path), load_external_data=False).graph.node
+    # With external data, ORT writes `<dst name>.data` beside dst, the name _data_name gives.
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                     per_channel=False, extra_options={"MatMulConstBOnly": True},
+                     use_external_data_format=external)
+    nodes = onnx.load(str(dst), load_external_data=False).graph.node
     return {"quantized_matmuls": sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in nodes)}
 
 
-Transform = Callable[[Path, GraphSpec], dict[str, int]]
+def _data_name(path: Path) -> str:
+    """The one external-data file of a transformed graph: `decoder.onnx` -> `decoder.onnx.data`."""
+    return path.name + ".data"
+
+
+# (graph file, where to write the result, its spec, weights in external data?) -> counts
+Transform = Callable[[Path, Path, GraphSpec, bool], dict[str, int]]
 # Applied in this order: fusions on the float32 graph first, then the dtype, then quantisation.
 TRANSFORMS: dict[str, Transform] = {"optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8}
 DTYPES = ("float32", "float16")
@@ -165,13 +174,12 @@ def requested(options: Any) -> list[str]:
 
 def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) -> dict[str, dict[str, dict[str, int]]]:
     """Rewrite each graph file in `folder`; `specs` are the graphs' final specs (in `options.dtype`).
-    Returns transform -> graph -> counts; each result is checked against its spec."""
+    Returns transform -> graph -> counts; each result is checked against its spec. A graph whose weights
+    are in external data (a model over 2 GB) keeps them there, in the variant's own file."""
     names = requested(options)
     report: dict[str, dict[str, dict[str, int]]] = {}
     for graph_name, spec in specs.items():
         path = folder / spec.file
-        if any(p.name.startswith(spec.file) and p.name != spec.file for p in folder.iterdir()):
-            raise ExportError("--optimize/--quantize/--dtype do not support models over 2 GB yet")
         for name in names:
             report.setdefault(name, {})[graph_name] = _run(name, path, spec)
         check_graph(path, spec)
@@ -191,12 +199,24 @@ def variant_of(options: Any, transforms: dict[str, Any] | None = None) -> Varian
 
 
 def _run(name: str, path: Path, spec: GraphSpec) -> dict[str, int]:
+    """One transform of the graph at `path`, written beside it in a staging folder, then moved over it
+    with its own external data; the files it replaces are the exporter's own, in its temporary folder."""
+    old = external_files(path)
+    stage = path.parent / f".{path.name}.{name}"
+    stage.mkdir()
     try:
-        return TRANSFORMS[name](path, spec)
+        counts = TRANSFORMS[name](path, stage / path.name, spec, bool(old))
+        for file in old:
+            (path.parent / file).unlink()
+        for file in (path.name, *external_files(stage / path.name)):
+            (stage / file).replace(path.parent / file)
+        return counts
     except ExportError:
         raise
     except Exception as exc:  # the tools raise many types; keep the first line
         raise ExportError(f"{name} failed on {path.name}: {first_line(exc, 200)}") from exc
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def validation_settings(variant: Variant, atol: float = 1e-4) -> dict[str, Any]:

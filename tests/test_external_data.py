@@ -1,0 +1,97 @@
+"""Graphs whose weights live in external data (every model over 2 GB): the float32 export and each variant
+(--optimize, --quantize int8, --dtype float16, the static and rows decoders) keep the layout, write their
+own data files, hash them in the manifest, validate, and decode like the same variant kept in one file.
+
+A 2 GB model is too big for CI, so these tests force the layout on the tiny model (`external_data=True`,
+`--external-data`); the threshold itself is one comparison in `needs_external_data`. The real sizes are
+exported by benchmarks/big_models.py (BENCHMARKS.md, "Models over 2 GB").
+"""
+
+import onnx
+import pytest
+
+from tfm_export.export.exporter import EXTERNAL_DATA_BYTES, ExportOptions, export_model, needs_external_data
+from tfm_export.manifest import load_manifest, sha256_file
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.runtime import open_export
+
+from helpers import run_cli, run_cli_ok
+
+SOURCES = [[5, 9, 13, 7], [40, 41], [3, 60, 12]]
+VARIANTS = {
+    "float32": {},
+    "optimize": {"optimize": True},
+    "int8": {"quantize": "int8"},
+    "float16": {"dtype": "float16"},
+    "static": {"static_cache": True},
+    "optimize-int8": {"optimize": True, "quantize": "int8"},
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_checkpoint, tmp_path_factory):
+    """Each variant twice: weights in external data, and in the graph file as usual."""
+    checkpoint, root, made = load_checkpoint(tiny_checkpoint), tmp_path_factory.mktemp("external"), {}
+
+    def make(name: str, external: bool):
+        key = (name, external)
+        if key not in made:
+            out = root / f"{name}-{'ext' if external else 'one'}"
+            export_model(checkpoint, out, ExportOptions(external_data=external, **VARIANTS[name]))
+            made[key] = out
+        return made[key]
+    return make
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_variant_keeps_external_data_hashed_and_validated(exports, name):
+    out = exports(name, True)
+    manifest = load_manifest(out)
+    assert manifest.validation is not None  # validated against eager before it was renamed into place
+    for entry in manifest.graphs.values():
+        graph = onnx.load(str(out / entry.spec.file), load_external_data=False)
+        stored = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
+        assert stored == {entry.spec.file + ".data"}  # the variant's own data file, one per graph
+        assert entry.external_data == {f: sha256_file(out / f) for f in stored}
+    names = {p.name for p in out.iterdir()}
+    assert not any(n.startswith(".") for n in names)  # no staging folder or check copy left behind
+    listed = {f for e in manifest.graphs.values() for f in e.files()}
+    assert {n for n in names if ".onnx" in n} == listed  # no stale data file of the float32 graphs
+
+
+@pytest.mark.parametrize("name", ["float32", "optimize", "int8", "float16"])
+def test_external_variant_decodes_like_the_one_file_variant(exports, name):
+    ext, one = open_export(exports(name, True)), open_export(exports(name, False))
+    for beams in (1, 3):
+        assert ext.generate_ids(SOURCES, num_beams=beams) == one.generate_ids(SOURCES, num_beams=beams)
+
+
+def test_variant_data_is_smaller_than_float32(exports):
+    size = {name: sum(p.stat().st_size for p in exports(name, True).glob("*.onnx.data"))
+            for name in ("float32", "int8", "float16")}
+    assert size["int8"] < 0.5 * size["float32"] and size["float16"] < 0.6 * size["float32"]
+
+
+def test_validate_command_checks_the_external_files(exports, tiny_checkpoint, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(exports("int8", True), out)
+    run_cli_ok("validate", out, "--model", tiny_checkpoint)
+    data = out / "decoder.onnx.data"
+    data.write_bytes(data.read_bytes()[:-8] + b"\0" * 8)  # damaged after export
+    result = run_cli("validate", out, "--model", tiny_checkpoint)
+    assert result.exit_code != 0 and "decoder.onnx.data" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_external_data_flag(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    run_cli_ok(tiny_checkpoint, "-o", out, "--external-data", "--quantize", "int8")
+    assert (out / "encoder.onnx.data").is_file() and (out / "decoder.onnx.data").is_file()
+
+
+def test_threshold_is_the_parameter_bytes(tiny_checkpoint):
+    model = load_checkpoint(tiny_checkpoint).build_model()
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert size < EXTERNAL_DATA_BYTES and not needs_external_data(model) and needs_external_data(model, True)
