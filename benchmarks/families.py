@@ -64,6 +64,10 @@ FULL: dict[str, tuple[type, dict[str, Any]]] = {
         vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
         decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
         scale_embedding=True, activation_function="relu", decoder_start_token_id=2)),
+    "nllb_1.3b": (M2M100Config, dict(  # facebook/nllb-200-1.3B: 5.5 GB of float32 weights
+        vocab_size=256206, d_model=1024, encoder_layers=24, decoder_layers=24, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=8192, decoder_ffn_dim=8192, max_position_embeddings=1024,
+        scale_embedding=True, activation_function="relu", decoder_start_token_id=2)),
     "marian": (MarianConfig, OPUS_MT),  # Helsinki-NLP/opus-mt-*
 }
 # --scale tiny: these replace the sizes a family's layout sets (Marian: its pad, the last id, too).
@@ -71,7 +75,7 @@ TINY = dict(vocab_size=512, d_model=64, d_kv=16, d_ff=128, encoder_ffn_dim=128, 
             encoder_attention_heads=4, decoder_attention_heads=4, num_layers=2, num_decoder_layers=2,
             encoder_layers=2, decoder_layers=2)
 TINY_MARIAN = dict(decoder_vocab_size=512, pad_token_id=511, decoder_start_token_id=511)
-UNK_ID = {"bart": 3, "t5": 2, "flan_t5": 2, "nllb": 3, "marian": 1}  # the tokenizers' <unk>
+UNK_ID = {"bart": 3, "t5": 2, "flan_t5": 2, "nllb": 3, "nllb_1.3b": 3, "marian": 1}  # the tokenizers' <unk>
 FIRST_ID = 4  # source ids are drawn from FIRST_ID .. vocab - 2 (no special id of any family)
 IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 BACKENDS = ("transformers", "ort", "ctranslate2", "optimum")
