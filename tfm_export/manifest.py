@@ -267,7 +267,7 @@ def export_files(folder: str | os.PathLike) -> dict[str, str | None] | None:
     try:
         data = read_manifest_data(folder)
         manifest = Manifest.from_dict(data) if data.get("format") == FORMAT else None
-    except (ManifestError, TypeError, ValueError, KeyError, AttributeError):
+    except (ManifestError, ConfigError, TypeError, ValueError, KeyError, AttributeError):
         return None
     if manifest is None:
         return None
