@@ -224,13 +224,14 @@ FBANK_DIM, HIDDEN, HEADS, LAYERS, DFF, TGT_LEN = 80, 32, 4, 2, 64, 64
 MAX_WORDS = 5
 
 
-def seed_001(seed: int = 0) -> Transformer:
+def seed_001(seed: int = 0, tgt_len: int = TGT_LEN) -> Transformer:
+    """`tgt_len`: the position tables' rows, the most frames (100 a second of Kaldi fbank) and tokens."""
     torch.manual_seed(seed)
     feature_extractor = nn.Linear(FBANK_DIM, HIDDEN)
     encoder = Encoder(dropout_emb=0., dropout_posffn=0., dropout_attn=0., num_layers=LAYERS, enc_dim=HIDDEN,
-                      num_heads=HEADS, dff=DFF, tgt_len=TGT_LEN)
+                      num_heads=HEADS, dff=DFF, tgt_len=tgt_len)
     decoder = Decoder(dropout_emb=0., dropout_posffn=0., dropout_attn=0., num_layers=LAYERS, dec_dim=HIDDEN,
-                      num_heads=HEADS, dff=DFF, tgt_len=TGT_LEN, tgt_vocab_size=VOCAB)
+                      num_heads=HEADS, dff=DFF, tgt_len=tgt_len, tgt_vocab_size=VOCAB)
     return Transformer(feature_extractor, encoder, decoder, HIDDEN, VOCAB)
 
 

@@ -18,8 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from .filterbank import Filterbank
 from .config import TransformerConfig
-from .errors import ManifestError
+from .errors import ConfigError, ManifestError
 
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"
@@ -147,6 +148,9 @@ class Manifest:
     # runtime.whisper.WhisperSettings.to_dict() writes them (prompt tokens, languages, timestamp rules).
     # None: not a speech model, or an export made before it.
     speech: dict[str, Any] | None = None
+    # How a frames encoder's frames are computed from audio (filterbank.Filterbank: Kaldi's filterbank),
+    # so that `transcribe` reads recordings. None: the caller computes the frames, or not a frames model.
+    filterbank: Filterbank | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -181,7 +185,8 @@ class Manifest:
                 "graphs": {name: g.to_dict() for name, g in self.graphs.items()}, "validation": self.validation,
                 "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {}),
                 **({"features": dict(self.features)} if self.features is not None else {}),
-                **({"speech": dict(self.speech)} if self.speech is not None else {})}
+                **({"speech": dict(self.speech)} if self.speech is not None else {}),
+                **({"filterbank": self.filterbank.to_dict()} if self.filterbank is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
@@ -190,7 +195,7 @@ class Manifest:
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
                    dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
                    data.get("generation"), data.get("files"), data.get("features"),
-                   data.get("speech"))
+                   data.get("speech"), Filterbank.from_dict(data["filterbank"]) if data.get("filterbank") else None)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -247,8 +252,8 @@ def load_manifest(folder: str | os.PathLike, verify_hashes: bool = True) -> Mani
     _check_schema(data, folder)
     try:
         manifest = Manifest.from_dict(data)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ManifestError(f"{folder / MANIFEST_NAME} has an invalid config or graph entry: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, ConfigError) as exc:
+        raise ManifestError(f"{folder / MANIFEST_NAME} has an invalid config, graph entry or filterbank: {exc}") from None
     for name, graph in manifest.graphs.items():
         _check_graph_files(folder, name, graph, verify_hashes)
     return manifest
@@ -262,7 +267,7 @@ def export_files(folder: str | os.PathLike) -> dict[str, str | None] | None:
     try:
         data = read_manifest_data(folder)
         manifest = Manifest.from_dict(data) if data.get("format") == FORMAT else None
-    except (ManifestError, TypeError, ValueError, KeyError, AttributeError):
+    except (ManifestError, ConfigError, TypeError, ValueError, KeyError, AttributeError):
         return None
     if manifest is None:
         return None

@@ -51,7 +51,7 @@ CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id":
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
              "config": "--config CONFIG.json", "model": "--model MODEL.pt",
              "trust_pickle": "--trust-pickle", "num_return_sequences": "--n-best N", "do_sample": "--sample",
-             "static_slots": "--static-slots N"}
+             "static_slots": "--static-slots N", "frontend": "--frontend NAME", "fbank": "--fbank KEY=VALUE"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after",
               ("do_sample", True): "--sample"}
 

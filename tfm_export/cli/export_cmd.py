@@ -29,12 +29,48 @@ def import_options(fn):
         click.option("--activation", type=click.Choice(["relu", "gelu", "silu"]),
                      help="Feed-forward activation of an nn.Transformer model."),
         click.option("--max-len", type=int, help="Longest sequence, when the weights do not fix it."),
+        click.option("--frontend", type=click.Choice(["kaldi-fbank", "none"]), default=None,
+                     help="A frames model's front end, recorded in the manifest so that `transcribe` reads audio: "
+                          "kaldi-fbank (Kaldi's filterbank, n_feats bins; the speech_tutorial layout's default) "
+                          "or none (the frames come from the caller: generate --features)."),
+        click.option("--fbank", multiple=True, metavar="KEY=VALUE", callback=parse_fbank,
+                     help="A filterbank field over torchaudio.compliance.kaldi.fbank's defaults (repeatable), e.g. "
+                          "sample_scale=32768 (Kaldi's 16-bit samples), frame_shift_ms=10, normalize=mean_var "
+                          "(docs/speech.md lists them)."),
         click.option("--trust-pickle", is_flag=True,
                      help="Load a whole pickled module (runs code from the file: only for files you trust)."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def parse_fbank(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Any] | None:
+    """Click callback: `--fbank KEY=VALUE` -> {field: value} typed as filterbank.Filterbank's fields (None: none
+    given); an unknown field or a value of the wrong type is a usage error."""
+    from ..filterbank import FIELD_TYPES
+
+    fields: dict[str, Any] = {}
+    for item in values:
+        key, sep, text = item.partition("=")
+        if not sep or key not in FIELD_TYPES:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE with KEY one of {', '.join(FIELD_TYPES)}")
+        try:
+            fields[key] = FIELD_PARSERS.get(FIELD_TYPES[key], FIELD_TYPES[key])(text)
+        except ValueError:
+            raise click.BadParameter(f"{key} takes a {FIELD_TYPES[key].__name__}, got {text!r}") from None
+    return fields or None
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() not in BOOLEANS:
+        raise ValueError(text)
+    return BOOLEANS[text.lower()]
+
+
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+# A field's type -> how its --fbank text is read (else the type itself: int, float, str)
+FIELD_PARSERS = {bool: _boolean}
 
 
 # The library's range (export.exporter.OPSETS), checked by click before any work.

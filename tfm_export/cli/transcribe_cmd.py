@@ -1,4 +1,5 @@
-"""`tfm-export transcribe FOLDER AUDIO...`: speech to text with a Whisper export (runtime.speech)."""
+"""`tfm-export transcribe FOLDER AUDIO...`: speech to text with a Whisper export (runtime.speech) or a frames
+model exported with a filterbank (runtime.frames_speech); runtime.transcribe picks by the manifest."""
 
 from __future__ import annotations
 
@@ -14,18 +15,18 @@ from .common import library_errors, main_group, ort_thread_options
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--language", default=None,
-              help="The spoken language: a code (de), an English name (german) or a token (<|de|>); "
+              help="Whisper: the spoken language, a code (de), an English name (german) or a token (<|de|>); "
                    "default: detected from the first 30 s.")
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
-              help="transcribe: text in the spoken language; translate: English text.")
+              help="Whisper: transcribe (text in the spoken language) or translate (English text).")
 @click.option("--timestamps", is_flag=True,
-              help="Predict timestamps: segments with their times (long audio always decodes with them).")
+              help="Whisper: predict timestamps, segments with their times (long audio always decodes with them).")
 @click.option("--num-beams", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Beam search with this many beams in each 30 s window (1: greedy).")
+              help="Beam search with this many beams (Whisper: in each 30 s window; 1: greedy).")
 @click.option("--prompt", default=None,
-              help="An initial prompt: text the transcript is conditioned on (spellings, names).")
+              help="Whisper: an initial prompt, text the transcript is conditioned on (spellings, names).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
-              help="Most tokens per 30 s window (default: up to the model's max_length).")
+              help="Most tokens per 30 s window, or per recording for a frames model (default: up to max_len).")
 @click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
               help="Refuse recordings longer than this many seconds.")
 @click.option("--format", "out_format", type=click.Choice(["txt", "srt", "vtt", "json"]), default="txt",
@@ -38,7 +39,8 @@ from .common import library_errors, main_group, ort_thread_options
 def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
                        out_format: str, as_json: bool, device: str, threads: int | None, spin: bool) -> None:
-    """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG) with the Whisper export in FOLDER."""
+    """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG) with the speech export in FOLDER: Whisper,
+    or a frames model whose manifest names its filterbank (Whisper-only options are refused for it)."""
     from ..runtime import RuntimeOptions, open_export
     from ..runtime.speech import to_srt, to_vtt
 

@@ -25,6 +25,7 @@ from .. import __version__
 from ..config import TransformerConfig
 from ..model.checkpoint import Checkpoint
 from ..errors import ConfigError, ExportError, OutputError, first_line
+from ..filterbank import Filterbank
 from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
@@ -209,7 +210,8 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                         files={name: sha256_file(folder / name) for name in copied}, samples=checkpoint.samples,
                         source=_source(checkpoint), created_by=_versions(),
                         generation=checkpoint.meta.get("generation_defaults") or None,
-                        features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"))
+                        features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"),
+                        filterbank=Filterbank.from_dict(fb) if (fb := checkpoint.meta.get("filterbank")) else None)
     if reference is not None:
         for name in copied:
             shutil.copy2(folder / name, reference / name)
@@ -232,8 +234,8 @@ def _entries(folder: Path, specs: dict[str, GraphSpec], config: TransformerConfi
 
 def _source(checkpoint: Checkpoint) -> dict:
     """The manifest's `source`: the checkpoint's name and meta (its feature config goes to Manifest.features,
-    its speech decoding settings to Manifest.speech)."""
-    meta = {k: v for k, v in checkpoint.meta.items() if k not in ("features", "speech")}
+    its speech decoding settings to Manifest.speech, its filterbank to Manifest.filterbank)."""
+    meta = {k: v for k, v in checkpoint.meta.items() if k not in ("features", "speech", "filterbank")}
     return {"checkpoint": Path(checkpoint.path).name if checkpoint.path else None, **meta}
 
 

@@ -33,11 +33,13 @@ log = logging.getLogger(__name__)
 # Every source format, in detection order.
 IMPORTERS: dict[str, Importer] = {importer.name: importer for importer in (
     NativeImporter(), StateDictImporter("tutorial", tutorial), StateDictImporter("nn_transformer", nn_transformer),
-    StateDictImporter("speech_tutorial", speech_tutorial), HFImporter())}
+    # the speech tutorial's frames are 80 Kaldi filterbank bins (its fbank_dim): declared so, transcribe reads audio
+    StateDictImporter("speech_tutorial", speech_tutorial, frontend="kaldi-fbank"), HFImporter())}
 IMPORTERS["marian"] = IMPORTERS["hf"]  # the name of the folder layout before the other families came
 LAYOUTS = tuple(IMPORTERS)
 # Options that the weights of other layouts cannot tell (keys of load_any's `options`).
-IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation", "max_len")
+IMPORT_OPTIONS = ("heads", "src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "norm_first", "activation", "max_len",
+                  "frontend", "fbank")
 # Key signatures we recognise but cannot convert -> why, and what to do instead.
 RECOGNISED_UNSUPPORTED = {
     "encoder_layers.0.self_attn.q_proj.weight":
@@ -57,8 +59,9 @@ def load_any(path: str | os.PathLike, layout: str | None = None, trust_pickle: b
     `layout`: one of LAYOUTS; default: detected (our format, a folder's config.json, a state_dict's
     key names). `trust_pickle`: allow unpickling a whole module (runs code from the file).
     `options`: what weights cannot tell, keyed like the CLI options: heads, src_pad_id, tgt_pad_id,
-    bos_id, eos_id, norm_first, activation, max_len (and config, a TransformerConfig dict, for a
-    bare state_dict of our own model); None values count as not given. `Checkpoint.meta` records
+    bos_id, eos_id, norm_first, activation, max_len, and for a frames model frontend (importers.frontend:
+    kaldi-fbank or none) and fbank (a dict of filterbank.Filterbank fields) (and config, a TransformerConfig
+    dict, for a bare state_dict of our own model); None values count as not given. `Checkpoint.meta` records
     the layout, the options given and what was detected.
     """
     source, options = Source(Path(path), trust_pickle), dict(options or {})

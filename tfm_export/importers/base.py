@@ -14,6 +14,7 @@ import torch
 from ..config import TransformerConfig
 from ..errors import CheckpointError, ConfigError, first_line, shorten
 from ..model.checkpoint import Checkpoint, check_checkpoint
+from .frontend import declare_frontend
 from .source import Source
 
 
@@ -40,7 +41,9 @@ def run(importer: Importer, source: Source, options: dict[str, Any], name: str |
         raise CheckpointError(f"{path} is not a folder; the {name} layout reads a model folder")
     if importer.reads == "file" and path.is_dir():
         raise ConfigError(f"layout {name!r} reads a file, not the folder {path}")
-    return check_checkpoint(importer.load(source, options), f"{path} (layout {name})", importer.hint)
+    checkpoint = check_checkpoint(importer.load(source, options), f"{path} (layout {name})", importer.hint)
+    # A frames model's filterbank, when its layout tells one (`frontend`: an importer's default; none else)
+    return declare_frontend(checkpoint, options, getattr(importer, "frontend", "none"))
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class StateDictImporter:
     module: ModuleType
     reads: str = "file"
     hint: str = "check {heads} and {layout}"  # option fields: see errors.TfmExportError
+    frontend: str = "none"  # what computes a frames layout's frames from audio (importers.frontend.FRONTENDS)
 
     def detect(self, source: Source) -> bool:
         return bool(self.module.matches(source.state))

@@ -1,0 +1,27 @@
+"""`transcribe` of any speech export: the decode that fits what its encoder reads (issue #39). Torch-free.
+
+The manifest's config.source says what the encoder reads, hence how audio becomes its input: Whisper's
+log-mel windows (source "features", runtime.speech) or a filterbank's frames (source "frames",
+runtime.frames_speech). Both take the same options and give the same {text, language, segments, ids}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import InputError
+from . import frames_speech, speech
+
+# config.source -> the transcription of an export whose encoder reads it
+TRANSCRIBERS: dict[str, Callable[..., dict[str, Any]]] = {"features": speech.transcribe,
+                                                          "frames": frames_speech.transcribe}
+
+
+def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:
+    """`model.transcribe(audio, ...)` by the export's encoder input; a text model is one InputError."""
+    transcriber = TRANSCRIBERS.get(model.config.source)
+    if transcriber is None:
+        raise InputError(f"this export is not a speech model (its encoder reads {model.manifest.encoder_input.name}, "
+                         f"token ids); transcribe needs a Whisper export or a frames model: use generate or "
+                         f"translate for text")
+    return transcriber(model, audio, **options)
