@@ -84,9 +84,11 @@ class KeyMap:
         return self.source.get(key)
 
     def copy(self, target: str, key: str) -> None:
+        """The source tensor itself under the target name: no copy, so a model of several GB is held once
+        (tied embeddings share one tensor); `Checkpoint.build_model` never writes into it."""
         tensor = self.get(key)
         if tensor is not None:
-            self.target[target] = tensor.detach().clone()
+            self.target[target] = tensor.detach()
 
     def linear(self, target: str, key: str) -> None:
         """A Linear's (or LayerNorm's) weight and bias."""

@@ -54,7 +54,13 @@ class Checkpoint:
         """A Transformer in eval mode with these weights (strict: every key must fit)."""
         check_fits(self.config, self.state_dict, self.path or "checkpoint", FIT_HINT)
         model = Transformer(self.config)
-        model.load_state_dict(self.state_dict, strict=True)
+        # The model takes these tensors as its parameters (assign) instead of copying them, so a model of
+        # several GB is held once, not twice (float16 weights, as many Hub folders ship, are widened).
+        # Tied parameters are tied again: assign gives each name a Parameter of its own.
+        float32 = {k: v.float() if v.is_floating_point() and v.dtype != torch.float32 else v
+                   for k, v in self.state_dict.items()}
+        model.load_state_dict(float32, strict=True, assign=True)
+        model.tie()
         return model.eval()
 
 

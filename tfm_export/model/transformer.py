@@ -106,12 +106,17 @@ class Transformer(nn.Module):
         # T5: a bias by relative distance, held once per stack and added in every layer's self-attention.
         self.encoder_bias, self.decoder_bias = _position_bias(config, True), _position_bias(config, False)
         self.lm_head = nn.Linear(config.d_model, config.tgt_vocab_size, bias=config.output_bias)
-        if config.tie_output:
-            self.lm_head.weight = self.tgt_embed.tokens.weight
+        self.tie()
         self.output_scale = config.d_model ** -0.5 if config.output_scale else 1.0
         suppress = torch.zeros(config.tgt_vocab_size, dtype=torch.bool)
         suppress[list(config.suppress_ids)] = True
         self.register_buffer("suppress", suppress, persistent=False)
+
+    def tie(self) -> None:
+        """The output layer reads the target embedding's weights (config.tie_output); again after
+        load_state_dict(assign=True), which gives each name a Parameter of its own."""
+        if self.config.tie_output:
+            self.lm_head.weight = self.tgt_embed.tokens.weight
 
     def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Encode the source -> memory (batch, src_len, d_model), src_mask (batch, src_len) bool.
