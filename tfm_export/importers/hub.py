@@ -217,3 +217,16 @@ def _cached(repo_id: str, revision: str) -> bool:
 
     found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     return isinstance(found, str)
+
+
+def cached_snapshot(source: dict[str, Any]) -> Path | None:
+    """The Hub snapshot an export was made from, when the Hugging Face cache still holds it (no network)."""
+    origin = source.get("origin") or {}
+    if not origin.get("hub") or not origin.get("commit"):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(origin["hub"], "config.json", revision=origin["commit"])
+    return Path(found).parent if isinstance(found, str) else None
