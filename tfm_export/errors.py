@@ -35,7 +35,8 @@ OPTION_FIELD = re.compile(r"\{(\w+)\}")  # `{name}` in a message template
 
 
 # Options that are keyword arguments or fields in the Python API rather than keys of load_any's `options`.
-API_NAMES = {"trust_pickle": "trust_pickle=True", "opset": "ExportOptions.opset", "model": "the model argument"}
+API_NAMES = {"trust_pickle": "trust_pickle=True", "opset": "ExportOptions.opset", "model": "the model argument",
+             "revision": "the revision argument", "token": "the token argument"}
 
 
 def api_option(key: str, value: Any = None) -> str:

@@ -198,6 +198,18 @@ class Manifest:
                    data.get("speech"), Filterbank.from_dict(data["filterbank"]) if data.get("filterbank") else None)
 
 
+def describe_source(source: Mapping[str, Any]) -> str:
+    """Where an export came from (its manifest's source; `origin` from importers.hub), for `tfm-export validate`."""
+    origin = source.get("origin") or {}
+    if origin.get("hub"):
+        return (f"exported from the Hugging Face Hub model {origin['hub']} at commit {origin.get('commit')} "
+                f"(revision {origin.get('revision')})")
+    if origin.get("path"):
+        hashes = ", ".join(f"{name} sha256 {digest[:12]}" for name, digest in (origin.get("sha256") or {}).items())
+        return f"exported from {origin['path']}" + (f" ({hashes})" if hashes else "")
+    return f"exported from {source.get('checkpoint') or 'an unrecorded checkpoint'}"
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in chunks (graphs can be gigabytes)."""
     digest = hashlib.sha256()

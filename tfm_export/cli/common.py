@@ -51,7 +51,8 @@ CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id":
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
              "config": "--config CONFIG.json", "model": "--model MODEL.pt",
              "trust_pickle": "--trust-pickle", "num_return_sequences": "--n-best N", "do_sample": "--sample",
-             "static_slots": "--static-slots N", "frontend": "--frontend NAME", "fbank": "--fbank KEY=VALUE"}
+             "static_slots": "--static-slots N", "frontend": "--frontend NAME", "fbank": "--fbank KEY=VALUE",
+             "revision": "--revision REV", "token": "--token TOKEN"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after",
               ("do_sample", True): "--sample"}
 
@@ -131,3 +132,22 @@ def requires_extra(extra: str, command: str) -> None:
     if missing:
         raise click.ClickException(f"tfm-export {command} needs {EXTRAS[extra][0]} ({', '.join(missing)} not "
                                    f"installed): pip install 'tfm-export[{extra}]'")
+
+
+def hub_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--revision and --token, for the commands whose model may be a Hugging Face Hub id."""
+    fn = click.option("--token", default=None, metavar="TOKEN",
+                      help="Hugging Face token for a gated or private Hub model (default: HF_TOKEN, or the one "
+                           "`hf auth login` stored).")(fn)
+    return click.option("--revision", default=None, metavar="REV",
+                        help="Branch, tag or commit sha of a Hugging Face Hub id (default: main).")(fn)
+
+
+def resolve_model_arg(model: Any, revision: str | None, token: str | None) -> Any:
+    """A path as it is, a Hub id downloaded into the Hugging Face cache (importers.hub.resolve_model); says on
+    stderr which was used. Returns the importers.hub.Resolved."""
+    from ..importers.hub import resolve_model
+
+    resolved = resolve_model(model, revision, token, progress=lambda line: click.echo(line, err=True))
+    click.echo(resolved.note, err=True)
+    return resolved

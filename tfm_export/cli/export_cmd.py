@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import ValidationError
-from .common import cli_option, library_errors, main_group, missing_modules, requires_extra
+from .common import cli_option, hub_options, library_errors, main_group, missing_modules, requires_extra, resolve_model_arg
 from .progress import StageDisplay
 
 def import_options(fn):
@@ -115,13 +115,17 @@ OPSETS = click.IntRange(17, 25)
                    "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
                    "decode(model, tgt_ids, memory, src_mask), plus its special ids and sizes as attributes "
                    "(docs/exporting.md, 'Your own architecture').")
+@hub_options
 @import_options
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
                    external_data: bool, eval_file: Path | None, max_quality_drop: float | None, adapter: str | None,
-                   **load_opts: Any) -> None:
-    """Export MODEL (a checkpoint file or a Hugging Face folder) to ONNX, then validate it."""
+                   revision: str | None, token: str | None, **load_opts: Any) -> None:
+    """Export MODEL (a checkpoint file, a Hugging Face folder, or a Hugging Face Hub id such as
+    Helsinki-NLP/opus-mt-en-de, downloaded into the Hugging Face cache) to ONNX, then validate it.
+
+    A path that exists is always a path: a folder named like a Hub id is used as it is."""
     requires_extra("export", "export")
     if adapter is not None:
         variant = optimize or quantize or dtype != "float32" or cuda_graph or static_slots is not None
@@ -136,10 +140,13 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     from ..importers import load_model
     from ..files import check_output_dir
 
-    out = out or default_out_dir(model)
-    check_output_dir(out, force, [model])  # before loading: never lose a user's file, fail fast
+    # A Hub id's default output is NAME_onnx/ here, never beside the snapshot inside the Hugging Face cache.
+    default = default_out_dir(model) if model.exists() else Path(f"{model.name}_onnx")
+    out = out or default
+    check_output_dir(out, force, [model])  # before downloading or loading: never lose a user's file, fail fast
+    resolved = resolve_model_arg(model, revision, token)
     click.echo(f"exporting {model} -> {out}", err=True)
-    checkpoint = load_model(model, **load_opts)
+    checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
@@ -199,29 +206,35 @@ def _echo_detected(checkpoint: Any) -> None:
 @main_group.command("validate")
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--model", "model_path", type=click.Path(path_type=Path),
-              help="The checkpoint the folder was exported from, to compare with eager (default: the one named "
-                   "in the manifest, when it sits next to the folder and PyTorch is installed).")
+              help="The checkpoint (or Hugging Face folder or Hub id) the folder was exported from, to compare "
+                   "with eager (default: the one the manifest names, when it sits next to the folder or in the "
+                   "Hugging Face cache and PyTorch is installed).")
 @click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
+@hub_options
 @import_options
 @library_errors
-def validate_command(folder: Path, model_path: Path | None, atol: float, **load_opts: Any) -> None:
+def validate_command(folder: Path, model_path: Path | None, atol: float, revision: str | None, token: str | None,
+                     **load_opts: Any) -> None:
     """Check an export FOLDER: runtime checks, then against the eager model when its checkpoint is at hand.
 
     The runtime checks need no PyTorch: the manifest's schema and hashes, each graph against the manifest,
     greedy decoding of the recorded samples. The eager comparison (the `export` extra) stores its report
     in the manifest.
     """
-    from ..manifest import load_manifest
+    from ..manifest import describe_source, load_manifest
     from ..runtime.verify import format_verification, verify_export
 
     if model_path is not None:
         requires_extra("export", "validate --model")
     manifest = load_manifest(folder)
+    click.echo(f"{folder}: {describe_source(manifest.source)}")
     click.echo(format_verification(verify_export(folder, manifest=manifest)))
     if (manifest.validation or {}).get("quality"):  # measured at export (export.quality)
         from ..export.quality import format_quality
 
         click.echo(format_quality(manifest.validation["quality"]))
+    if model_path is not None:
+        model_path = resolve_model_arg(model_path, revision, token).path
     model_path = model_path or _recorded_checkpoint(folder, manifest)
     if model_path is None:
         return
@@ -247,9 +260,10 @@ def _recorded_checkpoint(folder: Path, manifest: Any) -> Path | None:
         why = "PyTorch is not installed (pip install 'tfm-export[export]', then pass --model MODEL.pt)"
     else:
         from ..export.validate import recorded_checkpoint
+        from ..importers.hub import cached_snapshot
 
         try:
-            return recorded_checkpoint(folder, manifest)
+            return cached_snapshot(manifest.source) or recorded_checkpoint(folder, manifest)
         except ValidationError as exc:
             why = exc.render(cli_option)
     click.echo(f"{folder}: runtime checks passed; not compared with the eager model: {why}")

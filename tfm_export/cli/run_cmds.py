@@ -9,7 +9,8 @@ from typing import Any, Iterator
 
 import click
 
-from .common import ort_thread_options, library_errors, main_group, parse_int_list, requires_extra
+from .common import (hub_options, library_errors, main_group, ort_thread_options, parse_int_list, requires_extra,
+                     resolve_model_arg)
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
@@ -241,9 +242,9 @@ def _format(source: Any, hyps: list[Any], tokenizer: Any, as_json: bool) -> str:
 
 
 @main_group.command("bench")
-@click.argument("target", type=click.Path(exists=True, path_type=Path))
-@click.option("--model", "model_path", type=click.Path(exists=True, path_type=Path),
-              help="Checkpoint for the eager rows when TARGET is an export folder.")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--model", "model_path", type=click.Path(path_type=Path),
+              help="Checkpoint (or Hugging Face folder or Hub id) for the eager rows when TARGET is an export folder.")
 @click.option("--device", default="cpu", show_default=True, help="Devices, comma-separated: cpu,cuda.")
 @click.option("--batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
 @click.option("--src-len", type=click.IntRange(min=1), default=32, show_default=True, help="Source tokens per row.")
@@ -261,11 +262,14 @@ def _format(source: Any, hyps: list[Any], tokenizer: Any, as_json: bool) -> str:
               help="Measure beam search with this many beams (rows ort-beamN, eager-beamN, ctranslate2-beamN).")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a bar chart (PNG).")
+@hub_options
 @library_errors
 def bench_command(target: Path, model_path: Path | None, device: str, batch: str, src_len: int, new_tokens: int,
                   repeat: int, warmup: int, threads: int | None, spin: bool, peers: tuple[Path, ...],
-                  num_beams: int, json_file: Path | None, plot_file: Path | None) -> None:
-    """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, or an export folder)."""
+                  num_beams: int, json_file: Path | None, plot_file: Path | None, revision: str | None,
+                  token: str | None) -> None:
+    """Eager PyTorch vs ONNX Runtime latency on TARGET (a checkpoint, a Hugging Face folder or Hub id, or an
+    export folder)."""
     requires_extra("export", "bench")
     from ..bench.bench import BenchSettings, bench_target, run_benchmark
     from ..bench.report import format_table, plot, write_report
@@ -277,6 +281,13 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
                              batches=batches, src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,
                              spin_wait=spin, num_beams=num_beams)
+    from ..manifest import is_export_folder
+
+    # A Hub id (TARGET or --model) is downloaded into the Hugging Face cache first; a path is used as it is.
+    if not is_export_folder(target):
+        target = resolve_model_arg(target, revision, token).path
+    if model_path is not None:
+        model_path = resolve_model_arg(model_path, revision, token).path
     checkpoint, export_dir = bench_target(target, model_path)
     if checkpoint is None:
         click.echo("no checkpoint given (--model): ORT rows only", err=True)

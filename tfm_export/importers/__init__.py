@@ -96,13 +96,17 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
 
 
 def load_model(path: str | os.PathLike, layout: str | None = None, config_file: str | os.PathLike | None = None,
-               trust_pickle: bool = False, **options: Any) -> Checkpoint:
+               trust_pickle: bool = False, origin: dict[str, Any] | None = None, **options: Any) -> Checkpoint:
     """`load_any` with its options as keywords (None: not given) and a TransformerConfig JSON file for a
-    bare state_dict of our own model (`config_file`): what every command that loads a model calls."""
+    bare state_dict of our own model (`config_file`): what every command that loads a model calls. `origin`:
+    where `path` came from (importers.hub.resolve_model), kept in `meta["origin"]` for the manifest's source."""
     from ..files import read_json_object
 
     given = {k: v for k, v in options.items() if k in IMPORT_OPTIONS and v is not None}
     if config_file is not None:
         given["config"] = read_json_object(Path(config_file), ConfigError, "pass the model's config JSON file",
                                            "write the model's TransformerConfig as a JSON object")
-    return load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)
+    checkpoint = load_any(path, layout=layout, trust_pickle=trust_pickle, options=given)
+    if origin:
+        checkpoint.meta["origin"] = dict(origin)
+    return checkpoint
