@@ -147,7 +147,8 @@ def test_node_cli_runs_an_encoder_only_export_like_python(node, encoder_only):
 
 def test_browser_decodes_module_exports_like_python(node, seq2seq, encoder_only, tmp_path):
     """runtimes/web/test/module.test.mjs: the page takes token ids for seed 004 (no tokenizer; greedy and
-    beam search equal Python's ids) and runs seed 003 (outputs within 1e-5 of Python's run)."""
+    beam search equal Python's ids; on a `tfm-export serve` of it too) and runs seed 003 (outputs within 1e-5
+    of Python's run)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"SKIPPED: chromium not found at {CHROMIUM}; `apt-get install chromium` to run the browser test")
     sources = held_out()[:4]
@@ -164,3 +165,4 @@ def test_browser_decodes_module_exports_like_python(node, seq2seq, encoder_only,
                          env={"TFM_MODULE_EXPECTED": str(tmp_path / "expected.json")})
     assert re.search(r"^ok \d+ - a module export without a tokenizer decodes", out, re.M), out[-2000:]
     assert re.search(r"^ok \d+ - an encoder-only export is run", out, re.M), out[-2000:]
+    assert re.search(r"^ok \d+ - on a server, the page sends token ids", out, re.M), out[-2000:]

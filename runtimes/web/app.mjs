@@ -174,7 +174,7 @@ async function translateOnServer(server, texts, sources, options, languages) {
     } else { // done: the translations (beam search: its best hypotheses, which only now are known)
       for (const [n, { ids, text }] of event.translations.entries()) {
         const arrivedMs = rows[n].arrivedMs || performance.now() - started;
-        Object.assign(rows[n], { ids, output: text ?? '', arrivedMs });
+        Object.assign(rows[n], { ids, output: text ?? ids.join(' '), arrivedMs }); // no tokenizer: no text
         show(rows[n]);
       }
     }

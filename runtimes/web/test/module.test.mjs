@@ -3,12 +3,14 @@
 // by `tfm-export serve-web`: one with a decoder without a cache and no tokenizer decodes the lines'
 // token ids greedily and with beam search to the Python runtime's ids; an encoder-only one is run and
 // its outputs are within 1e-5 of Python's `run`. Any console error, page error, failed request or HTTP
-// error fails. Environment: TFM_MODULE_EXPECTED (a JSON file: { seq2seq: { dir, sources, beams, greedy,
+// error fails. On a `tfm-export serve` of the first ("on a server", token ids box checked) the ids are
+// Python's too. Environment: TFM_MODULE_EXPECTED (a JSON file: { seq2seq: { dir, sources, beams, greedy,
 // beam }, encoderOnly: { dir, sources, outputs } }), TFM_PYTHON (default python3), CHROMIUM (default
 // /usr/bin/chromium).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -39,14 +41,39 @@ function startServer(dir) {
   });
 }
 
-/** The page on `dir`'s export, ready; every problem it reports goes into `problems`. */
-async function openPage(dir, problems) {
+/** A free loopback port (`tfm-export serve --port` takes no 0). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer().on('error', reject);
+    probe.listen(0, '127.0.0.1', () => { const { port } = probe.address(); probe.close(() => resolve(port)); });
+  });
+}
+
+/** `tfm-export serve DIR` allowing `origin`; resolves with its URL once /healthz answers. */
+async function startApi(dir, origin) {
+  const port = await freePort();
+  const proc = spawn(python, ['-m', 'tfm_export', 'serve', dir, '--port', String(port), '--cors-origin', origin,
+    '--threads', '1'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  servers.push(proc);
+  let text = '';
+  proc.stderr.on('data', (chunk) => { text += chunk; });
+  const api = `http://127.0.0.1:${port}`;
+  for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
+    if (proc.exitCode !== null) throw new Error(`tfm-export serve exited (${proc.exitCode}): ${text}`);
+    if (await fetch(`${api}/healthz`).then((res) => res.ok, () => false)) return api;
+    await new Promise((resolve) => { setTimeout(resolve, 200); });
+  }
+  throw new Error(`tfm-export serve did not answer within 60 s: ${text}`);
+}
+
+/** The page at `url` (a serve-web's, with e.g. ?server=URL), ready; every problem it reports goes into `problems`. */
+async function openPage(url, problems) {
   const page = await context.newPage();
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
   page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(await startServer(dir));
+  await page.goto(url);
   await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
   assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
   return page;
@@ -81,7 +108,7 @@ after(async () => {
 test('a module export without a tokenizer decodes token ids like the Python runtime', { skip, timeout: 180_000 }, async () => {
   const { dir, sources, beams, greedy, beam } = expected.seq2seq;
   const problems = [];
-  const page = await openPage(dir, problems);
+  const page = await openPage(await startServer(dir), problems);
   assert.match(await page.textContent('#status'), /^ready: .*, a decoder without a cache\); no tokenizer: token ids/);
   assert.equal(await page.isChecked('#as-ids'), true);
   assert.equal(await page.isDisabled('#as-ids'), true);
@@ -104,7 +131,7 @@ test('a module export without a tokenizer decodes token ids like the Python runt
 test('an encoder-only export is run: its outputs are Python\'s', { skip, timeout: 120_000 }, async () => {
   const { dir, sources, outputs } = expected.encoderOnly;
   const problems = [];
-  const page = await openPage(dir, problems);
+  const page = await openPage(await startServer(dir), problems);
   assert.match(await page.textContent('#status'), /^ready: .*, encoder-only\); no tokenizer/);
   assert.equal(await page.textContent('#translate'), 'Run');
   const { rows, error } = await submit(page, sources.map((ids) => ids.join(' ')));
@@ -121,5 +148,20 @@ test('an encoder-only export is run: its outputs are Python\'s', { skip, timeout
   const cells = await page.$$eval('#results tr', (trs) => trs.map((tr) => tr.children[1].textContent));
   const first = Object.keys(outputs)[0];
   assert.ok(cells.every((text) => text.startsWith(`${first} [`)), cells.join(' | '));
+  assert.deepEqual(problems, []);
+});
+
+test('on a server, the page sends token ids and shows Python\'s', { skip, timeout: 180_000 }, async () => {
+  const { dir, sources, greedy } = expected.seq2seq;
+  const problems = [];
+  const web = await startServer(dir); // the page's origin, which the server must allow
+  const api = await startApi(dir, new URL(web).origin);
+  const live = await openPage(`${web}?server=${encodeURIComponent(api)}`, problems);
+  assert.equal(await live.textContent('#status'), `ready: server ${api} (request batching)`);
+  await live.check('#as-ids'); // a server may serve any export: the page asks
+  const { rows, error } = await submit(live, sources.map((ids) => ids.join(' ')));
+  assert.equal(error, null);
+  assert.deepEqual(rows.map((r) => r.ids), greedy);
+  assert.deepEqual(rows.map((r) => r.output), greedy.map((ids) => ids.join(' ')));
   assert.deepEqual(problems, []);
 });
