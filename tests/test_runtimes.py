@@ -64,5 +64,7 @@ def test_browser_runtime(bundled_export):
     screenshot = RUNTIMES / "web" / "test-output" / "screenshot.png"
     screenshot.unlink(missing_ok=True)
     # the page on an export with tokenizer.json and languages: tests/test_runtimes_families.py
-    run_node_tests(RUNTIMES / "web", bundled_export, skips="TFM_FAMILY_EXPORT_DIR is not set")
+    # browser.test.mjs only: test/module.test.mjs is tests/test_runtimes_nocache.py's (module exports)
+    run_node_tests(RUNTIMES / "web", bundled_export, files=("test/browser.test.mjs",),
+                   skips="TFM_FAMILY_EXPORT_DIR is not set")
     assert screenshot.exists()

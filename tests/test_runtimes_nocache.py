@@ -4,13 +4,16 @@ A briefly trained seed-004 model (tests/seed_models.py, the fixture of tests/tes
 through export_module with a decoder without a cache, decodes in Node to Python's tokens: greedy, beam
 search (n-best with scores), seeded sampling and an id stream, on held-out sources. Seed 003's
 encoder-only classifier runs with `cli.mjs run OUT --ids ...` to Python's `open_export(OUT).run` outputs.
-Misuse (`run` on a seq2seq export, decoding an encoder-only one) is one error line. Node skips, saying
+Misuse (`run` on a seq2seq export, decoding an encoder-only one) is one error line. The browser page
+(runtimes/web/test/module.test.mjs, headless Chromium) takes seed 004's token ids to Python's greedy and
+beam ids, and runs seed 003 to Python's outputs. Node skips, saying
 why, as in tests/test_runtimes.py; the models are trained and exported only when node is there.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +23,7 @@ import pytest
 
 import seed_models as sm
 from test_any_module import BEAMS, STEPS, held_out
-from test_runtimes import RUNTIMES
+from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests
 from tfm_export.export.module_export import export_module
 from tfm_export.runtime import open_export
 
@@ -140,3 +143,26 @@ def test_node_cli_runs_an_encoder_only_export_like_python(node, encoder_only):
         where = [args[0], encoder_only, *args[1:]] if args[0] == "run" else [encoder_only, *args]
         bad = cli(node, *where)
         assert bad.returncode == 1 and bad.stderr == message, (args, bad.stderr)
+
+
+def test_browser_decodes_module_exports_like_python(node, seq2seq, encoder_only, tmp_path):
+    """runtimes/web/test/module.test.mjs: the page takes token ids for seed 004 (no tokenizer; greedy and
+    beam search equal Python's ids; on a `tfm-export serve` of it too) and runs seed 003 (outputs within 1e-5
+    of Python's run)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"SKIPPED: chromium not found at {CHROMIUM}; `apt-get install chromium` to run the browser test")
+    sources = held_out()[:4]
+    model = open_export(seq2seq, device="cpu")
+    classes = [[5, 9, 13, 2, 7], [8, 3, 3, 41, 6], [11, 12, 14, 15, 49]]
+    expected = {
+        "seq2seq": {"dir": str(seq2seq), "sources": sources, "beams": BEAMS, "greedy": model.generate_ids(sources),
+                    "beam": model.generate_ids(sources, num_beams=BEAMS)},
+        "encoderOnly": {"dir": str(encoder_only), "sources": classes,
+                        "outputs": {k: v.tolist() for k, v in open_export(encoder_only, device="cpu").run(classes).items()}},
+    }
+    (tmp_path / "expected.json").write_text(json.dumps(expected))
+    out = run_node_tests(RUNTIMES / "web", None, files=("test/module.test.mjs",),
+                         env={"TFM_MODULE_EXPECTED": str(tmp_path / "expected.json")})
+    assert re.search(r"^ok \d+ - a module export without a tokenizer decodes", out, re.M), out[-2000:]
+    assert re.search(r"^ok \d+ - an encoder-only export is run", out, re.M), out[-2000:]
+    assert re.search(r"^ok \d+ - on a server, the page sends token ids", out, re.M), out[-2000:]

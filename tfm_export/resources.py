@@ -26,7 +26,7 @@ class Bundle:
 
 
 BUNDLES = {
-    "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs")),
+    "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs", "ids.mjs")),
     # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
     # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
     "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs",

@@ -11,6 +11,7 @@
 // lists the codes.
 import { parseArgs } from 'node:util';
 import { connect } from './client.mjs';
+import { tensorRows } from './decoding.mjs';
 import { CLI_FLAGS } from './options.mjs';
 
 // A decoding flag's value in the usage line, by the option's kind (a choice: its words).
@@ -117,16 +118,6 @@ async function printLanguages(exportDir) {
     console.log(`${side} (${codes[side].length}): ${codes[side].length ? codes[side].join(' ') : '-'}`);
   }
   if (codes.sourceDefault) console.log(`default source: ${codes.sourceDefault}`);
-}
-
-/** A tensor's rows as nested lists (numpy's tolist(): row i is source i); int64 values as numbers. */
-function tensorRows(tensor) {
-  const nest = (values, dims) => (dims.length === 1 ? values : Array.from({ length: dims[0] }, (_, i) => {
-    const size = values.length / dims[0];
-    return nest(values.slice(i * size, (i + 1) * size), dims.slice(1));
-  }));
-  const values = Array.from(tensor.data, tensor.type === 'bool' ? Boolean : Number);
-  return nest(values, tensor.dims);
 }
 
 /** `run EXPORT_DIR --ids ...`: the lines of Python's `tfm-export run`, one JSON object per source. */

@@ -67,6 +67,9 @@ export function generate(ort: Ort, model: DecodableModel, sources: number[][], o
 /** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws one line. */
 export function run(ort: Ort, model: DecodableModel, sources: number[][]): Promise<Record<string, Tensor>>;
 
+/** A tensor's rows as nested lists (numpy's tolist(): row i is source i); int64 values as numbers. */
+export function tensorRows(tensor: Tensor): unknown[];
+
 /**
  * One source as it is decoded: text pieces for a string, token ids for an id list (beam search: at
  * the end). `sourceLang` / `targetLang` as in translate (the model's tokenizer maps them).

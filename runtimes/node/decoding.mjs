@@ -426,6 +426,16 @@ export async function run(ort, model, sources) {
   return model.encoder.run(encoderFeeds(ort, model.manifest, padded), names);
 }
 
+/** A tensor's rows as nested lists (numpy's tolist(): row i is source i); int64 values as numbers. */
+export function tensorRows(tensor) {
+  const nest = (values, dims) => (dims.length === 1 ? values : Array.from({ length: dims[0] }, (_, i) => {
+    const size = values.length / dims[0];
+    return nest(values.slice(i * size, (i + 1) * size), dims.slice(1));
+  }));
+  const values = Array.from(tensor.data, tensor.type === 'bool' ? Boolean : Number);
+  return nest(values, tensor.dims);
+}
+
 /** The new ids of one source as they are decided (all at the end for beam search). */
 async function* idStream(ort, model, ids, config, timings) {
   let strategy = null;

@@ -5,12 +5,16 @@
 // show its streamed tokens; that server must allow this page's origin (--cors-origin).
 // Text goes through the export's tokenizer (../node/tokenizers.mjs: its vocabulary, or its
 // tokenizer.json with @huggingface/tokenizers); a multilingual export shows language selectors.
+// An export without a tokenizer (a module export of a user's own architecture) takes token ids, one
+// source per line (ids.mjs; the "token ids" box, which any export may use), decoded by the same driver
+// (decoding.mjs's NoCacheState for decoder_nocache.onnx); an encoder-only one is run and shows its outputs.
 // `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
 // dist/ at /ort/, @huggingface/tokenizers' dist/ at /tokenizers/ (index.html's import map) and OUT
 // at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts it on that server.
 import * as ort from '/ort/ort.wasm.min.mjs';
 import { connect } from '/lib/client.mjs';
 import { checkManifest, generationConfig, graphFiles, runtimeGraphs, stream } from '/lib/decoding.mjs';
+import { idsShower, parseIds, runRows, shape } from './ids.mjs';
 import { DEFAULTS } from '/lib/options.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from '/lib/tokenizers.mjs';
 
@@ -35,8 +39,12 @@ async function sha256(bytes) {
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-/** The manifest's tokenizer with its files (tokenizer.json), each checked against the sha256 in `files`. */
+/**
+ * The manifest's tokenizer with its files (tokenizer.json), each checked against the sha256 in `files`;
+ * null when the export has none (the page then takes token ids).
+ */
 async function openTokenizer(base, manifest) {
+  if (!manifest.tokenizer) return null;
   const files = {};
   for (const name of tokenizerFiles(manifest.tokenizer)) {
     const bytes = new Uint8Array(await (await fetchOk(`${base}/${name}`)).arrayBuffer());
@@ -47,7 +55,6 @@ async function openTokenizer(base, manifest) {
     files[name] = JSON.parse(new TextDecoder().decode(bytes));
   }
   const tokenizer = makeTokenizer(manifest.tokenizer, files);
-  if (!tokenizer) throw new Error('this export has no tokenizer; the page needs one to encode text');
   if (tokenizer.idsOnly) {
     throw new Error(`the page cannot encode text with a "${tokenizer.kind}" tokenizer (only "chars" and "hf"); ` +
       'use `tfm-export serve` and "Run on a server"');
@@ -58,10 +65,10 @@ async function openTokenizer(base, manifest) {
 /** manifest.json (checked), its tokenizer, the graphs (sha256 checked) and one WASM session per graph. */
 async function openExport(base) {
   const manifest = checkManifest(await (await fetchOk(`${base}/manifest.json`)).json(), `${base}/manifest.json`);
-  const graphs = runtimeGraphs(manifest); // a module export's decoder is decoder_nocache.onnx
-  if (!graphs.decoder) throw new Error('this export is encoder-only (it has no decoder): the page translates; run it in Node or Python');
-  const model = { manifest, tokenizer: await openTokenizer(base, manifest) };
-  for (const [role, name] of Object.entries(graphs)) {
+  // a module export's decoder is decoder_nocache.onnx; an encoder-only export has none (null)
+  const graphs = Object.entries(runtimeGraphs(manifest)).filter(([, name]) => name);
+  const model = { manifest, tokenizer: await openTokenizer(base, manifest), decoder: null };
+  for (const [role, name] of graphs) {
     const graph = manifest.graphs[name];
     if (Object.keys(graphFiles(graph)).length > 1) {
       throw new Error(`${graph.file} keeps its weights in external data files (a model over 2 GB): too big for the browser`);
@@ -120,11 +127,10 @@ function showLanguages(manifest) {
 /** What the server is asked for: the options that are not greedy's (a server's export may have its own defaults). */
 const serverOptions = (options) => Object.fromEntries(Object.entries(options).filter(([k, v]) => v !== DEFAULTS[k]));
 
-/** One text at a time, streamed into its row as the tokens come, so each row has its own latency. */
-async function translate(model, texts, options, { sourceLang, targetLang }) {
-  // every line checked before any runs; the target language is the forced first token
-  const sources = texts.map((text) => model.tokenizer.encode(text, sourceLang, targetLang));
-  const decoding = { ...languageOptions(model.tokenizer, targetLang), ...options };
+/** One source at a time, streamed into its row as the tokens come, so each row has its own latency. */
+async function translate(model, texts, sources, options, { targetLang }) {
+  const decoding = { ...languageOptions(model.tokenizer, targetLang), ...options }; // the target: a forced first token
+  const show = idsShower(model.tokenizer);
   $('results').replaceChildren();
   const rows = [];
   for (const [n, text] of texts.entries()) {
@@ -135,24 +141,30 @@ async function translate(model, texts, options, { sourceLang, targetLang }) {
     for await (const id of stream(ort, model, sources[n], { ...decoding, timings })) {
       ids.push(id);
       pieces += 1;
-      cells[1].textContent = model.tokenizer.decode(ids);
+      cells[1].textContent = show(ids);
       cells[2].textContent = ids.length;
     }
     const msPerToken = timings.stepsMs.reduce((a, b) => a + b, 0) / timings.stepsMs.length;
     cells[3].textContent = msPerToken.toFixed(2);
-    rows.push({ input: text, output: model.tokenizer.decode(ids), ids, tokens: ids.length, pieces,
+    rows.push({ input: text, output: show(ids), ids, tokens: ids.length, pieces,
       steps: timings.stepsMs.length, encoderMs: timings.encoderMs, msPerToken });
   }
   return rows;
 }
 
-/** All lines in one streamed request; each row shows its tokens as they arrive, then the final text. */
-async function translateOnServer(server, texts, options, languages) {
+/**
+ * All lines in one streamed request (texts, or id lists: `sources`); each row shows its tokens as they
+ * arrive, then the final text (ids when the export has no tokenizer: the server sends no text).
+ */
+async function translateOnServer(server, texts, sources, options, languages) {
   $('results').replaceChildren();
   const rows = texts.map((input) => ({ input, cells: addRow(input), output: '', ids: [], pieces: 0, arrivedMs: 0 }));
-  const show = (row) => { row.cells[1].textContent = row.output; row.cells[2].textContent = row.ids.length; };
+  const show = (row) => {
+    row.cells[1].textContent = row.output || row.ids.join(' ');
+    row.cells[2].textContent = row.ids.length;
+  };
   const started = performance.now();
-  for await (const event of server.streamEvents(texts, { ...serverOptions(options), ...languages })) {
+  for await (const event of server.streamEvents(sources, { ...serverOptions(options), ...languages })) {
     if (event.type === 'token') {
       const row = rows[event.index];
       Object.assign(row, { output: row.output + (event.text ?? ''), arrivedMs: performance.now() - started });
@@ -162,7 +174,7 @@ async function translateOnServer(server, texts, options, languages) {
     } else { // done: the translations (beam search: its best hypotheses, which only now are known)
       for (const [n, { ids, text }] of event.translations.entries()) {
         const arrivedMs = rows[n].arrivedMs || performance.now() - started;
-        Object.assign(rows[n], { ids, output: text ?? '', arrivedMs });
+        Object.assign(rows[n], { ids, output: text ?? ids.join(' '), arrivedMs }); // no tokenizer: no text
         show(rows[n]);
       }
     }
@@ -211,15 +223,18 @@ function localReady(model) {
     $('source').value = (model.manifest.samples ?? []).slice(0, 4).join('\n');
     $('beams').value = generationConfig(model.manifest).numBeams; // the export's default (a Marian folder's num_beams)
   }
-  const c = model.manifest.config;
-  const v = model.manifest.variant;
+  const { tokenizer, variant: v } = model.manifest;
+  $('as-ids').checked ||= !tokenizer;
+  $('as-ids').disabled = !tokenizer; // ids are all it takes
+  $('translate').textContent = model.decoder ? 'Translate' : 'Run';
+  $('out-head').textContent = model.decoder ? 'translation' : 'outputs';
   const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
-  return `ready: ${base} (${variant}; d_model ${c.d_model}, ${c.n_encoder_layers}+${c.n_decoder_layers} layers, ` +
-    `max_len ${c.max_len}); ${knows(model.manifest.tokenizer)}`;
+  return `ready: ${base} (${variant}; ${shape(model.manifest)}); ${knows(tokenizer)}`;
 }
 
 /** What the tokenizer takes: a chars model's characters, or tokenizer.json and its language count. */
 function knows(spec) {
+  if (!spec) return 'no tokenizer: token ids, one source per line';
   if (spec.type === 'chars') return `knows ${JSON.stringify(spec.src_vocab.slice(spec.specials ?? 3).join(''))}`;
   const { target } = languageCodes(spec);
   return `${spec.file}${target.length > 1 ? `, ${target.length} target languages` : ''}`;
@@ -231,6 +246,7 @@ async function prepare() {
   $('server').disabled = !onServer();
   $('apikey').disabled = !onServer();
   $('translate').disabled = true;
+  [$('as-ids').disabled, $('translate').textContent, $('out-head').textContent] = [false, 'Translate', 'translation'];
   try {
     const { model, server } = await backend();
     const ready = server ? `ready: server ${server.url} (${(await server.health()).batching} batching)`
@@ -247,6 +263,12 @@ async function prepare() {
   }
 }
 
+/** The lines' sources: token ids (the box checked), texts for a server, else the tokenizer's ids. */
+function lineSources(model, texts, { sourceLang, targetLang }) {
+  if ($('as-ids').checked) return texts.map(parseIds);
+  return model ? texts.map((text) => model.tokenizer.encode(text, sourceLang, targetLang)) : texts;
+}
+
 async function onTranslate() {
   const texts = $('source').value.split('\n').map((t) => t.trim()).filter(Boolean);
   if (!texts.length) return setStatus('type at least one line', true);
@@ -258,9 +280,12 @@ async function onTranslate() {
     const { model, server } = await backend();
     const options = formOptions(model);
     const languages = formLanguages();
-    const rows = server ? await translateOnServer(server, texts, options, languages)
-      : await translate(model, texts, options, languages);
-    setStatus(summary(rows, options, server));
+    const sources = lineSources(model, texts, languages); // every line checked before any runs
+    const encoderOnly = model && !model.decoder;
+    const rows = await (server ? translateOnServer(server, texts, sources, options, languages)
+      : encoderOnly ? runRows(ort, model, texts, sources, $('results'), addRow) : translate(model, texts, sources, options, languages));
+    setStatus(encoderOnly ? `${rows.length} run: ${Object.keys(rows[0].outputs).join(', ')} (WASM, 1 thread)`
+      : summary(rows, options, server));
     window.tfmResults = rows;
   } catch (err) {
     setStatus(`error: ${err.message}`, true);

@@ -85,6 +85,7 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     from ..serve.batcher import EngineConfig
     from ..serve.cors import check_origins
     from ..serve.engine import ServeSettings, check_batching, check_bind, is_speech, resolve_batching
+    from ..serve.module_exports import auto_request_note
     from ..serve.server import run_server
 
     if folder is None and write_config is None:
@@ -104,8 +105,7 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     check_bind(host, api_key)
     settings = check_batching(resolve_batching(settings))  # before binding; Ray's replicas get the same choice
     if batching == "auto" and settings.batching == "request" and not is_speech(settings.folder):
-        click.echo(f"{folder} has no decoder_static.onnx: serving with request-level batching; for in-flight "
-                   f"batching re-export with --static-slots N (the most tokens a row generates)", err=True)
+        click.echo(auto_request_note(str(folder)), err=True)
     if use_ray:
         _run_ray(settings, replicas, host, port)
         return

@@ -102,7 +102,9 @@ def resolve_batching(settings: ServeSettings) -> ServeSettings:
 def check_batching(settings: ServeSettings) -> ServeSettings:
     """`settings`, when the export has what its batching needs (InputError naming the fix otherwise)."""
     from ..runtime.static import GRAPH_NAME
+    from .module_exports import check_servable
 
+    check_servable(settings.folder, settings.batching)  # a module export: encoder-only, no in-flight rows
     if BATCHING[settings.batching][1] and not has_static_decoder(settings.folder):
         raise InputError(f"{settings.folder} has no {GRAPH_NAME}.onnx, which {{batching}} needs; re-export "
                          f"with --static-slots N (or --cuda-graph), or leave --batching at auto to serve it with "
@@ -184,6 +186,9 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
     # ids are used as given: their language tokens are the caller's (target_lang still forces the
     # first generated token on models that start the target with it)
     if texts is not None:
+        if not model.manifest.tokenizer:  # the runtime's own message names --ids, which a request has not
+            raise InputError("this export has no tokenizer, so it takes no {texts}; send token ids instead: "
+                             '"ids": [[...], ...] (POST /v1/translate)', options={"texts": None})
         with naming("texts"):
             sources = encode_texts(model, texts, source_lang, target_lang)
     else:
