@@ -45,6 +45,13 @@ QUIET = RuntimeOptions(cuda_graph=False, spin_wait=False)
 SCORE_RTOL = 1e-4
 
 
+def checking_options(manifest: Manifest, base: RuntimeOptions = QUIET) -> RuntimeOptions:
+    """`base` for a check of this export: without ORT's packed weight copies when the graphs keep their
+    weights in external data (a model over 2 GB), so that the checks fit beside the eager model in memory."""
+    big = any(graph.external_data for graph in manifest.graphs.values())
+    return dataclasses.replace(base, prepack=False) if big else base
+
+
 def compare_greedy(folder: Path, manifest: Manifest, model: Transformer, sources: list[list[int]], steps: int,
                    device: str) -> dict[str, Any]:
     """Greedy tokens from the ORT runtime and from eager PyTorch on `sources`.
@@ -52,11 +59,12 @@ def compare_greedy(folder: Path, manifest: Manifest, model: Transformer, sources
     With a static-cache decoder, its rows must also equal the growing-cache decoder's exactly.
     """
     # cuda_graph=False: the growing-cache decoder, whatever the device; the static one is checked against it.
-    runtime = open_export(folder, device=device, options=QUIET, manifest=manifest)
-    got = runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps))
+    options = checking_options(manifest)
+    got = open_export(folder, device=device, options=options, manifest=manifest).generate_ids(
+        sources, config=GREEDY.replace(max_new_tokens=steps))  # its sessions close before the next open
     extra = {}
     if "decoder_static" in manifest.graphs:  # the static-cache loop (CUDA-graph form) must give the growing cache's rows
-        static_runtime = open_export(folder, device=device, options=dataclasses.replace(QUIET, cuda_graph=True),
+        static_runtime = open_export(folder, device=device, options=dataclasses.replace(options, cuda_graph=True),
                                      manifest=manifest)
         limit = min(steps, static_slots(manifest))  # fewer slots than steps: compare the first `limit` tokens
         rows = static_runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=limit))
@@ -85,7 +93,7 @@ def compare_default(folder: Path, manifest: Manifest, model: Transformer, source
     returned hypothesis' ids equal, scores within SCORE_RTOL. Rows whose hypotheses differ but score
     the same (within SCORE_RTOL) are tied, not failed: sequences of one probability, which a random
     model makes of every reordering of its few repeated tokens, leave the pick to float rounding."""
-    runtime = open_export(folder, device=device, options=QUIET, manifest=manifest)
+    runtime = open_export(folder, device=device, options=checking_options(manifest), manifest=manifest)
     numeric: dict[str, Any] = {}
     if config.num_beams > 1:
         recording = _Recording(config.num_beams)

@@ -95,18 +95,20 @@ def measure_quality(folder: Path, manifest: Manifest, eval_set: EvalSet,
     """Decode `eval_set` with the export in `folder` (and with the float32 export `float32`); the report:
     scores against float32's outputs and against the references, and `drop`, the points lost (against the
     references when there are some, else against float32; None when there is nothing to compare with)."""
-    from ..runtime import open_export
+    from ..runtime import RuntimeOptions, open_export
+    from .decoding_checks import checking_options
 
     kind = "speech" if manifest.speech else "text"
     scores, main, higher = KINDS[kind]
     if manifest.tokenizer is None and kind == "text":
         raise ConfigError("measuring quality needs the export's tokenizer; this export takes token ids only")
-    hypotheses = decode_set(open_export(folder, device=device, manifest=manifest), eval_set.sources, eval_set.base,
-                            kind == "speech")
+    hypotheses = decode_set(open_export(folder, device=device, options=checking_options(manifest, RuntimeOptions()),
+                                        manifest=manifest), eval_set.sources, eval_set.base, kind == "speech")
     report: dict[str, Any] = {"kind": kind, "set": eval_set.origin, "size": len(eval_set.sources), "metric": main}
     reference = None
     if float32 is not None:
-        runner = open_export(float32[0], device=device, manifest=float32[1])
+        runner = open_export(float32[0], device=device, options=checking_options(float32[1], RuntimeOptions()),
+                             manifest=float32[1])
         reference = decode_set(runner, eval_set.sources, eval_set.base, kind == "speech")
         report["against_float32"] = scores(hypotheses, reference)
     if eval_set.references is not None:

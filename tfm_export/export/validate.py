@@ -15,7 +15,7 @@ import torch
 
 from ..config import TransformerConfig
 from ..errors import ValidationError, shorten
-from .decoding_checks import compare_default, compare_greedy, decoding_sources, default_decoding
+from .decoding_checks import checking_options, compare_default, compare_greedy, decoding_sources, default_decoding
 from .quality import format_quality
 from .graphs import DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
 from ..manifest import Manifest, load_manifest
@@ -57,26 +57,9 @@ def validate_export(folder: str | Path, model: Transformer, atol: float = 1e-4, 
     check_same_model(manifest.config, model.config, folder)
     settings = validation_settings(manifest.variant, atol)
     mode, atol, rtol = mode or settings["mode"], settings["atol"], settings["rtol"]
-    device, sessions = _sessions(folder, manifest, device or settings["device"])
     gen = torch.Generator().manual_seed(seed)
-    stats: dict[str, _Stat] = {}
     tol = (atol, rtol)
-    slots = static_slots(manifest) or 0  # the static decoder's cache slots (0: not exported)
-    for batch, src_len in BATCHES_AND_SRC_LENS:
-        src = _random_source(model, batch, src_len or min(model.config.max_len, MAX_VALIDATED_SRC_LEN), gen)
-        cross = _compare(stats, "encoder", sessions["encoder"], EncoderGraph(model), (src,), tol)
-        for past_len, tgt_len in PAST_AND_TGT_LENS:
-            if past_len + tgt_len > model.config.max_len:
-                continue
-            args = _decoder_inputs(model, cross, past_len, tgt_len, gen)
-            _compare(stats, "decoder", sessions["decoder"], DecoderGraph(model), args, tol)
-            if "decoder_static" in sessions and tgt_len == 1 and past_len < slots:
-                args = _static_inputs(model, args, gen, slots)
-                for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
-                    filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
-                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
-        if manifest.cross_per_source:
-            _compare_grouped(stats, sessions["decoder"], model, cross, seed, tol)
+    device, stats = _compare_graphs(folder, manifest, model, device or settings["device"], gen, seed, tol)
     report = {"atol": atol, "rtol": rtol, "device": device, "mode": mode,
               "outputs": {k: s.to_dict() for k, s in stats.items()},
               **_compare_decoding(folder, manifest, model, gen, max_new_tokens, device, tol)}
@@ -157,13 +140,40 @@ def check_same_model(exported: TransformerConfig, given: TransformerConfig, fold
                               f"(checkpoint != export); pass the checkpoint this folder was exported from")
 
 
+def _compare_graphs(folder: Path, manifest: Manifest, model: Transformer, device: str, gen: torch.Generator,
+                    seed: int, tol: tuple[float, float]) -> tuple[str, dict[str, "_Stat"]]:
+    """Every graph's outputs against eager on the shapes grid; (the device used, the stats). The sessions
+    close on return, before the decoding checks open the export's own: a model of several GB is then
+    held by ORT once, not twice."""
+    device, sessions = _sessions(folder, manifest, device)
+    stats: dict[str, _Stat] = {}
+    slots = static_slots(manifest) or 0  # the static decoder's cache slots (0: not exported)
+    for batch, src_len in BATCHES_AND_SRC_LENS:
+        src = _random_source(model, batch, src_len or min(model.config.max_len, MAX_VALIDATED_SRC_LEN), gen)
+        cross = _compare(stats, "encoder", sessions["encoder"], EncoderGraph(model), (src,), tol)
+        for past_len, tgt_len in PAST_AND_TGT_LENS:
+            if past_len + tgt_len > model.config.max_len:
+                continue
+            args = _decoder_inputs(model, cross, past_len, tgt_len, gen)
+            _compare(stats, "decoder", sessions["decoder"], DecoderGraph(model), args, tol)
+            if "decoder_static" in sessions and tgt_len == 1 and past_len < slots:
+                args = _static_inputs(model, args, gen, slots)
+                for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
+                    filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
+                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
+        if manifest.cross_per_source:
+            _compare_grouped(stats, sessions["decoder"], model, cross, seed, tol)
+    return device, stats
+
+
 def _sessions(folder: Path, manifest: Manifest, device: str) -> tuple[str, dict[str, ort.InferenceSession]]:
     """Sessions for every graph on `device` (auto: CUDA when usable, else CPU); returns the device used."""
     from ..runtime.device import RuntimeOptions, open_sessions
 
     paths = {name: folder / g.file for name, g in manifest.graphs.items()}
     # No spinning: validation runs PyTorch and ORT in turn, and spinning ORT threads would take its cores.
-    chosen, sessions = open_sessions(paths, device, RuntimeOptions(spin_wait=False))
+    options = checking_options(manifest, RuntimeOptions(spin_wait=False))
+    chosen, sessions = open_sessions(paths, device, options)
     return chosen.name, sessions
 
 

@@ -7,6 +7,7 @@ checkpoint, whatever its layout, ends with `check_checkpoint`: its weights fit i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -15,7 +16,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -53,7 +54,8 @@ class Checkpoint:
     def build_model(self) -> Transformer:
         """A Transformer in eval mode with these weights (strict: every key must fit)."""
         check_fits(self.config, self.state_dict, self.path or "checkpoint", FIT_HINT)
-        model = Transformer(self.config)
+        with _no_random_init():  # every parameter is replaced below: drawing them would touch GBs for nothing
+            model = Transformer(self.config)
         # The model takes these tensors as its parameters (assign) instead of copying them, so a model of
         # several GB is held once, not twice (float16 weights, as many Hub folders ship, are widened).
         # Tied parameters are tied again: assign gives each name a Parameter of its own.
@@ -62,6 +64,26 @@ class Checkpoint:
         model.load_state_dict(float32, strict=True, assign=True)
         model.tie()
         return model.eval()
+
+
+# torch.nn.init's in-place initialisers, which module constructors call through the module attribute.
+INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                "xavier_normal_", "constant_", "ones_", "zeros_")
+
+
+@contextlib.contextmanager
+def _no_random_init() -> Iterator[None]:
+    """Modules built meanwhile keep torch.empty's parameters: large ones are pages the kernel has not
+    handed out yet, so a model whose weights are assigned right after costs no memory of its own (what
+    transformers' `no_init_weights` does for the same reason). Buffers are computed as usual."""
+    saved = {name: getattr(torch.nn.init, name) for name in INITIALISERS}
+    try:
+        for name in INITIALISERS:
+            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
 
 
 def save_checkpoint(model: Transformer, path: str | os.PathLike, tokenizer: dict | None = None,

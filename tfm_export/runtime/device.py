@@ -62,6 +62,9 @@ class RuntimeOptions:
     # GPU). Off here, so a float32 export computes in float32 on every device; --dtype float16 is the
     # fast path.
     tf32: bool = False
+    # ORT copies each MatMul's weights into its packed layout when a session opens: faster steps, about
+    # twice the weights' memory. Validation of models over 2 GB turns it off (export.decoding_checks).
+    prepack: bool = True
 
     def __post_init__(self) -> None:
         check_thread_count(self.intra_op_threads, "intra_op_threads")
@@ -81,6 +84,8 @@ class RuntimeOptions:
             opts.inter_op_num_threads = self.inter_op_threads
         if not self.spin_wait:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if not self.prepack:
+            opts.add_session_config_entry("session.disable_prepacking", "1")
         if self.parallel_execution:
             opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         if self.profile_prefix:
