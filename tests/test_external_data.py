@@ -7,6 +7,7 @@ A 2 GB model is too big for CI, so these tests force the layout on the tiny mode
 exported by benchmarks/big_models.py (BENCHMARKS.md, "Models over 2 GB").
 """
 
+import numpy as np
 import onnx
 import pytest
 
@@ -95,3 +96,48 @@ def test_threshold_is_the_parameter_bytes(tiny_checkpoint):
     model = load_checkpoint(tiny_checkpoint).build_model()
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     assert size < EXTERNAL_DATA_BYTES and not needs_external_data(model) and needs_external_data(model, True)
+
+
+def _head_graph(folder, tied: bool):
+    """A tied head as torch.onnx leaves it for a big vocabulary: MatMul(x, Transpose(W)), W gathered too."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)  # (vocab, d_model)
+    nodes = [helper.make_node("Transpose", ["W"], ["WT"], perm=[1, 0], name="node_t"),
+             helper.make_node("MatMul", ["x", "WT"], ["logits"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 50])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])]
+    if tied:
+        nodes.append(helper.make_node("Gather", ["W", "ids"], ["embedded"]))
+        inputs.append(helper.make_tensor_value_info("ids", TensorProto.INT64, [3]))
+        outputs.append(helper.make_tensor_value_info("embedded", TensorProto.FLOAT, [3, 8]))
+    graph = helper.make_graph(nodes, "head", inputs, outputs, [numpy_helper.from_array(weight, "W")])
+    path = folder / "decoder.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), str(path),
+              save_as_external_data=True, location="decoder.onnx.data", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_transposed_head_is_stored_transposed(tmp_path, tied):
+    import onnxruntime as ort
+
+    from tfm_export.export.checks import external_files
+    from tfm_export.export.folding import fold_transposes, transposed_initializers
+
+    path = _head_graph(tmp_path, tied)
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)}
+    if tied:
+        feeds["ids"] = np.array([0, 7, 49])
+    before = ort.InferenceSession(str(path)).run(None, feeds)
+    assert transposed_initializers(path) == ["node_t"]
+    assert fold_transposes(path) == 1
+    after = ort.InferenceSession(str(path)).run(None, feeds)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    assert [n.op_type for n in graph.node if n.op_type == "Transpose"] == []
+    assert sorted(t.name for t in graph.initializer) == (["W", "W.transposed"] if tied else ["W.transposed"])
+    assert external_files(path) == ["decoder.onnx.data"] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "decoder.onnx", "decoder.onnx.data"]
+    assert fold_transposes(path) == 0  # nothing left to fold

@@ -31,6 +31,7 @@ from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .checks import check_graph, external_files, finish_graph
+from .folding import fold_transposes
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
 from .variants import transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
@@ -109,6 +110,8 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, 
         except Exception as exc:  # the exporter raises many types; keep its first line
             raise ExportError(f"torch.onnx could not export the {spec.name}: {first_line(exc)}") from exc
         program.save(str(path), external_data=external)
+    if external:
+        fold_transposes(path)
     check_graph(path, spec)
     return external_files(path)
 
