@@ -1,9 +1,9 @@
-r"""Whisper on CPU: tfm-export's ONNX Runtime export vs faster-whisper (CTranslate2) vs transformers (issue #39).
+r"""Whisper on CPU: tfm-export's ONNX Runtime export vs faster-whisper (CTranslate2) vs transformers (vs Optimum) (#39).
 
     .venv/bin/python benchmarks/whisper_speed.py [--fixture models/whisper-digits] [--seconds 600] \
         [--repeat 3] [--threads 2] [--layouts tiny,base] [--vocab 51865] [--batches 1,8] [--steps 96] \
         [--min-time 1] [--backends ours-f32,ours-int8,faster-whisper-f32,faster-whisper-int8,transformers] \
-        [--work DIR] [--json OUT.json]
+        [--optimum-python /work/optimum-venv/bin/python] [--work DIR] [--json OUT.json]
 
 faster-whisper is a benchmark-only dependency (not in pyproject's extras). Install it into the venv
 without letting it replace onnxruntime-gpu with onnxruntime (its only use of ONNX Runtime is the Silero
@@ -19,6 +19,13 @@ Backends (each on --threads threads, CPU, one process; all from the same Hugging
                          faster_whisper.WhisperModel(compute_type "float32" / "int8", cpu_threads=--threads)
   transformers           WhisperForConditionalGeneration (attn_implementation "eager", float32,
                          torch.set_num_threads(--threads)) on WhisperFeatureExtractor's features
+  optimum                (only with --optimum-python) Hugging Face Optimum's ORTModelForSpeechSeq2Seq on
+                         Optimum's own export of the folder (encoder, decoder and decoder-with-past, not
+                         merged), ONNX Runtime with --threads intra-op threads and torch with as many, in
+                         optimum_whisper_worker.py under that python: Optimum's ONNX export needs
+                         transformers < 4.58 and this venv has transformers 5, so it lives in a venv of its
+                         own (how to build it: optimum_worker.py's docstring) and answers over a pipe. It
+                         runs the transformers backend's calls (below) with transformers 4.57's generate.
 
 Figures:
 1. Real-time factor (RTF = processing seconds / audio seconds; below 1 is faster than real time) of
@@ -55,7 +62,11 @@ Figures:
                    fixed-length mode) on [<|startoftranscript|>, <|notimestamps|>], EOS in
                    suppress_tokens, max_length = 2 n (it decodes max_length // 2 new tokens)
      transformers  GenerationMixin.generate (the plain loop under WhisperForConditionalGeneration.generate,
-                   without its Whisper processors), the same prompt, min_new_tokens = max_new_tokens = n
+     and Optimum   without its Whisper processors), the same prompt, min_new_tokens = max_new_tokens = n
+Optimum's times, in both figures, are measured inside its worker around the same work as the others'
+(features, generate and the text's decoding; generate for a step), after it has read the .npy file of
+samples or features that this script wrote once into the work folder: the file, the pipe and the JSON are
+not timed.
 
 Known differences, reported rather than hidden:
 - faster-whisper pads every window's features to 3000 frames (audio.pad_or_trim's default) whatever the
@@ -67,8 +78,15 @@ Known differences, reported rather than hidden:
   write up to max_target_positions - 4 tokens a window.
 - faster-whisper keeps its default suppress_blank (blank and EOS banned at a window's first step;
   transformers and the export ban the folder's begin_suppress_tokens) and applies its own timestamp
-  rules, so its text can differ from the other two (which agree); the WER column shows by how much.
-- Optimum's ORTModelForSpeechSeq2Seq is not a backend here (it needs its own venv; see families.py).
+  rules, so its text can differ from the others' (which agree); the WER column shows by how much.
+- Optimum's export traces the encoder on a dummy input of 3000 frames (nb_max_frames), which a model whose
+  window is not 30 s rejects (transformers' Whisper encoder checks the length): the worker passes the
+  folder's window as nb_max_frames (optimum-cli's --nb_max_frames) and says so; nothing changes for 30 s
+  models. Should Optimum still refuse a folder, its backend is skipped for that model with the reason.
+- Optimum's ORTModelForWhisper generates with transformers 4.57's WhisperGenerationMixin (the transformers
+  backend runs transformers 5's), so its text should equal the transformers backend's; it runs the ONNX
+  sessions without I/O binding on the CPU (Optimum's default there): every step's inputs and outputs, the
+  past keys and values included, go between torch tensors and numpy arrays around session.run.
 Before each timed backend the script rests 0.3 s, so that the previous backend's spinning threads
 (CTranslate2's and torch's OpenMP, ONNX Runtime's intra-op pool) are idle. These 2-core machines are
 noisy, and any other load on them (a training job) makes single figures meaningless: run it on an idle
@@ -91,7 +109,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +119,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # whisper_fixtures: random Whisper fold
 TOOL = "tfm-export benchmarks/whisper_speed.py"
 RATE = 16000
 BACKENDS = ("ours-f32", "ours-int8", "faster-whisper-f32", "faster-whisper-int8", "transformers")
+OPTIMUM = "optimum"  # a backend only with --optimum-python
+OPTIMUM_WORKER = Path(__file__).resolve().parent / "optimum_whisper_worker.py"
 N_SHORT = 4  # new tokens of the short decode of the step measure
 WARMUP_SECONDS = 8.0
 PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
@@ -347,8 +367,66 @@ class Eager:
         return out.shape[1] - prompt.shape[1]
 
 
-def open_backends(names: list[str], folder: Folder, work: Path, threads: int) -> dict[str, Any]:
-    """The backends by name, each on `folder` (exports and conversions made in `work` when missing)."""
+class OptimumWhisper:
+    """optimum_whisper_worker.py under Optimum's venv's python: exports (or reuses) `work`/optimum, then times
+    each call itself: `seconds` is the last call's time as the worker measured it, which the measures take
+    instead of their own (own_time)."""
+
+    def __init__(self, python: Path, folder: Folder, work: Path, threads: int):
+        work.mkdir(parents=True, exist_ok=True)
+        # stderr is this process's: Optimum's export messages, and why the worker failed if it does
+        self.process = subprocess.Popen(
+            [str(python), str(OPTIMUM_WORKER), str(folder.path), str(work / "optimum"), "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdin and self.process.stdout
+        self.requests, self.replies, self.work = self.process.stdin, self.process.stdout, work
+        self.sent: dict[str, tuple[np.ndarray, Path]] = {}  # kind -> (the array last written, its file)
+        self.seconds = 0.0
+        self.export_s: float | None = self.ask(None)["export_s"]
+
+    def ask(self, request: dict[str, Any] | None) -> dict[str, Any]:
+        """Send `request` (None: only read, the ready line) and read the reply; its seconds kept."""
+        if request is not None:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+        line = self.replies.readline()
+        if not line:
+            raise RuntimeError(f"{OPTIMUM_WORKER.name} exited with status {self.process.wait()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{OPTIMUM_WORKER.name}: {reply['error']}")
+        self.seconds = reply.get("seconds", 0.0)
+        return reply
+
+    def npy(self, kind: str, array: np.ndarray) -> str:
+        """`array` as a .npy file in the work folder, written when it is not the array last sent as `kind`."""
+        held = self.sent.get(kind)
+        if held is None or held[0] is not array:
+            path = self.work / f"optimum-{kind}.npy"
+            np.save(path, np.ascontiguousarray(array, dtype=np.float32))
+            self.sent[kind] = (array, path)  # the array is held, so its identity is not reused
+        return str(self.sent[kind][1])
+
+    def transcribe(self, samples: np.ndarray, language: str) -> str:
+        return self.ask({"transcribe": self.npy("samples", samples), "language": language})["text"]
+
+    def steps(self, features: np.ndarray, n: int) -> int:
+        return self.ask({"steps": self.npy("features", features), "new_tokens": n})["new_tokens"]
+
+    def close(self) -> None:
+        self.requests.close()  # end of input ends the worker
+        self.process.wait(timeout=60)
+
+
+def own_time(backend: Any, outside: float) -> float:
+    """A call's seconds: `outside` (its wall time, taken here), or Optimum's as its worker measured it."""
+    return backend.seconds if isinstance(backend, OptimumWhisper) else outside
+
+
+def open_backends(names: list[str], folder: Folder, work: Path, threads: int, optimum_python: Path | None = None,
+                  skipped: list[str] | None = None) -> dict[str, Any]:
+    """The backends by name, each on `folder` (exports and conversions made in `work` when missing). A folder
+    that Optimum refuses leaves it out, with the reason printed and added to `skipped`."""
     made: dict[str, Any] = {}
     for name in names:
         if name.startswith("ours-"):
@@ -360,8 +438,17 @@ def open_backends(names: list[str], folder: Folder, work: Path, threads: int) ->
             made[name] = Faster(ct2, folder, threads, "int8" if int8 else "float32")
         elif name == "transformers":
             made[name] = Eager(folder, threads)
+        elif name == OPTIMUM and optimum_python:
+            try:
+                made[name] = OptimumWhisper(optimum_python, folder, work, threads)
+            except Exception as exc:  # no such python, or a folder Optimum refuses (its stderr above says more)
+                reason = f"Optimum skipped on {folder.path.name}: {type(exc).__name__}: {exc}"
+                print(reason, file=sys.stderr, flush=True)
+                if skipped is not None:
+                    skipped.append(reason)
         else:
-            raise SystemExit(f"unknown backend {name}; choose from {', '.join(BACKENDS)}")
+            raise SystemExit(f"unknown backend {name}; choose from {', '.join(BACKENDS)}, {OPTIMUM} (with "
+                             "--optimum-python)")
     return made
 
 
@@ -393,7 +480,7 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
             time.sleep(PAUSE)
             start = time.perf_counter()
             texts[name] = backend.transcribe(samples, "en")
-            times[name].append(time.perf_counter() - start)
+            times[name].append(own_time(backend, time.perf_counter() - start))
             if isinstance(backend, Ours):
                 encoder[name].append((backend.encoder_s, backend.encoder_calls))
             print(f"  repeat {r + 1}: {name} {times[name][-1]:.2f} s", file=sys.stderr)
@@ -432,15 +519,16 @@ def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int
 
 def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float) -> float:
     """(t(n_long) - t(N_SHORT)) / (n_long - N_SHORT) in ms, over as many (short, long) pairs as fill
-    `min_seconds` (at least one)."""
+    `min_seconds` (at least one); t as own_time gives it."""
     short = long = 0.0
     pairs, begin = 0, time.perf_counter()
     while pairs == 0 or time.perf_counter() - begin < min_seconds:
         start = time.perf_counter()
         backend.steps(features, N_SHORT)
         middle = time.perf_counter()
+        short += own_time(backend, middle - start)
         backend.steps(features, n_long)
-        short, long, pairs = short + middle - start, long + time.perf_counter() - middle, pairs + 1
+        long, pairs = long + own_time(backend, time.perf_counter() - middle), pairs + 1
     return (long - short) / pairs / (n_long - N_SHORT) * 1000
 
 
@@ -519,7 +607,12 @@ def parse_args() -> argparse.Namespace:
                    "model's max_target_positions)")
     p.add_argument("--min-time", type=float, default=1.0, help="step figure: seconds of (short, long) decode "
                    "pairs per backend and repeat (at least one pair)")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="which backends, comma-separated")
+    p.add_argument("--backends", help=f"which backends, comma-separated (default: {','.join(BACKENDS)}, and "
+                   f"{OPTIMUM} with --optimum-python)")
+    p.add_argument("--optimum-python", type=Path, default=None,
+                   help="python of a venv with optimum-onnx[onnxruntime] (it needs transformers < 4.58), e.g. "
+                        "/work/optimum-venv/bin/python: adds Optimum's ORTModelForSpeechSeq2Seq as the backend "
+                        f"{OPTIMUM}, run by {OPTIMUM_WORKER.name} (default: none, Optimum left out)")
     p.add_argument("--no-rtf", action="store_true", help="skip the long recording (step figure only)")
     p.add_argument("--work", type=Path, help="keep exports, conversions and the recording here (reused)")
     p.add_argument("--json", type=Path, help="write the report here")
@@ -527,11 +620,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_model(label: str, path: Path, args: argparse.Namespace, work: Path, names: list[str],
-              recording: tuple[np.ndarray, str] | None, rtf: bool = False) -> tuple[list[dict], list[dict]]:
+              recording: tuple[np.ndarray, str] | None, rtf: bool = False,
+              skipped: list[str] | None = None) -> tuple[list[dict], list[dict]]:
     """One folder's figures: the RTF (with `rtf`) and the step figure per batch (on the recording's
-    windows when one is given, else on noise)."""
+    windows when one is given, else on noise). Backends refused for this folder go to `skipped`."""
     folder = Folder(path)
-    backends = open_backends(names, folder, work, args.threads)
+    backends = open_backends(names, folder, work, args.threads, args.optimum_python, skipped)
     rtf_rows = measure_rtf(backends, *recording, args.repeat) if rtf and recording else []
     n_long = N_SHORT + min(args.steps, folder.max_positions - N_SHORT - 4)  # the prompts take up to 2
     steps = []
@@ -539,6 +633,9 @@ def run_model(label: str, path: Path, args: argparse.Namespace, work: Path, name
         print(f"{label}: steps at batch {batch}", file=sys.stderr)
         features = step_features(folder, batch, recording[0] if recording else None)
         steps += measure_steps(backends, features, n_long, args.repeat, label, args.min_time)
+    for backend in backends.values():
+        if isinstance(backend, OptimumWhisper):
+            backend.close()
     del backends
     gc.collect()
     return rtf_rows, steps
@@ -554,10 +651,16 @@ def notes(args: argparse.Namespace, names: list[str]) -> list[str]:
                        f"{frames}-frame model rejects: it was made to pad to the model's window")
         out.append("faster-whisper: max_new_tokens is set so that CTranslate2 (which decodes max_length // 2 new "
                    "tokens) allows max_target_positions - 4 a window, as the others")
+    if OPTIMUM in names:
+        out.append("optimum: timed inside its worker process (features, generate and the text's decoding; generate "
+                   "for a step), the .npy file, the pipe and the JSON not timed")
+        if frames != 3000:
+            out.append(f"optimum: its export traces a 3000-frame dummy input, which a {frames}-frame model rejects: "
+                       f"it was given nb_max_frames {frames} (optimum-cli's --nb_max_frames)")
     return out
 
 
-def versions() -> dict[str, str | None]:
+def versions(optimum_python: Path | None) -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
@@ -566,6 +669,10 @@ def versions() -> dict[str, str | None]:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = None
+    if optimum_python:
+        from families import optimum_versions  # the Optimum venv's optimum, transformers and onnxruntime
+
+        out |= optimum_versions(optimum_python)
     return out
 
 
@@ -573,21 +680,27 @@ def main() -> None:
     args = parse_args()
     from tfm_export.bench.bench import machine_info
 
-    names = [n for n in args.backends.split(",") if n]
+    default = [*BACKENDS, OPTIMUM] if args.optimum_python else list(BACKENDS)
+    names = [n for n in args.backends.split(",") if n] if args.backends else default
+    if OPTIMUM in names and not args.optimum_python:
+        raise SystemExit(f"the backend {OPTIMUM} needs --optimum-python")
+    skipped: list[str] = []
     with contextlib.ExitStack() as stack:
         work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="whisper_speed_")))
         work.mkdir(parents=True, exist_ok=True)
         recording = long_recording(args.fixture, args.seconds, args.seed, work)
         print(f"recording: {len(recording[0]) / RATE:.1f} s, {len(recording[1].split())} words", file=sys.stderr)
         rtf, steps = run_model("whisper-digits (trained)", args.fixture, args, work / "fixture", names, recording,
-                               not args.no_rtf)
+                               not args.no_rtf, skipped)
         for layout in [n for n in args.layouts.split(",") if n]:
             folder = random_folder(layout, work / f"random-{layout}", args.vocab)
-            steps += run_model(f"random {layout}", folder, args, work / f"random-{layout}-out", names, None)[1]
+            steps += run_model(f"random {layout}", folder, args, work / f"random-{layout}-out", names, None,
+                               skipped=skipped)[1]
     settings = {**vars(args), "fixture": str(args.fixture), "work": str(args.work), "json": str(args.json),
-                "n_short": N_SHORT, "pause_s": PAUSE}
-    report = {"tool": TOOL, "machine": {**machine_info(args.threads), **versions()}, "settings": settings,
-              "rtf": rtf, "steps": steps, "notes": notes(args, names)}
+                "optimum_python": str(args.optimum_python), "backends": ",".join(names), "n_short": N_SHORT,
+                "pause_s": PAUSE}
+    report = {"tool": TOOL, "machine": {**machine_info(args.threads), **versions(args.optimum_python)},
+              "settings": settings, "rtf": rtf, "steps": steps, "notes": notes(args, names) + skipped}
     print(markdown(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
