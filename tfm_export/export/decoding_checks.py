@@ -46,10 +46,10 @@ SCORE_RTOL = 1e-4
 
 
 def checking_options(manifest: Manifest, base: RuntimeOptions = QUIET) -> RuntimeOptions:
-    """`base` for a check of this export: without ORT's packed weight copies when the graphs keep their
-    weights in external data (a model over 2 GB), so that the checks fit beside the eager model in memory."""
+    """`base` for a check of this export: without ORT's packed weight copies and memory arena when the graphs
+    keep their weights in external data (a model over 2 GB), so that the checks fit beside the eager model."""
     big = any(graph.external_data for graph in manifest.graphs.values())
-    return dataclasses.replace(base, prepack=False) if big else base
+    return dataclasses.replace(base, prepack=False, cpu_arena=False) if big else base
 
 
 def compare_greedy(folder: Path, manifest: Manifest, model: Transformer, sources: list[list[int]], steps: int,

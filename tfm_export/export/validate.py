@@ -142,35 +142,55 @@ def check_same_model(exported: TransformerConfig, given: TransformerConfig, fold
 
 def _compare_graphs(folder: Path, manifest: Manifest, model: Transformer, device: str, gen: torch.Generator,
                     seed: int, tol: tuple[float, float]) -> tuple[str, dict[str, "_Stat"]]:
-    """Every graph's outputs against eager on the shapes grid; (the device used, the stats). The sessions
-    close on return, before the decoding checks open the export's own: a model of several GB is then
-    held by ORT once, not twice."""
-    device, sessions = _sessions(folder, manifest, device)
+    """Every graph's outputs against eager on the shapes grid; (the device used, the stats).
+
+    One graph's session at a time, each closed before the next opens and before the decoding checks open
+    the export's own: a model of several GB is then held by ORT about once. Every pass draws the same
+    inputs (the generator restarts; a graph's inputs are eager outputs, never another graph's)."""
     stats: dict[str, _Stat] = {}
+    start = gen.get_state()
+    for name in manifest.graphs:
+        gen.set_state(start)
+        device, sessions = _sessions(folder, manifest, device, only=name)
+        _walk_grid(stats, sessions, manifest, model, gen, seed, tol)
+        del sessions
+    return device, stats
+
+
+def _walk_grid(stats: dict[str, "_Stat"], sessions: dict[str, ort.InferenceSession], manifest: Manifest,
+               model: Transformer, gen: torch.Generator, seed: int, tol: tuple[float, float]) -> None:
+    """The shapes grid: each graph in `sessions` against eager; the others' outputs are computed eagerly."""
+    def check(graph: str, module: torch.nn.Module, args: tuple[torch.Tensor, ...], filled=None):
+        if graph not in sessions:
+            with torch.no_grad():
+                return module(*args)
+        return _compare(stats, graph, sessions[graph], module, args, tol, filled)
+
     slots = static_slots(manifest) or 0  # the static decoder's cache slots (0: not exported)
     for batch, src_len in BATCHES_AND_SRC_LENS:
         src = _random_source(model, batch, src_len or min(model.config.max_len, MAX_VALIDATED_SRC_LEN), gen)
-        cross = _compare(stats, "encoder", sessions["encoder"], EncoderGraph(model), (src,), tol)
+        cross = check("encoder", EncoderGraph(model), (src,))
         for past_len, tgt_len in PAST_AND_TGT_LENS:
             if past_len + tgt_len > model.config.max_len:
                 continue
             args = _decoder_inputs(model, cross, past_len, tgt_len, gen)
-            _compare(stats, "decoder", sessions["decoder"], DecoderGraph(model), args, tol)
-            if "decoder_static" in sessions and tgt_len == 1 and past_len < slots:
-                args = _static_inputs(model, args, gen, slots)
+            check("decoder", DecoderGraph(model), args)
+            if "decoder_static" in manifest.graphs and tgt_len == 1 and past_len < slots:
+                args = _static_inputs(model, args, gen, slots)  # drawn in every pass, checked in its own
                 for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs
                     filled = args[2] if name in FILLED_SLOTS_ONLY else None  # cache_len
-                    _compare(stats, name, sessions[name], SLOT_GRAPH_MODULES[name](model), args, tol, filled)
-        if manifest.cross_per_source:
+                    check(name, SLOT_GRAPH_MODULES[name](model), args, filled)
+        if manifest.cross_per_source and "decoder" in sessions:
             _compare_grouped(stats, sessions["decoder"], model, cross, seed, tol)
-    return device, stats
 
 
-def _sessions(folder: Path, manifest: Manifest, device: str) -> tuple[str, dict[str, ort.InferenceSession]]:
-    """Sessions for every graph on `device` (auto: CUDA when usable, else CPU); returns the device used."""
+def _sessions(folder: Path, manifest: Manifest, device: str, only: str | None = None
+              ) -> tuple[str, dict[str, ort.InferenceSession]]:
+    """Sessions for every graph (or `only` that one) on `device` (auto: CUDA when usable, else CPU);
+    returns the device used."""
     from ..runtime.device import RuntimeOptions, open_sessions
 
-    paths = {name: folder / g.file for name, g in manifest.graphs.items()}
+    paths = {name: folder / g.file for name, g in manifest.graphs.items() if only in (None, name)}
     # No spinning: validation runs PyTorch and ORT in turn, and spinning ORT threads would take its cores.
     options = checking_options(manifest, RuntimeOptions(spin_wait=False))
     chosen, sessions = open_sessions(paths, device, options)

@@ -65,6 +65,9 @@ class RuntimeOptions:
     # ORT copies each MatMul's weights into its packed layout when a session opens: faster steps, about
     # twice the weights' memory. Validation of models over 2 GB turns it off (export.decoding_checks).
     prepack: bool = True
+    # ORT's CPU memory arena keeps the largest activations of any run allocated for the next: fast, but
+    # the validation's widest shapes would stay held beside the model (off there for models over 2 GB).
+    cpu_arena: bool = True
 
     def __post_init__(self) -> None:
         check_thread_count(self.intra_op_threads, "intra_op_threads")
@@ -86,6 +89,7 @@ class RuntimeOptions:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if not self.prepack:
             opts.add_session_config_entry("session.disable_prepacking", "1")
+        opts.enable_cpu_mem_arena = self.cpu_arena
         if self.parallel_execution:
             opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         if self.profile_prefix:
