@@ -141,3 +141,18 @@ def test_transposed_head_is_stored_transposed(tmp_path, tied):
     assert external_files(path) == ["decoder.onnx.data"] and sorted(p.name for p in tmp_path.iterdir()) == [
         "decoder.onnx", "decoder.onnx.data"]
     assert fold_transposes(path) == 0  # nothing left to fold
+
+
+@pytest.mark.parametrize("name", ["float16", "int8"])
+def test_external_variant_has_the_one_file_variants_weights(exports, name):
+    """float16 and int8 convert an external graph's weights one tensor at a time: the same tensors."""
+    from onnx import numpy_helper
+
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        ext = onnx.load(str(exports(name, True) / graph))
+        one = onnx.load(str(exports(name, False) / graph))
+        a = {t.name: numpy_helper.to_array(t) for t in ext.graph.initializer}
+        b = {t.name: numpy_helper.to_array(t) for t in one.graph.initializer}
+        assert sorted(a) == sorted(b)
+        for key, value in a.items():
+            assert value.dtype == b[key].dtype and np.array_equal(value, b[key]), key

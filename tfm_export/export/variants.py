@@ -14,18 +14,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-import onnx
-
 from ..errors import ExportError, first_line
 from ..manifest import GraphSpec, Variant
 from .checks import check_graph, external_files
+from .float16 import FLOAT32_OPS, float16_graph
 from .int8 import quantize_int8
 
 log = logging.getLogger(__name__)
-
-# Kept in float32 inside float16 graphs: the softmax and every layer norm (Casts around them), so
-# large attention scores and the mean/variance of the residual stream cannot overflow float16.
-FLOAT32_OPS = ("Softmax", "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization")
 
 # How a variant is validated against the float32 eager model:
 #   parity     every output within atol, greedy tokens equal (float32, optimised or not);
@@ -36,7 +31,6 @@ FLOAT16_ATOL, FLOAT16_RTOL = 1e-2, 1e-2
 # rounding grows with the scale of the sums behind an output (a deep model whose keys reach 10 differs
 # from eager by ~1e-4 in float32); a tighter --atol tightens both.
 FLOAT32_RTOL_PER_ATOL = 0.1
-FLOAT16_CLIP = 2.0**15  # largest constant magnitude in a float16 graph (see float16_graph)
 
 
 def optimize_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
@@ -90,50 +84,6 @@ def _untransposed(value: Any) -> Any:
     if perm is None or list(perm.value) != [0, 2, 1, 3] or source.shape is None or source.shape.rank() != 4:
         return None
     return source
-
-
-def float16_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
-    """Weights and compute in float16 (ORT's converter); I/O the spec keeps float32 stays float32."""
-    import onnx_ir as ir
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
-
-    keep = [t.name for t in (*spec.inputs, *spec.outputs) if t.dtype == "float32"]
-    # Constants beyond FLOAT16_CLIP (the -3.4e38 attention mask floor) are clipped to it: far below any
-    # real score, so masked weights stay 0, and half float16's range, so `score + floor` (the mask is
-    # added in float16) cannot overflow to -inf, which would make a fully masked row NaN. Given the path,
-    # the converter infers shapes from the file, which works past protobuf's 2 GB.
-    model = convert_float_to_float16(str(src), keep_io_types=keep, max_finite_val=FLOAT16_CLIP,
-                                     op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FLOAT32_OPS])
-    graph = _repair(model)
-    ir.save(graph, str(dst), external_data=_data_name(dst) if external else None)
-    nodes = list(graph.graph)
-    return {"casts": sum(n.op_type == "Cast" for n in nodes),
-            "float32_nodes": sum(n.op_type in FLOAT32_OPS for n in nodes),
-            "float16_initializers": sum(t.dtype == ir.DataType.FLOAT16 for t in graph.graph.initializers.values())}
-
-
-def _repair(model: onnx.ModelProto) -> Any:
-    """Undo three quirks of ORT's float16 converter so onnx.checker accepts the result; an onnx_ir model
-    (saved through onnx_ir, whose external data has no 2 GB limit).
-
-    It adds one Cast per (blocked node, input), so an initializer shared by several layer norms
-    (the exporter deduplicates equal weights) gets identical Cast nodes; it appends its Casts at the
-    end of the node list; and it leaves value_info with the old element types.
-    """
-    import onnx_ir as ir
-
-    seen, unique = set(), []
-    for node in model.graph.node:
-        key = (node.op_type, tuple(node.input), tuple(node.output))
-        if key not in seen:
-            seen.add(key)
-            unique.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(unique)
-    del model.graph.value_info[:]
-    graph = ir.serde.deserialize_model(model)
-    graph.graph.sort()
-    return graph
 
 
 def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
