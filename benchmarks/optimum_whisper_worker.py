@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import onnxruntime
@@ -56,6 +56,8 @@ import transformers
 from optimum.exporters.onnx import main_export
 from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
 from transformers.generation.utils import GenerationMixin
+
+from optimum_worker import serve  # the same JSON-lines loop (this folder is on sys.path: scripts run from it)
 
 RATE = 16000
 TASK = "automatic-speech-recognition-with-past"  # what ORTModelForSpeechSeq2Seq._export infers, use_cache on
@@ -140,17 +142,6 @@ class Whisper:
         return {"seconds": time.perf_counter() - start, "new_tokens": out.shape[1] - prompt.shape[1]}
 
 
-def serve(model: Whisper, requests: TextIO, replies: TextIO) -> None:
-    for line in requests:
-        try:
-            request = json.loads(line)
-            reply = model.transcribe(request) if "transcribe" in request else model.steps(request)
-        except Exception as exc:  # answered, so the caller sees why; the next request may still work
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hf_dir", type=Path, help="a Whisper folder saved with save_pretrained")
@@ -166,7 +157,8 @@ def main() -> None:
         model = Whisper(hf_dir, args.cache, args.threads)
         replies.write(json.dumps({"ready": True, "export_s": export_s}) + "\n")
         replies.flush()
-        serve(model, sys.stdin, replies)
+        serve(lambda request: model.transcribe(request) if "transcribe" in request else model.steps(request),
+              sys.stdin, replies)
 
 
 if __name__ == "__main__":

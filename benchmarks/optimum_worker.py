@@ -38,7 +38,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import onnxruntime
 import torch
@@ -76,10 +76,11 @@ def generate(model: ORTModelForSeq2SeqLM, request: dict[str, Any]) -> dict[str, 
     return {"seconds": seconds, "lengths": [len(r) for r in rows], "ids": rows}
 
 
-def serve(model: ORTModelForSeq2SeqLM, requests: TextIO, replies: TextIO) -> None:
+def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], requests: TextIO, replies: TextIO) -> None:
+    """One JSON reply line per JSON request line (optimum_whisper_worker.py answers through it too)."""
     for line in requests:
         try:
-            reply = generate(model, json.loads(line))
+            reply = handle(json.loads(line))
         except Exception as exc:  # answered, so the caller sees why; the next request may still work
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         replies.write(json.dumps(reply) + "\n")
@@ -99,7 +100,7 @@ def main() -> None:
     model = load(args.cache, args.threads)
     replies.write(json.dumps({"ready": True, "export_s": export_s}) + "\n")
     replies.flush()
-    serve(model, sys.stdin, replies)
+    serve(lambda request: generate(model, request), sys.stdin, replies)
 
 
 if __name__ == "__main__":
