@@ -32,6 +32,7 @@ from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
+from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
 from .variants import transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
@@ -142,6 +143,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
         with float32 as reference:
             reference = Path(reference) if reference else None
             manifest = _write_graphs(checkpoint, model, target.tmp, options, stage, reference)
+            release_freed_memory()  # the exporter's freed gigabytes, before the validation's sessions open
             if options.validate:
                 manifest = _validate(target.tmp, model, manifest, options, eval_set, reference, stage)
         write_manifest(target.tmp, manifest)  # once, after the last transform and the validation
