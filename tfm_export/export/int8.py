@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+CHUNK_ROWS = 4096  # rows of a weight quantised at once (see _quantized)
+
 
 def quantize_int8(src: Path, dst: Path, external: bool) -> int:
     """Write the int8 graph of `src` to `dst` (weights in `<dst name>.data` when `external`); the number of
@@ -60,11 +62,9 @@ def _float_matrix(node) -> "object | None":
 def _replace(model, node, weight, quantized_a: tuple) -> None:
     """MatMul(A, B) -> MatMulInteger, Cast, Mul, Mul, with B quantised (a new initializer; the float one
     is dropped when nothing else reads it, as a tied embedding's Gather still does)."""
-    import onnx
     import onnx_ir as ir
-    from onnxruntime.quantization.quant_utils import quantize_data
 
-    zero, scale, q = quantize_data(weight.const_value.numpy(), onnx.TensorProto.INT8, symmetric=True)
+    zero, scale, q = _quantized(weight.const_value.numpy())
     base = weight.name
     b_q = _initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
     b_scale = _initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
@@ -79,6 +79,21 @@ def _replace(model, node, weight, quantized_a: tuple) -> None:
     ir.convenience.replace_nodes_and_values(model.graph, node, [node], new, [out], [result.outputs[0]])
     if not weight.uses():
         model.graph.initializers.pop(weight.name)
+
+
+def _quantized(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(zero point, scale, int8 data): ORT's quantize_data (symmetric int8, one scale per tensor), its
+    elementwise quantize_nparray applied CHUNK_ROWS rows at a time, so that a 256k-row output projection
+    needs a few MB of float temporaries instead of several copies of its 1 GB."""
+    import onnx
+    from onnxruntime.quantization.quant_utils import compute_data_quant_params, quantize_nparray
+
+    zero, scale = compute_data_quant_params(data, onnx.TensorProto.INT8, True)
+    q = np.empty(data.shape, dtype=np.int8)
+    for start in range(0, data.shape[0], CHUNK_ROWS):
+        q[start:start + CHUNK_ROWS] = quantize_nparray(onnx.TensorProto.INT8, data[start:start + CHUNK_ROWS],
+                                                       scale, zero)
+    return zero, scale, q
 
 
 def _initializer(model, name: str, array: np.ndarray):
