@@ -25,6 +25,7 @@ from ..manifest import GraphSpec
 # large attention scores and the mean/variance of the residual stream cannot overflow float16.
 FLOAT32_OPS = ("Softmax", "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization")
 FLOAT16_CLIP = 2.0**15  # largest constant magnitude in a float16 graph (see float16_graph)
+CHUNK = 1 << 22  # elements of an external weight converted at once (see _lazy)
 
 
 def float16_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
@@ -81,8 +82,12 @@ def _lazy(stored: tuple[Path, int, int, Any], dtype: Any, shape: Any) -> Any:
 
     def read() -> Any:
         array = np.memmap(path, dtype=source, mode="r", offset=offset, shape=(count,))
-        if dtype == ir.DataType.FLOAT16 and source == np.float32:
-            array = convert_np_to_float16(np.asarray(array), max_finite_val=FLOAT16_CLIP)
+        if dtype == ir.DataType.FLOAT16 and source == np.float32:  # elementwise: in chunks, few temporaries
+            half = np.empty(count, dtype=np.float16)
+            for start in range(0, count, CHUNK):
+                half[start:start + CHUNK] = convert_np_to_float16(np.asarray(array[start:start + CHUNK]),
+                                                                  max_finite_val=FLOAT16_CLIP)
+            array = half
         return ir.tensor(np.asarray(array).reshape(tuple(shape)))
 
     return ir.LazyTensor(read, dtype=dtype, shape=shape)
