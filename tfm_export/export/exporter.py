@@ -207,6 +207,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                 shutil.copy2(folder / file, reference / file)
     transforms = {}
     if options.is_variant:
+        release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
         with stage("transform"):
             transforms = transform_graphs(folder, specs, options)
     copied = _copy_tokenizer_files(checkpoint, folder)
