@@ -25,7 +25,6 @@ VARIANTS = {
     "int8": {"quantize": "int8"},
     "float16": {"dtype": "float16"},
     "static": {"static_cache": True},
-    "optimize-int8": {"optimize": True, "quantize": "int8"},
 }
 
 
@@ -60,7 +59,7 @@ def test_variant_keeps_external_data_hashed_and_validated(exports, name):
     assert {n for n in names if ".onnx" in n} == listed  # no stale data file of the float32 graphs
 
 
-@pytest.mark.parametrize("name", ["float32", "optimize", "int8", "float16"])
+@pytest.mark.parametrize("name", ["float32", "int8", "float16"])
 def test_external_variant_decodes_like_the_one_file_variant(exports, name):
     ext, one = open_export(exports(name, True)), open_export(exports(name, False))
     for beams in (1, 3):
