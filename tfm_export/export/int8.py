@@ -65,6 +65,9 @@ def _replace(model, node, weight, quantized_a: tuple) -> None:
     import onnx_ir as ir
 
     zero, scale, q = _quantized(weight.const_value.numpy())
+    release = getattr(weight.const_value, "release", None)
+    if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
+        release()
     base = weight.name
     b_q = _initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
     b_scale = _initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
