@@ -40,6 +40,12 @@ def external_files(path: Path) -> list[str]:
     """The external-data files the graph at `path` names (relative to its folder), sorted."""
     graph = onnx.load(str(path), load_external_data=False).graph
     files = {entry.value for tensor in graph.initializer for entry in tensor.external_data if entry.key == "location"}
+    # The exporter's graphs name plain files beside them; the transforms replace and remove those files, so
+    # a location elsewhere (a path) is refused rather than ever touched.
+    outside = sorted(f for f in files if Path(f).name != f)
+    if outside:
+        raise ExportError(f"{path.name} names external data outside its folder ({outside[0]}); this is a bug "
+                          f"in tfm-export, please report it")
     return sorted(files)
 
 
