@@ -1,16 +1,24 @@
 """The CUDA paths on a GPU, each against CPU float32 (the whole module skips without a GPU).
 
 IOBinding with the cache on the device (greedy, beam search with its device-side head), the static
-decoder replayed as CUDA graphs, `--dtype float16`, and the server's in-flight rows. Exact token
+decoder replayed as CUDA graphs, `--dtype float16`, the server's in-flight rows and Whisper. Exact token
 equality on the bundled model, whose answers have clear margins; on trained fixtures float16 may
-flip near-ties, so there the bar is token agreement (>= 99.5 %), printed for BENCHMARKS.md
-(`pytest -m gpu -rP`).
+flip near-ties, so there the bar is token agreement (>= 99.5 %), or for speech the held-out WER, printed for
+BENCHMARKS.md (`pytest -m gpu -rP`).
+
+The Whisper case speaks models/whisper-digits' held-out set with espeak-ng. A GPU machine without it reads
+the recordings from the .npz that TFM_HELDOUT_SPEECH names, written where espeak-ng is by
+`python tests/test_gpu.py speech.npz`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +40,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_cuda_gpu(), reason="ne
 SOURCES = [s for s, _ in read_heldout(BUNDLED / "heldout.tsv")] + [str(n) for n in range(0, 1000, 7)]
 FAMILIES = ("marian", "bart", "t5")  # sinusoidal + learned positions, T5's relative bias
 AGREEMENT = 0.995
+WHISPER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
+WHISPER_DROP = 0.02  # float16's allowed WER rise over CPU float32 on the held-out set (as tests/test_whisper_trained)
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +145,42 @@ def test_inflight_rows_on_cuda_equal_direct_generate(bundled_static):
         if hypotheses is not None:
             assert [h.ids for h in hypotheses] == [h.ids for h in expected]
             np.testing.assert_allclose([h.score for h in hypotheses], [h.score for h in expected], atol=1e-4)
+
+
+def spoken_heldout() -> list:
+    """[(Spoken, samples)]: whisper-digits' held-out set, read from TFM_HELDOUT_SPEECH or spoken by espeak-ng."""
+    sys.path.insert(0, str(WHISPER))
+    from speech import Spoken
+
+    rows = (WHISPER / "heldout.tsv").read_text().splitlines()
+    if os.environ.get("TFM_HELDOUT_SPEECH"):
+        with np.load(os.environ["TFM_HELDOUT_SPEECH"]) as saved:
+            return [(Spoken.from_row(row), saved[str(n)]) for n, row in enumerate(rows)]
+    if not shutil.which("espeak-ng"):
+        pytest.skip("needs espeak-ng or TFM_HELDOUT_SPEECH")
+    return [(s, s.samples()) for s in map(Spoken.from_row, rows)]
+
+
+def test_whisper_on_cuda_transcribes_like_cpu(tmp_path):
+    """The trained Whisper fixture on CUDA: float32 gives CPU's ids (language detected, greedy and beam 3);
+    float16 keeps the held-out WER within WHISPER_DROP of CPU float32's."""
+    jiwer = pytest.importorskip("jiwer")
+    heldout = spoken_heldout()[::2]
+    run_cli_ok(WHISPER, "-o", tmp_path / "f32")
+    run_cli_ok(WHISPER, "-o", tmp_path / "f16", "--dtype", "float16", "--no-validate")
+    cpu, gpu = open_export(tmp_path / "f32", "cpu"), open_export(tmp_path / "f32", "cuda")
+    half = open_export(tmp_path / "f16", "cuda")
+    assert gpu.device.ort_type == "cuda" and half.device.ort_type == "cuda"
+    refs = [spoken.text() for spoken, _ in heldout]
+    for options in ({}, {"num_beams": 3}):
+        expected = [cpu.transcribe(samples, **options) for _, samples in heldout]
+        assert [gpu.transcribe(x, **options)["ids"] for _, x in heldout] == [r["ids"] for r in expected]
+        halves = [half.transcribe(samples, **options)["text"].strip() for _, samples in heldout]
+        wer32 = jiwer.wer(refs, [r["text"].strip() for r in expected])
+        wer16 = jiwer.wer(refs, halves)
+        print(f"whisper-digits held-out WER {options or 'greedy'}: CPU float32 {wer32:.4f}, CUDA float16 {wer16:.4f}")
+        assert wer16 <= wer32 + WHISPER_DROP
+
+
+if __name__ == "__main__":  # write the held-out recordings for a machine without espeak-ng
+    np.savez_compressed(sys.argv[1], **{str(n): x for n, (_, x) in enumerate(spoken_heldout())})
