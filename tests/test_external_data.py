@@ -157,15 +157,18 @@ def test_external_variant_has_the_one_file_variants_weights(exports, name):
             assert value.dtype == b[key].dtype and np.array_equal(value, b[key]), key
 
 
-def test_int8_weights_quantised_in_chunks_equal_ort_quantize_data():
-    """export.int8 quantises a tall weight in row chunks: the same int8 values and scale as ORT's quantize_data."""
+@pytest.mark.parametrize("shape", [(2 * 4096 + 17, 8), (3, 1 << 21), (1 << 20, 5)], ids=["tall", "wide", "rows"])
+def test_int8_weights_quantised_in_chunks_equal_ort_quantize_data(shape, monkeypatch):
+    """export.int8 quantises a weight in chunks of whole rows (tall, wide like the transposed head, rows left
+    over): the same int8 values and scale as ORT's quantize_data."""
     from onnx import TensorProto
     from onnxruntime.quantization.quant_utils import quantize_data
 
-    from tfm_export.export.int8 import CHUNK_ROWS, _quantized
+    from tfm_export.export import int8
 
-    weight = np.random.default_rng(3).standard_normal((2 * CHUNK_ROWS + 17, 8)).astype(np.float32) * 3
-    zero, scale, q = _quantized(weight)
+    monkeypatch.setattr(int8, "CHUNK_ELEMENTS", 1 << 16)  # several chunks, and a row wider than one chunk
+    weight = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 3
+    zero, scale, q = int8._quantized(weight)
     want_zero, want_scale, want = quantize_data(weight, TensorProto.INT8, symmetric=True)
     assert np.array_equal(q, want) and q.dtype == np.int8
     assert np.array_equal(scale, want_scale) and np.array_equal(zero, want_zero)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-CHUNK_ROWS = 4096  # rows of a weight quantised at once (see _quantized)
+CHUNK_ELEMENTS = 1 << 22  # elements of a weight quantised at once, in whole rows (see _quantized)
 
 
 def quantize_int8(src: Path, dst: Path, external: bool) -> int:
@@ -86,16 +86,17 @@ def _replace(model, node, weight, quantized_a: tuple) -> None:
 
 def _quantized(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(zero point, scale, int8 data): ORT's quantize_data (symmetric int8, one scale per tensor), its
-    elementwise quantize_nparray applied CHUNK_ROWS rows at a time, so that a 256k-row output projection
-    needs a few MB of float temporaries instead of several copies of its 1 GB."""
+    elementwise quantize_nparray applied to whole rows, about CHUNK_ELEMENTS at a time, so that a 1 GB output
+    projection needs 16 MB of float temporaries instead of several copies of its 1 GB. Counted in elements,
+    not rows: the head is stored transposed (export/folding.py), 1024 rows of 256k."""
     import onnx
     from onnxruntime.quantization.quant_utils import compute_data_quant_params, quantize_nparray
 
     zero, scale = compute_data_quant_params(data, onnx.TensorProto.INT8, True)
     q = np.empty(data.shape, dtype=np.int8)
-    for start in range(0, data.shape[0], CHUNK_ROWS):
-        q[start:start + CHUNK_ROWS] = quantize_nparray(onnx.TensorProto.INT8, data[start:start + CHUNK_ROWS],
-                                                       scale, zero)
+    rows = max(1, CHUNK_ELEMENTS // max(1, data.shape[1]))
+    for start in range(0, data.shape[0], rows):
+        q[start:start + rows] = quantize_nparray(onnx.TensorProto.INT8, data[start:start + rows], scale, zero)
     return zero, scale, q
 
 
