@@ -370,3 +370,34 @@ def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path
     kept = [p for p in tmp_path.iterdir() if p.name.startswith(".export.old-")]
     assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["target.spm"]
     assert (kept[0] / "target.spm").read_bytes() == b"edited by the user"
+
+
+def test_runtime_files_for_node(opus_folder, tmp_path, caplog):
+    """source.tokenizer.json and the "sentencepiece" section (text.spm_json): a standard tokenizer.json whose
+    pieces the tokenizers library finds on plain text, a dict form that round-trips; a model the conversion
+    cannot reproduce (BPE) gets none, with a warning, and the export stays ids only in Node."""
+    from tokenizers import Tokenizer
+
+    folder, _, _ = opus_folder
+    tok = MarianTokenizer.from_folder(folder)
+    data, written = tok.write_runtime_files(tmp_path)
+    assert written == ["source.tokenizer.json"] and data["sentencepiece"]["target"]["unk"] == "<unk>"
+    assert MarianTokenizer.from_dict(json.loads(json.dumps(data)), folder).to_dict() == data
+    rust = Tokenizer.from_file(str(tmp_path / "source.tokenizer.json"))
+    for text in ("the house", "green cat grows bread", "eine Katze, das Haus!"):
+        assert rust.encode(text, add_special_tokens=False).tokens == tok.source.encode(text, out_type=str)
+    with pytest.raises(ManifestError, match="sentencepiece section is malformed"):
+        MarianTokenizer.from_dict({**data, "sentencepiece": {"source": {}}}, folder)
+
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    for name in ("target.spm", "vocab.json", "tokenizer_config.json"):
+        (bpe / name).write_bytes((folder / name).read_bytes())
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["the house", "green cat grows bread"] * 20),
+                                   model_prefix=str(bpe / "source"), vocab_size=30, model_type="bpe",
+                                   minloglevel=2, hard_vocab_limit=False)
+    (bpe / "source.model").rename(bpe / "source.spm")
+    with caplog.at_level(logging.WARNING, logger="tfm_export.text.marian"):
+        data, written = MarianTokenizer.from_folder(bpe).write_runtime_files(tmp_path / "out")
+    assert written == [] and "sentencepiece" not in data
+    assert "Node and the browser will take token ids only" in caplog.text and "not a unigram model" in caplog.text

@@ -106,8 +106,8 @@ def app(tmp_path_factory) -> Path:
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
         ["README.md", "charsmap.mjs", "cli.mjs", "client.d.ts", "client.mjs", "decoding.d.ts", "decoding.mjs",
-         "greedy.d.ts", "greedy.mjs", "index.d.ts", "options.mjs", "package.json", "search.mjs", "tokenizers.d.ts",
-         "tokenizers.mjs", "translate.mjs"])
+         "greedy.d.ts", "greedy.mjs", "index.d.ts", "marian.mjs", "options.mjs", "package.json", "search.mjs",
+         "sentencepiece.mjs", "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:

@@ -30,7 +30,7 @@ BUNDLES = {
     # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
     # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
     "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs",
-                                          "tokenizers.mjs", "charsmap.mjs")),
+                                          "tokenizers.mjs", "charsmap.mjs", "sentencepiece.mjs", "marian.mjs")),
     # The page's tokenizer.json reader (@huggingface/tokenizers, from `npm ci` in runtimes/web).
     "tokenizers": Bundle("tokenizers", "runtimes/web/node_modules/@huggingface/tokenizers/dist",
                          ("tokenizers.min.mjs",), optional=True),

@@ -32,18 +32,27 @@ export function parseCharsmap(base64) {
   return { units, strings: bytes.subarray(4 + size) };
 }
 
-/** Darts' common prefix search, first result only (the shortest prefix with a rule): its value, or -1. */
-function shortestPrefixValue(units, key) {
+/**
+ * Darts' common prefix search over the UTF-8 bytes `key` from `start`: [length, value] of every prefix
+ * with a rule, shortest first (the Rust library takes the first; SentencePiece the last: sentencepiece.mjs).
+ */
+export function prefixRules(units, key, start = 0) {
+  const found = [];
   let pos = offset(units[0]);
-  for (const byte of key) {
-    if (byte === 0) break;
-    pos ^= byte;
+  for (let i = start; i < key.length && key[i] !== 0; i += 1) {
+    pos ^= key[i];
     const unit = units[pos];
-    if (unit === undefined || label(unit) !== byte) return -1;
+    if (unit === undefined || label(unit) !== key[i]) break;
     pos ^= offset(unit);
-    if (hasLeaf(unit)) return value(units[pos]);
+    if (hasLeaf(unit)) found.push([i + 1 - start, value(units[pos])]);
   }
-  return -1;
+  return found;
+}
+
+/** The replacement string that starts at `at` in the charsmap's strings (NUL-terminated UTF-8). */
+export function ruleText(map, at) {
+  const end = map.strings.indexOf(0, at);
+  return fromUtf8.decode(map.strings.subarray(at, end < 0 ? undefined : end));
 }
 
 /** A normalizer of the library's kind (callable, `normalize(text)`) that applies the charsmap exactly. */
@@ -55,10 +64,8 @@ export class CharsmapNormalizer extends Normalizer {
 
   /** The replacement of `chunk` (its shortest prefix's rule), or null when no rule matches. */
   transform(chunk) {
-    const at = shortestPrefixValue(this.map.units, utf8.encode(chunk));
-    if (at < 0) return null;
-    const end = this.map.strings.indexOf(0, at);
-    return fromUtf8.decode(this.map.strings.subarray(at, end < 0 ? undefined : end));
+    const [shortest] = prefixRules(this.map.units, utf8.encode(chunk));
+    return shortest ? ruleText(this.map, shortest[1]) : null;
   }
 
   normalize(text) {

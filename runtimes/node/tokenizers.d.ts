@@ -30,12 +30,16 @@ export interface LanguageCodes {
 /** A tokenizer's languages from the manifest's `tokenizer.languages`. */
 export function makeLanguages(data: LanguagesSpec | null | undefined): Languages;
 
-/** The files beside manifest.json the tokenizer needs (["tokenizer.json"] for "hf"); read and pass them to makeTokenizer. */
+/**
+ * The files beside manifest.json the tokenizer needs (["tokenizer.json"] for "hf"; a Marian export's
+ * source.tokenizer.json and vocab.json, and target_vocab.json if it has one); read and pass them to makeTokenizer.
+ */
 export function tokenizerFiles(spec: TokenizerSpec | null | undefined): string[];
 
 /**
  * The manifest's tokenizer, or null when the export has none. `files`: file name -> parsed JSON of
- * each of tokenizerFiles(spec). Other types (`marian`) give an ids-only tokenizer whose encode/decode throw.
+ * each of tokenizerFiles(spec). Other types (`m2m100`, Marian exports made before source.tokenizer.json) give an
+ * ids-only tokenizer whose encode/decode throw.
  */
 export function makeTokenizer(spec: TokenizerSpec | null, files?: Record<string, unknown>): Tokenizer | null;
 

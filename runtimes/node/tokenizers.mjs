@@ -5,17 +5,19 @@
 //   "chars"  one id per character, the vocabularies inside the manifest
 //   "hf"     the export's tokenizer.json through @huggingface/tokenizers (the JS port of Hugging
 //            Face's `tokenizers`), wrapped in the family's source template and language tokens
-//   other    ("marian", "m2m100": SentencePiece) ids only: encode/decode throw one line saying so
+//   "marian" SentencePiece files, as the export writes them for this runtime (marian.mjs)
+//   other    ("m2m100", and "marian" exports made before that) ids only: encode/decode throw one line
 //
 // Runtime-agnostic: the caller reads the files a tokenizer needs (`tokenizerFiles`) and passes
 // their parsed JSON, so Node (translate.mjs) and the browser page (../web/app.mjs) share this file.
 import { Tokenizer } from '@huggingface/tokenizers';
 import { exactCharsmaps } from './charsmap.mjs';
+import { marianFiles, marianTokenizer } from './marian.mjs';
 
 const SPECIALS = ['<pad>', '<bos>', '<eos>']; // ids 0, 1, 2 of every "chars" vocabulary
 const EOS = 2;
 const LANG = '{lang}'; // the source language's token in an "hf" template
-const TEXT_TYPES = ['chars', 'hf'];
+const TEXT_TYPES = ['chars', 'hf', 'marian'];
 
 /** Python's repr() of a string, as the Python runtime's messages show codes and tokens. */
 function repr(text) {
@@ -81,6 +83,7 @@ export function makeLanguages(data) {
 
 /** The files beside manifest.json that `spec` needs (read them and pass them to makeTokenizer). */
 export function tokenizerFiles(spec) {
+  if (spec?.type === 'marian') return marianFiles(spec);
   return spec?.type === 'hf' ? [spec.file ?? 'tokenizer.json'] : [];
 }
 
@@ -92,6 +95,7 @@ export function makeTokenizer(spec, files = {}) {
   if (!spec) return null;
   if (spec.type === 'chars') return charsTokenizer(spec);
   if (spec.type === 'hf') return hfTokenizer(spec, files);
+  if (spec.type === 'marian' && spec.sentencepiece) return marianTokenizer(spec, files, makeLanguages(spec.languages));
   return idsOnlyTokenizer(spec);
 }
 
@@ -201,12 +205,15 @@ function hfTokenizer(spec, files) {
   };
 }
 
-/** A tokenizer type this runtime cannot run (Marian's and M2M100's SentencePiece): the export still decodes ids. */
+/** A tokenizer this runtime cannot run (M2M100's SentencePiece, older Marian exports): the export still decodes ids. */
 function idsOnlyTokenizer(spec) {
-  const known = TEXT_TYPES.map((t) => JSON.stringify(t)).join(' and ');
+  const known = TEXT_TYPES.map((t) => JSON.stringify(t)).join(', ');
+  const why = spec.type === 'marian'
+    ? 'this "marian" export has no source.tokenizer.json (exported before tfm-export wrote one, or its SentencePiece ' +
+      'model is not one this runtime reproduces: the export log says which); re-export it with this version, '
+    : `tokenizer type ${JSON.stringify(spec.type)} is not supported by this runtime (only ${known}); `;
   const refuse = () => {
-    throw new Error(`tokenizer type ${JSON.stringify(spec.type)} is not supported by this runtime (only ${known}); ` +
-      'pass token ids, or use the Python runtime (tfm_export.runtime)');
+    throw new Error(`${why}pass token ids, or use the Python runtime (tfm_export.runtime)`);
   };
   return { kind: spec.type, languages: makeLanguages(spec.languages), idsOnly: true, encode: refuse, decode: refuse,
     forcedBos: refuse };

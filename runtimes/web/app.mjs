@@ -56,7 +56,8 @@ async function openTokenizer(base, manifest) {
   }
   const tokenizer = makeTokenizer(manifest.tokenizer, files);
   if (tokenizer.idsOnly) {
-    throw new Error(`the page cannot encode text with a "${tokenizer.kind}" tokenizer (only "chars" and "hf"); ` +
+    throw new Error(`the page cannot encode text with this "${tokenizer.kind}" tokenizer (only "chars", "hf" and ` +
+      '"marian" exports with source.tokenizer.json); ' +
       'use `tfm-export serve` and "Run on a server"');
   }
   return tokenizer;
@@ -237,7 +238,8 @@ function knows(spec) {
   if (!spec) return 'no tokenizer: token ids, one source per line';
   if (spec.type === 'chars') return `knows ${JSON.stringify(spec.src_vocab.slice(spec.specials ?? 3).join(''))}`;
   const { target } = languageCodes(spec);
-  return `${spec.file}${target.length > 1 ? `, ${target.length} target languages` : ''}`;
+  const file = spec.type === 'marian' ? spec.sentencepiece?.source.file : spec.file; // Marian: its source model
+  return `${file}${target.length > 1 ? `, ${target.length} target languages` : ''}`;
 }
 
 /** On load and when the mode or server changes: open the export or ask the server's health. */

@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import onnx
 import torch
@@ -210,9 +210,9 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
         with stage("transform"):
             transforms = transform_graphs(folder, specs, options)
-    copied = _copy_tokenizer_files(checkpoint, folder)
+    tokenizer, copied = _copy_tokenizer_files(checkpoint, folder)
     manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
-                        variant=variant_of(options, transforms), tokenizer=checkpoint.tokenizer,
+                        variant=variant_of(options, transforms), tokenizer=tokenizer,
                         files={name: sha256_file(folder / name) for name in copied}, samples=checkpoint.samples,
                         source=_source(checkpoint), created_by=_versions(),
                         generation=checkpoint.meta.get("generation_defaults") or None,
@@ -259,18 +259,22 @@ def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str,
     return {**GRAPH_SPECS, **extra}
 
 
-def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> list[str]:
-    """Copy a tokenizer's extra files (e.g. SentencePiece models) next to the graphs; their names."""
+def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """Copy a tokenizer's extra files (e.g. SentencePiece models) next to the graphs and write the files
+    the JavaScript runtimes read instead (a Marian source model's tokenizer.json); the manifest's
+    tokenizer section that names them, and the names of all these files."""
     source = checkpoint.meta.get("tokenizer_folder")
     if checkpoint.tokenizer is None or not source:
-        return []
+        return checkpoint.tokenizer, []
     from ..text.tokenizer import tokenizer_from_dict
 
+    tokenizer = tokenizer_from_dict(checkpoint.tokenizer, Path(source))
     copied = []
-    for path in tokenizer_from_dict(checkpoint.tokenizer, Path(source)).files():
+    for path in tokenizer.files():
         shutil.copy2(path, folder / Path(path).name)
         copied.append(Path(path).name)
-    return copied
+    data, written = tokenizer.write_runtime_files(folder)
+    return data, copied + written
 
 
 def _inputs(checkpoint: Checkpoint) -> list[str | None]:

@@ -101,3 +101,7 @@ class HFTokenizer:
 
     def files(self) -> list[Path]:
         return [self.folder / self.file]
+
+    def write_runtime_files(self, folder: Path) -> tuple[dict[str, Any], list[str]]:
+        """None needed: the JavaScript runtimes read tokenizer.json itself."""
+        return self.to_dict(), []

@@ -13,6 +13,16 @@ rest goes through source.spm, each piece becomes its vocab.json id (unknown piec
 target.spm and turns stray word markers into spaces. `target_vocab` is set for models saved with
 `separate_vocabs` (then target ids are looked up in that file).
 
+Exports also carry the SentencePiece models as data for the Node and browser runtimes
+(`write_runtime_files`, text.spm_json), under "sentencepiece":
+
+    "sentencepiece": {"source": {"file": "source.tokenizer.json", "add_dummy_prefix": true,
+                                 "remove_extra_whitespaces": true},
+                      "target": {"controls": [], "unk": "<unk>", "unk_surface": " \u2047 "}}
+
+Absent from exports made before it, and from exports of models the conversion does not reproduce
+(those take token ids in Node); this runtime never reads it (it runs the .spm files).
+
 M2M100 folders (published without a tokenizer.json) work the same way with one SentencePiece model
 for both sides (type "m2m100"): `added` holds the language tokens (`__de__`) with their ids after
 vocab.json's, split out of the text and skipped when decoding as transformers' added special tokens
@@ -22,6 +32,7 @@ are, and `source_prefix` ["{lang}"] puts the source language's token first.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +40,9 @@ from typing import Any, Sequence
 from ..files import read_json_object
 from ..errors import ConfigError, ManifestError
 from .languages import Languages, TokenShape
+from .spm_json import DecodeRules, EncodeRules, UnsupportedModel, decode_rules, write_tokenizer_json
+
+log = logging.getLogger(__name__)
 
 WORD_MARKER = "\u2581"  # SentencePiece's "start of word"
 SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}
@@ -38,6 +52,7 @@ FILE_DEFAULTS = {"source_spm": "source.spm", "target_spm": "target.spm", "vocab"
 # Multi-target models name the target language with a >>fra<< token at the start of the source
 # (transformers' MarianTokenizer splits it off the same way: encode below).
 LANGUAGE_TOKENS = TokenShape("marian", re.compile(r"^>>[A-Za-z_]{2,12}<<$"), wrapper=2, target_on_source=True)
+SOURCE_JSON = "source.tokenizer.json"  # source.spm as the JavaScript runtimes read it (text.spm_json)
 
 
 def _spm(path: Path) -> Any:
@@ -73,8 +88,10 @@ class MarianTokenizer:
 
     def __init__(self, folder: Path, files: dict[str, str | None] | None = None,
                  specials: dict[str, str] | None = None, languages: Languages | None = None,
-                 added: dict[str, int] | None = None, source_prefix: Sequence[str] = (), kind: str = "marian"):
+                 added: dict[str, int] | None = None, source_prefix: Sequence[str] = (), kind: str = "marian",
+                 runtime_rules: tuple[EncodeRules, DecodeRules] | None = None):
         self.folder, self.languages, self.kind = Path(folder), languages or Languages(), kind
+        self.runtime_rules = runtime_rules  # the "sentencepiece" section (module docstring), when written
         self.added, self.prefix = dict(added or {}), list(source_prefix)
         self.names = {**FILE_DEFAULTS, **(files or {})}
         self.specials = {**SPECIAL_DEFAULTS, **(specials or {})}
@@ -166,7 +183,8 @@ class MarianTokenizer:
         return {"type": self.kind, **self.names, **self.specials,
                 "unk_id": self.unk_id, "eos_id": self.eos_id, "pad_id": self.pad_id,
                 "languages": self.languages.to_dict(), **({"added": self.added, "source_prefix": self.prefix}
-                                                          if self.added else {})}
+                                                          if self.added else {}),
+                **({"sentencepiece": _rules_dict(self.runtime_rules)} if self.runtime_rules else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "MarianTokenizer":
@@ -179,8 +197,43 @@ class MarianTokenizer:
         files = {k: data.get(k) for k in FILE_DEFAULTS}
         specials = {k: data[k] for k in SPECIAL_DEFAULTS if data.get(k)}
         return cls(Path(folder), files, specials, Languages.from_dict(data.get("languages")), data.get("added"),
-                   data.get("source_prefix", ()), data.get("type", "marian"))
+                   data.get("source_prefix", ()), data.get("type", "marian"), _read_rules(data.get("sentencepiece")))
 
     def files(self) -> list[Path]:
         """The files an export folder needs (copied next to manifest.json)."""
         return [self.folder / name for name in dict.fromkeys(self.names.values()) if name]
+
+    def write_runtime_files(self, folder: Path) -> tuple[dict[str, Any], list[str]]:
+        """Write what the Node and browser runtimes need to encode and decode text into the export
+        `folder` (source.tokenizer.json; text.spm_json); this tokenizer's dict form with them, and their
+        names. A model the conversion cannot reproduce exactly gets none (Node then takes token ids)."""
+        if self.kind != "marian":  # M2M100's language tokens and unknown-id rule are not in the JS runtime
+            return self.to_dict(), []
+        try:
+            # The JavaScript runtime splits the special tokens out first, so the unknown piece, which
+            # tokenizer.json readers match in text and sentencepiece never does, must be one of them.
+            unk = self.source.id_to_piece(self.source.unk_id())
+            if unk != self.specials["unk_token"]:
+                raise UnsupportedModel(f"{self.names['source_spm']}'s unknown piece {unk!r} is not the unk_token")
+            target = decode_rules(self.folder / self.names["target_spm"])
+            source = write_tokenizer_json(self.folder / self.names["source_spm"], Path(folder) / SOURCE_JSON)
+        except (UnsupportedModel, ImportError) as exc:
+            log.warning("Node and the browser will take token ids only for this export, not text: %s", exc)
+            return self.to_dict(), []
+        self.runtime_rules = (source, target)
+        return self.to_dict(), [source.file]
+
+
+def _rules_dict(rules: tuple[EncodeRules, DecodeRules]) -> dict[str, Any]:
+    return {"source": rules[0].to_dict(), "target": rules[1].to_dict()}
+
+
+def _read_rules(data: Any) -> tuple[EncodeRules, DecodeRules] | None:
+    """The "sentencepiece" section (None: an export made before it, or ids only in Node)."""
+    if data is None:
+        return None
+    try:
+        return EncodeRules.from_dict(data["source"]), DecodeRules.from_dict(data["target"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ManifestError(f"the marian tokenizer's sentencepiece section is malformed ({exc!r}); "
+                            f"re-export the model") from None

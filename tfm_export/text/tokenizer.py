@@ -34,6 +34,9 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
     def to_dict(self) -> dict[str, Any]: ...
     def files(self) -> list[Path]: ...
+    # Writes into an export folder the files that runtimes without this tokenizer's Python libraries read
+    # (Node, the browser); the dict form that names them, and their names.
+    def write_runtime_files(self, folder: Path) -> tuple[dict[str, Any], list[str]]: ...
 
 
 class CharTokenizer:
@@ -105,6 +108,10 @@ class CharTokenizer:
     def files(self) -> list[Path]:
         """Extra files an export folder needs: none, the vocabularies live in the dict."""
         return []
+
+    def write_runtime_files(self, folder: Path) -> tuple[dict[str, Any], list[str]]:
+        """None needed: the JavaScript runtimes read the vocabularies from the dict."""
+        return self.to_dict(), []
 
 
 # Lazily imported so optional dependencies (sentencepiece) load only when used.

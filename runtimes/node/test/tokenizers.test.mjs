@@ -112,13 +112,17 @@ describe('the hf tokenizer (no export needed)', () => {
 });
 
 describe('other tokenizer types (no export needed)', () => {
-  test('marian (SentencePiece) is ids only: the export opens, text is refused in one line', () => {
+  test('marian exports made before source.tokenizer.json, and m2m100, are ids only: text is refused in one line', () => {
     const marian = makeTokenizer({ type: 'marian', languages: { target: { de: '>>de<<' }, target_on_source: true } });
     assert.equal(marian.idsOnly, true);
     assert.deepEqual(marian.languages.codes('target'), ['de']);
-    const refused = /^Error: tokenizer type "marian" is not supported by this runtime \(only "chars" and "hf"\); pass token ids/;
-    assert.throws(() => marian.encode('Hello'), refused);
-    assert.throws(() => marian.decode([3]), refused);
+    assert.deepEqual(tokenizerFiles({ type: 'marian' }), []);
+    const old = /^Error: this "marian" export has no source\.tokenizer\.json \(exported before .*\); re-export it with this version, pass token ids/;
+    assert.throws(() => marian.encode('Hello'), old);
+    assert.throws(() => marian.decode([3]), old);
+    const m2m100 = makeTokenizer({ type: 'm2m100' });
+    assert.throws(() => m2m100.encode('Hello'),
+      /^Error: tokenizer type "m2m100" is not supported by this runtime \(only "chars", "hf", "marian"\); pass token ids/);
   });
 
   test('chars takes no language codes', () => {

@@ -32,7 +32,7 @@ describe('chars tokenizer and limits (no export needed)', () => {
   test('unknown characters, other tokenizer types and bad vocabularies are clear errors', () => {
     assert.throws(() => makeTokenizer(chars).encode('1x0y'), /cannot encode "xy" in "1x0y": the model knows only the characters "01"/);
     assert.throws(() => makeTokenizer(chars).encode('<eos>'), /cannot encode/);
-    assert.throws(() => makeTokenizer({ type: 'marian' }).encode('12'), /tokenizer type "marian" is not supported by this runtime \(only "chars" and "hf"\)/);
+    assert.throws(() => makeTokenizer({ type: 'nope' }).encode('12'), /tokenizer type "nope" is not supported by this runtime \(only "chars", "hf", "marian"\)/);
     assert.throws(() => makeTokenizer({ ...chars, src_vocab: ['0', '1'] }), /src_vocab must start with <pad>, <bos>, <eos>/);
     assert.equal(makeTokenizer(null), null);
   });
