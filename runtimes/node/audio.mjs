@@ -5,10 +5,12 @@
 // int-to-float conversion divides positive samples by 2^(bits-1) - 1, which would not. Channels are
 // averaged (ffmpeg's `-ac 1`, as Python); another rate is resampled with wavefile's windowed-sinc
 // interpolator after its low-pass filter: close to Python's soxr, not bit-equal (16 kHz recordings,
-// Whisper's rate, are not resampled at all). No Node APIs: a page can import it.
-import wavefile from 'wavefile'; // its Node entry is CommonJS (UMD): the default import is its exports
+// Whisper's rate, are not resampled at all). No Node APIs: a page can import it (with wavefile).
+import * as wavefile from 'wavefile';
 
-const { WaveFile } = wavefile;
+// Node loads wavefile's CommonJS (UMD) build, whose exports are the default import; a bundler or an
+// import map may load its ES module build (index.js), which has the named export.
+const { WaveFile } = wavefile.WaveFile ? wavefile : wavefile.default;
 
 const CONVERT = 'convert it to a PCM WAV file (e.g. ffmpeg -i IN -ar 16000 OUT.wav)';
 // wavefile's bit depth codes of compressed formats -> its decoder to 16-bit PCM

@@ -10,7 +10,8 @@
 //
 // The FFT is fft.js (radix-4, power-of-two sizes only). Whisper's n_fft is 400, so other sizes go
 // through Bluestein's chirp-z transform: a length-N DFT as one convolution, computed with fft.js at
-// the next power of two >= 2N - 1 (1024 for 400). No globals beyond ECMAScript: a page can import it.
+// the next power of two >= 2N - 1 (1024 for 400). No globals beyond ECMAScript: a page can import it
+// (fft.js is CommonJS: through a bundler, or an import map to an ES module build of it).
 import FFT from 'fft.js';
 
 const LOG_FLOOR = 1e-10; // mel power floor before log10 (-100 dB)
