@@ -4,9 +4,9 @@
 // decoder prompt (<|startoftranscript|>, language, task, <|notimestamps|>), the language detection
 // at <|startoftranscript|>, the logits processors (begin_suppress_tokens, suppress_tokens) and the
 // strategy that drives them through decoding.mjs's step driver with search.mjs's greedy picker or
-// beam search. Without timestamps: the timestamp rules are not ported (see speech.mjs).
+// beam search, and the timestamp rules (WhisperTimeStampLogitsProcessor) when timestamps are asked.
 // No globals beyond ECMAScript: a page can import it.
-import { BeamSearch, TokenPicker, argmax } from './search.mjs';
+import { BeamSearch, TokenPicker, argmax, logSoftmax, pairwiseSum } from './search.mjs';
 
 export const DETECT = -1; // a prompt's language slot that the step on <|startoftranscript|> fills
 const TASKS = ['translate', 'transcribe']; // transformers' TASK_IDS
@@ -84,10 +84,10 @@ export function needsDetection(settings, language, task) {
 }
 
 /**
- * <|startoftranscript|>, language, task, <|notimestamps|> as transformers' `_retrieve_init_tokens`
- * (Python's init_tokens without timestamps); a language to be detected is `DETECT`.
+ * <|startoftranscript|>, language, task, <|notimestamps|> (unless `timestamps`) as transformers'
+ * `_retrieve_init_tokens` (Python's init_tokens); a language to be detected is `DETECT`.
  */
-export function initTokens(settings, language, task) {
+export function initTokens(settings, language, task, timestamps = false) {
   const given = (v) => v !== undefined && v !== null;
   if (settings.is_multilingual === false && (given(language) || given(task))) {
     throw new Error('this Whisper model is English-only: it takes no language or task');
@@ -107,7 +107,8 @@ export function initTokens(settings, language, task) {
     tokens.push(settings.task_to_id.transcribe);
   }
   const nts = settings.no_timestamps_token_id;
-  if (given(nts) && tokens.at(-1) !== nts) tokens.push(nts);
+  if (!timestamps && given(nts) && tokens.at(-1) !== nts) tokens.push(nts);
+  else if (timestamps && tokens.at(-1) === nts) tokens.pop();
   return tokens.filter(given);
 }
 
@@ -135,15 +136,68 @@ export function languageCode(settings, tokenId) {
   return found ? found[0].replace(/^<\|(.*)\|>$/, '$1') : null;
 }
 
+/** The largest of x[from, to), -Infinity for none. */
+function maxOf(x, from, to) {
+  let top = -Infinity;
+  for (let t = from; t < to; t++) if (x[t] > top) top = x[t];
+  return top;
+}
+
+/** log(sum(exp(x))) of x[from, to), -Infinity when all are -Infinity (Python's _logsumexp, numpy's sum). */
+function logSumExp(x, from, to) {
+  const top = maxOf(x, from, to);
+  if (top === -Infinity) return -Infinity;
+  return top + Math.log(pairwiseSum(Float64Array.from(x.subarray(from, to), (v) => Math.exp(v - top))));
+}
+
+/** Whether the timestamps' summed probability beats every text token's (Python's from_logprob test, step by step). */
+function timestampsWin(scores, begin) {
+  const top = maxOf(scores, 0, scores.length);
+  if (top === -Infinity) return false; // numpy: a row of -inf gives nan, and nan > x is false
+  const shifted = Float64Array.from(scores, (v) => v - top);
+  const lse = Math.log(pairwiseSum(Float64Array.from(shifted, Math.exp)));
+  const logp = Float64Array.from(shifted, (v) => v - lse);
+  return logSumExp(logp, begin, logp.length) > maxOf(logp, 0, begin);
+}
+
+/**
+ * WhisperTimeStampLogitsProcessor on one row (Python's timestamp_rules), in place: <|notimestamps|>
+ * banned; after a lone timestamp only timestamps or the ids from EOS on, after a pair no timestamp;
+ * timestamps never decrease; the first generated token is a timestamp at most
+ * max_initial_timestamp_index; and when the timestamps' summed probability beats every text token's,
+ * only timestamps. `history`: the row's decoder input (prompt, then generated ids).
+ */
+export function timestampRules(scores, history, beginIndex, settings) {
+  const nts = settings.no_timestamps_token_id;
+  const begin = nts + 1;
+  const ban = (from, to) => { for (let t = Math.max(from, 0); t < Math.min(to, scores.length); t++) scores[t] = -Infinity; };
+  scores[nts] = -Infinity;
+  const row = history.slice(beginIndex);
+  const last = row.length >= 1 && row.at(-1) >= begin;
+  const penultimate = row.length < 2 || row.at(-2) >= begin;
+  if (last) ban(...(penultimate ? [begin, scores.length] : [0, settings.eos_token_id]));
+  const stamps = row.filter((t) => t >= begin);
+  const floor = !stamps.length ? begin : last && !penultimate ? stamps.at(-1) : stamps.at(-1) + 1;
+  ban(begin, floor);
+  if (history.length === beginIndex) {
+    ban(0, begin);
+    const most = settings.max_initial_timestamp_index;
+    if (most !== undefined && most !== null) ban(begin + most + 1, scores.length);
+  }
+  if (timestampsWin(scores, begin)) ban(0, begin);
+  return scores;
+}
+
 /**
  * Whisper's processors on one row, in place, after the generic ones (transformers' order):
- * begin_suppress_tokens at the first generated position, then suppress_tokens.
+ * begin_suppress_tokens at the first generated position, suppress_tokens, then the timestamp rules
+ * when `timestamps`.
  */
-export function whisperProcessRow(scores, historyLength, beginIndex, settings) {
+export function whisperProcessRow(scores, history, beginIndex, settings, timestamps = false) {
   const ban = (tokens) => { for (const t of tokens) if (t >= 0 && t < scores.length) scores[t] = -Infinity; };
-  if (historyLength === beginIndex) ban(settings.begin_suppress_tokens);
+  if (history.length === beginIndex) ban(settings.begin_suppress_tokens);
   ban(settings.suppress_tokens);
-  return scores;
+  return timestamps ? timestampRules(scores, history, beginIndex, settings) : scores;
 }
 
 /** The language id with the highest logit among lang_to_id's tokens (ties: the lower id), as detect_language. */
@@ -162,8 +216,8 @@ export function detectLanguage(logits, settings) {
  * (options.mjs's generationConfig), numBeams > 1 for beam search.
  */
 export class WhisperStrategy {
-  constructor(prompt, steps, settings, config) {
-    Object.assign(this, { prompt: [...prompt], steps, settings, config, inner: null, fed: 0 });
+  constructor(prompt, steps, settings, config, timestamps = false) {
+    Object.assign(this, { prompt: [...prompt], steps, settings, config, timestamps, inner: null, fed: 0 });
     this.rows = config.numBeams > 1 ? config.numBeams : 1;
     this.reads = 'logits';
     this.bosId = prompt[0];
@@ -178,15 +232,41 @@ export class WhisperStrategy {
       this.finished = this.inner.finished;
       return out;
     }
-    if (this.fed === this.sotPos && this.prompt.includes(DETECT)) {
-      const { data, vocab } = state.logits();
-      const found = detectLanguage(data.subarray(0, vocab), this.settings); // every row fed the same prompt
-      this.prompt = this.prompt.map((t) => (t === DETECT ? found : t));
-    }
+    if (this.fed === this.sotPos) this.atStart(state);
     this.fed += 1;
     if (this.fed < this.prompt.length) return { ids: Array(this.rows).fill(this.prompt[this.fed]), beamIdx: null };
     this.inner = this.chooser(); // this step's logits are the first generated token's
     return this.advance(state);
+  }
+
+  /**
+   * The step that fed <|startoftranscript|> (every row fed the same prompt: row 0 speaks for all): the
+   * language when it is to be detected, and P(<|nospeech|>) (WhisperNoSpeechDetection: softmax of the
+   * raw logits), which the long-form loop's silence test reads.
+   */
+  atStart(state) {
+    const { data, vocab } = state.logits();
+    const nts = this.settings.no_timestamps_token_id;
+    if (nts !== undefined && nts !== null) this.noSpeechProb = Math.exp(logSoftmax(data, 0, vocab)[nts - 1]);
+    if (!this.prompt.includes(DETECT)) return;
+    const found = detectLanguage(data.subarray(0, vocab), this.settings);
+    this.prompt = this.prompt.map((t) => (t === DETECT ? found : t));
+  }
+
+  /**
+   * The best hypothesis' mean log-probability per generated token, EOS counted (Python's WhisperRow
+   * avg_logprob: greedy sums log_softmax of the processed scores; beam search undoes the length penalty).
+   */
+  avgLogprob() {
+    const { inner } = this;
+    if (!inner) return NaN;
+    if (inner instanceof BeamSearch) {
+      const { ids, score } = inner.slots[0][0];
+      return ids.length ? (score * ids.length ** this.config.lengthPenalty) / ids.length : NaN;
+    }
+    const row = inner.out[0];
+    const n = row.includes(this.settings.eos_token_id) ? row.indexOf(this.settings.eos_token_id) + 1 : row.length;
+    return n ? inner.scores[0] / n : NaN;
   }
 
   /** search.mjs's strategy for the generated tokens, with the prompt as history and Whisper's processors. */
@@ -194,7 +274,8 @@ export class WhisperStrategy {
     const { settings, prompt } = this;
     const ids = {
       bosId: prompt[0], eosId: settings.eos_token_id, padId: settings.pad_token_id ?? settings.eos_token_id,
-      banned: [], prompt, process: (scores, history) => whisperProcessRow(scores, history.length, prompt.length, settings),
+      banned: [], prompt,
+      process: (scores, history) => whisperProcessRow(scores, history, prompt.length, settings, this.timestamps),
     };
     const Strategy = this.config.numBeams > 1 ? BeamSearch : TokenPicker;
     return new Strategy(1, this.steps, { ...this.config, numReturnSequences: 1 }, ids);
