@@ -80,7 +80,7 @@ const outputs = await run('classifier_onnx', [[5, 9, 13]]);  // an encoder-only 
 const dims: readonly number[] = (await model.run([[5, 9]])).logits.dims;
 console.log(outputs.logits.data, dims, decoding.runtimeGraphs(model.manifest).decoder, model.manifest.source?.decoder);
 const heard: Transcription = await transcribe('whisper_onnx', 'talk.wav', { language: 'de', task: 'translate', numBeams: 2 });
-const said: string = (await model.transcribe(new Float32Array(16000), { maxNewTokens: 20 })).text;
+const said: string = (await model.transcribe(new Float32Array(16000), { maxNewTokens: 20, timestamps: true })).text;
 console.log(heard.ids, heard.language, heard.segments[0].end, said, typeof decoding.decodeFeatures);
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
@@ -111,9 +111,9 @@ def app(tmp_path_factory) -> Path:
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
         ["README.md", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
-         "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "options.mjs",
-         "package.json", "search.mjs", "speech.mjs", "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs",
-         "whisper.mjs"])
+         "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
+         "options.mjs", "package.json", "search.mjs", "speech.mjs", "tokenizers.d.ts", "tokenizers.mjs",
+         "translate.mjs", "whisper.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:

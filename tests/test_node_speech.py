@@ -4,10 +4,12 @@ The trained fixture (models/whisper-digits) is exported once; held-out utterance
 strings never trained on) are spoken by espeak-ng as tests/test_whisper_trained.py speaks them and written
 as WAV files with soundfile. Node's log-mel features (runtimes/node/features.mjs, fft.js) are within 1e-4
 of Python's (tfm_export/audio/features.py) on that speech, in 16-bit mono, 24-bit stereo (mixed to mono)
-and float WAV files, and Node's `transcribe` gives Python's `transcribe` ids, text and language in every
-decoding mode it has (language given or detected, greedy and beam search, translation); the CLI prints
-the same text. A recording at espeak-ng's own 22.05 kHz is resampled (wavefile's sinc, Python's soxr)
-and still transcribed to the same text; bad input is one error line and exit 1.
+and float WAV files, and Node's `transcribe` gives Python's `transcribe` ids, text, language and segments
+in every decoding mode it has (language given or detected, greedy and beam search, translation,
+timestamps), on recordings of several windows (long form: seeking on the model's timestamps) and with
+the folder's silence test skipping windows; the CLI prints the same text. A recording at espeak-ng's own
+22.05 kHz is resampled (wavefile's sinc, Python's soxr) and still transcribed to the same text; bad input
+is one error line and exit 1.
 """
 
 from __future__ import annotations
@@ -51,13 +53,14 @@ const { openExport } = await module('translate.mjs');
 const { readWav } = await module('audio.mjs');
 const { featureConfig, logMel } = await module('features.mjs');
 const job = JSON.parse(readFileSync(0, 'utf8'));
-const model = await openExport(job.export);
-const config = featureConfig(model.manifest);
+const models = {};
+const open = async (dir) => (models[dir] ??= await openExport(dir));
+const config = featureConfig((await open(job.export)).manifest);
 for (const file of job.features) writeFileSync(`${file}.f32`, logMel(readWav(readFileSync(file), config.samplingRate, file), config));
 const runs = [];
-for (const { file, options } of job.runs) runs.push(await model.transcribe(file, options));
+for (const { dir, file, options } of job.runs) runs.push(await (await open(dir)).transcribe(file, options));
 console.log(JSON.stringify(runs));
-await model.release();
+for (const model of Object.values(models)) await model.release();
 """
 # name -> (Node's options, Python's) for an utterance spoken in `language`
 CASES = {
@@ -65,7 +68,13 @@ CASES = {
     "detect": lambda language: ({}, {}),
     "beam3": lambda language: ({"numBeams": 3}, {"num_beams": 3}),
     "translate": lambda language: ({"language": language, "task": "translate"}, {"language": language, "task": "translate"}),
+    "timestamps": lambda language: ({"timestamps": True}, {"timestamps": True}),
+    "beam2-timestamps": lambda language: ({"timestamps": True, "numBeams": 2}, {"timestamps": True, "num_beams": 2}),
 }
+LONG = {"en-greedy": ("en", 1), "de-beam2": ("de", 2)}  # recordings of several windows: (language, beams)
+# The silence test as a folder may set it (generation_config.json), at values that skip some windows of
+# SILENT_RECORDING on this fixture (its <|nospeech|> probabilities are tiny: it never saw silence in training).
+SILENCE_TEST = {"logprob_threshold": -0.5, "no_speech_threshold": 1e-10}
 
 
 def node(*args: object, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -107,22 +116,72 @@ def formats(utterances, tmp_path_factory) -> list[Path]:
     return [stereo, floats]
 
 
+def with_speech(export: Path, folder: Path, **speech) -> Path:
+    """The export with its manifest's Whisper settings (`speech`) changed: None removes a key, or all of them."""
+    folder.mkdir()
+    for path in export.iterdir():
+        if path.name != "manifest.json":
+            (folder / path.name).symlink_to(path)
+    manifest = json.loads((export / "manifest.json").read_text())
+    if not speech:
+        del manifest["speech"]
+    manifest.get("speech", {}).update(speech)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory) -> dict[str, Path]:
+    """name -> WAV file: six held-out utterances with pauses of 0.3-0.9 s (about 12 s: three 4-s windows
+    or more) per LONG entry; "silent": two utterances, each after 5 s of faint noise."""
+    rng = np.random.default_rng(0)
+    spoken = [Spoken.from_row(row) for row in (FOLDER / "heldout.tsv").read_text().splitlines()]
+    folder = tmp_path_factory.mktemp("long")
+    out = {}
+    for name, (language, _) in LONG.items():
+        parts = []
+        for s in [s for s in spoken if s.language == language][3:9]:
+            parts += [np.zeros(int(rng.uniform(0.3, 0.9) * RATE), np.float32), s.samples()]
+        out[name] = folder / f"{name}.wav"
+        soundfile.write(str(out[name]), np.concatenate(parts), RATE)
+    noise = [0.003 * rng.standard_normal(5 * RATE).astype(np.float32) for _ in range(2)]
+    out["silent"] = folder / "silent.wav"
+    soundfile.write(str(out["silent"]), np.concatenate([noise[0], spoken[0].samples(), noise[1], spoken[1].samples()]), RATE)
+    return out
+
+
 def runs_of(utterances) -> list[tuple[str, Spoken, Path]]:
     """(case, utterance, file) of every transcription compared; translation of the German ones only."""
     return [(case, s, path) for case in CASES for s, path in utterances if case != "translate" or s.language == "de"]
 
 
 @pytest.fixture(scope="module")
-def node_side(export, utterances, formats, tmp_path_factory):
+def silence_export(export, tmp_path_factory) -> Path:
+    return with_speech(export, tmp_path_factory.mktemp("silence") / "onnx", **SILENCE_TEST)
+
+
+def long_runs(export, silence_export, recordings) -> dict[str, tuple[Path, Path, dict, dict]]:
+    """name -> (export, file, Node's options, Python's) of the recordings over one window."""
+    runs = {name: (export, recordings[name], {"language": language, "numBeams": beams},
+                   {"language": language, "num_beams": beams}) for name, (language, beams) in LONG.items()}
+    runs["silent"] = (silence_export, recordings["silent"], {}, {})
+    return runs
+
+
+@pytest.fixture(scope="module")
+def node_side(export, silence_export, utterances, formats, recordings, tmp_path_factory):
     """One Node process: the features of every file (FILE.f32) and a transcription per run."""
-    runs = runs_of(utterances)
+    runs = [{"dir": str(export), "file": str(path), "options": CASES[case](s.language)[0]}
+            for case, s, path in runs_of(utterances)]
+    runs += [{"dir": str(d), "file": str(f), "options": mine} for d, f, mine, _ in
+             long_runs(export, silence_export, recordings).values()]
     job = {"export": str(export), "features": [str(p) for _, p in utterances] + [str(p) for p in formats],
-           "runs": [{"file": str(path), "options": CASES[case](s.language)[0]} for case, s, path in runs]}
+           "runs": runs}
     script = tmp_path_factory.mktemp("node") / "speech.mjs"
     script.write_text(SPEECH_JS)
     done = node(script, NODE, stdin=json.dumps(job))
     assert done.returncode == 0, done.stderr[-3000:]
-    return dict(zip([(case, str(path)) for case, _, path in runs], json.loads(done.stdout)))
+    return dict(zip([(run["dir"], run["file"], json.dumps(run["options"])) for run in runs], json.loads(done.stdout)))
 
 
 def test_features_equal_python_on_speech(export, utterances, formats, node_side):
@@ -140,11 +199,26 @@ def test_node_transcribes_like_python(export, utterances, node_side, case):
     for name, spoken, path in runs_of(utterances):
         if name != case:
             continue
-        want = runtime.transcribe(str(path), **CASES[case](spoken.language)[1])
-        got = node_side[(case, str(path))]
+        mine, theirs = CASES[case](spoken.language)
+        want = runtime.transcribe(str(path), **theirs)
+        got = node_side[(str(export), str(path), json.dumps(mine))]
         assert got["ids"] == want["ids"], (case, spoken)
         assert (got["text"], got["language"]) == (want["text"], want["language"]), (case, spoken)
         assert got["segments"] == want["segments"]
+
+
+@pytest.mark.parametrize("name", [*LONG, "silent"])
+def test_long_recordings_are_transcribed_like_python(export, silence_export, recordings, node_side, name):
+    """Several windows, seeking on the model's timestamps: Python's ids and segments; "silent": the
+    folder's silence test skips windows (so the result differs from the export without it) as in Python."""
+    folder, path, mine, theirs = long_runs(export, silence_export, recordings)[name]
+    want = open_export(folder, device="cpu").transcribe(str(path), **theirs)
+    got = node_side[(str(folder), str(path), json.dumps(mine))]
+    assert got == want
+    if name == "silent":
+        assert want["ids"] != open_export(export, device="cpu").transcribe(str(path))["ids"]
+    else:
+        assert len(want["segments"]) >= 4 and want["segments"][-1]["start"] > 8.0
 
 
 def test_the_cli_prints_the_text(export, utterances):
@@ -179,31 +253,17 @@ def test_a_recording_at_another_rate_is_resampled(export, utterances, tmp_path):
     assert got["text"].strip() == spoken.text()
 
 
-def older_export(export: Path, folder: Path) -> Path:
-    """The export as one made before manifests kept the Whisper decoding settings (`speech`)."""
-    folder.mkdir()
-    for path in export.iterdir():
-        if path.name != "manifest.json":
-            (folder / path.name).symlink_to(path)
-    manifest = json.loads((export / "manifest.json").read_text())
-    del manifest["speech"]
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
-
-
-def test_bad_input_is_one_line(export, utterances, tmp_path):
+def test_bad_input_is_one_line(export, utterances, recordings, tmp_path):
     """(A text export is refused by runtimes/node/test/speech.test.mjs, on its manifest.)"""
     text = tmp_path / "notes.wav"
     text.write_text("not audio\n")
-    long = tmp_path / "long.wav"
-    joined = np.concatenate([soundfile.read(str(p), dtype="float32")[0] for _, p in utterances])
-    soundfile.write(str(long), joined, RATE)
     wav = utterances[0][1]
+    conditioning = with_speech(export, tmp_path / "conditioning", condition_on_prev_tokens=True)
     cases = {  # arguments -> the error line's start
         (export, text): f"error: {text} is not a WAV file; convert it",
         (export, tmp_path / "missing.wav"): f"error: {tmp_path / 'missing.wav'}: no such file",
-        (export, long): f"error: {long} is {len(joined) / RATE:.1f} s long, over this model's 4 s window: long-form",
-        (older_export(export, tmp_path / "older"), wav): "error: this export has no Whisper decoding settings",
+        (conditioning, recordings["en-greedy"]): "error: this folder conditions each window on the text before it",
+        (with_speech(export, tmp_path / "older"), wav): "error: this export has no Whisper decoding settings",
         (export, wav, "--language", "xx"): 'error: language "xx" is not a language of this Whisper model',
         (export, wav, "--task", "summarise"): 'error: task must be one of transcribe, translate',
     }

@@ -33,7 +33,7 @@ const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
   '       cli.mjs EXPORT_DIR --languages                           (the codes --source-lang/--target-lang take)\n' +
   '       cli.mjs run EXPORT_DIR --ids "3 17 9" ["5 6" ...]          (an encoder-only export: its outputs)\n' +
-  '       cli.mjs transcribe EXPORT_DIR FILE.wav [...] [--language CODE] [--task T] [--num-beams N] (Whisper)\n' +
+  '       cli.mjs transcribe EXPORT_DIR FILE.wav [...] [--language CODE] [--task T] [--timestamps] [--num-beams N]\n' +
   wrapped('options:', [
     ...Object.entries(CLI_FLAGS).map(([flag, [, kind]]) => `--${flag}${METAVAR[kind] ?? ` ${kind.join('|')}`}`),
     '--stream', '--source-lang CODE', '--target-lang CODE']);

@@ -143,28 +143,32 @@ export interface ExportedModel {
 /** A recording: a WAV file's path, its bytes, or mono float32 samples at the model's rate (16 kHz). */
 export type AudioInput = string | Uint8Array | ArrayBuffer | Float32Array;
 
-/** Python's `transcribe` options (one 30-s window, no timestamps). */
+/** Python's `transcribe` options. */
 export interface TranscribeOptions {
   /** A code ('de'), an English name ('german') or a token ('<|de|>'); default: detected on the audio. */
   language?: string | null;
   /** 'transcribe' (default) or 'translate' (into English). */
   task?: 'transcribe' | 'translate' | null;
+  /** Segments timed by the model's timestamp tokens (default false; audio over one window always has them). */
+  timestamps?: boolean;
   /** Beam search when > 1 (default 1: greedy). */
   numBeams?: number;
-  /** Most generated tokens (default: up to the folder's max_length). */
+  /** Most generated tokens per window (default: up to the folder's max_length). */
   maxNewTokens?: number | null;
+  /** Longer recordings are refused (default 3600; null: no limit). */
+  maxSeconds?: number | null;
   /** Names the audio in error messages (default: its path). */
   label?: string;
 }
 
-/** One recording's transcription, as Python's `transcribe` without timestamps. */
+/** One recording's transcription, as Python's `transcribe`. */
 export interface Transcription {
   text: string;
   /** The language code of the prompt (given or detected), e.g. 'en'. */
   language: string | null;
-  /** One segment: the whole recording. */
+  /** With timestamps: the model's segments (seconds); else one, the whole recording. */
   segments: Array<{ start: number; end: number; text: string }>;
-  /** The generated token ids (without the prompt and EOS). */
+  /** The generated token ids (without the prompt and EOS; every window's, timestamps included). */
   ids: number[];
 }
 
@@ -282,7 +286,7 @@ export function translate(exportDirOrModel: string | ExportedModel, texts: strin
 
 /**
  * Transcribe one recording with a Whisper export (the ids of Python's `open_export(OUT).transcribe`):
- * a WAV file's path or bytes (mixed to mono, resampled to 16 kHz) or samples; one window (30 s).
+ * a WAV file's path or bytes (mixed to mono, resampled to 16 kHz) or samples; long audio window by window.
  */
 export function transcribe(exportDirOrModel: string | ExportedModel, audio: AudioInput,
   opts?: TranscribeOptions): Promise<Transcription>;

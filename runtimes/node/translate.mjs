@@ -157,7 +157,8 @@ export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...
  * Transcribe one recording with a Whisper export (a folder path or an opened model): { text, language,
  * segments, ids }, the ids of Python's `open_export(OUT).transcribe(audio, ...)` (speech.mjs). `audio`:
  * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz); options:
- * `language` (default: detected), `task` ('transcribe' or 'translate'), `numBeams`, `maxNewTokens`.
+ * `language` (default: detected), `task` ('transcribe' or 'translate'), `timestamps`, `numBeams`,
+ * `maxNewTokens`, `maxSeconds`.
  */
 export async function transcribe(exportDirOrModel, audio, opts = {}) {
   let label = opts.label;

@@ -9,6 +9,7 @@ import wavefile from 'wavefile';
 import { decodeWav, resample } from '../audio.mjs';
 import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
+import { splitSegments } from '../longform.mjs';
 import { transcribe } from '../speech.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, whisperSettings } from '../whisper.mjs';
 
@@ -115,6 +116,27 @@ describe('whisper', () => {
     await assert.rejects(transcribe({}, model, new Float32Array(16000), { task: 'summarise' }), /^Error: task must be one of/);
     await assert.rejects(transcribe({}, model, new Float32Array(16000), { beams: 2 }), /^Error: unknown transcribe option "beams"/);
     await assert.rejects(transcribe({}, model, 'talk.wav'), /^Error: audio must be a WAV file's bytes/);
-    await assert.rejects(transcribe({}, model, new Float32Array(5 * 16000)), /5.0 s long, over this model's 4 s window/);
+    await assert.rejects(transcribe({}, model, new Float32Array(5 * 16000), { maxSeconds: 4.5 }),
+      /^Error: the audio is 5.0 s long, over the limit of 4.5 s \(maxSeconds\)/);
+    const english = { manifest: { ...model.manifest, speech: { ...SPEECH, lang_to_id: undefined } } };
+    await assert.rejects(transcribe({}, english, new Float32Array(16000), { task: 'translate' }),
+      /^Error: this Whisper model is English-only: it cannot translate/);
+    const stampless = { manifest: { ...model.manifest, speech: { ...SPEECH, no_timestamps_token_id: undefined } } };
+    await assert.rejects(transcribe({}, stampless, new Float32Array(16000), { timestamps: true }),
+      /^Error: this Whisper model has no timestamp tokens/);
+  });
+});
+
+describe('long form', () => {
+  const BEGIN = 331; // <|0.00|>
+  test('a window\'s ids are cut at each timestamp pair, as Python\'s split_segments', () => {
+    // <|0.00|> a b <|1.00|><|1.20|> c <|2.00|>: two segments, seek to the last pair (1.00 s: 100 frames)
+    const ids = [BEGIN, 7, 8, BEGIN + 50, BEGIN + 60, 9, BEGIN + 100];
+    assert.deepEqual(splitSegments(ids, BEGIN, 4, 400), { segments: [
+      { start: 4, end: 5, tokens: [BEGIN, 7, 8, BEGIN + 50] },
+      { start: 5.2, end: 6, tokens: [BEGIN + 60, 9, BEGIN + 100] }], advance: 400 }); // ends on a lone one: a whole window
+    const paired = splitSegments([BEGIN, 7, BEGIN + 50, BEGIN + 50], BEGIN, 0, 400);
+    assert.deepEqual([paired.segments.length, paired.advance], [1, 100]);
+    assert.deepEqual(splitSegments([7, 8], BEGIN, 0, 400), { segments: [{ start: 0, end: 4, tokens: [7, 8] }], advance: 400 });
   });
 });
