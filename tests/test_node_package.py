@@ -43,6 +43,7 @@ import * as decoding from 'tfm-export-node/decoding';
 import { connect, ServerError, type ServerClient } from 'tfm-export-node';
 import { serverSentEvents } from 'tfm-export-node/client';
 import { languages, run, type LanguageCodes } from 'tfm-export-node';
+import { transcribe, type Transcription } from 'tfm-export-node';
 import { languageOptions, makeTokenizer as makeHfTokenizer, tokenizerFiles } from 'tfm-export-node/tokenizers';
 const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
 const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
@@ -78,6 +79,9 @@ console.log(await server.translate(['Hello'], { sourceLang: 'en_XX', targetLang:
 const outputs = await run('classifier_onnx', [[5, 9, 13]]);  // an encoder-only module export
 const dims: readonly number[] = (await model.run([[5, 9]])).logits.dims;
 console.log(outputs.logits.data, dims, decoding.runtimeGraphs(model.manifest).decoder, model.manifest.source?.decoder);
+const heard: Transcription = await transcribe('whisper_onnx', 'talk.wav', { language: 'de', task: 'translate', numBeams: 2 });
+const said: string = (await model.transcribe(new Float32Array(16000), { maxNewTokens: 20, timestamps: true })).text;
+console.log(heard.ids, heard.language, heard.segments[0].end, said, typeof decoding.decodeFeatures);
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });",
@@ -87,7 +91,8 @@ BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "for await (const id of server.stream([7, 2])) { const s: string = id; }",
        "await translate(model, ['4'], { targetLang: 5 });", "await generateIds(model, [[7]], { forcedBosTokenId: '5' });",
        "const c: string[] = (await languages('x')).sourceDefault;",
-       "const s: string = (await run(model, [[5]])).logits;"]
+       "const s: string = (await run(model, [[5]])).logits;",
+       "await transcribe(model, 'a.wav', { task: 'summarise' });", "const t: string = (await model.transcribe('a.wav')).ids;"]
 
 
 def npm(args: list, cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
@@ -105,9 +110,10 @@ def app(tmp_path_factory) -> Path:
     packed = tmp_path_factory.mktemp("pack")
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
-        ["README.md", "charsmap.mjs", "cli.mjs", "client.d.ts", "client.mjs", "decoding.d.ts", "decoding.mjs",
-         "greedy.d.ts", "greedy.mjs", "index.d.ts", "marian.mjs", "options.mjs", "package.json", "search.mjs",
-         "sentencepiece.mjs", "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs"])
+        ["README.md", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
+         "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
+         "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "speech.mjs",
+         "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs", "whisper.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:

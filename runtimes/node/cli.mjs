@@ -3,6 +3,7 @@
 // node runtimes/node/cli.mjs OUT --ids "3 17 9" ["5 6" ...]   one row of token ids per line
 // node runtimes/node/cli.mjs run OUT --ids "3 17 9" ["5 6" ...]   an encoder-only export: one JSON line per row
 // node runtimes/node/cli.mjs --server URL "text" ...          the same lines from `tfm-export serve` at URL
+// node runtimes/node/cli.mjs transcribe OUT file.wav [...]    a Whisper export: the text per file (cli-transcribe.mjs)
 //   (--api-key KEY, else the environment's TFM_EXPORT_API_KEY)
 // Decoding flags (default: the manifest's `generation` section, else greedy) are Python's `tfm-export
 // generate` ones, from options.mjs's CLI_FLAGS: --num-beams N, --n-best N (then each hypothesis is a line
@@ -32,6 +33,7 @@ const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs --server URL [--api-key KEY] [options] "text" ...  (key default: $TFM_EXPORT_API_KEY)\n' +
   '       cli.mjs EXPORT_DIR --languages                           (the codes --source-lang/--target-lang take)\n' +
   '       cli.mjs run EXPORT_DIR --ids "3 17 9" ["5 6" ...]          (an encoder-only export: its outputs)\n' +
+  '       cli.mjs transcribe EXPORT_DIR FILE.wav [...] [--language CODE] [--task T] [--timestamps] [--num-beams N]\n' +
   wrapped('options:', [
     ...Object.entries(CLI_FLAGS).map(([flag, [, kind]]) => `--${flag}${METAVAR[kind] ?? ` ${kind.join('|')}`}`),
     '--stream', '--source-lang CODE', '--target-lang CODE']);
@@ -143,6 +145,11 @@ async function run(backend, sources, options, { ids, stream }) {
   } else {
     for (const line of await backend.best(sources, options)) console.log(line);
   }
+}
+
+if (process.argv[2] === 'transcribe') { // its own flags (--language, --task): cli-transcribe.mjs
+  const { transcribeCommand } = await import('./cli-transcribe.mjs');
+  process.exit(await transcribeCommand(process.argv.slice(3)));
 }
 
 let backend;

@@ -3,7 +3,7 @@
 // onnxruntime-node and onnxruntime-web (the browser page imports the same file).
 // 'tfm-export-node/greedy' is the same module under its old name.
 import type { InferenceSession, Tensor } from 'onnxruntime-node';
-import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Tokenizer
+import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Timings, Tokenizer
   } from './index.js';
 
 export const MANIFEST_FORMAT: 'tfm-export-manifest/1';
@@ -66,6 +66,23 @@ export function generate(ort: Ort, model: DecodableModel, sources: number[][], o
 
 /** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws one line. */
 export function run(ort: Ort, model: DecodableModel, sources: number[][]): Promise<Record<string, Tensor>>;
+
+/** A strategy of the step driver (search.mjs's shape), with the first token every row is fed. */
+export interface Strategy {
+  rows: number;
+  reads: 'next_ids' | 'logits';
+  finished: boolean;
+  bosId: number;
+  advance(state: unknown): { ids: number[]; beamIdx: number[] | null };
+  results(): Hypothesis[][];
+}
+
+/**
+ * A Whisper export's decoding (Python's runtime.decoding.run): the features (one Float32Array of
+ * n_mels x frames per source) encoded once, then `strategy` (whisper.mjs's) stepped to its end.
+ */
+export function decodeFeatures(ort: Ort, model: DecodableModel, features: Float32Array[], strategy: Strategy,
+  opts?: { timings?: Timings }): Promise<Hypothesis[][]>;
 
 /** A tensor's rows as nested lists (numpy's tolist(): row i is source i); int64 values as numbers. */
 export function tensorRows(tensor: Tensor): unknown[];

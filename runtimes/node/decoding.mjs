@@ -17,7 +17,9 @@
 // one more decoder state); "encoder-only" has no decoder, and `run` gives its encoder's outputs.
 //
 // The encoder's input is what manifest.json declares (graphs.encoder.inputs: its name, id type and
-// axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len).
+// axes; `sourceInput`); manifests without one get token ids `src_ids`, int64 (batch, src_len). A
+// Whisper export's encoder reads log-mel features instead (float32 (batch, n_mels, frames)): only
+// `decodeFeatures` feeds it, with whisper.mjs's strategy (speech.mjs transcribes).
 //
 // `ort` is the onnxruntime module; `model` is { manifest, encoder, decoder } with an
 // ort.InferenceSession per graph of `runtimeGraphs` (decoder: null for an encoder-only export; see
@@ -110,6 +112,7 @@ function sourceInput(manifest, where = 'manifest.json') {
       `token ids) or two (and ${SOURCE_MASK}, as a module export's): re-export the model or decode it with the Python runtime`);
   }
   const [{ name, dtype, shape }] = declared;
+  if (isFeatures(declared[0])) return { name, dtype, shape, features: true, batchFirst: true, mask: false };
   if (!ID_ARRAYS[dtype]) {
     throw new Error(`${what} input ${JSON.stringify(name)} is ${dtype}; this runtime feeds token ids as int64 or int32`);
   }
@@ -119,6 +122,33 @@ function sourceInput(manifest, where = 'manifest.json') {
       '(batch, src_len) or (src_len, batch)');
   }
   return { name, dtype, shape, batchFirst: batchAt === 0, mask: extra.length > 0 };
+}
+
+/**
+ * Whether an encoder input is Whisper's log-mel features: float32 (batch, n_mels, frames), fixed
+ * n_mels and frames (one window). Such an export decodes audio (speech.mjs: transcribe), not ids.
+ */
+function isFeatures({ dtype, shape }) {
+  return dtype === 'float32' && shape?.length === 3 && BATCH_AXES.includes(shape[0]) && Number.isInteger(shape[1])
+    && Number.isInteger(shape[2]);
+}
+
+const SPEECH = 'this export reads audio features (a Whisper model), not token ids; transcribe a recording: ' +
+  'transcribe(model, audio) or `tfm-export-node transcribe OUT file.wav`';
+
+/** (batch, n_mels, frames) float32 of one Float32Array (n_mels * frames, row-major) per source. */
+function featureTensor(ort, input, sources) {
+  const [, nMels, frames] = input.shape;
+  if (!Array.isArray(sources) || sources.length === 0) throw new Error('no sources given; pass at least one feature window');
+  const data = new Float32Array(sources.length * nMels * frames);
+  sources.forEach((features, i) => {
+    if (!(features instanceof Float32Array) || features.length !== nMels * frames) {
+      throw new Error(`each source of this export is a Float32Array of ${nMels} x ${frames} log-mel features; ` +
+        `got ${features?.constructor?.name} of ${features?.length}`);
+    }
+    data.set(features, i * nMels * frames);
+  });
+  return new ort.Tensor('float32', data, [sources.length, nMels, frames]);
 }
 
 /** Python's pad_batch and source_batch: the sources checked and right-padded to one width. */
@@ -159,6 +189,7 @@ function maskTensor(ort, padded, padId) {
 /** The encoder's feeds (Python's encoder_feeds): the source ids and, when it reads one, src_mask. */
 function encoderFeeds(ort, manifest, padded) {
   const input = sourceInput(manifest);
+  if (input.features) return { [input.name]: featureTensor(ort, input, padded) };
   const feeds = { [input.name]: sourceTensor(ort, input, padded) };
   if (input.mask) feeds[SOURCE_MASK] = maskTensor(ort, padded, manifest.config.src_pad_id);
   return feeds;
@@ -358,15 +389,21 @@ function stateClass(manifest) {
  * holds the results when this ends. `pick`: { scored, stopAtEos } (strategyFor).
  */
 async function* decodeSteps(ort, model, sources, config, { timings, ...pick } = {}) {
-  const State = stateClass(model.manifest);
   const c = model.manifest.config;
+  if (sourceInput(model.manifest).features) throw new Error(SPEECH);
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
   const strategy = strategyFor(sources.length, steps, config, {
     bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [],
   }, pick);
+  yield* driveSteps(ort, model, padded, strategy, c.bos_id, timings);
+}
+
+/** The loop itself: encode `padded` (the encoder's sources), then step every row from `bosId` to the end. */
+async function* driveSteps(ort, model, padded, strategy, bosId, timings) {
+  const State = stateClass(model.manifest);
   const state = await State.start(ort, model, padded, strategy, timings);
-  let tokens = Array(strategy.rows).fill(c.bos_id);
+  let tokens = Array(strategy.rows).fill(bosId);
   while (!strategy.finished) {
     const start = performance.now();
     await state.step(tokens);
@@ -376,6 +413,19 @@ async function* decodeSteps(ort, model, sources, config, { timings, ...pick } = 
     yield strategy;
     tokens = ids;
   }
+}
+
+/**
+ * Python's runtime.decoding.run for an export whose encoder reads features (Whisper): `features` (one
+ * Float32Array (n_mels * frames) per source) encoded once, then `strategy` (whisper.mjs's
+ * WhisperStrategy, or any with the driver's shape and a `bosId`) stepped to its end: its results.
+ */
+export async function decodeFeatures(ort, model, features, strategy, { timings } = {}) {
+  if (!sourceInput(model.manifest).features) {
+    throw new Error('this export reads token ids, not audio features: it is not a speech model');
+  }
+  for await (const step of driveSteps(ort, model, features, strategy, strategy.bosId, timings)) void step;
+  return strategy.results();
 }
 
 /** decodeSteps run to its end: the strategy's results. */

@@ -136,6 +136,40 @@ export interface ExportedModel {
   stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
   /** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws. */
   run(idLists: number[][]): Promise<Record<string, Tensor>>;
+  /** A Whisper export: one recording (a WAV path or bytes, or 16 kHz samples) to text, language and ids. */
+  transcribe(audio: AudioInput, opts?: TranscribeOptions): Promise<Transcription>;
+}
+
+/** A recording: a WAV file's path, its bytes, or mono float32 samples at the model's rate (16 kHz). */
+export type AudioInput = string | Uint8Array | ArrayBuffer | Float32Array;
+
+/** Python's `transcribe` options. */
+export interface TranscribeOptions {
+  /** A code ('de'), an English name ('german') or a token ('<|de|>'); default: detected on the audio. */
+  language?: string | null;
+  /** 'transcribe' (default) or 'translate' (into English). */
+  task?: 'transcribe' | 'translate' | null;
+  /** Segments timed by the model's timestamp tokens (default false; audio over one window always has them). */
+  timestamps?: boolean;
+  /** Beam search when > 1 (default 1: greedy). */
+  numBeams?: number;
+  /** Most generated tokens per window (default: up to the folder's max_length). */
+  maxNewTokens?: number | null;
+  /** Longer recordings are refused (default 3600; null: no limit). */
+  maxSeconds?: number | null;
+  /** Names the audio in error messages (default: its path). */
+  label?: string;
+}
+
+/** One recording's transcription, as Python's `transcribe`. */
+export interface Transcription {
+  text: string;
+  /** The language code of the prompt (given or detected), e.g. 'en'. */
+  language: string | null;
+  /** With timestamps: the model's segments (seconds); else one, the whole recording. */
+  segments: Array<{ start: number; end: number; text: string }>;
+  /** The generated token ids (without the prompt and EOS; every window's, timestamps included). */
+  ids: number[];
 }
 
 export interface OpenOptions {
@@ -249,6 +283,13 @@ export function run(exportDirOrModel: string | ExportedModel, idLists: number[][
 /** Translate texts with the manifest's tokenizer (throws when the export has none): the best texts. */
 export function translate(exportDirOrModel: string | ExportedModel, texts: string[],
   opts?: TranslateOptions): Promise<string[]>;
+
+/**
+ * Transcribe one recording with a Whisper export (the ids of Python's `open_export(OUT).transcribe`):
+ * a WAV file's path or bytes (mixed to mono, resampled to 16 kHz) or samples; long audio window by window.
+ */
+export function transcribe(exportDirOrModel: string | ExportedModel, audio: AudioInput,
+  opts?: TranscribeOptions): Promise<Transcription>;
 
 /** The language codes the export takes (reads only manifest.json for a folder path). */
 export function languages(exportDirOrModel: string | ExportedModel): Promise<LanguageCodes>;

@@ -87,6 +87,17 @@ export function processRow(scores, history, step, lastStep, config, eosId, banne
   return config.renormalizeLogits ? logSoftmax(scores) : scores;
 }
 
+/**
+ * processRow on a row whose generated ids are `row`, its history (what the decoder was fed) the forced
+ * prompt `ids.prompt` (default: BOS alone) then `row`; a model's own processors (`ids.process(scores,
+ * history)`: Whisper's, whisper.mjs) run after the generic ones, as transformers appends them.
+ */
+function processed(scores, row, step, lastStep, config, ids) {
+  const history = [...(ids.prompt ?? [ids.bosId]), ...row];
+  const out = processRow(scores, history, step, lastStep, config, ids.eosId, ids.banned);
+  return ids.process ? ids.process(out, history) : out;
+}
+
 /** SplitMix64 on BigInt (exact 64-bit arithmetic), Python's runtime.sampling.SplitMix64. */
 export class SplitMix64 {
   constructor(seed) { this.state = BigInt(seed) & MASK64; }
@@ -208,8 +219,8 @@ export class TokenPicker {
     const { data: logits, vocab } = state.logits();
     const nextIds = this.out.map((row, r) => {
       if (this.done[r]) return ids.padId;
-      const scores = processRow(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)),
-        [ids.bosId, ...row], step, this.steps - 1, cfg, ids.eosId, ids.banned);
+      const scores = processed(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)), row, step,
+        this.steps - 1, cfg, ids);
       const token = cfg.doSample
         ? sampleToken(warp(scores, cfg.temperature, cfg.topK, cfg.topP), this.generators[r]) : argmax(scores);
       this.scores[r] += logSoftmax(scores)[token];
@@ -297,8 +308,8 @@ export class BeamSearch {
     const best = [];
     for (let j = 0; j < k; j++) {
       const r = b * k + j;
-      const scores = processRow(logSoftmax(logits, r * vocab, vocab), [ids.bosId, ...this.runIds[r]], this.step,
-        this.steps - 1, config, ids.eosId, ids.banned);
+      const scores = processed(logSoftmax(logits, r * vocab, vocab), this.runIds[r], this.step, this.steps - 1,
+        config, ids);
       const base = this.runScores[r];
       for (let t = 0; t < vocab; t++) insertTop(best, 2 * k, scores[t] + base, j * vocab + t);
     }

@@ -14,6 +14,7 @@
 //   for await (const piece of model.stream('4718', { doSample: true, seed: 1 })) process.stdout.write(piece);
 //   await translate(model, ['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }); // a multilingual export
 //   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
+//   await transcribe('whisper_onnx', 'talk.wav', { numBeams: 2 }); // a Whisper export: { text, language, ids, ... }
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
@@ -21,6 +22,7 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import * as decoding from './decoding.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './decoding.mjs';
+import * as speech from './speech.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './tokenizers.mjs';
 
 export { connect, ServerError } from './client.mjs';
@@ -100,6 +102,7 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
   model.translate = (texts, opts) => translate(model, texts, opts);
   model.stream = (source, opts) => decoding.stream(ort, model, source, opts);
   model.run = (idLists) => run(model, idLists);
+  model.transcribe = (audio, opts) => transcribe(model, audio, opts);
   model.languages = () => languageCodes(manifest.tokenizer);
   return model;
 }
@@ -148,6 +151,25 @@ export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...
     const ids = await decoding.generateIds(ort, model, sources, options);
     return ids.map((row) => model.tokenizer.decode(row));
   });
+}
+
+/**
+ * Transcribe one recording with a Whisper export (a folder path or an opened model): { text, language,
+ * segments, ids }, the ids of Python's `open_export(OUT).transcribe(audio, ...)` (speech.mjs). `audio`:
+ * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz); options:
+ * `language` (default: detected), `task` ('transcribe' or 'translate'), `timestamps`, `numBeams`,
+ * `maxNewTokens`, `maxSeconds`.
+ */
+export async function transcribe(exportDirOrModel, audio, opts = {}) {
+  let label = opts.label;
+  if (typeof audio === 'string') {
+    label ??= audio;
+    audio = await readFile(audio).catch((err) => {
+      throw new Error(err.code === 'ENOENT' ? `${audio}: no such file; check the path`
+        : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
+    });
+  }
+  return withModel(exportDirOrModel, (model) => speech.transcribe(ort, model, audio, { ...opts, label }));
 }
 
 /**

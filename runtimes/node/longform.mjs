@@ -1,0 +1,74 @@
+// Whisper's timestamps -> segments, and the window-by-window loop of long recordings: the port of
+// tfm_export/runtime/whisper_longform.py (transformers' `_retrieve_segment` and long-form generate)
+// for temperature 0 without conditioning on the previous text (speech.mjs refuses the folders that ask
+// for it). Each window: decode it from `seek` (frames of 10 ms; the features zero-padded to one
+// window), cut its ids into segments at each pair of timestamp tokens, and move seek to the last
+// pair's time, or a whole window when the ids end with a lone timestamp or have no pair.
+// No globals beyond ECMAScript: a page can import it.
+
+export const TIME_PRECISION = 0.02; // seconds per timestamp token
+const FEATURE_PRECISION = 0.01; // seconds per mel frame
+const INPUT_STRIDE = 2; // mel frames per encoder position (Whisper's two convolutions)
+
+/**
+ * A window's generated ids (EOS removed) -> { segments: [{ start, end, tokens }], advance } (Python's
+ * split_segments): `advance` is the frames seek moves by; `windowFrames` the real frames the window held.
+ */
+export function splitSegments(ids, timestampBegin, timeOffset, windowFrames) {
+  const stamp = ids.map((t) => t >= timestampBegin);
+  const singleEnding = stamp.length >= 2 && !stamp.at(-2) && stamp.at(-1);
+  const cuts = [];
+  for (let i = 0; i < stamp.length - 1; i++) if (stamp[i] && stamp[i + 1]) cuts.push(i + 1);
+  const time = (token) => timeOffset + (token - timestampBegin) * TIME_PRECISION;
+  if (cuts.length) {
+    if (singleEnding) cuts.push(ids.length);
+    else cuts[cuts.length - 1] += 1; // the last segment keeps both timestamps
+    const segments = [];
+    let last = 0;
+    cuts.forEach((cut, i) => {
+      const piece = ids.slice(last, cut);
+      const endAt = i < cuts.length - 1 || singleEnding ? piece.length - 1 : piece.length - 2;
+      segments.push({ start: time(piece[0]), end: time(piece[endAt]), tokens: piece });
+      last = cut;
+    });
+    const advance = singleEnding ? windowFrames : (ids[last - 2] - timestampBegin) * INPUT_STRIDE;
+    return { segments, advance };
+  }
+  // transformers computes this in float32: (frames * 0.01) / 0.02, truncated
+  const seconds = Math.fround(Math.fround(windowFrames) * Math.fround(FEATURE_PRECISION));
+  let endPos = Math.trunc(Math.fround(seconds / Math.fround(TIME_PRECISION)));
+  const stamps = ids.filter((t) => t >= timestampBegin);
+  if (stamps.length && stamps.at(-1) !== timestampBegin) endPos = stamps.at(-1) - timestampBegin;
+  return { segments: [{ start: timeOffset, end: timeOffset + endPos * TIME_PRECISION, tokens: ids }], advance: windowFrames };
+}
+
+/** Frames [seek, seek + frames) of (nMels x total) features as one (nMels x windowFrames) window, zero-padded. */
+function featureWindow(features, nMels, total, seek, frames, windowFrames) {
+  const out = new Float32Array(nMels * windowFrames); // zeros: transformers pads the window with 0.0
+  for (let m = 0; m < nMels; m++) out.set(features.subarray(m * total + seek, m * total + seek + frames), m * windowFrames);
+  return out;
+}
+
+/**
+ * One recording's (nMels x total) features -> { ids, segments } (Python's whisper_longform.transcribe at
+ * temperature 0, no conditioning): `decodeWindow(window, prompt)` -> the window's generated ids (EOS
+ * removed), or null for a window skipped as silence; `prompt(windowIndex)` the forced decoder input of each window.
+ */
+export async function transcribeWindows(features, { nMels, total, windowFrames, timestampBegin }, prompt, decodeWindow) {
+  const segments = [];
+  let seek = 0;
+  for (let index = 0; seek < total; index++) {
+    const offset = (seek * TIME_PRECISION) / INPUT_STRIDE;
+    const frames = Math.min(total - seek, windowFrames);
+    const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
+    const ids = await decodeWindow(window, prompt(index));
+    if (ids === null) { // silence (the folder's no-speech test): no segment, the next window
+      seek += frames;
+      continue;
+    }
+    const cut = splitSegments(ids, timestampBegin, offset, frames);
+    seek += cut.advance > 0 ? cut.advance : frames; // a pair at <|0.00|> would decode the same window forever
+    segments.push(...cut.segments);
+  }
+  return { ids: segments.flatMap((s) => s.tokens), segments };
+}

@@ -1,0 +1,118 @@
+// Speech in, text out: `transcribe` of an opened Whisper export, the port of Python's
+// tfm_export/runtime/speech.py (issue #43). The steps, as transformers' WhisperForConditionalGeneration.generate:
+// 1. the audio (a WAV file's bytes, or float32 samples at the model's rate) -> mono samples
+//    (audio.mjs: decoded, channels averaged, resampled);
+// 2. log-mel features (features.mjs; the manifest's `features`): up to one window (30 s) padded to
+//    the window; longer audio keeps all its frames and is decoded window by window (longform.mjs);
+// 3. the forced prompt (whisper.mjs's initTokens); a language not given is detected on the first
+//    window at the step that feeds <|startoftranscript|>, as Python's LanguageDetector does;
+// 4. greedy or beam search in each window through decoding.mjs's driver with Whisper's processors;
+//    long audio always decodes with timestamps (and seeks on them), as Python and transformers do.
+// The folder's silence test (logprob_threshold with no_speech_threshold) skips a window as Python's
+// does. Not ported: condition_on_prev_tokens (refused in one line for long audio), an initial prompt,
+// temperature fallback (Python decodes at temperature 0 only too). The result is Python's: { text,
+// language, segments, ids }. No Node APIs: the browser page can import it (translate.mjs reads files
+// and passes their bytes).
+import { readWav } from './audio.mjs';
+import { decodeFeatures, generationConfig } from './decoding.mjs';
+import { featureConfig, logMel, logMelSpectrogram } from './features.mjs';
+import { transcribeWindows } from './longform.mjs';
+import { DETECT, WhisperStrategy, initTokens, languageCode, maxNewTokens, whisperSettings } from './whisper.mjs';
+
+const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'maxNewTokens', 'maxSeconds', 'label'];
+const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
+
+/** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
+export function audioSamples(audio, rate, label = 'the audio bytes') {
+  if (audio instanceof Float32Array) return audio; // samples already at the model's rate (Python's ndarray)
+  if (audio instanceof Uint8Array || audio instanceof ArrayBuffer) return readWav(new Uint8Array(audio), rate, label);
+  throw new Error(`audio must be a WAV file's bytes (Uint8Array, Buffer, ArrayBuffer) or a Float32Array of samples ` +
+    `at ${rate} Hz, got ${audio?.constructor?.name ?? typeof audio}`);
+}
+
+/** The checked options, with Python's English-only rule: such a model takes no language or task. */
+function speechOptions(settings, { language = null, task = 'transcribe', numBeams = 1, ...rest }) {
+  const unknown = Object.keys(rest).filter((name) => !OPTIONS.includes(name));
+  if (unknown.length) throw new Error(`unknown transcribe option ${JSON.stringify(unknown[0])}; known: ${OPTIONS.slice(0, -1).join(', ')}`);
+  if (task !== null && !['transcribe', 'translate'].includes(task)) {
+    throw new Error(`task must be one of transcribe, translate, got ${JSON.stringify(task)}`);
+  }
+  if (!Object.keys(settings.lang_to_id ?? {}).length) {
+    if (task === 'translate') throw new Error('this Whisper model is English-only: it cannot translate; leave out task');
+    if (language !== null && !['en', 'english'].includes(String(language).toLowerCase().replace(/^<\|(.*)\|>$/, '$1'))) {
+      throw new Error('this Whisper model is English-only: it takes no language');
+    }
+    return { ...rest, language: null, task: null, numBeams };
+  }
+  return { ...rest, language, task, numBeams };
+}
+
+/** The recording's features: one padded window, or all frames of a longer one (`long`), as Python. */
+function recordingFeatures(audio, config, { label = 'the audio', maxSeconds = DEFAULT_MAX_SECONDS }) {
+  const samples = audioSamples(audio, config.samplingRate, label);
+  const seconds = samples.length / config.samplingRate;
+  if (maxSeconds !== null && seconds > maxSeconds) {
+    throw new Error(`${label} is ${seconds.toFixed(1)} s long, over the limit of ${maxSeconds} s (maxSeconds); ` +
+      'split the recording or raise maxSeconds');
+  }
+  const long = samples.length > config.nSamples;
+  const features = long ? logMelSpectrogram(samples, config) : logMel(samples, config);
+  return { features, total: features.length / config.nMels, long, seconds };
+}
+
+/** Python's refusals before decoding with timestamps: a model without them, conditioning on earlier windows. */
+function checkTimestamps(settings, long) {
+  if (settings.no_timestamps_token_id === undefined || settings.no_timestamps_token_id === null) {
+    throw new Error(`this Whisper model has no timestamp tokens (no_timestamps_token_id): ${long
+      ? 'it cannot transcribe audio over one window' : 'it takes no timestamps'}`);
+  }
+  if (long && settings.condition_on_prev_tokens) {
+    throw new Error('this folder conditions each window on the text before it (condition_on_prev_tokens), which ' +
+      'the Node runtime does not do yet; transcribe long recordings with the Python runtime (tfm-export transcribe)');
+  }
+}
+
+/** A window decoder: its generated ids (EOS removed), or [] for a window the folder's silence test skips. */
+function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected }) {
+  const silence = [settings.logprob_threshold, settings.no_speech_threshold];
+  return async (window, prompt) => {
+    const steps = maxNewTokens(settings, prompt.length, max, model.manifest.config.max_len);
+    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped);
+    const [[best]] = await decodeFeatures(ort, model, [window], strategy);
+    if (prompt.includes(DETECT)) onDetected(strategy.prompt);
+    const skip = silence.every((v) => v !== undefined && v !== null) && strategy.avgLogprob() < silence[0]
+      && strategy.noSpeechProb > silence[1];
+    return skip ? null : best.ids;
+  };
+}
+
+/**
+ * One recording -> { text, language, segments: [{ start, end, text }], ids } as Python's
+ * `open_export(OUT).transcribe(audio, ...)`. `audio`: a WAV file's bytes or float32 samples at the
+ * model's rate; options: language (a code "de", a name "german", a token "<|de|>"; default: detected),
+ * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams,
+ * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors).
+ */
+export async function transcribe(ort, model, audio, options = {}) {
+  const settings = whisperSettings(model.manifest);
+  const config = featureConfig(model.manifest);
+  const { language, task, numBeams, timestamps = false, maxNewTokens: max = null, ...read } = speechOptions(settings, options);
+  const decoding = generationConfig(null, { numBeams }); // Python's fresh GenerationConfig: not the folder's defaults
+  const { features, total, long, seconds } = recordingFeatures(audio, config, read);
+  const stamped = Boolean(timestamps) || long;
+  if (stamped) checkTimestamps(settings, long);
+  let init = initTokens(settings, language, task, stamped);
+  const decodeWindow = windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected: (p) => { init = p; } });
+  const begin = stamped ? settings.no_timestamps_token_id + 1 : Infinity; // the timestamp tokens' first id
+  const out = await transcribeWindows(features, { nMels: config.nMels, total, windowFrames: config.nbMaxFrames,
+    timestampBegin: begin }, () => init, decodeWindow);
+  const textOf = (ids) => {
+    const kept = ids.filter((t) => t < begin);
+    return model.tokenizer ? model.tokenizer.decode(kept) : kept.join(' ');
+  };
+  const round = (x) => Math.round(x * 1000) / 1000;
+  const segments = stamped ? out.segments : [{ start: 0, end: seconds, tokens: out.ids }];
+  const code = languageCode(settings, init[1]) ?? (Object.keys(settings.lang_to_id ?? {}).length ? null : 'en');
+  return { text: textOf(out.ids), language: code,
+    segments: segments.map((s) => ({ start: round(s.start), end: round(s.end), text: textOf(s.tokens) })), ids: out.ids };
+}

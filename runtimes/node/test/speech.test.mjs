@@ -1,0 +1,142 @@
+// node --test runtimes/node/test/
+// The parts of Whisper transcription that need no export (features.mjs, audio.mjs, whisper.mjs,
+// speech.mjs): the FFT against a plain DFT, WAV decoding as libsndfile scales samples, the forced
+// prompt and lengths as Python's runtime/whisper.py builds them, and the one-line refusals. Features
+// and ids against Python on real speech: tests/test_node_speech.py.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import wavefile from 'wavefile';
+import { decodeWav, resample } from '../audio.mjs';
+import { decodeFeatures } from '../decoding.mjs';
+import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
+import { splitSegments } from '../longform.mjs';
+import { transcribe } from '../speech.mjs';
+import { DETECT, initTokens, languageId, maxNewTokens, whisperSettings } from '../whisper.mjs';
+
+const { WaveFile } = wavefile;
+// models/whisper-digits/generation_config.json's Whisper keys, as an export's manifest keeps them
+const SPEECH = {
+  decoder_start_token_id: 322, eos_token_id: 321, pad_token_id: 321, no_timestamps_token_id: 330,
+  lang_to_id: { '<|de|>': 324, '<|en|>': 323 }, task_to_id: { transcribe: 326, translate: 325 }, is_multilingual: true,
+  suppress_tokens: [329], begin_suppress_tokens: [321], prev_sot_token_id: 328, max_length: 64,
+};
+const TEXT_MANIFEST = { format: 'tfm-export-manifest/1', config: { max_len: 64 }, graphs: {}, generation: {} };
+
+/** |DFT(frame)|^2 for k = 0 .. n/2, the plain O(n^2) sum. */
+function plainPower(frame) {
+  const n = frame.length;
+  return Array.from({ length: Math.floor(n / 2) + 1 }, (_, k) => {
+    let [re, im] = [0, 0];
+    frame.forEach((x, j) => { re += x * Math.cos((2 * Math.PI * k * j) / n); im -= x * Math.sin((2 * Math.PI * k * j) / n); });
+    return re * re + im * im;
+  });
+}
+
+describe('features', () => {
+  for (const n of [400, 512, 30]) {
+    test(`the power spectrum of ${n} samples is the DFT's (${n & (n - 1) ? 'Bluestein' : 'fft.js directly'})`, () => {
+      const frame = Float64Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) + ((i * 7919) % 13) / 13 - 0.5);
+      const got = powerSpectrum(n)(frame);
+      const want = plainPower(frame);
+      const scale = Math.max(...want);
+      want.forEach((w, k) => assert.ok(Math.abs(got[k] - w) <= 1e-9 * scale, `bin ${k}: ${got[k]} vs ${w}`));
+    });
+  }
+
+  test('the Slaney filters cover 0 Hz to Nyquist, each a triangle of area about 2 / width', () => {
+    const filters = melFilters(80, 400, 16000);
+    const rows = Array.from({ length: 80 }, (_, m) => filters.subarray(m * 201, (m + 1) * 201));
+    assert.ok(rows.every((row) => row.some((v) => v > 0) && row.every((v) => v >= 0)));
+    assert.equal(rows[0][0], 0); // the first triangle starts at 0 Hz
+    assert.ok(rows[79][199] > 0); // the last reaches up to Nyquist
+  });
+
+  test('a text export has no features: one line', () => {
+    assert.throws(() => featureConfig(TEXT_MANIFEST), /^Error: this export is not a Whisper speech model/);
+  });
+});
+
+describe('audio', () => {
+  const wav = (bits, samples, rate = 16000, channels = 1) => {
+    const file = new WaveFile();
+    file.fromScratch(channels, rate, bits, samples);
+    return file.toBuffer();
+  };
+
+  test('integer samples are scaled by 2^(bits - 1), as libsndfile reads them', () => {
+    assert.deepEqual(Array.from(decodeWav(wav('16', [-32768, -1, 0, 16384, 32767])).samples),
+      [-1, -1 / 32768, 0, 0.5, 32767 / 32768].map(Math.fround));
+    assert.deepEqual(Array.from(decodeWav(wav('8', [0, 128, 255])).samples), [-1, 0, 127 / 128].map(Math.fround));
+  });
+
+  test('channels are averaged; another rate is resampled to the length it should have', () => {
+    const { samples, sampleRate } = decodeWav(wav('32f', [[0.5, 0.25], [0.25, -0.25]], 22050, 2));
+    assert.deepEqual([Array.from(samples), sampleRate], [[0.375, 0], 22050]);
+    assert.equal(resample(new Float32Array(22050), 22050, 16000).length, 16000);
+  });
+
+  test('what is not a WAV file is one line naming it', () => {
+    assert.throws(() => decodeWav(new Uint8Array(0), 'x.wav'), /^Error: x.wav is empty \(0 bytes\)/);
+    assert.throws(() => decodeWav(new TextEncoder().encode('ID3 an mp3'), 'x.mp3'), /^Error: x.mp3 is not a WAV file; convert/);
+    const cut = wav('16', [1, 2, 3]).slice(0, 20);
+    assert.throws(() => decodeWav(cut, 'cut.wav'), /^Error: cut.wav is a damaged or unsupported WAV file/);
+  });
+});
+
+describe('whisper', () => {
+  const settings = whisperSettings({ features: {}, speech: SPEECH });
+
+  test('the prompt is init_tokens\' (Python): language given, detected, translate, English-only', () => {
+    assert.deepEqual(initTokens(settings, 'de', 'transcribe'), [322, 324, 326, 330]);
+    assert.deepEqual(initTokens(settings, null, 'transcribe'), [322, DETECT, 326, 330]);
+    assert.deepEqual(initTokens(settings, 'german', 'translate'), [322, 324, 325, 330]);
+    assert.deepEqual(initTokens(settings, '<|en|>', null), [322, 323, 326, 330]);
+    const english = { ...settings, lang_to_id: undefined, task_to_id: undefined, is_multilingual: false };
+    assert.deepEqual(initTokens(english, null, null), [322, 330]);
+    assert.equal(languageId(settings, 'EN'), 323);
+    assert.throws(() => languageId(settings, 'fr'), /^Error: language "fr" is not a language of this Whisper model; its languages are en, de/);
+  });
+
+  test('max new tokens: up to max_length past the prompt (transformers\' rule), a request checked', () => {
+    assert.equal(maxNewTokens(settings, 4, null, 64), 60);
+    assert.equal(maxNewTokens(settings, 4, 10, 64), 10);
+    assert.throws(() => maxNewTokens(settings, 4, 61, 64), /exceed Whisper's 64 positions/);
+  });
+
+  test('a text export is refused in one line, before any audio is read', async () => {
+    await assert.rejects(transcribe({}, { manifest: TEXT_MANIFEST }, new Float32Array(16000)),
+      /^Error: this export is not a speech model \(its encoder reads token ids\)/);
+    await assert.rejects(decodeFeatures({}, { manifest: TEXT_MANIFEST }, [], {}), /reads token ids, not audio features/);
+    await assert.rejects(transcribe({}, { manifest: { ...TEXT_MANIFEST, features: {} } }, new Float32Array(1)),
+      /^Error: this export has no Whisper decoding settings/);
+  });
+
+  test('bad options are one line', async () => {
+    const model = { manifest: { ...TEXT_MANIFEST, features: { chunk_length: 4 }, speech: SPEECH } };
+    await assert.rejects(transcribe({}, model, new Float32Array(16000), { task: 'summarise' }), /^Error: task must be one of/);
+    await assert.rejects(transcribe({}, model, new Float32Array(16000), { beams: 2 }), /^Error: unknown transcribe option "beams"/);
+    await assert.rejects(transcribe({}, model, 'talk.wav'), /^Error: audio must be a WAV file's bytes/);
+    await assert.rejects(transcribe({}, model, new Float32Array(5 * 16000), { maxSeconds: 4.5 }),
+      /^Error: the audio is 5.0 s long, over the limit of 4.5 s \(maxSeconds\)/);
+    const english = { manifest: { ...model.manifest, speech: { ...SPEECH, lang_to_id: undefined } } };
+    await assert.rejects(transcribe({}, english, new Float32Array(16000), { task: 'translate' }),
+      /^Error: this Whisper model is English-only: it cannot translate/);
+    const stampless = { manifest: { ...model.manifest, speech: { ...SPEECH, no_timestamps_token_id: undefined } } };
+    await assert.rejects(transcribe({}, stampless, new Float32Array(16000), { timestamps: true }),
+      /^Error: this Whisper model has no timestamp tokens/);
+  });
+});
+
+describe('long form', () => {
+  const BEGIN = 331; // <|0.00|>
+  test('a window\'s ids are cut at each timestamp pair, as Python\'s split_segments', () => {
+    // <|0.00|> a b <|1.00|><|1.20|> c <|2.00|>: two segments, seek to the last pair (1.00 s: 100 frames)
+    const ids = [BEGIN, 7, 8, BEGIN + 50, BEGIN + 60, 9, BEGIN + 100];
+    assert.deepEqual(splitSegments(ids, BEGIN, 4, 400), { segments: [
+      { start: 4, end: 5, tokens: [BEGIN, 7, 8, BEGIN + 50] },
+      { start: 5.2, end: 6, tokens: [BEGIN + 60, 9, BEGIN + 100] }], advance: 400 }); // ends on a lone one: a whole window
+    const paired = splitSegments([BEGIN, 7, BEGIN + 50, BEGIN + 50], BEGIN, 0, 400);
+    assert.deepEqual([paired.segments.length, paired.advance], [1, 100]);
+    assert.deepEqual(splitSegments([7, 8], BEGIN, 0, 400), { segments: [{ start: 0, end: 4, tokens: [7, 8] }], advance: 400 });
+  });
+});
