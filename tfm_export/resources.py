@@ -26,11 +26,17 @@ class Bundle:
 
 
 BUNDLES = {
-    "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs", "ids.mjs")),
+    "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs", "ids.mjs", "speech-page.mjs", "audio-in.mjs",
+                                          "recorder-worklet.js", "commonjs.mjs", "fft-shim.mjs", "wavefile-shim.mjs")),
     # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
     # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
     "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs",
-                                          "tokenizers.mjs", "charsmap.mjs", "sentencepiece.mjs", "marian.mjs")),
+                                          "tokenizers.mjs", "charsmap.mjs", "sentencepiece.mjs", "marian.mjs",
+                                          # Whisper transcription (the page's speech section)
+                                          "speech.mjs", "features.mjs", "audio.mjs", "whisper.mjs", "longform.mjs")),
+    # The CommonJS libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
+    "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
+    "wavefile": Bundle("wavefile", "runtimes/node/node_modules/wavefile/dist", ("wavefile.js",), optional=True),
     # The page's tokenizer.json reader (@huggingface/tokenizers, from `npm ci` in runtimes/web).
     "tokenizers": Bundle("tokenizers", "runtimes/web/node_modules/@huggingface/tokenizers/dist",
                          ("tokenizers.min.mjs",), optional=True),

@@ -8,6 +8,8 @@
 // An export without a tokenizer (a module export of a user's own architecture) takes token ids, one
 // source per line (ids.mjs; the "token ids" box, which any export may use), decoded by the same driver
 // (decoding.mjs's NoCacheState for decoder_nocache.onnx); an encoder-only one is run and shows its outputs.
+// A Whisper export (manifest `features`) shows the speech section instead (speech-page.mjs, imported
+// only then): recordings dropped, chosen or spoken are transcribed by ../node/speech.mjs, Node's code.
 // `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
 // dist/ at /ort/, @huggingface/tokenizers' dist/ at /tokenizers/ (index.html's import map) and OUT
 // at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts it on that server.
@@ -206,6 +208,18 @@ let opened; // the local model (a promise), opened the first time the page runs 
 let turns = 0; // the latest prepare() wins when the mode changes quickly
 
 const onServer = () => document.querySelector('input[name=mode]:checked').value === 'server';
+let speech; // the speech section, shown once for a Whisper export (a promise)
+
+/** A Whisper export's section instead of the text form (only in this browser: the server mode is text's). */
+async function showSpeechSection(model) {
+  const isSpeech = Boolean(model?.manifest.features);
+  $('text-ui').hidden = isSpeech;
+  $('speech').hidden = !isSpeech;
+  if (!isSpeech) return;
+  speech ??= import('./speech-page.mjs').then((page) => page.showSpeech(ort, model, setStatus))
+    .catch((err) => { speech = null; throw err; });
+  await speech;
+}
 
 /** Where the lines go: { model } (this browser) or { server } (a client of the form's URL and key). */
 async function backend() {
@@ -230,11 +244,12 @@ function localReady(model) {
   $('translate').textContent = model.decoder ? 'Translate' : 'Run';
   $('out-head').textContent = model.decoder ? 'translation' : 'outputs';
   const variant = [v.dtype, v.quantize, v.optimized && 'optimized'].filter(Boolean).join(', ');
-  return `ready: ${base} (${variant}; ${shape(model.manifest)}); ${knows(tokenizer)}`;
+  return `ready: ${base} (${variant}; ${shape(model.manifest)}); ${knows(tokenizer, model.manifest)}`;
 }
 
 /** What the tokenizer takes: a chars model's characters, or tokenizer.json and its language count. */
-function knows(spec) {
+function knows(spec, manifest) {
+  if (manifest.features) return 'Whisper: drop a recording, choose one, or record';
   if (!spec) return 'no tokenizer: token ids, one source per line';
   if (spec.type === 'chars') return `knows ${JSON.stringify(spec.src_vocab.slice(spec.specials ?? 3).join(''))}`;
   const { target } = languageCodes(spec);
@@ -254,6 +269,7 @@ async function prepare() {
     const ready = server ? `ready: server ${server.url} (${(await server.health()).batching} batching)`
       : localReady(model);
     if (model && !$('source-lang').options.length) showLanguages(model.manifest); // once: keep the user's choice
+    await showSpeechSection(model);
     if (turn !== turns) return;
     setStatus(ready);
     $('translate').disabled = false;

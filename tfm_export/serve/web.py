@@ -7,6 +7,11 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
     /tokenizers/ runtimes/web/node_modules/@huggingface/tokenizers/dist/ (top-level files only): the
                  tokenizer.json library that /lib/tokenizers.mjs imports (index.html's import map)
+    /npm/fft.js/, /npm/wavefile/
+                 runtimes/node/node_modules/fft.js/lib/ and wavefile/dist/ (top-level files only): the
+                 CommonJS libraries of Whisper transcription (/lib/features.mjs, /lib/audio.mjs), which
+                 the page's shims (fft-shim.mjs, wavefile-shim.mjs) load; optional (text exports need
+                 neither: without them the page says so when it opens a Whisper export)
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
 
 Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or
@@ -32,7 +37,10 @@ log = logging.getLogger(__name__)
 ORT_DIST = Path("node_modules", "onnxruntime-web", "dist")  # inside a runtimes/web folder, after `npm ci`
 TOKENIZERS_DIST = Path("node_modules", "@huggingface", "tokenizers", "dist")  # likewise
 NO_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web and pass it as --web-dir"
-FLAT = ("/", "/lib/", "/tokenizers/")  # mounts that serve only their folder's top-level files (not node_modules/)
+# Node's copies of the speech libraries (runtimes/node's package-lock.json pins them): one version for both
+SPEECH_DISTS = {"/npm/fft.js/": ("fft", Path("node_modules", "fft.js", "lib")),
+                "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist"))}
+FLAT = ("/", "/lib/", "/tokenizers/", *SPEECH_DISTS)  # mounts that serve only their folder's top-level files (not node_modules/)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",
         ".onnx": "application/octet-stream", ".data": "application/octet-stream",
         ".spm": "application/octet-stream", ".json": "application/json", ".map": "application/json"}
@@ -54,6 +62,14 @@ def asset_folders(web_dir: Path | None) -> tuple[Path, Path, Path, Path]:
     return web_dir, web_dir.parent / "node", web_dir / ORT_DIST, web_dir / TOKENIZERS_DIST
 
 
+def speech_folders(web_dir: Path | None) -> dict[str, Path]:
+    """URL prefix -> folder of the speech libraries that exist (the installed package's, or the checkout's
+    runtimes/node/node_modules after `npm ci` there); missing ones are the page's one-line error."""
+    found = {prefix: bundled(bundle) if web_dir is None else web_dir.parent / "node" / dist
+             for prefix, (bundle, dist) in SPEECH_DISTS.items()}
+    return {prefix: path.resolve() for prefix, path in found.items() if path.is_dir()}
+
+
 def _require(folder: Path, package: str, page: Path) -> None:
     """npm's files are not in git: a checkout needs `npm ci`, a wheel built without it has no copy."""
     if not folder.is_dir():
@@ -70,7 +86,7 @@ def routes(export_dir: Path, web_dir: Path | None = None) -> dict[str, Path]:
     _require(tokenizers_dist, "@huggingface/tokenizers", page)  # lib/tokenizers.mjs imports it on every page
     load_manifest(export_dir)  # a clear error now rather than a broken page later
     return {"/export/": export_dir.resolve(), "/ort/": ort_dist.resolve(), "/tokenizers/": tokenizers_dist.resolve(),
-            "/lib/": lib.resolve(), "/": page.resolve()}
+            **speech_folders(web_dir), "/lib/": lib.resolve(), "/": page.resolve()}
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):

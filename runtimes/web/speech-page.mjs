@@ -1,0 +1,117 @@
+// The page's speech section, shown for a Whisper export (its manifest has `features`): a recording
+// dropped on the page, chosen, or spoken into the microphone is transcribed in this browser by
+// /lib/speech.mjs, Node's transcribe (features.mjs's log-mel features, whisper.mjs's prompt and rules,
+// longform.mjs's windows): one implementation, so a 16 kHz WAV file gives Python's ids and text.
+// app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
+// For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
+// seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
+import { fileAudio, Recorder } from './audio-in.mjs';
+import { featureConfig } from '/lib/features.mjs';
+import { audioSamples, transcribe } from '/lib/speech.mjs';
+import { whisperLanguages, whisperSettings } from '/lib/whisper.mjs';
+
+const $ = (id) => document.getElementById(id);
+
+/** The form's transcribe options (speech.mjs checks them: a bad one is its one-line error). */
+function speechOptions() {
+  const options = { numBeams: Number($('speech-beams').value), timestamps: $('speech-timestamps').checked };
+  if ($('speech-lang').value) options.language = $('speech-lang').value;
+  if ($('speech-task').value === 'translate') options.task = 'translate';
+  return options;
+}
+
+/** A transcripts row: the recording, its text (timed segments with timestamps), language, length, time taken. */
+function addTranscript({ name, text, segments, language, seconds, ms }, timestamps) {
+  const tr = document.createElement('tr');
+  const time = (s) => s.toFixed(2);
+  const shown = timestamps ? segments.map((s) => `[${time(s.start)} → ${time(s.end)}] ${s.text.trim()}`).join('\n') : text.trim();
+  for (const [value, cls] of [[name, ''], [shown, 'out'], [language ?? '', ''], [seconds.toFixed(1), 'num'], [Math.round(ms), 'num']]) {
+    const td = document.createElement('td');
+    td.className = cls;
+    td.textContent = value;
+    tr.append(td);
+  }
+  $('transcripts').prepend(tr); // the latest first
+}
+
+/** The speech section of one opened Whisper export; `setStatus(text, isError)` is the page's status line. */
+export function showSpeech(ort, model, setStatus) {
+  const settings = whisperSettings(model.manifest); // a Whisper export without its settings: one line, now
+  const { samplingRate } = featureConfig(model.manifest);
+  const languages = whisperLanguages(settings);
+  $('speech-lang').replaceChildren(new Option(languages.length ? '(detect)' : '(English only)', ''),
+    ...languages.map((code) => new Option(code, code)));
+  $('speech-lang').disabled = $('speech-task').disabled = !languages.length;
+  $('speech').hidden = false;
+  let busy = false;
+  let recorder = null;
+
+  /** Transcribe what `getAudio` gives (WAV bytes or samples) as `name`; its row, the status line and window.tfmTranscript. */
+  async function run(name, source, getAudio) {
+    if (busy) return;
+    [busy, window.tfmTranscript, window.tfmSpeechError] = [true, null, null];
+    $('audio-file').disabled = true;
+    $('record').disabled = true;
+    try {
+      const samples = audioSamples(await getAudio(), samplingRate, name); // WAV bytes: audio.mjs, as in Node
+      const seconds = samples.length / samplingRate;
+      setStatus(`transcribing ${name}…`);
+      const options = speechOptions();
+      const start = performance.now();
+      const result = await transcribe(ort, model, samples, { ...options, label: name });
+      const ms = performance.now() - start;
+      const row = { name, source, ...result, seconds, ms };
+      addTranscript(row, options.timestamps);
+      setStatus(`${name}: ${seconds.toFixed(1)} s transcribed in ${Math.round(ms)} ms ` +
+        `(${options.numBeams > 1 ? `beam search, ${options.numBeams} beams` : 'greedy'}; WASM, 1 thread)`);
+      window.tfmTranscript = row;
+    } catch (err) {
+      setStatus(`error: ${err.message}`, true);
+      window.tfmSpeechError = err.message;
+    } finally {
+      busy = false;
+      $('audio-file').disabled = false;
+      $('record').disabled = false;
+    }
+  }
+
+  const onFile = (file) => file && run(file.name, 'file', () => fileAudio(file, samplingRate));
+  $('audio-file').addEventListener('change', () => { onFile($('audio-file').files[0]); $('audio-file').value = ''; });
+  $('drop').addEventListener('dragover', (e) => { e.preventDefault(); $('drop').classList.add('over'); });
+  $('drop').addEventListener('dragleave', () => $('drop').classList.remove('over'));
+  $('drop').addEventListener('drop', (e) => {
+    e.preventDefault();
+    $('drop').classList.remove('over');
+    onFile(e.dataTransfer.files[0]);
+  });
+  $('record').addEventListener('click', async () => {
+    if (!recorder) {
+      recorder = await startRecording(setStatus);
+      return;
+    }
+    const stopping = recorder;
+    recorder = null;
+    clearInterval(stopping.ticker);
+    $('record').textContent = 'Record';
+    await run('microphone', 'microphone', () => stopping.stop(samplingRate));
+  });
+}
+
+/** Opens the microphone: the button becomes "Stop", the recorded length ticks; null (and the error line) if it cannot. */
+async function startRecording(setStatus) {
+  window.tfmSpeechError = null;
+  try {
+    const recorder = await Recorder.start();
+    $('record').textContent = 'Stop';
+    setStatus('recording… (Stop transcribes)');
+    recorder.ticker = setInterval(() => {
+      window.tfmRecordedSeconds = recorder.seconds;
+      $('recorded').textContent = `${recorder.seconds.toFixed(1)} s`;
+    }, 100);
+    return recorder;
+  } catch (err) {
+    setStatus(`error: ${err.message}`, true);
+    window.tfmSpeechError = err.message;
+    return null;
+  }
+}

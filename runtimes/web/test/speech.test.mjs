@@ -1,0 +1,162 @@
+// node --test runtimes/web/test/speech.test.mjs (tests/test_web_speech.py runs it)
+// Headless Chromium opens the page on a Whisper export (the trained fixture models/whisper-digits)
+// served by `tfm-export serve-web`, and transcribes: a 16 kHz WAV file chosen with the file input and
+// one dropped on the page (with the form's language, beams and timestamps) give the Python runtime's
+// ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
+// loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
+// error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
+// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps },
+// expected: { text, language, segments, ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
+// python3), CHROMIUM (default /usr/bin/chromium).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const expectedPath = process.env.TFM_SPEECH_EXPECTED;
+const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const skip = !expectedPath ? 'TFM_SPEECH_EXPECTED is not set (tests/test_web_speech.py sets it)'
+  : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
+const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
+const python = process.env.TFM_PYTHON ?? 'python3';
+let server;
+let url;
+let context;
+let profile;
+
+/** `tfm-export serve-web DIR --port 0` on 127.0.0.1; resolves with its URL (the one it prints). */
+function startServer(dir) {
+  server = spawn(python, ['-m', 'tfm_export', 'serve-web', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let text = '';
+    server.stderr.on('data', (chunk) => {
+      text += chunk;
+      const match = text.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
+      if (match) resolve(match[1]);
+    });
+    server.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
+  });
+}
+
+/** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
+async function openPage(problems) {
+  const page = await context.newPage();
+  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
+  page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
+  await page.goto(url);
+  await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
+  assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
+  return page;
+}
+
+/** The form set to `options` (Node's names, as speech.mjs takes them). */
+async function setOptions(page, { language = '', numBeams = 1, timestamps = false }) {
+  await page.selectOption('#speech-lang', language);
+  await page.fill('#speech-beams', String(numBeams));
+  await page.setChecked('#speech-timestamps', timestamps);
+}
+
+/** Waits for the transcript (or the error line) that `action` starts. */
+async function transcript(page, action) {
+  await page.evaluate(() => { [window.tfmTranscript, window.tfmSpeechError] = [null, null]; });
+  await action();
+  await page.waitForFunction(() => window.tfmTranscript || window.tfmSpeechError, null, { timeout: 60_000 });
+  const { result, error } = await page.evaluate(() => ({ result: window.tfmTranscript, error: window.tfmSpeechError }));
+  assert.equal(error, null);
+  return result;
+}
+
+/** Drops the file at `file` on the page's drop zone, as a user dragging it from their desktop. */
+async function drop(page, file) {
+  const bytes = readFileSync(file).toString('base64');
+  const dataTransfer = await page.evaluateHandle(({ bytes: b64, name }) => {
+    const transfer = new DataTransfer();
+    const data = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    transfer.items.add(new File([data], name, { type: 'audio/wav' }));
+    return transfer;
+  }, { bytes, name: path.basename(file) });
+  await page.dispatchEvent('#drop', 'drop', { dataTransfer });
+}
+
+before(async () => {
+  if (skip) return;
+  url = await startServer(expected.export);
+  profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-'));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: browserPath,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required',
+      // a microphone without a microphone: Chromium plays this WAV file in a loop, and grants access
+      '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${expected.mic.path}`,
+      '--use-fake-ui-for-media-stream'],
+  });
+});
+
+after(async () => {
+  await context?.close();
+  server?.kill();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+test('a WAV file chosen or dropped is transcribed exactly like the Python runtime', { skip, timeout: 120_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  assert.match(await page.textContent('#status'), /^ready: .*Whisper: drop a recording/);
+  assert.equal(await page.isVisible('#speech'), true);
+  assert.equal(await page.isVisible('#source'), false);
+  for (const { path: file, how, options, expected: want } of expected.files) {
+    await setOptions(page, options);
+    const got = await transcript(page, () => (how === 'drop' ? drop(page, file) : page.setInputFiles('#audio-file', file)));
+    const what = `${how} ${path.basename(file)} ${JSON.stringify(options)}`;
+    assert.deepEqual(got.ids, want.ids, what);
+    assert.deepEqual([got.text, got.language, got.segments], [want.text, want.language, want.segments], what);
+    assert.equal(got.source, 'file');
+    assert.match(await page.textContent('#status'), new RegExp(`^${path.basename(file)}: [\\d.]+ s transcribed in \\d+ ms`));
+    assert.equal((await page.textContent('#transcripts tr:first-child td.out')).includes(want.segments[0].text.trim()), true);
+  }
+  mkdirSync(path.join(here, '..', 'test-output'), { recursive: true });
+  await page.screenshot({ path: path.join(here, '..', 'test-output', 'speech.png'), fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+test('the microphone is recorded, resampled to 16 kHz and transcribed like the file it plays', { skip, timeout: 120_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  await setOptions(page, { language: expected.mic.language });
+  const got = await transcript(page, async () => {
+    await page.click('#record');
+    // The fake device loops the file from when it opens: recording the file's length gets it once
+    // (shifted by the start-up latency into the file's trailing silence), never twice.
+    await page.waitForFunction((s) => window.tfmRecordedSeconds >= s, expected.mic.seconds, { timeout: 30_000 });
+    await page.click('#record');
+  });
+  assert.equal(got.source, 'microphone');
+  assert.ok(Math.abs(got.seconds - expected.mic.seconds) < 0.5, `recorded ${got.seconds} s`);
+  assert.equal(got.text, expected.mic.text);
+  assert.equal(got.language, expected.mic.language);
+  assert.deepEqual(problems, []);
+});
+
+test('a file that is not audio is one error line, and the page still works', { skip, timeout: 60_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  await page.setInputFiles('#audio-file', { name: 'notes.wav', mimeType: 'audio/wav', buffer: Buffer.from('not audio\n') });
+  await page.waitForFunction(() => window.tfmSpeechError, null, { timeout: 30_000 });
+  const error = await page.evaluate(() => window.tfmSpeechError);
+  assert.match(error, /^notes\.wav: this browser cannot decode it as audio .*; convert it to a WAV file/);
+  assert.equal((await page.textContent('#status')).split('\n').length, 1);
+  assert.match(await page.textContent('#status'), /^error: notes\.wav: /);
+  const [{ path: file, expected: want }] = expected.files;
+  await setOptions(page, expected.files[0].options);
+  const got = await transcript(page, () => page.setInputFiles('#audio-file', file));
+  assert.deepEqual(got.ids, want.ids);
+  assert.deepEqual(problems.filter((p) => !p.includes('EncodingError')), []);
+});

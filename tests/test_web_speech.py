@@ -1,0 +1,100 @@
+"""The browser page transcribes a Whisper export like the Python runtime (issue #43).
+
+runtimes/web/test/speech.test.mjs drives headless Chromium on `tfm-export serve-web` of the trained
+fixture (models/whisper-digits, exported once, --no-validate: tests/test_whisper_trained.py validates it).
+Held-out utterances are spoken by espeak-ng (models/whisper-digits/speech.py) and written as 16 kHz WAV
+files. A file chosen with the page's file input (language detected) and one dropped on it (German given,
+beam search, timestamps) must give `open_export(out).transcribe(samples, ...)`'s ids, text, language and
+segments: the page runs Node's speech.mjs, whose WAV reading and features are Node's.
+
+The microphone is Chromium's fake capture device playing a WAV file (the utterance between 0.4 s of
+silence) in a loop, recorded for the file's length. Its samples pass Chromium's capture and two
+resamplings (to the device's rate and back to 16 kHz), so the ids may differ in a token's probability
+but not the words: the test asks for Python's text of the file, on an utterance Python transcribes
+right, rather than its ids. Recording the file's length gets the utterance once: the loop starts when
+the device opens, and the start-up latency only shifts the recording into the file's trailing silence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+soundfile = pytest.importorskip("soundfile")
+pytest.importorskip("soxr")
+pytest.importorskip("transformers")
+
+from helpers import run_cli_ok  # noqa: E402
+from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+
+FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
+sys.path.insert(0, str(FOLDER))
+from speech import RATE, Spoken  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore"),
+              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}"),
+              pytest.mark.skipif(not (RUNTIMES / "node" / "node_modules" / "fft.js").exists(),
+                                 reason="runtimes/node/node_modules missing (npm ci there): the page's fft.js and wavefile")]
+
+PAD = 0.4  # seconds of silence around the microphone's utterance
+# (how the page gets the file, Node's options as the form sets them, Python's)
+FILES = [("input", {}, {}),
+         ("drop", {"language": "de", "numBeams": 2, "timestamps": True}, {"language": "de", "num_beams": 2, "timestamps": True})]
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("digits") / "onnx"
+    run_cli_ok(FOLDER, "-o", out, "--no-validate")
+    return out
+
+
+def held_out(language: str) -> list[Spoken]:
+    rows = (FOLDER / "heldout.tsv").read_text().splitlines()
+    return [s for s in map(Spoken.from_row, rows) if s.language == language]
+
+
+def write(path: Path, samples: np.ndarray) -> np.ndarray:
+    """`samples` as a 16 kHz 16-bit WAV file; returns what the file holds (as soundfile reads it)."""
+    soundfile.write(str(path), samples, RATE)
+    return soundfile.read(str(path), dtype="float32")[0]
+
+
+def microphone_file(runtime, folder: Path) -> dict:
+    """The fake microphone's file: the first short English utterance Python transcribes right, padded."""
+    silence = np.zeros(int(PAD * RATE), np.float32)
+    for spoken in held_out("en")[3:]:
+        samples = spoken.samples()
+        if len(samples) > 2.5 * RATE:  # the recording must stay inside one 4 s window
+            continue
+        path = folder / "mic.wav"
+        samples = write(path, np.concatenate([silence, samples, silence]))
+        text = runtime.transcribe(samples, language="en")["text"]
+        if text.strip() == spoken.text():
+            return {"path": str(path), "seconds": len(samples) / RATE, "text": text, "language": "en"}
+    raise AssertionError("no short held-out utterance that Python transcribes right")
+
+
+def test_the_page_transcribes_like_python(export, tmp_path):
+    runtime = open_export(export, device="cpu")
+    files = []
+    for (how, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0]]):
+        path = tmp_path / f"{how}-{spoken.language}.wav"
+        want = runtime.transcribe(write(path, spoken.samples()), **theirs)
+        files.append({"path": str(path), "how": how, "options": mine, "expected": want})
+    assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
+    expected = {"export": str(export), "files": files, "mic": microphone_file(runtime, tmp_path)}
+    (tmp_path / "expected.json").write_text(json.dumps(expected))
+    out = run_node_tests(RUNTIMES / "web", None, files=("test/speech.test.mjs",),
+                         env={"TFM_SPEECH_EXPECTED": str(tmp_path / "expected.json")})
+    for name in ("a WAV file chosen or dropped is transcribed exactly", "the microphone is recorded",
+                 "a file that is not audio is one error line"):
+        assert re.search(rf"^ok \d+ - {name}", out, re.M), out[-2000:]
