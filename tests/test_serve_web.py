@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,10 @@ def web_dir(tmp_path) -> Path:
     (tmp_path / "runtimes" / "node" / "node_modules").mkdir(parents=True)
     (tmp_path / "runtimes" / "node" / "greedy.mjs").write_text("export {};")
     (tmp_path / "runtimes" / "node" / "node_modules" / "x.js").write_text("no")
+    for lib, dist, name in (("fft.js", "lib", "fft.js"), ("wavefile", "dist", "wavefile.js")):  # Whisper's CommonJS
+        (tmp_path / "runtimes" / "node" / "node_modules" / lib / dist).mkdir(parents=True)
+        (tmp_path / "runtimes" / "node" / "node_modules" / lib / dist / name).write_text("module.exports = 1;")
+        (tmp_path / "runtimes" / "node" / "node_modules" / lib / "package.json").write_text("{}")
     (tmp_path / "secret.txt").write_text("no")
     return web
 
@@ -71,6 +76,8 @@ def test_binds_loopback_by_default(server):
     ("/ort/ort.wasm.min.mjs", "text/javascript"),
     ("/ort/ort-wasm-simd-threaded.wasm", "application/wasm"),
     ("/tokenizers/tokenizers.min.mjs", "text/javascript"),
+    ("/npm/fft.js/fft.js", "text/javascript"),
+    ("/npm/wavefile/wavefile.js", "text/javascript"),
     ("/export/manifest.json", "application/json"),
     ("/export/decoder.onnx", "application/octet-stream"),
 ])
@@ -85,6 +92,7 @@ def test_serves_each_mount_with_its_mime_type(server, path, mime):
     "/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs",  # only the page's top-level files under /
     "/tokenizers/../package.json", "/tokenizers/%2e%2e/package.json", "/tokenizers/../../../app.mjs",
     "/export/", "/ort/", "/tokenizers/", "/missing.js",
+    "/npm/fft.js/../package.json", "/npm/fft.js/%2e%2e/package.json", "/npm/x.js", "/npm/wavefile/../../x.js", "/npm/",
 ])
 def test_nothing_outside_the_mounts_and_no_listings(server, path):
     assert get(server, path)[0] == 404
@@ -92,6 +100,30 @@ def test_nothing_outside_the_mounts_and_no_listings(server, path):
 
 def test_export_bytes_are_the_files(server, tiny_export):
     assert get(server, "/export/encoder.onnx")[3] == (tiny_export / "encoder.onnx").read_bytes()
+
+
+def test_speech_libraries_are_optional(tiny_export, web_dir):
+    """A text export's page needs neither fft.js nor wavefile: without `npm ci` in runtimes/node the
+    server starts, and the page says what is missing when it opens a Whisper export."""
+    shutil.rmtree(web_dir.parent / "node" / "node_modules" / "fft.js")
+    with serving(tiny_export, web_dir) as srv:
+        assert get(srv, "/npm/fft.js/fft.js")[0] == 404
+        assert get(srv, "/npm/wavefile/wavefile.js")[0] == 200
+
+
+def test_the_wheel_bundles_every_module_the_page_imports():
+    """Each /lib/ and page module's relative imports are in its bundle (a wheel ships only the listed files)."""
+    from tfm_export.resources import BUNDLES
+    for name in ("lib", "web"):
+        bundle = BUNDLES[name]
+        for file in (f for f in bundle.files if f.endswith(".mjs")):
+            text = (ROOT / bundle.checkout / file).read_text()
+            imports = ((name, r"'\./([\w.-]+)'"), ("lib", r"'/lib/([\w.-]+)'"), ("web", r"'/([\w.-]+\.m?js)'"))
+            for folder, pattern in imports:
+                missing = set(re.findall(pattern, text)) - set(BUNDLES[folder].files)
+                assert not missing, (file, folder, missing)
+    index = (ROOT / "runtimes" / "web" / "index.html").read_text()
+    assert '"fft.js": "/fft-shim.mjs", "wavefile": "/wavefile-shim.mjs"' in index
 
 
 def test_serves_the_export_tokenizer_json(tiny_export, web_dir, tmp_path):

@@ -3,9 +3,10 @@
 runtimes/web/test/speech.test.mjs drives headless Chromium on `tfm-export serve-web` of the trained
 fixture (models/whisper-digits, exported once, --no-validate: tests/test_whisper_trained.py validates it).
 Held-out utterances are spoken by espeak-ng (models/whisper-digits/speech.py) and written as 16 kHz WAV
-files. A file chosen with the page's file input (language detected) and one dropped on it (German given,
-beam search, timestamps) must give `open_export(out).transcribe(samples, ...)`'s ids, text, language and
-segments: the page runs Node's speech.mjs, whose WAV reading and features are Node's.
+files. A file chosen with the page's file input (language detected), one dropped on it (German given,
+beam search, timestamps) and a dropped 16 kHz FLAC file (decoded by the browser, losslessly) must give
+`open_export(out).transcribe(samples, ...)`'s ids, text, language and segments: the page runs Node's
+speech.mjs, whose WAV reading and features are Node's.
 
 The microphone is Chromium's fake capture device playing a WAV file (the utterance between 0.4 s of
 silence) in a loop, recorded for the file's length. Its samples pass Chromium's capture and two
@@ -42,12 +43,15 @@ pytestmark = [pytest.mark.filterwarnings("ignore"),
               pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}"),
               pytest.mark.skipif(not (RUNTIMES / "node" / "node_modules" / "fft.js").exists(),
-                                 reason="runtimes/node/node_modules missing (npm ci there): the page's fft.js and wavefile")]
+                                 reason="runtimes/node/node_modules missing (npm ci there): fft.js, wavefile")]
 
 PAD = 0.4  # seconds of silence around the microphone's utterance
-# (how the page gets the file, Node's options as the form sets them, Python's)
-FILES = [("input", {}, {}),
-         ("drop", {"language": "de", "numBeams": 2, "timestamps": True}, {"language": "de", "num_beams": 2, "timestamps": True})]
+# (how the page gets the file, its format, Node's options as the form sets them, Python's). WAV goes
+# through Node's audio.mjs; FLAC through the browser's decodeAudioData (lossless, at 16 kHz: no resampling)
+FILES = [("input", "wav", {}, {}),
+         ("drop", "wav", {"language": "de", "numBeams": 2, "timestamps": True},
+          {"language": "de", "num_beams": 2, "timestamps": True}),
+         ("drop", "flac", {"language": "en"}, {"language": "en"})]
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +90,8 @@ def microphone_file(runtime, folder: Path) -> dict:
 def test_the_page_transcribes_like_python(export, tmp_path):
     runtime = open_export(export, device="cpu")
     files = []
-    for (how, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0]]):
-        path = tmp_path / f"{how}-{spoken.language}.wav"
+    for (how, kind, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0], held_out("en")[1]]):
+        path = tmp_path / f"{how}-{spoken.language}.{kind}"
         want = runtime.transcribe(write(path, spoken.samples()), **theirs)
         files.append({"path": str(path), "how": how, "options": mine, "expected": want})
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"

@@ -40,7 +40,8 @@ NO_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web a
 # Node's copies of the speech libraries (runtimes/node's package-lock.json pins them): one version for both
 SPEECH_DISTS = {"/npm/fft.js/": ("fft", Path("node_modules", "fft.js", "lib")),
                 "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist"))}
-FLAT = ("/", "/lib/", "/tokenizers/", *SPEECH_DISTS)  # mounts that serve only their folder's top-level files (not node_modules/)
+# mounts that serve only their folder's top-level files (not node_modules/)
+FLAT = ("/", "/lib/", "/tokenizers/", *SPEECH_DISTS)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",
         ".onnx": "application/octet-stream", ".data": "application/octet-stream",
         ".spm": "application/octet-stream", ".json": "application/json", ".map": "application/json"}
