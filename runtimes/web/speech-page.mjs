@@ -34,24 +34,22 @@ function addTranscript({ name, text, segments, language, seconds, ms }, timestam
   $('transcripts').prepend(tr); // the latest first
 }
 
-/** The speech section of one opened Whisper export; `setStatus(text, isError)` is the page's status line. */
-export function showSpeech(ort, model, setStatus) {
-  const settings = whisperSettings(model.manifest); // a Whisper export without its settings: one line, now
-  const { samplingRate } = featureConfig(model.manifest);
-  const languages = whisperLanguages(settings);
-  $('speech-lang').replaceChildren(new Option(languages.length ? '(detect)' : '(English only)', ''),
-    ...languages.map((code) => new Option(code, code)));
-  $('speech-lang').disabled = $('speech-task').disabled = !languages.length;
-  $('speech').hidden = false;
-  let busy = false;
-  let recorder = null;
+/** Inputs off while a recording is transcribed (one at a time: the sessions are not re-entrant). */
+function setBusy(busy) {
+  $('audio-file').disabled = busy;
+  $('record').disabled = busy;
+}
 
-  /** Transcribe what `getAudio` gives (WAV bytes or samples) as `name`; its row, the status line and window.tfmTranscript. */
-  async function run(name, source, getAudio) {
+/**
+ * A transcriber of the page: `run(name, source, getAudio)` transcribes what `getAudio` gives (WAV bytes
+ * or samples at the model's rate) as `name`, into a row, the status line and window.tfmTranscript.
+ */
+function transcriber(ort, model, samplingRate, setStatus) {
+  let busy = false;
+  return async (name, source, getAudio) => {
     if (busy) return;
     [busy, window.tfmTranscript, window.tfmSpeechError] = [true, null, null];
-    $('audio-file').disabled = true;
-    $('record').disabled = true;
+    setBusy(true);
     try {
       const samples = audioSamples(await getAudio(), samplingRate, name); // WAV bytes: audio.mjs, as in Node
       const seconds = samples.length / samplingRate;
@@ -70,10 +68,22 @@ export function showSpeech(ort, model, setStatus) {
       window.tfmSpeechError = err.message;
     } finally {
       busy = false;
-      $('audio-file').disabled = false;
-      $('record').disabled = false;
+      setBusy(false);
     }
-  }
+  };
+}
+
+/** The speech section of one opened Whisper export; `setStatus(text, isError)` is the page's status line. */
+export function showSpeech(ort, model, setStatus) {
+  const settings = whisperSettings(model.manifest); // a Whisper export without its settings: one line, now
+  const { samplingRate } = featureConfig(model.manifest);
+  const languages = whisperLanguages(settings);
+  $('speech-lang').replaceChildren(new Option(languages.length ? '(detect)' : '(English only)', ''),
+    ...languages.map((code) => new Option(code, code)));
+  $('speech-lang').disabled = $('speech-task').disabled = !languages.length;
+  $('speech').hidden = false;
+  const run = transcriber(ort, model, samplingRate, setStatus);
+  let recorder = null;
 
   const onFile = (file) => file && run(file.name, 'file', () => fileAudio(file, samplingRate));
   $('audio-file').addEventListener('change', () => { onFile($('audio-file').files[0]); $('audio-file').value = ''; });
@@ -100,6 +110,7 @@ export function showSpeech(ort, model, setStatus) {
 /** Opens the microphone: the button becomes "Stop", the recorded length ticks; null (and the error line) if it cannot. */
 async function startRecording(setStatus) {
   window.tfmSpeechError = null;
+  $('record').disabled = true; // a second click while the microphone opens would open another
   try {
     const recorder = await Recorder.start();
     $('record').textContent = 'Stop';
@@ -113,5 +124,7 @@ async function startRecording(setStatus) {
     setStatus(`error: ${err.message}`, true);
     window.tfmSpeechError = err.message;
     return null;
+  } finally {
+    $('record').disabled = false;
   }
 }
