@@ -87,6 +87,26 @@ def test_packed_weights_equal_ort_quantizer(tmp_path):
             np.testing.assert_array_equal(a, b)
 
 
+def test_weights_in_external_data_are_packed_into_the_variants_own_file(tmp_path):
+    """A model over 2 GB keeps its weights in GRAPH.onnx.data: int4 reads them from there and writes its own."""
+    small_graph(tmp_path / "inline.onnx", {"y": (64, 48)})
+    (tmp_path / "big").mkdir()
+    model = onnx.load(str(tmp_path / "inline.onnx"))
+    onnx.save(model, str(tmp_path / "big" / "g.onnx"), save_as_external_data=True, location="g.onnx.data",
+              size_threshold=0)
+    (tmp_path / "out").mkdir()
+    quantize_int4(tmp_path / "inline.onnx", tmp_path / "inline4.onnx", False, Int4Settings())
+    quantize_int4(tmp_path / "big" / "g.onnx", tmp_path / "out" / "g.onnx", True, Int4Settings())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["g.onnx", "g.onnx.data"]
+    stored = onnx.load(str(tmp_path / "out" / "g.onnx"), load_external_data=False).graph.initializer
+    external = {t.name for t in stored if t.data_location == TensorProto.EXTERNAL}
+    assert "w_y_Q4" in external  # the packed weight (onnx_ir keeps tensors of a few bytes inline)
+    got = onnx.load(str(tmp_path / "out" / "g.onnx"))
+    want = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "inline4.onnx")).graph.initializer}
+    assert {t.name: numpy_helper.to_array(t).tobytes() for t in got.graph.initializer} == \
+        {name: array.tobytes() for name, array in want.items()}
+
+
 @pytest.fixture(scope="module")
 def eval_file(tmp_path_factory) -> Path:
     """40 held-out task lines of the fixture (source<TAB>reference): never trained on."""
