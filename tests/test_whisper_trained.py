@@ -41,7 +41,7 @@ WER_MARGIN = 0.03
 # window cuts an utterance (a digit repeated or lost at the seam), which the model saw in few training
 # windows; transformers' long form makes the same ones (the ids are equal).
 LONG_FORM_WER = 0.25
-VARIANT_DROP = {"int8": 0.03, "optimize": 0.02, "float16": 0.02, "int4": 0.05}  # allowed WER rise over float32 on the held-out set
+VARIANT_DROP = {"int8": 0.03, "optimize": 0.02, "float16": 0.02, "int4": 0.03}  # allowed WER rise over float32 on the held-out set
 
 
 def export(out: Path, *flags: str) -> Path:
