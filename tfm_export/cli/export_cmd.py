@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import click
 from ..errors import ValidationError
 from .common import cli_option, hub_options, library_errors, main_group, missing_modules, requires_extra, resolve_model_arg
 from .progress import StageDisplay
+from ..export.int4 import Int4Settings
 
 def import_options(fn):
     """The options shared by every command that loads a checkpoint of any layout."""
@@ -73,6 +75,30 @@ BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "n
 FIELD_PARSERS = {bool: _boolean}
 
 
+def int4_options(fn):
+    """`--int4-<field>` for each field of export.int4.Int4Settings (its one declaration: help, choices,
+    default); unset (None) unless given, so that export_command can tell given from default."""
+    for item in reversed(dataclasses.fields(Int4Settings)):
+        flag = f"--int4-{item.name.replace('_', '-')}"
+        meta = item.metadata
+        if item.type in (bool, "bool"):
+            option = click.option(flag, f"int4_{item.name}", is_flag=True, default=None, help=meta["help"])
+        else:
+            kind = click.Choice([str(c) for c in meta["choices"]])
+            option = click.option(flag, f"int4_{item.name}", type=kind, default=None, show_choices=True,
+                                  callback=lambda ctx, param, value: None if value is None else int(value),
+                                  help=f"{meta['help']} Default {item.default}; with --quantize int4.")
+        fn = option(fn)
+    return fn
+
+
+def int4_settings(given: dict[str, Any]) -> Int4Settings | None:
+    """The Int4Settings of the `int4_*` options given (popped from `given`), or None when none was given."""
+    values = {f.name: given.pop(f"int4_{f.name}") for f in dataclasses.fields(Int4Settings)}
+    values = {name: value for name, value in values.items() if value is not None}
+    return Int4Settings(**values) if values else None
+
+
 # The library's range (export.exporter.OPSETS), checked by click before any work.
 OPSETS = click.IntRange(17, 25)
 
@@ -89,8 +115,9 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--force", is_flag=True,
               help="Replace the output folder if it holds a previous export (never a folder with other files).")
 @click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (attention with past, skip-layer-norm, GELU).")
-@click.option("--quantize", type=click.Choice(["int8"]), default=None,
-              help="Dynamic int8 weights for CPU; validation reports token agreement with float32.")
+@click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None,
+              help="Weights for CPU: int8 (dynamic int8 MatMuls) or int4 (4-bit MatMulNBits, the vocabulary head "
+                   "int8); validation reports token agreement with float32.")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
 @click.option("--cuda-graph", is_flag=True,
@@ -115,6 +142,7 @@ OPSETS = click.IntRange(17, 25)
                    "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
                    "decode(model, tgt_ids, memory, src_mask), plus its special ids and sizes as attributes "
                    "(docs/exporting.md, 'Your own architecture').")
+@int4_options
 @hub_options
 @import_options
 @library_errors
@@ -127,10 +155,11 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
 
     A path that exists is always a path: a folder named like a Hub id is used as it is."""
     requires_extra("export", "export")
+    int4 = int4_settings(load_opts)
     if adapter is not None:
-        variant = optimize or quantize or dtype != "float32" or cuda_graph or static_slots is not None
+        variant = optimize or quantize or int4 or dtype != "float32" or cuda_graph or static_slots is not None
         if variant or eval_file or max_quality_drop is not None or external_data:
-            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
+            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, --int4-*, "
                                    "--dtype, --cuda-graph, --static-slots, --external-data, --eval-file and "
                                    "--max-quality-drop")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
@@ -149,7 +178,7 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
-                            quantize=quantize, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
+                            quantize=quantize, int4=int4, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
                             static_slots=static_slots, external_data=external_data,
                             eval_file=str(eval_file) if eval_file else None,
                             max_quality_drop=max_quality_drop)

@@ -32,9 +32,10 @@ from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
+from .int4 import Int4Settings
 from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
-from .variants import transform_graphs, validation_settings, variant_of
+from .variants import requested, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
@@ -60,7 +61,8 @@ class ExportOptions:
     force: bool = False  # replace an existing OUT
     dtype: str = "float32"  # weights/compute dtype of the graphs (float16: CUDA only)
     optimize: bool = False  # fuse the graphs for ONNX Runtime (tfm_export.variants)
-    quantize: str | None = None  # "int8": dynamic int8 weights for CPU (tfm_export.variants)
+    quantize: str | None = None  # "int8": dynamic int8 weights, "int4": 4-bit MatMulNBits weights, for CPU
+    int4: Int4Settings | None = None  # --quantize int4's block size, accuracy level, head (None: the defaults)
     static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
     static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
     # Weights in `<graph>.onnx.data` files beside each graph: forced by True, else when the parameters
@@ -78,6 +80,7 @@ class ExportOptions:
 
 
 SLOT_GRAPHS = ("decoder_static", "decoder_rows")  # graphs over a fixed number of cache slots
+ROWS_QUANTIZE = (None, "int4")  # the --quantize values that keep decoder_rows.onnx (see _graph_specs)
 
 
 def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
@@ -128,6 +131,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
                           options={"static_slots": slots})
+    requested(options)  # an impossible mix of variants fails before any work
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
     _check_quality_options(options, eval_set, checkpoint)
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
@@ -248,11 +252,12 @@ def _source(checkpoint: Checkpoint) -> dict:
 def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str, Callable[..., GraphSpec]]:
     """The graphs to export: encoder and decoder, plus those requested (specs.EXTRA_GRAPH_SPECS)."""
     # decoder_rows serves in-flight batching on CPU in float32 (its runtime writes the cache on the
-    # host), --optimize included. float16 (a GPU's) and int8 exports keep decoder_static alone, which
-    # the runtime falls back to: int8's activation scales span the batch, so its rows would decode
-    # differently from serial calls. So do models with T5's relative position bias: the fused
-    # operator of the rows graph takes no bias.
-    rows = (options.static_cache and options.dtype == "float32" and not options.quantize
+    # host), --optimize and int4 included. float16 (a GPU's) and int8 exports keep decoder_static alone,
+    # which the runtime falls back to: int8's activation scales span the batch, so its rows would decode
+    # differently from serial calls (int4's MatMulNBits quantise each row's activations apart; its int8
+    # head, one MatMul per step, is no worse on the rows than on decoder_static). So do models with T5's
+    # relative position bias: the fused operator of the rows graph takes no bias.
+    rows = (options.static_cache and options.dtype == "float32" and options.quantize in ROWS_QUANTIZE
             and not config.relative_buckets)
     wanted = {"decoder_static": options.static_cache, "decoder_rows": rows}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}

@@ -32,21 +32,29 @@ def quantize_int8(src: Path, dst: Path, external: bool) -> int:
     activations: dict[ir.Value, tuple[ir.Value, ...]] = {}
     count = 0
     for node in list(model.graph):
-        weight = _float_matrix(node)
+        weight = float_matrix(node)
         if weight is None:
             continue
-        a = node.inputs[0]
-        if a not in activations:  # q, k and v projections of one input share its quantisation
-            dql = ir.node("DynamicQuantizeLinear", [a], num_outputs=3, name=f"{a.name}_QuantizeLinear")
-            model.graph.insert_before(node, dql)
-            activations[a] = tuple(dql.outputs)
-        _replace(model, node, weight, activations[a])
+        quantize_matmul_int8(model, node, weight, activations)
         count += 1
     ir.save(model, str(dst), external_data=dst.name + ".data" if external else None)
     return count
 
 
-def _float_matrix(node) -> "object | None":
+def quantize_matmul_int8(model, node, weight, activations: dict) -> None:
+    """One MatMul of `model` made int8 (B = `weight`); `activations` maps an input to its DynamicQuantizeLinear
+    outputs, made once per input: q, k and v projections of one input share its quantisation."""
+    import onnx_ir as ir
+
+    a = node.inputs[0]
+    if a not in activations:
+        dql = ir.node("DynamicQuantizeLinear", [a], num_outputs=3, name=f"{a.name}_QuantizeLinear")
+        model.graph.insert_before(node, dql)
+        activations[a] = tuple(dql.outputs)
+    _replace(model, node, weight, activations[a])
+
+
+def float_matrix(node) -> "object | None":
     """The float32 2-D initializer B of a default-domain MatMul, else None."""
     import onnx_ir as ir
 
@@ -69,9 +77,9 @@ def _replace(model, node, weight, quantized_a: tuple) -> None:
     if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
         release()
     base = weight.name
-    b_q = _initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
-    b_scale = _initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
-    b_zero = _initializer(model, f"{base}_zero_point", np.asarray(zero, dtype=np.int8).reshape(()))
+    b_q = initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
+    b_scale = initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
+    b_zero = initializer(model, f"{base}_zero_point", np.asarray(zero, dtype=np.int8).reshape(()))
     a_q, a_scale, a_zero = quantized_a
     out = node.outputs[0]
     integer = ir.node("MatMulInteger", [a_q, b_q, a_zero, b_zero], name=f"{out.name}_MatMulInteger")
@@ -100,7 +108,7 @@ def _quantized(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return zero, scale, q
 
 
-def _initializer(model, name: str, array: np.ndarray):
+def initializer(model, name: str, array: np.ndarray):
     import onnx_ir as ir
 
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))

@@ -1,5 +1,6 @@
 """Transforms of the exported float32 graphs: ORT fusions (`--optimize`), float16 weights and compute
-(`--dtype float16`, for CUDA) and int8 weights (`--quantize int8`, for CPU).
+(`--dtype float16`, for CUDA), int8 weights (`--quantize int8`, for CPU) and 4-bit weights
+(`--quantize int4`: MatMulNBits, for CPU).
 
 Each transform rewrites the graph files in the temporary export folder before validation and
 reports what it did (the exporter records it as the manifest's Variant); the graphs' input and output names never change
@@ -10,6 +11,7 @@ validate.py how each variant is checked.
 from __future__ import annotations
 
 import logging
+import functools
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +20,7 @@ from ..errors import ExportError, first_line
 from ..manifest import GraphSpec, Variant
 from .checks import check_graph, external_files
 from .float16 import FLOAT32_OPS, float16_graph
+from .int4 import Int4Settings, quantize_int4
 from .int8 import quantize_int8
 
 log = logging.getLogger(__name__)
@@ -25,7 +28,7 @@ log = logging.getLogger(__name__)
 # How a variant is validated against the float32 eager model:
 #   parity     every output within atol, greedy tokens equal (float32, optimised or not);
 #   tolerance  every output within atol + rtol * max|eager| (float16 rounding), greedy agreement reported;
-#   agreement  differences and greedy agreement reported, nothing fails (int8: near-tie argmaxes flip).
+#   agreement  differences and greedy agreement reported, nothing fails (int8, int4: near-tie argmaxes flip).
 FLOAT16_ATOL, FLOAT16_RTOL = 1e-2, 1e-2
 # float32 parity: atol plus atol * this of the output's largest magnitude (1e-5 at the default atol):
 # rounding grows with the scale of the sums behind an output (a deep model whose keys reach 10 differs
@@ -92,6 +95,13 @@ def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -
     return {"quantized_matmuls": quantize_int8(src, dst, external)}
 
 
+def quantize_graph_int4(src: Path, dst: Path, spec: GraphSpec, external: bool,
+                        settings: Int4Settings = Int4Settings()) -> dict[str, int]:
+    """Weight-only 4-bit MatMuls (ORT's MatMulNBits) for CPU, the vocabulary head int8 unless settings.head:
+    made one weight at a time (export.int4)."""
+    return quantize_int4(src, dst, external, settings)
+
+
 def _data_name(path: Path) -> str:
     """The one external-data file of a transformed graph: `decoder.onnx` -> `decoder.onnx.data`."""
     return path.name + ".data"
@@ -100,9 +110,12 @@ def _data_name(path: Path) -> str:
 # (graph file, where to write the result, its spec, weights in external data?) -> counts
 Transform = Callable[[Path, Path, GraphSpec, bool], dict[str, int]]
 # Applied in this order: fusions on the float32 graph first, then the dtype, then quantisation.
-TRANSFORMS: dict[str, Transform] = {"optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8}
+TRANSFORMS: dict[str, Transform] = {"optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8,
+                                    "int4": quantize_graph_int4}
 DTYPES = ("float32", "float16")
-QUANTIZE = ("int8",)
+QUANTIZE = ("int8", "int4")
+# A transform's settings beyond the Transform signature, read from ExportOptions (bound when it runs).
+SETTINGS: dict[str, Callable[[Any], dict[str, Any]]] = {"int4": lambda options: {"settings": int4_settings(options)}}
 
 
 def requested(options: Any) -> list[str]:
@@ -112,9 +125,19 @@ def requested(options: Any) -> list[str]:
     if options.quantize not in (None, *QUANTIZE):
         raise ExportError(f"--quantize {options.quantize} is not supported; use {', '.join(QUANTIZE)}")
     if options.dtype == "float16" and options.quantize:
-        raise ExportError("--dtype float16 (CUDA) and --quantize int8 (CPU) cannot be combined; pick one")
-    wanted = {"optimize": options.optimize, "float16": options.dtype == "float16", "int8": options.quantize == "int8"}
+        # int4 too: ORT runs float16 MatMulNBits (CPU and CUDA), but the quantisers here read float32 graphs.
+        raise ExportError(f"--dtype float16 (CUDA) and --quantize {options.quantize} (CPU) cannot be combined; "
+                          "pick one")
+    if options.int4 is not None and options.quantize != "int4":
+        raise ExportError("the --int4-* options apply to --quantize int4 only; add it or drop them")
+    wanted = {"optimize": options.optimize, "float16": options.dtype == "float16",
+              **{name: options.quantize == name for name in QUANTIZE}}
     return [name for name in TRANSFORMS if wanted[name]]
+
+
+def int4_settings(options: Any) -> Int4Settings:
+    """ExportOptions.int4, or the defaults when none were given."""
+    return options.int4 or Int4Settings()
 
 
 def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) -> dict[str, dict[str, dict[str, int]]]:
@@ -126,7 +149,7 @@ def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) ->
     for graph_name, spec in specs.items():
         path = folder / spec.file
         for name in names:
-            report.setdefault(name, {})[graph_name] = _run(name, path, spec)
+            report.setdefault(name, {})[graph_name] = _run(name, path, spec, options)
         check_graph(path, spec)
         log.info("%s: %s", graph_name, {n: report[n][graph_name] for n in names})
     return report
@@ -140,17 +163,22 @@ def variant_of(options: Any, transforms: dict[str, Any] | None = None) -> Varian
                        "why": "caches stay on the GPU between steps: float16 halves their traffic and "
                               "needs no Casts; logits stay float32 for apps that read them"}
         extra["float32_ops"] = list(FLOAT32_OPS)
+    if options.quantize == "int4":
+        extra["int4"] = int4_settings(options).to_dict()
     return Variant(options.dtype, options.dtype, options.optimize, options.quantize, dict(transforms or {}), extra)
 
 
-def _run(name: str, path: Path, spec: GraphSpec) -> dict[str, int]:
+def _run(name: str, path: Path, spec: GraphSpec, options: Any) -> dict[str, int]:
     """One transform of the graph at `path`, written beside it in a staging folder, then moved over it
     with its own external data; the files it replaces are the exporter's own, in its temporary folder."""
     old = external_files(path)
     stage = path.parent / f".{path.name}.{name}"
     stage.mkdir()
     try:
-        counts = TRANSFORMS[name](path, stage / path.name, spec, bool(old))
+        transform = TRANSFORMS[name]
+        if name in SETTINGS:
+            transform = functools.partial(transform, **SETTINGS[name](options))
+        counts = transform(path, stage / path.name, spec, bool(old))
         for file in old:
             (path.parent / file).unlink()
         for file in (path.name, *external_files(stage / path.name)):

@@ -1,0 +1,264 @@
+"""--quantize int4 (export.int4, #41): weight-only 4-bit MatMuls (ORT's MatMulNBits), the vocabulary head int8.
+
+The packing is ONNX Runtime's own (the bytes equal MatMulNBitsQuantizer's on a small graph); an int4 export of
+a trained fixture validates (agreement mode), keeps its head int8 unless --int4-head, decodes the held-out task
+close to float32, serves the same ids through the server's in-flight rows as direct `generate`, and decodes the
+same ids in Node; --max-quality-drop fails a damaged int4 variant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("torch")
+
+import hf_fixtures  # noqa: E402
+from helpers import run_cli, run_cli_ok  # noqa: E402
+from tfm_export.export.int4 import Int4Settings, quantize_int4  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+# Node: the export's ids through runtimes/node (a JSON job on stdin: dir, sources, runs of Python option names).
+GENERATE_IDS_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
+const { openExport } = await lib('translate.mjs');
+const { fromPythonNames } = await lib('decoding.mjs');
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const model = await openExport(job.dir);
+const runs = [];
+for (const options of job.runs) runs.push(await model.generateIds(job.sources, fromPythonNames(options)));
+await model.release();
+process.stdout.write(JSON.stringify(runs));
+"""
+FAMILY = "marian"  # the trained fixture exported here (d_ff 96: the last block of a 96-row weight is padded)
+SLOTS = 24
+
+
+def small_graph(path: Path, shapes: dict[str, tuple[int, int]]) -> None:
+    """x -> MatMul(w_i) for each (K, N): one output each, random float32 weights."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    for name, (k, n) in shapes.items():
+        inits.append(numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32) * 0.1, f"w_{name}"))
+        nodes.append(helper.make_node("MatMul", [f"x_{name}", f"w_{name}"], [name], name=f"mm_{name}"))
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", n]))
+    inputs = [helper.make_tensor_value_info(f"x_{name}", TensorProto.FLOAT, ["batch", k])
+              for name, (k, _) in shapes.items()]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), str(path))
+
+
+def test_packed_weights_equal_ort_quantizer(tmp_path):
+    """Every initializer and MatMulNBits attribute equals what ORT's MatMulNBitsQuantizer writes (the padded
+    last block included), and the graph computes what it computes."""
+    import onnxruntime as ort
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    shapes = {"y": (64, 48), "z": (96, 40)}  # 96 rows: 3 blocks of 32, 2 of 64 (one padded)
+    small_graph(tmp_path / "f32.onnx", shapes)
+    for block, level in ((32, 4), (64, 0)):
+        ours = tmp_path / f"ours{block}.onnx"
+        counts = quantize_int4(tmp_path / "f32.onnx", ours, False, Int4Settings(block, level))
+        assert counts == {"int4_matmuls": 2, "int8_matmuls": 0}
+        theirs = MatMulNBitsQuantizer(onnx.load(str(tmp_path / "f32.onnx")), block_size=block,
+                                      accuracy_level=level or None)
+        theirs.process()
+        got, want = onnx.load(str(ours)).graph, theirs.model.model.graph
+        arrays = lambda g: {t.name: numpy_helper.to_array(t) for t in g.initializer}  # noqa: E731
+        assert arrays(got).keys() == arrays(want).keys() and len(arrays(got)) == 6
+        for name, array in arrays(want).items():
+            assert arrays(got)[name].dtype == array.dtype and np.array_equal(arrays(got)[name], array), name
+        nodes = lambda g: [(n.op_type, n.domain, sorted(n.input), {a.name: helper.get_attribute_value(a)  # noqa: E731
+                                                                 for a in n.attribute}) for n in g.node]
+        assert nodes(got) == nodes(want)
+        feeds = {f"x_{n}": np.random.default_rng(1).standard_normal((3, k)).astype(np.float32)
+                 for n, (k, _) in shapes.items()}
+        run = lambda model: ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)  # noqa: E731
+        for a, b in zip(run(str(ours)), run(theirs.model.model.SerializeToString())):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_weights_in_external_data_are_packed_into_the_variants_own_file(tmp_path):
+    """A model over 2 GB keeps its weights in GRAPH.onnx.data: int4 reads them from there and writes its own."""
+    small_graph(tmp_path / "inline.onnx", {"y": (64, 48)})
+    (tmp_path / "big").mkdir()
+    model = onnx.load(str(tmp_path / "inline.onnx"))
+    onnx.save(model, str(tmp_path / "big" / "g.onnx"), save_as_external_data=True, location="g.onnx.data",
+              size_threshold=0)
+    (tmp_path / "out").mkdir()
+    quantize_int4(tmp_path / "inline.onnx", tmp_path / "inline4.onnx", False, Int4Settings())
+    quantize_int4(tmp_path / "big" / "g.onnx", tmp_path / "out" / "g.onnx", True, Int4Settings())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["g.onnx", "g.onnx.data"]
+    stored = onnx.load(str(tmp_path / "out" / "g.onnx"), load_external_data=False).graph.initializer
+    external = {t.name for t in stored if t.data_location == TensorProto.EXTERNAL}
+    assert "w_y_Q4" in external  # the packed weight (onnx_ir keeps tensors of a few bytes inline)
+    got = onnx.load(str(tmp_path / "out" / "g.onnx"))
+    want = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "inline4.onnx")).graph.initializer}
+    assert {t.name: numpy_helper.to_array(t).tobytes() for t in got.graph.initializer} == \
+        {name: array.tobytes() for name, array in want.items()}
+
+
+@pytest.fixture(scope="module")
+def eval_file(tmp_path_factory) -> Path:
+    """40 held-out task lines of the fixture (source<TAB>reference): never trained on."""
+    path = tmp_path_factory.mktemp("heldout") / "heldout.tsv"
+    path.write_text("".join(f"{e.source}\t{e.target}\n" for e in hf_fixtures.task_examples(FAMILY, 40)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def int4_export(tmp_path_factory, eval_file) -> Path:
+    """The trained fixture exported as a user does: int4, validated, its quality measured on the held-out lines
+    and held to a 2-point chrF drop."""
+    out = tmp_path_factory.mktemp("int4") / "out"
+    run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4",
+               "--eval-file", eval_file, "--max-quality-drop", "2")
+    return out
+
+
+@pytest.fixture(scope="module")
+def int4_served(tmp_path_factory) -> Path:
+    """The same with the server's static and rows decoders (--static-slots): four graphs to export, so long."""
+    out = tmp_path_factory.mktemp("int4-served") / "out"
+    run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--static-slots", SLOTS)
+    return out
+
+
+def ops(path: Path) -> dict[str, list[onnx.NodeProto]]:
+    """op type -> nodes of the graph; "WeightMatMul": the MatMuls whose B is an initializer (a weight)."""
+    graph = onnx.load(str(path)).graph
+    weights = {t.name for t in graph.initializer}
+    nodes: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        kind = "WeightMatMul" if node.op_type == "MatMul" and node.input[1] in weights else node.op_type
+        nodes.setdefault(kind, []).append(node)
+    return nodes
+
+
+def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None:
+    """Every weight MatMul of `graph` is MatMulNBits (block 32) but the vocabulary head, int8 as int8 makes it."""
+    nodes = ops(folder / f"{graph}.onnx")
+    assert "WeightMatMul" not in nodes and len(nodes["MatMulInteger"]) == 1, graph
+    assert nodes["MatMulInteger"][0].input[1].endswith("_quantized")
+    assert counts == {"int4_matmuls": len(nodes["MatMulNBits"]), "int8_matmuls": 1}
+    assert {helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
+            if a.name == "block_size"} == {32}
+
+
+def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export):
+    manifest = json.loads((int4_export / "manifest.json").read_text())
+    variant, validation = manifest["variant"], manifest["validation"]
+    assert variant["quantize"] == "int4"
+    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "head": "int8", "symmetric": False}
+    assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
+    quality = validation["quality"]
+    assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
+    check_head_is_int8(int4_export, "decoder", variant["transforms"]["int4"]["decoder"])
+    # No head in the encoder: every weight MatMul 4-bit, 6 per encoder layer (q, k, v, o, 2 ffn) and the cross
+    # keys and values of each of the 2 decoder layers.
+    encoder = ops(int4_export / "encoder.onnx")
+    assert "WeightMatMul" not in encoder and "MatMulInteger" not in encoder and len(encoder["MatMulNBits"]) == 16
+
+
+def test_int4_decodes_the_held_out_task_like_float32(int4_export):
+    """Greedy ids of 24 held-out inputs: most tokens equal to eager float32's, and about as many exact
+    translations."""
+    from tfm_export.importers import load_model
+    from tfm_export.model.eager import EagerModel
+
+    examples = hf_fixtures.task_examples(FAMILY, 24)
+    int4 = open_export(int4_export, "cpu")
+    eager = EagerModel.from_checkpoint(load_model(hf_fixtures.trained_folder(FAMILY)))
+    sources = [int4.tokenizer.encode(e.source) for e in examples]
+    got, want = (model.generate_ids(sources, max_new_tokens=32, num_beams=1) for model in (int4, eager))
+    pairs = list(zip(got, want))
+    same = sum(a == b for x, y in pairs for a, b in zip(x, y)) / sum(max(len(x), len(y)) for x, y in pairs)
+    assert same >= 0.95, same
+    exact = [sum(int4.tokenizer.decode(ids).strip() == e.target for ids, e in zip(rows, examples))
+             for rows in (got, want)]
+    assert exact[0] >= exact[1] - 2, exact
+
+
+def test_node_decodes_an_int4_export_like_python(int4_export, tmp_path):
+    """onnxruntime-node runs MatMulNBits on CPU: Node's greedy and default (Marian: 4 beams) ids equal Python's
+    (ids: Node has no Marian SentencePiece tokenizer)."""
+    from test_runtimes_families import NODE, node_script
+
+    python = open_export(int4_export, "cpu")
+    sources = [python.tokenizer.encode(e.source) for e in hf_fixtures.task_examples(FAMILY, 8)]
+    runs = [{"num_beams": 1}, {}]
+    got = node_script(tmp_path, GENERATE_IDS_JS, {"dir": str(int4_export), "sources": sources, "runs": runs}, NODE)
+    want = [python.generate_ids(sources, **options) for options in runs]
+    assert got == want
+    assert sum(map(len, want[0])) > 3 * len(sources)  # real outputs, not EOS at once
+
+
+@pytest.mark.long
+def test_the_servers_in_flight_rows_decode_like_generate(int4_served):
+    """`tfm-export serve`'s in-flight engine on CPU steps decoder_rows.onnx (MatMulNBits inside, the head int8
+    in every decoder): 12 held-out sources through 4 rows give the ids of direct `generate`."""
+    from tfm_export.runtime import RuntimeOptions
+    from tfm_export.serve.batcher import EngineConfig, Job
+    from tfm_export.serve.engine import ServeSettings, open_engine
+
+    manifest = json.loads((int4_served / "manifest.json").read_text())
+    assert set(manifest["graphs"]) == {"encoder", "decoder", "decoder_static", "decoder_rows"}
+    for graph in ("decoder", "decoder_static", "decoder_rows"):
+        check_head_is_int8(int4_served, graph, manifest["variant"]["transforms"]["int4"][graph])
+    assert manifest["validation"]["greedy"]["static_cache_mismatched_rows"] == []
+    serial = open_export(int4_served, "cpu", RuntimeOptions(cuda_graph=False))
+    sources = [serial.tokenizer.encode(e.source) for e in hf_fixtures.task_examples(FAMILY, 12)]
+    engine = open_engine(ServeSettings(str(int4_served), engine=EngineConfig(max_batch=4)))
+    assert type(engine.rows).__name__ == "HostRows"
+    engine.start()
+    got: dict[int, list[int]] = {}
+    engine.submit([Job(ids, SLOTS, lambda kind, v, i=i: kind == "token" and got.setdefault(i, []).append(v))
+                   for i, ids in enumerate(sources)])
+    engine.close(60)
+    want = serial.generate_ids(sources, SLOTS, num_beams=1)
+    assert [got.get(i, []) for i in range(len(sources))] == want
+    assert sum(map(len, want)) > 3 * len(want)
+
+
+def two_bit_like(real):
+    """ORT's packing, then every 4-bit code rounded to one of 4 levels: a valid int4 graph that lost weights."""
+    def pack(array, block_size):
+        q, scales, zeros = real(array, block_size)
+        return (q & 0xCC) | 0x22, scales, zeros
+    return pack
+
+
+@pytest.mark.long
+def test_max_quality_drop_fails_a_damaged_int4_variant(tmp_path, eval_file, monkeypatch):
+    from tfm_export.errors import ValidationError
+    from tfm_export.export import int4
+    from tfm_export.export.exporter import ExportOptions, export_model
+    from tfm_export.importers import load_model
+
+    monkeypatch.setattr(int4, "pack_weight", two_bit_like(int4.pack_weight))
+    options = ExportOptions(quantize="int4", eval_file=str(eval_file), max_quality_drop=2.0)
+    with pytest.raises(ValidationError, match="loses .* chrf points on heldout.tsv") as caught:
+        export_model(load_model(hf_fixtures.trained_folder(FAMILY)), tmp_path / "bad", options)
+    assert caught.value.report["quality"]["drop"] > 2.0
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--quantize", "int4", "--dtype", "float16"], "--dtype float16 (CUDA) and --quantize int4 (CPU) cannot be combined"),
+    (["--int4-block-size", "64"], "the --int4-* options apply to --quantize int4 only"),
+    (["--quantize", "int8", "--int4-head"], "the --int4-* options apply to --quantize int4 only"),
+    (["--quantize", "int4", "--int4-block-size", "48"], "'48' is not one of"),
+])
+def test_impossible_int4_mixes_are_one_line(tmp_path, flags, message):
+    result = run_cli(hf_fixtures.trained_folder(FAMILY), "-o", tmp_path / "x", *flags)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert not (tmp_path / "x").exists()

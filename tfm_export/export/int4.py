@@ -1,0 +1,149 @@
+"""`--quantize int4`: weight-only 4-bit MatMuls (ONNX Runtime's com.microsoft.MatMulNBits), graph node by node.
+
+For each MatMul whose B is a float32 matrix initializer, B (K x N) is quantised in blocks of `block_size`
+along K (a scale and a 4-bit zero point per block and column) and the node becomes
+
+    MatMulNBits(A, B_Q4 uint8 (N, K/block, block/2), B_scales (N, K/block), B_zero_points) -> Y
+
+which is what `onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer` writes (QOperator
+format, asymmetric, its defaults): the packing is its own `DefaultWeightOnlyQuantizer.qbits_block_quant`
+(ORT's C++ `quantize_matmul_4bits`), called per weight, so the bytes are identical (tests/test_int4.py).
+Why not call the quantizer: like quantize_dynamic (export.int8) it holds the whole model as protobuf; this
+reads one weight at a time from the memory-mapped file and holds only the packed tensors it makes.
+
+The output projection to the vocabulary stays int8 (export.int8's DynamicQuantizeLinear + MatMulInteger,
+what `--quantize int8` makes of it) unless `head` is set: a 4-bit head is known to make decoders repeat
+themselves. Embedding Gathers stay float32, as under int8.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .int8 import float_matrix, initializer, quantize_matmul_int8
+
+log = logging.getLogger(__name__)
+
+SYMMETRIC = False  # MatMulNBitsQuantizer's default: a zero point per block fits skewed blocks better
+BITS = 4
+HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
+
+
+def setting(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:
+    """A field of Int4Settings with what the CLI derives its `--int4-*` option from (cli/export_cmd.py)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Int4Settings:
+    """The one declaration of int4's options: ExportOptions.int4 holds them, the CLI's `--int4-<field>`
+    options are generated from these fields (help, choices, default), the manifest's variant records them.
+
+    The defaults, measured on the trained fixtures (tests/fixtures/trained marian, bart, t5, pegasus: greedy
+    tokens of 100 held-out inputs against the float32 export; docs/exporting.md has the table): block 32 agreed
+    on more tokens than 64 or 128 (marian 99.3 vs 98.0 %, t5 93.9 vs 92.6, pegasus 97.7 vs 96.6, bart equal at
+    98.8) and accuracy_level 4 (int8 activations, MLAS's fast path) as well as 0 (float32 compute: within 0.6
+    points either way)."""
+
+    block_size: int = setting(32, "Weights per 4-bit block (one scale and zero point each) along the input "
+                                  "dimension; smaller blocks keep more accuracy, larger ones are smaller and "
+                                  "faster (block 32 agreed best with float32 on the trained fixtures).",
+                              choices=(16, 32, 64, 128, 256))
+    accuracy_level: int = setting(4, "MatMulNBits' compute type for activations: 0 unset (float32), 1 float32, "
+                                     "2 float16, 3 bfloat16, 4 int8 (fastest on x86 and ARM; may flip near-tie "
+                                     "argmaxes on outlier activations, onnxruntime#29849).",
+                                  choices=(0, 1, 2, 3, 4))
+    head: bool = setting(False, "Quantise the output projection to the vocabulary to 4 bits too (default: "
+                                "int8, as --quantize int8 makes it; a 4-bit head is known to cause repetition).")
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the manifest's variant records (`variant.int4`)."""
+        return {**dataclasses.asdict(self), "symmetric": SYMMETRIC, "head": "int4" if self.head else "int8"}
+
+
+def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) -> dict[str, int]:
+    """Write the int4 graph of `src` to `dst` (weights in `<dst name>.data` when `external`); counts of the
+    MatMuls made 4-bit and of those (the head) made int8."""
+    import onnx_ir as ir
+
+    model = ir.load(str(src))  # external weights stay memory-mapped until read
+    head = None if settings.head else _head_matmul(model.graph)
+    packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
+    counts = {"int4_matmuls": 0, "int8_matmuls": 0}
+    for node in list(model.graph):
+        weight = float_matrix(node)
+        if weight is None:
+            continue
+        if node is head:
+            quantize_matmul_int8(model, node, weight, {})
+            counts["int8_matmuls"] += 1
+            continue
+        if weight not in packed:
+            packed[weight] = _pack(model, weight, settings.block_size)
+        _replace(model, node, weight, packed[weight], settings)
+        counts["int4_matmuls"] += 1
+    for weight in packed:
+        if not weight.uses():  # a tied embedding's Gather keeps its float table
+            model.graph.initializers.pop(weight.name)
+    if counts["int4_matmuls"]:
+        model.opset_imports["com.microsoft"] = 1
+    ir.save(model, str(dst), external_data=dst.name + ".data" if external else None)
+    return counts
+
+
+def pack_weight(array: Any, block_size: int) -> tuple[Any, Any, Any]:
+    """(B_Q4 uint8 (N, blocks, block/2), scales float32 (N, blocks), zero points uint8 (N, ceil(blocks/2)))
+    of a float32 (K, N) weight: ORT's own MatMulNBits packing (DefaultWeightOnlyQuantizer)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                  DefaultWeightOnlyQuantizer)
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=SYMMETRIC, bits=BITS)
+    return DefaultWeightOnlyQuantizer(config).qbits_block_quant(array)
+
+
+def _pack(model: Any, weight: Any, block_size: int) -> tuple[Any, ...]:
+    """The packed initializers of `weight` (named as MatMulNBitsQuantizer names them), the float one unmapped."""
+    q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size)
+    release = getattr(weight.const_value, "release", None)
+    if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
+        release()
+    base = weight.name
+    values = [initializer(model, f"{base}_Q{BITS}", q), initializer(model, f"{base}_scales", scales)]
+    if not SYMMETRIC:
+        values.append(initializer(model, f"{base}_zero_points", zeros))
+    return tuple(values)
+
+
+def _replace(model: Any, node: Any, weight: Any, packed: tuple[Any, ...], settings: Int4Settings) -> None:
+    """MatMul(A, B) -> MatMulNBits(A, *packed) with MatMulNBitsQuantizer's attributes (accuracy_level left
+    out when 0, as it does: the attribute is optional and some execution providers reject it)."""
+    import onnx_ir as ir
+
+    k, n = weight.const_value.shape
+    attributes = {"K": int(k), "N": int(n), "bits": BITS, "block_size": settings.block_size}
+    if settings.accuracy_level:
+        attributes["accuracy_level"] = settings.accuracy_level
+    out = node.outputs[0]
+    new = ir.node("MatMulNBits", [node.inputs[0], *packed], attributes=attributes, domain="com.microsoft",
+                  name=f"{node.name}_Q{BITS}" if node.name else f"{out.name}_Q{BITS}")
+    ir.convenience.replace_nodes_and_values(model.graph, node, [node], [new], [out], [new.outputs[0]])
+
+
+def _head_matmul(graph: Any) -> Any:
+    """The weight MatMul nearest to the logits output (walking producers back), or None (an encoder)."""
+    frontier = [v for v in graph.outputs if v.name in HEAD_OUTPUTS]
+    seen = set()
+    while frontier:
+        value = frontier.pop(0)
+        node = value.producer() if value is not None else None
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if float_matrix(node) is not None:
+            return node
+        frontier.extend(node.inputs)
+    return None
