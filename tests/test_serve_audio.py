@@ -15,6 +15,7 @@ import pytest
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 sf = pytest.importorskip("soundfile")
+jsonschema = pytest.importorskip("jsonschema")
 
 from helpers import server_process, serving  # noqa: E402
 from test_serve import scrape  # noqa: E402
@@ -93,13 +94,27 @@ def test_every_response_format_equals_transcribe(client, direct, recordings, res
         elif response_format == "verbose_json":
             assert got.text == want["text"] and got.duration == pytest.approx(10.0 if name == "long" else 3.5)
             assert got.language == {"de": "german", "en": "english", "fr": "french", "es": "spanish"}[want["language"]]
-            assert [(s.id, s.start, s.end, s.text) for s in got.segments] == [
-                (n, s["start"], s["end"], s["text"]) for n, s in enumerate(want["segments"])]
+            assert_segments_equal(got.segments, want["segments"])
             assert len(got.segments) >= (2 if name == "long" else 1)
         else:  # text, srt, vtt: the client hands back the body
             assert got == want
             assert response_format == "text" or got.count(" --> ") == len(expected(direct, recordings[name],
                                                                                    "verbose_json")["segments"])
+
+
+EXACT = ("seek", "start", "end", "text", "tokens", "temperature")  # and the id: equal
+MEASURES = ("avg_logprob", "compression_ratio", "no_speech_prob")  # within 1e-4
+
+
+def assert_segments_equal(got, want):
+    """The client's verbose_json segments (openai's TranscriptionSegment) carry every field of transcribe's
+    segments, with their values, and their index as id."""
+    assert [(s.id, *(getattr(s, f) for f in EXACT)) for s in got] == \
+        [(n, *(s[f] for f in EXACT)) for n, s in enumerate(want)]
+    for name in MEASURES:
+        assert np.allclose([getattr(s, name) for s in got], [s[name] for s in want], rtol=0, atol=1e-4), name
+    assert all(s.tokens and s.temperature == 0.0 and s.avg_logprob < 0 for s in got)
+    assert [s.seek for s in got] == sorted(s.seek for s in got)
 
 
 def test_language_prompt_and_resampling(client, direct, recordings):
@@ -109,6 +124,7 @@ def test_language_prompt_and_resampling(client, direct, recordings):
                                                  timestamp_granularities=["segment"])
     want = expected(direct, recordings["flac"], "verbose_json", language="de", prompt="the quick brown fox")
     assert got.text == want["text"] and got.language == "german" and got.task == "transcribe"
+    assert_segments_equal(got.segments, want["segments"])
     assert got.text != expected(direct, recordings["flac"], "verbose_json", language="fr")["text"]  # it was used
 
 
@@ -121,7 +137,8 @@ def test_translations_equal_transcribe_translate(client, direct, recordings, res
     if response_format == "json":
         assert got.text == want
     elif response_format == "verbose_json":
-        assert got.text == want["text"] and got.task == "translate" and got.segments
+        assert got.text == want["text"] and got.task == "translate"
+        assert_segments_equal(got.segments, want["segments"])
     else:
         assert got == want
 
@@ -177,7 +194,7 @@ BAD = {  # name -> (form fields, file part, status, what the error names)
     "unknown field": ({"speed": "2"}, "short", 422, "speed"),
     "temperature": ({"temperature": "0.5"}, "short", 422, "temperature"),
     "format": ({"response_format": "xml"}, "short", 422, "response_format"),
-    "word timestamps": ({"timestamp_granularities[]": "word"}, "short", 422, "timestamp_granularities[]"),
+    "word timestamps": ({"timestamp_granularities[]": "word"}, "short", 422, "word timestamps are not supported"),
     "stream srt": ({"stream": "true", "response_format": "srt"}, "short", 422, "stream"),
     "language": ({"language": "klingon"}, "short", 422, "language"),
     "too long": ({}, "too_long", 413, "max-audio-seconds"),
@@ -262,7 +279,7 @@ def test_the_upload_is_spooled_and_always_removed(server, recordings, spool):
     assert not list(spool.iterdir())
 
 
-def test_the_schema_documents_the_audio_routes(server):
+def test_the_schema_documents_the_audio_routes(server, recordings):
     schema = httpx.get(f"{server}/openapi.json").json()
     assert set(schema["paths"]) == {"/healthz", "/metrics", "/v1/audio/transcriptions", "/v1/audio/translations"}
     form = schema["paths"]["/v1/audio/transcriptions"]["post"]["requestBody"]["content"]["multipart/form-data"]
@@ -270,6 +287,14 @@ def test_the_schema_documents_the_audio_routes(server):
     assert set(form["schema"]["properties"]["response_format"]["enum"]) == set(TIMESTAMPED)
     answers = schema["paths"]["/v1/audio/translations"]["post"]["responses"]
     assert set(answers) == {"200", "400", "413", "422", "429", "503"}
+    answer = answers["200"]["content"]["application/json"]["schema"]
+    segment = answer["properties"]["segments"]["items"]
+    assert set(segment["required"]) == {"id", *EXACT, *MEASURES} == set(segment["properties"])
+    # schemathesis' uploads are no audio: a real verbose_json answer is checked against the schema here
+    verbose = post(server, data={"response_format": "verbose_json"},
+                   files={"file": ("long.wav", recordings["long"].read_bytes())})
+    assert verbose.status_code == 200 and len(verbose.json()["segments"]) >= 2
+    jsonschema.validate(verbose.json(), answer)
     assert "stream" not in schema["paths"]["/v1/audio/translations"]["post"]["requestBody"]["content"][
         "multipart/form-data"]["schema"]["properties"]
 

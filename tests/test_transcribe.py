@@ -32,6 +32,9 @@ from tfm_export.runtime import open_export  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore")
 NEW = 12  # max_new_tokens per window: quick, and the same for both sides
 RATE = 16000
+# a segment's fields, in OpenAI's verbose_json order (its id aside)
+SEGMENT_FIELDS = ["seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio",
+                  "no_speech_prob"]
 PROMPT = [None, 20, 21, 22]  # <|startofprev|> is set in `speech_folder`
 
 
@@ -140,7 +143,8 @@ def test_transcribe_equals_generate(whisper, speech_wav, audio, case):
     assert result["ids"] == ids
     assert result["language"] == (mine.get("language") or language_of(model, detected))
     assert set(result) == {"text", "language", "segments", "ids"} and isinstance(result["text"], str)
-    assert all(set(s) == {"start", "end", "text"} for s in result["segments"])
+    assert all(list(s) == SEGMENT_FIELDS for s in result["segments"])
+    assert [t for s in result["segments"] for t in s["tokens"]] == result["ids"]
 
 
 @pytest.mark.parametrize("case", ["greedy", "detect", "beam2"])

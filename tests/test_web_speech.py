@@ -32,6 +32,7 @@ pytest.importorskip("soxr")
 pytest.importorskip("transformers")
 
 from helpers import run_cli_ok  # noqa: E402
+from test_node_speech import as_node  # noqa: E402
 from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 
@@ -92,7 +93,7 @@ def test_the_page_transcribes_like_python(export, tmp_path):
     files = []
     for (how, kind, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0], held_out("en")[1]]):
         path = tmp_path / f"{how}-{spoken.language}.{kind}"
-        want = runtime.transcribe(write(path, spoken.samples()), **theirs)
+        want = as_node(runtime.transcribe(write(path, spoken.samples()), **theirs))
         files.append({"path": str(path), "how": how, "options": mine, "expected": want})
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
     expected = {"export": str(export), "files": files, "mic": microphone_file(runtime, tmp_path)}

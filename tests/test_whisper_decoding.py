@@ -34,9 +34,10 @@ from tfm_export.runtime.generation import GenerationConfig
 from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id, language_probs,
                                         max_new_tokens, prompt_prefix, suppress, suppress_at_begin,
                                         timestamp_rules, whisper_process)
-from tfm_export.runtime.whisper_longform import (Fallback, Segment, compression_ratio, offsets, split_segments,
+from tfm_export.runtime.whisper_longform import (Fallback, Segment, Window, compression_ratio, offsets, split_segments,
                                                  transcribe, window_config, window_decoder, window_prompt)
 from tfm_export.runtime.whisper_search import LanguageDetector, prompts_for, whisper_strategy
+from whisper_fixtures import generate_segments
 
 EOS, SOT, TRANSLATE, TRANSCRIBE, PREV, NOSPEECH, NTS = 50, 51, 57, 58, 60, 61, 62
 BEGIN = NTS + 1  # <|0.00|>
@@ -326,7 +327,7 @@ def test_transcribe_seeks_and_times():
     features = np.arange(1, frames + 1, dtype=np.float32)[None, :].repeat(4, axis=0)
     init = init_tokens(SETTINGS, "de", timestamps=True)
     out = transcribe(features, decode_window, SETTINGS, init, VOCAB, condition_on_prev_tokens=True)
-    assert [w[0] for w in out.windows] == [0, 120, 3120]
+    assert [w.seek for w in out.windows] == [0, 120, 3120]
     assert [s[0] for s in seen] == [(4, 3000)] * 3
     assert [(s[1], s[2]) for s in seen] == [(1, 3000), (121, 3120), (3121, 0)]  # the last window zero-padded
     off = [0 * 0.02 / 2, 120 * 0.02 / 2, 3120 * 0.02 / 2]
@@ -365,11 +366,15 @@ def test_transcribe_fallback_and_silence():
     assert compression_ratio(repetitive, VOCAB) > 2.4 > compression_ratio(good.ids + [EOS], VOCAB)
     init = init_tokens(SETTINGS, "de", timestamps=True)
     out = transcribe(np.zeros((4, 3000), np.float32), decode_window, SETTINGS, init, VOCAB, fallback=fallback)
-    assert temps == [0.0, 0.2, 0.4] and out.ids == good.ids and out.windows == [(0, 0.4, False)]
+    assert temps == [0.0, 0.2, 0.4] and out.ids == good.ids
+    # the try that stayed: its temperature and measures, on the window and on each of its segments
+    kept = Window(0, 0.4, -0.3, compression_ratio(good.ids + [EOS], VOCAB), 0.1)
+    assert out.windows == [kept] and [s.window for s in out.segments] == [kept]
     silent = types.SimpleNamespace(ids=[BEGIN, 5, BEGIN + 1], ended=True, avg_logprob=-2.0, no_speech_prob=0.9)
     quiet = Fallback((0.0, 0.5), logprob_threshold=-1.0, no_speech_threshold=0.6)
     out = transcribe(np.zeros((4, 4000), np.float32), lambda w, p, t: silent, SETTINGS, init, VOCAB, fallback=quiet)
-    assert out.windows == [(0, 0.0, True), (3000, 0.0, True)] and out.segments == []
+    assert [(w.seek, w.temperature, w.skipped) for w in out.windows] == [(0, 0.0, True), (3000, 0.0, True)]
+    assert out.segments == [] and out.windows[0].avg_logprob == -2.0 and out.windows[0].no_speech_prob == 0.9
     with pytest.raises(InputError, match="logprob_threshold"):
         Fallback(no_speech_threshold=0.6)
 
@@ -391,7 +396,7 @@ def test_transcribe_logprob_fallback_and_conditioning():
     assert [t for _, t in seen[:3]] == [0.0, 0.6, 0.0]
     assert seen[2][0] == init  # window 1 ended at 0.6: no conditioning for window 2
     assert seen[3][0][0] == PREV  # window 2 ended at 0.0: window 3 is conditioned again
-    assert [w[:2] for w in out.windows[:3]] == [(0, 0.6), (40, 0.0), (80, 0.0)]
+    assert [(w.seek, w.temperature) for w in out.windows[:3]] == [(0, 0.6), (40, 0.0), (80, 0.0)]
 
 
 def test_window_config_and_language_probs():
@@ -540,17 +545,26 @@ def test_transcribe_equal_long_form_generate(tiny_whisper):
     """`transcribe` with our greedy strategy as the window decoder equals transformers' long-form generate
     segment for segment: 3200 frames, conditioned on the previous text; its windows start at 0, 8 (a pair),
     3008 (a single timestamp ending: the whole window), 3120. (Unconditioned, this model's windows seek a few
-    frames at a time: hundreds of windows; window_prompt's own test covers that prompt.)"""
+    frames at a time: hundreds of windows; window_prompt's own test covers that prompt.) Each segment's window
+    measures (seek, temperature, avg_logprob, compression ratio, no-speech probability) are transformers'."""
     condition, new = True, 10
     features = np.random.default_rng(8).normal(0, 1, (8, 3200)).astype(np.float32)
-    theirs = tiny_whisper.generate(torch.from_numpy(features[None]), language="de", return_timestamps=True,
-                                   max_new_tokens=new, condition_on_prev_tokens=condition, return_segments=True)
+    theirs, segments = generate_segments(tiny_whisper, features, language="de", max_new_tokens=new,
+                                         condition_on_prev_tokens=condition)
     decode_window = window_decoder(TorchCache(tiny_whisper), SETTINGS, GenerationConfig(max_new_tokens=new), VOCAB,
                                    max_target_positions=64)
     init = init_tokens(SETTINGS, "de", timestamps=True)
     out = transcribe(features, decode_window, SETTINGS, init, VOCAB, condition_on_prev_tokens=condition,
                      max_target_positions=64)
-    expected = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in theirs["segments"][0]]
-    assert [w[0] for w in out.windows] == [0, 8, 3008, 3120]
+    expected = [(s["start"], s["end"], s["tokens"]) for s in segments]
+    assert [w.seek for w in out.windows] == [0, 8, 3008, 3120]
     assert [(s.start, s.end, s.tokens) for s in out.segments] == expected
     assert out.ids == [t for t in theirs["sequences"][0].tolist() if t != EOS]
+    assert_measures_equal([s.window for s in out.segments], segments)
+
+
+def assert_measures_equal(windows, expected):
+    """Our segments' windows carry transformers' values: seek and temperature equal, the floats within 1e-4."""
+    assert [(w.seek, w.temperature) for w in windows] == [(s["seek"], s["temperature"]) for s in expected]
+    for name in ("avg_logprob", "compression_ratio", "no_speech_prob"):
+        assert np.allclose([getattr(w, name) for w in windows], [s[name] for s in expected], rtol=0, atol=1e-4), name

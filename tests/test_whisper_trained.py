@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 jiwer = pytest.importorskip("jiwer")
 
-from whisper_fixtures import generate_ids  # noqa: E402
+from whisper_fixtures import generate_ids, generate_segments, reference_features  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 
@@ -143,6 +143,27 @@ def test_long_recording_is_transcribed_window_by_window(trained, heldout, langua
     wer = jiwer.wer(said, result["text"].strip())
     print(f"long recording WER ({language}, beams {num_beams}): {wer:.4f}")
     assert wer <= LONG_FORM_WER
+
+
+MEASURES = ("avg_logprob", "compression_ratio", "no_speech_prob")
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_segments_carry_transformers_window_measures(trained, heldout, language):
+    """A long recording (several windows) and one utterance: each segment's seek, tokens and temperature
+    equal, and its avg_logprob, compression_ratio and no_speech_prob within 1e-4, those transformers' long
+    form computes for its fallback test on the same window (tests/whisper_fixtures.generate_segments)."""
+    _, runtime, model = trained
+    long, _ = recording(heldout, language, 8, seed=1)
+    short = next(x for s, x in heldout if s.language == language)
+    for samples, windows in ((long, 3), (short, 1)):
+        segments = runtime.transcribe(samples, language=language, timestamps=True)["segments"]
+        _, theirs = generate_segments(model, reference_features(model, samples), language=language)
+        assert [(s["seek"], s["tokens"], s["temperature"]) for s in segments] == \
+            [(s["seek"], s["tokens"], s["temperature"]) for s in theirs]
+        assert len({s["seek"] for s in segments}) >= windows
+        for name in MEASURES:
+            assert np.allclose([s[name] for s in segments], [s[name] for s in theirs], rtol=0, atol=1e-4), name
 
 
 @pytest.fixture(scope="module")

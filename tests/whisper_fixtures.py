@@ -109,17 +109,21 @@ def whisper_folder(layout: "str | Layout", folder: Path, seed: int = 0, d_model:
     return folder
 
 
-def generate_ids(model, samples, detect: bool = True, **kwargs) -> tuple[list[int], int | None]:
-    """transformers' `generate` on the features `transcribe` computes from `samples` (16 kHz float32): its
-    ids with EOS removed (sequences; segments joined in the long form) and the first window's detected
-    language. Short audio is padded to one window, long audio is all its frames (generate's long form)."""
+def reference_features(model, samples):
+    """The (n_mels, frames) features `transcribe` computes from `samples` (16 kHz float32): short audio padded
+    to one window, long audio all its frames (generate's long form)."""
     from tfm_export.audio import FeatureConfig, log_mel, log_mel_spectrogram
 
     frames = 2 * model.config.max_source_positions
     config = FeatureConfig(n_mels=model.config.num_mel_bins, chunk_length=frames // 100)
-    long = len(samples) > config.n_samples
-    features = log_mel_spectrogram(samples, config) if long else log_mel(samples, config)
-    x = torch.from_numpy(features[None])
+    return log_mel_spectrogram(samples, config) if len(samples) > config.n_samples else log_mel(samples, config)
+
+
+def generate_ids(model, samples, detect: bool = True, **kwargs) -> tuple[list[int], int | None]:
+    """transformers' `generate` on `reference_features(samples)`: its ids with EOS removed (sequences;
+    segments joined in the long form) and the first window's detected language."""
+    frames = 2 * model.config.max_source_positions
+    x = torch.from_numpy(reference_features(model, samples)[None])
     with torch.no_grad():
         out = model.generate(x, return_segments=True, **kwargs)
         detected = int(model.detect_language(x[:, :, :frames])[0]) if detect else None
@@ -149,3 +153,47 @@ def speech_folder(folder, layout: "str | Layout" = "tiny"):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def generate_segments(model, features, **kwargs) -> tuple[dict, list[dict]]:
+    """transformers' long-form `generate(return_segments=True)` on one audio's (n_mels, frames) features: its
+    output, and its segments (start, end, tokens), each with the measures of its window as transformers' own functions give them: "seek" (the window's
+    time offset in mel frames, from `_retrieve_segment`), "avg_logprob" (`_retrieve_avg_logprobs` on the
+    window's scores and ids, EOS included), "compression_ratio" (`_retrieve_compression_ratio`),
+    "no_speech_prob" (WhisperNoSpeechDetection's), "temperature" (the try that stayed): read where
+    `_need_fallback` computes them. Thresholds that never fire make it compute them all; greedy, temperature 0."""
+    from transformers.models.whisper import generation_whisper as gw
+
+    mixin = gw.WhisperGenerationMixin
+    need_fallback, retrieve_segment = mixin._need_fallback, mixin._retrieve_segment
+    measured, offsets = [], []  # (the window's outputs, its measures) per try; (outputs, seek) per segment cut
+
+    def measure(self, seek_sequence, seek_outputs, index, logits_processor, config, vocab_size, temperature):
+        no_speech = gw._get_attr_from_logit_processors(logits_processor, gw.WhisperNoSpeechDetection, "no_speech_prob")
+        measured.append((seek_outputs[index], dict(
+            temperature=temperature, compression_ratio=mixin._retrieve_compression_ratio(seek_sequence, vocab_size),
+            avg_logprob=float(mixin._retrieve_avg_logprobs(seek_outputs[index]["scores"], seek_sequence, temperature)),
+            no_speech_prob=float(no_speech[index]))))
+        return need_fallback(self, seek_sequence, seek_outputs, index, logits_processor, config, vocab_size,
+                             temperature)
+
+    def cut(**kwargs):  # generate calls it by keywords
+        offset = kwargs["time_offset"][kwargs["prev_idx"]]
+        offsets.append((kwargs["seek_outputs"][kwargs["idx"]], round(float(offset) / 0.01)))
+        return retrieve_segment(**kwargs)
+
+    mixin._need_fallback, mixin._retrieve_segment = measure, staticmethod(cut)
+    try:
+        with torch.no_grad():
+            out = model.generate(torch.from_numpy(features[None]), return_segments=True, return_timestamps=True,
+                                 temperature=(0.0,), logprob_threshold=-1e9, no_speech_threshold=1.0, **kwargs)
+    finally:
+        mixin._need_fallback, mixin._retrieve_segment = need_fallback, retrieve_segment
+    segments = []
+    for segment in out["segments"][0]:
+        result = segment["result"]
+        seek = next(s for r, s in offsets if r is result)
+        measures = [m for r, m in measured if r is result][-1]
+        segments.append({"seek": seek, "start": float(segment["start"]), "end": float(segment["end"]),
+                         "tokens": segment["tokens"].tolist(), **measures})
+    return out, segments

@@ -32,7 +32,7 @@ from .common import library_errors, main_group, ort_thread_options
 @click.option("--format", "out_format", type=click.Choice(["txt", "srt", "vtt", "json"]), default="txt",
               show_default=True, help="txt: the text; srt/vtt: subtitles from the segments; json: as --json.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per file: file, text, language, segments [{start, end, text}], ids.")
+              help="One JSON object per file: file, text, language, segments [{start, end, text, ...}], ids.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors

@@ -2,7 +2,8 @@
 
     model = open_export("whisper-onnx")
     model.transcribe("talk.wav", language="de", timestamps=True)
-    # {"text": ..., "language": "de", "segments": [{"start": 0.0, "end": 2.4, "text": ...}], "ids": [...]}
+    # {"text": ..., "language": "de", "segments": [{"seek": 0, "start": 0.0, "end": 2.4, "text": ..., "tokens": [...],
+    #   "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.3, "no_speech_prob": 0.01}], "ids": [...]}
 
 The steps are those of transformers' `WhisperForConditionalGeneration.generate` (5.x), which runs one loop
 for short and long audio:
@@ -25,6 +26,7 @@ condition_on_prev_tokens) apply when the folder sets them. Sampling fallback tem
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable, Sequence
 
@@ -41,7 +43,7 @@ from .whisper_search import LanguageDetector
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
 
-__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "speech_settings", "to_srt", "to_vtt", "transcribe"]
+__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "segment_fields", "speech_settings", "to_srt", "to_vtt", "transcribe"]
 
 
 def speech_settings(model: Any) -> tuple[WhisperSettings, FeatureConfig]:
@@ -109,8 +111,8 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """One recording -> {"text", "language", "segments": [{"start", "end", "text"}], "ids"} (the module
-    docstring). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
+    """One recording -> {"text", "language", "segments", "ids"} (the module docstring; each segment's fields:
+    `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
     `max_new_tokens`: per window (None: up to the folder's max_length); `on_text`: called after each
     window with the text so far (streaming; an exception it raises stops the transcription)."""
@@ -161,12 +163,23 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                               on_window=on_window)
     language_token = init[1] if len(init) > 1 and init[1] in (settings.lang_to_id or {}).values() else None
     seconds = len(samples) / features_config.sampling_rate
-    segments = out.segments if stamped else [Segment(0.0, seconds, out.ids)]
+    segments = out.segments if stamped else [Segment(0.0, seconds, out.ids, out.windows[0])]  # one window
     return {"text": text_of(out.ids), "language": _language_code(settings, language_token) or
             ("en" if not settings.lang_to_id else None),
-            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": text_of(s.tokens)}
-                         for s in segments],
-            "ids": list(out.ids)}
+            "segments": [segment_fields(s, text_of(s.tokens)) for s in segments], "ids": list(out.ids)}
+
+
+def segment_fields(segment: Segment, text: str) -> dict[str, Any]:
+    """A segment as openai-whisper's (OpenAI's verbose_json, less its id): times, text, its ids (timestamps
+    included) and its window's seek, temperature, avg_logprob, compression_ratio, no_speech_prob (one
+    window's segments share them). A NaN (a window that generated nothing) is None: JSON has no NaN."""
+    window = segment.window
+    assert window is not None, "whisper_longform.transcribe's segments carry their window"
+    avg = window.avg_logprob
+    return {"seek": window.seek, "start": round(segment.start, 3), "end": round(segment.end, 3), "text": text,
+            "tokens": list(segment.tokens), "temperature": window.temperature,
+            "avg_logprob": None if avg is None or math.isnan(avg) else avg,
+            "compression_ratio": window.compression_ratio, "no_speech_prob": window.no_speech_prob}
 
 
 

@@ -21,13 +21,16 @@ decoder emitted it), or an object with `ids`, `ended`, `avg_logprob`, `no_speech
 3. with condition_on_prev_tokens (and the temperature below 0.5), the next prompt is <|startofprev|> (or
    the initial prompt, prompt_condition_type "all-segments"), the last max_target_positions // 2 - 1 ids of
    the segments so far (a segment ending in two timestamps without its last), then the init tokens.
+Each window's `Window` (its seek, the temperature that stayed, that try's avg_logprob, compression ratio
+and no_speech_prob: the values the fallback test judged, computed once) is kept in `Transcript.windows`
+and on each of its segments (`Segment.window`), as openai-whisper's segments carry them.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -45,10 +48,24 @@ WINDOW_FRAMES = 3000  # 30 s of mel frames: one window
 
 
 @dataclass(frozen=True)
+class Window:
+    """One decoded window: where it started, the temperature of the try that stayed, and that try's
+    measures (transformers' fallback test; openai-whisper's segment fields)."""
+
+    seek: int  # mel frames (10 ms) from the audio's start
+    temperature: float
+    avg_logprob: float | None  # the decoder's (runtime.whisper_search.WhisperRow); None: it gave ids only
+    compression_ratio: float  # `compression_ratio` of its ids, EOS included
+    no_speech_prob: float | None  # P(<|nospeech|>) at <|startoftranscript|>
+    skipped: bool = False  # silence: no segments
+
+
+@dataclass(frozen=True)
 class Segment:
     start: float  # seconds from the audio's start
     end: float
     tokens: list[int]  # its ids, timestamps included (transformers' segment "tokens")
+    window: Window | None = None  # the window it was decoded in (`transcribe` sets it)
 
 
 def split_segments(ids: Sequence[int], timestamp_begin: int, time_offset: float = 0.0,
@@ -136,13 +153,13 @@ class Fallback:
                              "average log-probability is below it)",
                              options={"no_speech_threshold": self.no_speech_threshold, "logprob_threshold": None})
 
-    def judge(self, ids: Sequence[int], avg_logprob: float | None, no_speech: float | None,
-              vocab_size: int) -> tuple[bool, bool]:
-        """(needs fallback, skip the window) for a window's ids (EOS included), as transformers' `_need_fallback`."""
+    def judge(self, window: Window) -> tuple[bool, bool]:
+        """(needs fallback, skip the window) for a decoded window, as transformers' `_need_fallback`."""
         needs = skip = False
         limit = self.compression_ratio_threshold
-        if limit is not None and compression_ratio(ids, vocab_size) > limit:
+        if limit is not None and window.compression_ratio > limit:
             needs = True
+        avg_logprob, no_speech = window.avg_logprob, window.no_speech_prob
         if self.logprob_threshold is not None:
             if avg_logprob is None:
                 raise InputError("{logprob_threshold} needs each window's avg_logprob from decode_window",
@@ -162,7 +179,7 @@ class Fallback:
 class Transcript:
     ids: list[int] = field(default_factory=list)  # every segment's tokens in order (generate's sequences)
     segments: list[Segment] = field(default_factory=list)
-    windows: list[tuple[int, float, bool]] = field(default_factory=list)  # (seek, temperature, skipped) each
+    windows: list[Window] = field(default_factory=list)  # each decoded window, skipped ones included
 
 
 def previous_text(segments: Sequence[Segment], timestamp_begin: int, cut_off: int) -> list[int]:
@@ -238,19 +255,20 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
                                max_target_positions)
         for temperature in fallback.temperatures:
             ids, avg, no_speech = _read(decode_window(window, prompt, temperature), eos)
-            needs, skip = fallback.judge(ids, avg, no_speech, vocab_size)
+            decoded = Window(seek, temperature, avg, compression_ratio(ids, vocab_size), no_speech)
+            needs, skip = fallback.judge(decoded)
             if ids and ids[-1] == eos:
                 ids = ids[:-1]
             condition = condition_on_prev_tokens and temperature < 0.5
             if not needs:
                 break
-        out.windows.append((seek, temperature, skip))
+        out.windows.append(replace(decoded, skipped=skip))
         if skip:
             seek += frames
             continue
         segments, advance = split_segments(ids, begin, offset, frames)
         seek += advance if advance > 0 else frames  # a pair at <|0.00|>: transformers would decode it again forever
-        history += segments
+        history += [replace(s, window=out.windows[-1]) for s in segments]
         if on_window is not None:
             on_window(history[start:])
     out.segments = history[start:]

@@ -7,13 +7,17 @@ for api.openai.com) work unchanged:
 
 Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech):
 json {"text", "usage"}; text the text; verbose_json {"task", "language", "duration", "text", "segments":
-[{"id", "start", "end", "text"}]}; srt and vtt the segments as subtitles (runtime.speech.to_srt/to_vtt, as
-`tfm-export transcribe --format`). verbose_json, srt and vtt decode with timestamps (segments with their
-times), json and text without. Where this differs from OpenAI's service:
+[{"id", "seek", "start", "end", "text", "tokens", ...}]}; srt and vtt the segments as subtitles
+(runtime.speech.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
+with timestamps (segments with their times), json and text without. Where this differs from OpenAI's service:
 
 - `model` may be any name: a server serves one export.
 - `temperature` must be 0: transcription is greedy (no sampling, no temperature fallback).
-- segments carry no avg_logprob, compression_ratio, no_speech_prob, seek or tokens; no word timestamps.
+- verbose_json segments carry OpenAI's fields (id, seek, start, end, text, tokens, temperature,
+  avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of
+  the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
+  OpenAI's service for the same text; temperature is always 0.
+- no word timestamps: `timestamp_granularities[]=word` is a 422 naming the option.
 - `stream=true` (transcriptions, json or text): server-sent events, one `transcript.text.delta` per 30 s
   window as it is decoded, then `transcript.text.done` with the whole text.
 - errors are this server's `{"error": one line, "field"|"limit"}` (serve.app); a recording the decoder
@@ -76,6 +80,9 @@ class TranscriptionForm(TranslationForm):
 
 # The forms' fields that are lists, as OpenAI's clients send them: the name with [] once per value.
 LISTS = {"timestamp_granularities[]"}
+# A refused value of these fields is something OpenAI's service does and this server does not: say so
+NOT_DONE = {"timestamp_granularities[]": "word timestamps are not supported, only segment (every verbose_json "
+                                         "answer has its segments)"}
 
 
 def form_fields(fields: dict[str, list[str]], form: type[BaseModel]) -> BaseModel:
@@ -95,7 +102,8 @@ def form_fields(fields: dict[str, list[str]], form: type[BaseModel]) -> BaseMode
             raise HTTPFailure(422, f"unknown field(s): {', '.join(unknown)}; this route accepts {accepted}",
                               fields=unknown) from None
         where = str(errors[0]["loc"][0])
-        raise HTTPFailure(422, f"{where}: {errors[0]['msg']}", field=where) from None
+        why = f"; {NOT_DONE[where]}" if where in NOT_DONE else ""
+        raise HTTPFailure(422, f"{where}: {errors[0]['msg']}{why}", field=where) from None
 
 
 def request_body(form: type[BaseModel]) -> dict[str, Any]:
@@ -146,8 +154,26 @@ STREAM_EVENT = {"type": "object", "required": ["data"], "properties": {
 ERRORS = {"s400": "The body is not a multipart/form-data form with one file.",
           "s413": "The upload is over --max-upload-mb or the recording over --max-audio-seconds (`limit` names it).",
           "s422": "A bad or unknown field (`field`/`fields` name it), or a file the decoder cannot read (`file`)."}
+NUMBER, MAYBE_NUMBER = {"type": "number"}, {"type": ["number", "null"]}
+# A verbose_json segment: OpenAI's fields, with openai-whisper's values (runtime.speech.segment_fields)
+SEGMENT = {"type": "object", "required": ["id", "seek", "start", "end", "text", "tokens", "temperature",
+                                          "avg_logprob", "compression_ratio", "no_speech_prob"], "properties": {
+    "id": {"type": "integer"},
+    "seek": {"type": "integer", "description": "Where its 30 s window starts, in mel frames (10 ms)."},
+    "start": NUMBER, "end": NUMBER, "text": {"type": "string"},
+    "tokens": {"type": "array", "items": {"type": "integer"}, "description": "Its token ids, timestamps included."},
+    "temperature": {**NUMBER, "description": "The temperature its window was decoded at (0: greedy)."},
+    "avg_logprob": {**MAYBE_NUMBER, "description": "Its window's mean log-probability per generated token, "
+                                                   "end of text included (transformers')."},
+    "compression_ratio": {**NUMBER, "description": "Its window's token ids' bytes over their zlib-compressed "
+                                                   "bytes, end of text included (transformers')."},
+    "no_speech_prob": {**MAYBE_NUMBER, "description": "P(<|nospeech|>) at its window's <|startoftranscript|>."}}}
+JSON_ANSWER = {"type": "object", "required": ["text"], "properties": {
+    "text": {"type": "string"}, "usage": {"type": "object"}, "task": {"type": "string"},
+    "language": {"type": "string"}, "duration": NUMBER,
+    "segments": {"type": "array", "items": SEGMENT, "description": "verbose_json only."}}}
 ANSWERS = {"description": "json and verbose_json: JSON; text, srt, vtt: text; stream: server-sent events.",
-           "content": {"application/json": {"schema": {"type": "object", "required": ["text"]}},
+           "content": {"application/json": {"schema": JSON_ANSWER},
                        "text/plain": {"schema": {"type": "string"}},
                        "text/event-stream": {"schema": STREAM_EVENT}}}
 
