@@ -16,7 +16,7 @@ from marian_fixtures import OPUS_MT, marian_folder  # noqa: E402
 from tfm_export.runtime import GREEDY, open_export  # noqa: E402
 
 
-@pytest.mark.slow
+@pytest.mark.long  # opus-mt's size with validation: over a minute; CI checks published folders at tiny sizes
 def test_opus_mt_sized_published_folder_exports_with_default_flags(tmp_path):
     (tmp_path / "opus-mt-en-de").mkdir()
     folder = marian_folder(tmp_path / "opus-mt-en-de", vocab_size=15_600, **OPUS_MT)

@@ -320,6 +320,7 @@ def test_ort_beam_search_equals_transformers_on_an_export(marian_models, tmp_pat
          hf_generate(hf, src, mask, **settings))
 
 
+@pytest.mark.long  # its export validates a 6-beam default decoding against eager: a minute; CI has test_hf_families'
 def test_marian_generation_config_becomes_the_default_decoding(tmp_path):
     """A published-style folder with a length penalty and n-gram bans: `generate()` with no options on
     both sides gives the same hypotheses and scores."""

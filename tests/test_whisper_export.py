@@ -29,7 +29,13 @@ ATOL = 1e-4  # as the export's own validation
 STEPS = 20  # greedy tokens compared per row
 
 
-@pytest.fixture(scope="module", params=list(LAYOUTS))
+# CI exports the tiny layout; base.en (English-only: also tests/test_transcribe.py) and large-v3-turbo (128 mels,
+# 32 encoder layers, the slowest export of the suite) run in `make test-long`.
+IN_CI = ("tiny",)
+
+
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=() if name in IN_CI else pytest.mark.long)
+                                        for name in LAYOUTS])
 def exported(request, tmp_path_factory):
     """(layout, folder, export folder, transformers' model) for each layout, exported by the CLI."""
     base = tmp_path_factory.mktemp(request.param)
