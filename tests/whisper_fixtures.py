@@ -14,6 +14,7 @@ and saved by WhisperTokenizerFast.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import NamedTuple
@@ -157,15 +158,18 @@ def speech_folder(folder, layout: "str | Layout" = "tiny"):
 
 def generate_segments(model, features, **kwargs) -> tuple[dict, list[dict]]:
     """transformers' long-form `generate(return_segments=True)` on one audio's (n_mels, frames) features: its
-    output, and its segments (start, end, tokens), each with the measures of its window as transformers' own functions give them: "seek" (the window's
-    time offset in mel frames, from `_retrieve_segment`), "avg_logprob" (`_retrieve_avg_logprobs` on the
-    window's scores and ids, EOS included), "compression_ratio" (`_retrieve_compression_ratio`),
+    output, and its segments (start, end, tokens), each with the measures of its window as transformers' own
+    functions give them: "seek" (the window's time offset in mel frames, from `_retrieve_segment`),
+    "avg_logprob" (`_retrieve_avg_logprobs` on the window's scores and ids, EOS included), "compression_ratio" (`_retrieve_compression_ratio`),
     "no_speech_prob" (WhisperNoSpeechDetection's), "temperature" (the try that stayed): read where
     `_need_fallback` computes them. Thresholds that never fire make it compute them all; greedy, temperature 0."""
     from transformers.models.whisper import generation_whisper as gw
 
     mixin = gw.WhisperGenerationMixin
     need_fallback, retrieve_segment = mixin._need_fallback, mixin._retrieve_segment
+    # Restored as found: _retrieve_segment is a staticmethod, and the plain function read off the class would
+    # come back as a method (every later generate then fails).
+    saved = {name: inspect.getattr_static(mixin, name) for name in ("_need_fallback", "_retrieve_segment")}
     measured, offsets = [], []  # (the window's outputs, its measures) per try; (outputs, seek) per segment cut
 
     def measure(self, seek_sequence, seek_outputs, index, logits_processor, config, vocab_size, temperature):
@@ -188,7 +192,8 @@ def generate_segments(model, features, **kwargs) -> tuple[dict, list[dict]]:
             out = model.generate(torch.from_numpy(features[None]), return_segments=True, return_timestamps=True,
                                  temperature=(0.0,), logprob_threshold=-1e9, no_speech_threshold=1.0, **kwargs)
     finally:
-        mixin._need_fallback, mixin._retrieve_segment = need_fallback, retrieve_segment
+        for name, value in saved.items():
+            setattr(mixin, name, value)
     segments = []
     for segment in out["segments"][0]:
         result = segment["result"]
