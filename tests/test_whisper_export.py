@@ -182,6 +182,7 @@ def test_preprocessor_config_must_fit_the_model(tmp_path):
         import_hf(folder)
 
 
+@pytest.mark.long  # three static-cache exports and the runtime checks: most of a minute, for CI's time
 def test_static_cache_and_runtime_checks_take_features(tmp_path):
     """A Whisper export with its static-cache decoders (`--static-slots`): the static cache (greedy and beam
     search) and the server's in-flight rows decode the growing cache's tokens from features, and
