@@ -10,14 +10,11 @@
 // Environment: TFM_EXPORT_DIR (an export of the bundled model), TFM_PYTHON (a Python with tfm_export,
 // default python3), CHROMIUM (default /usr/bin/chromium). Screenshots: runtimes/web/test-output/.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { closeAll, launchChromium, openPage as openPageAt, startApi as startServeApi, startServeWeb } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const exportDir = process.env.TFM_EXPORT_DIR;
@@ -30,67 +27,23 @@ const fixture = JSON.parse(readFileSync(path.join(here, '..', '..', 'fixtures', 
 const outDir = path.join(here, '..', 'test-output');
 const python = process.env.TFM_PYTHON ?? 'python3';
 const API_KEY = 'page-test-key';
-let server;
 let url;
 let family; // the serve-web of TFM_FAMILY_EXPORT_DIR: { proc, url }
-let context;
-let profile;
-let api; // the `tfm-export serve` of the server-mode tests, started by the first of them
-
-/** `tfm-export serve-web DIR --port 0` on 127.0.0.1; resolves with { proc, url } (the URL it prints). */
-function startServer(dir) {
-  const proc = spawn(python, ['-m', 'tfm_export', 'serve-web', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let text = '';
-    proc.stderr.on('data', (chunk) => {
-      text += chunk;
-      const match = text.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (match) resolve({ proc, url: match[1] });
-    });
-    proc.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
-  });
-}
-
-/** A free loopback port (`tfm-export serve --port` takes no 0). */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer().on('error', reject);
-    probe.listen(0, '127.0.0.1', () => { const { port } = probe.address(); probe.close(() => resolve(port)); });
-  });
-}
+const startServer = (dir) => startServeWeb(python, dir);
+/** A page on `base` + `query` that records every problem (harness.mjs). */
+const openPage = (problems, query = '', base = url) => openPageAt(context, `${base}${query}`, problems);
 
 /**
  * `tfm-export serve EXPORT` with an API key, allowing the page's origin (request-level batching: the
  * export has no static-cache decoder); resolves with its URL once /healthz answers.
  */
 async function startApi() {
-  const port = await freePort();
-  const args = ['-m', 'tfm_export', 'serve', exportDir, '--batching', 'request', '--port', String(port),
-    '--cors-origin', new URL(url).origin, '--api-key', API_KEY, '--threads', '1', '--no-spin'];
-  const proc = spawn(python, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let text = '';
-  proc.stderr.on('data', (chunk) => { text += chunk; });
-  api = { proc, url: `http://127.0.0.1:${port}` };
-  for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
-    if (proc.exitCode !== null) throw new Error(`tfm-export serve exited (${proc.exitCode}): ${text}`);
-    if (await fetch(`${api.url}/healthz`).then((res) => res.ok, () => false)) return api.url;
-    await new Promise((resolve) => { setTimeout(resolve, 200); });
-  }
-  throw new Error(`tfm-export serve did not answer within 60 s: ${text}`);
+  api = await startServeApi(python, exportDir, ['--batching', 'request', '--cors-origin', new URL(url).origin,
+    '--api-key', API_KEY, '--threads', '1', '--no-spin']);
+  return api.url;
 }
-
-/** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
-async function openPage(problems, query = '', base = url) {
-  const page = await context.newPage();
-  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
-  page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(`${base}${query}`);
-  await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
-  assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
-  return page;
-}
+let context;
+let api; // the `tfm-export serve` of the server-mode tests, started by the first of them
 
 async function translate(page, lines, { beams = 1 } = {}) {
   await page.fill('#beams', String(beams));
@@ -102,23 +55,11 @@ async function translate(page, lines, { beams = 1 } = {}) {
 
 before(async () => {
   if (skip && familySkip) return;
-  if (!skip) ({ proc: server, url } = await startServer(exportDir));
-  profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-')); // a fresh --user-data-dir
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: browserPath,
-    headless: true, // adds --headless
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  if (!skip) ({ url } = await startServer(exportDir));
+  context = await launchChromium(browserPath);
 });
 
-after(async () => {
-  await context?.close();
-  server?.kill();
-  family?.proc.kill();
-  api?.proc.kill();
-  if (profile) rmSync(profile, { recursive: true, force: true });
-});
+after(() => closeAll(context));
 
 test('the page translates the inputs exactly like the Python runtime', { skip, timeout: 120_000 }, async () => {
   const problems = [];

@@ -8,13 +8,10 @@
 // beam }, encoderOnly: { dir, sources, outputs } }), TFM_PYTHON (default python3), CHROMIUM (default
 // /usr/bin/chromium).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { closeAll, launchChromium, openPage as openPageAt, startApi as startServeApi, startServeWeb } from './harness.mjs';
 
 const expectedPath = process.env.TFM_MODULE_EXPECTED;
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
@@ -22,62 +19,12 @@ const skip = !expectedPath ? 'TFM_MODULE_EXPECTED is not set (tests/test_runtime
   : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
 const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
 const python = process.env.TFM_PYTHON ?? 'python3';
-const servers = [];
+/** `tfm-export serve-web DIR`'s URL. */
+const startServer = async (dir) => (await startServeWeb(python, dir)).url;
+/** `tfm-export serve DIR` allowing `origin`: its URL. */
+const startApi = async (dir, origin) => (await startServeApi(python, dir, ['--cors-origin', origin, '--threads', '1'])).url;
+const openPage = (url, problems) => openPageAt(context, url, problems);
 let context;
-let profile;
-
-/** `tfm-export serve-web DIR --port 0` on 127.0.0.1; resolves with its URL (the one it prints). */
-function startServer(dir) {
-  const proc = spawn(python, ['-m', 'tfm_export', 'serve-web', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  servers.push(proc);
-  return new Promise((resolve, reject) => {
-    let text = '';
-    proc.stderr.on('data', (chunk) => {
-      text += chunk;
-      const match = text.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (match) resolve(match[1]);
-    });
-    proc.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
-  });
-}
-
-/** A free loopback port (`tfm-export serve --port` takes no 0). */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer().on('error', reject);
-    probe.listen(0, '127.0.0.1', () => { const { port } = probe.address(); probe.close(() => resolve(port)); });
-  });
-}
-
-/** `tfm-export serve DIR` allowing `origin`; resolves with its URL once /healthz answers. */
-async function startApi(dir, origin) {
-  const port = await freePort();
-  const proc = spawn(python, ['-m', 'tfm_export', 'serve', dir, '--port', String(port), '--cors-origin', origin,
-    '--threads', '1'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  servers.push(proc);
-  let text = '';
-  proc.stderr.on('data', (chunk) => { text += chunk; });
-  const api = `http://127.0.0.1:${port}`;
-  for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
-    if (proc.exitCode !== null) throw new Error(`tfm-export serve exited (${proc.exitCode}): ${text}`);
-    if (await fetch(`${api}/healthz`).then((res) => res.ok, () => false)) return api;
-    await new Promise((resolve) => { setTimeout(resolve, 200); });
-  }
-  throw new Error(`tfm-export serve did not answer within 60 s: ${text}`);
-}
-
-/** The page at `url` (a serve-web's, with e.g. ?server=URL), ready; every problem it reports goes into `problems`. */
-async function openPage(url, problems) {
-  const page = await context.newPage();
-  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
-  page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(url);
-  await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
-  assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
-  return page;
-}
 
 async function submit(page, lines, { beams = 1 } = {}) {
   await page.evaluate(() => { window.tfmResults = null; });
@@ -90,20 +37,10 @@ async function submit(page, lines, { beams = 1 } = {}) {
 
 before(async () => {
   if (skip) return;
-  profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-')); // a fresh --user-data-dir
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: browserPath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  context = await launchChromium(browserPath);
 });
 
-after(async () => {
-  await context?.close();
-  for (const proc of servers) proc.kill();
-  if (profile) rmSync(profile, { recursive: true, force: true });
-});
+after(() => closeAll(context));
 
 test('a module export without a tokenizer decodes token ids like the Python runtime', { skip, timeout: 180_000 }, async () => {
   const { dir, sources, beams, greedy, beam } = expected.seq2seq;

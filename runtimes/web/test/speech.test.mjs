@@ -9,13 +9,11 @@
 // expected: { text, language, segments, ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { closeAll, launchChromium, openPage as openPageAt, startServeWeb } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const expectedPath = process.env.TFM_SPEECH_EXPECTED;
@@ -24,37 +22,9 @@ const skip = !expectedPath ? 'TFM_SPEECH_EXPECTED is not set (tests/test_web_spe
   : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
 const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
 const python = process.env.TFM_PYTHON ?? 'python3';
-let server;
 let url;
 let context;
-let profile;
-
-/** `tfm-export serve-web DIR --port 0` on 127.0.0.1; resolves with its URL (the one it prints). */
-function startServer(dir) {
-  server = spawn(python, ['-m', 'tfm_export', 'serve-web', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let text = '';
-    server.stderr.on('data', (chunk) => {
-      text += chunk;
-      const match = text.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (match) resolve(match[1]);
-    });
-    server.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
-  });
-}
-
-/** A page that records every problem: console errors, uncaught errors, failed requests, HTTP >= 400. */
-async function openPage(problems) {
-  const page = await context.newPage();
-  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
-  page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(url);
-  await page.waitForFunction(() => window.tfmReady || window.tfmError, null, { timeout: 60_000 });
-  assert.equal(await page.evaluate(() => window.tfmError ?? null), null);
-  return page;
-}
+const openPage = (problems) => openPageAt(context, url, problems);
 
 /** The form set to `options` (Node's names, as speech.mjs takes them). */
 async function setOptions(page, { language = '', numBeams = 1, timestamps = false }) {
@@ -87,24 +57,14 @@ async function drop(page, file) {
 
 before(async () => {
   if (skip) return;
-  url = await startServer(expected.export);
-  profile = mkdtempSync(path.join(tmpdir(), 'tfm-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: browserPath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required',
-      // a microphone without a microphone: Chromium plays this WAV file in a loop, and grants access
-      '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${expected.mic.path}`,
-      '--use-fake-ui-for-media-stream'],
-  });
+  ({ url } = await startServeWeb(python, expected.export));
+  context = await launchChromium(browserPath, ['--autoplay-policy=no-user-gesture-required',
+    // a microphone without a microphone: Chromium plays this WAV file in a loop, and grants access
+    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${expected.mic.path}`,
+    '--use-fake-ui-for-media-stream']);
 });
 
-after(async () => {
-  await context?.close();
-  server?.kill();
-  if (profile) rmSync(profile, { recursive: true, force: true });
-});
+after(() => closeAll(context));
 
 test('a WAV file chosen or dropped is transcribed exactly like the Python runtime', { skip, timeout: 120_000 }, async () => {
   const problems = [];
