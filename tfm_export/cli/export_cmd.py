@@ -159,8 +159,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     if adapter is not None:
         variant = optimize or quantize or int4 or dtype != "float32" or cuda_graph or static_slots is not None
         if variant or eval_file or max_quality_drop is not None or external_data:
-            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, --int4-*, "
-                                   "--dtype, --cuda-graph, --static-slots, --external-data, --eval-file and "
+            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
+                                   "--int4-*, --dtype, --cuda-graph, --static-slots, --external-data, --eval-file and "
                                    "--max-quality-drop")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
@@ -178,7 +178,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
     _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
-                            quantize=quantize, int4=int4, dtype=dtype, static_cache=cuda_graph or static_slots is not None,
+                            quantize=quantize, int4=int4, dtype=dtype,
+                            static_cache=cuda_graph or static_slots is not None,
                             static_slots=static_slots, external_data=external_data,
                             eval_file=str(eval_file) if eval_file else None,
                             max_quality_drop=max_quality_drop)

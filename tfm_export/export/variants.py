@@ -10,8 +10,8 @@ validate.py how each variant is checked.
 
 from __future__ import annotations
 
-import logging
 import functools
+import logging
 import shutil
 from pathlib import Path
 from typing import Any, Callable

@@ -121,7 +121,7 @@ def format_verification(report: dict[str, Any]) -> str:
     for graph, key in ROW_REPORTS.items():
         if key in report:
             bad = report[key]
-            lines.append(f"{graph}.onnx: " + (f"differs from decoder.onnx on rows {bad} (quantized: reported, not failed)"
-                                              if bad else "the same rows as decoder.onnx"))
+            differs = f"differs from decoder.onnx on rows {bad} (quantized: reported, not failed)"
+            lines.append(f"{graph}.onnx: " + (differs if bad else "the same rows as decoder.onnx"))
     lines.append(f"eager comparison recorded at export: {report['eager_report']}")
     return "\n".join(lines)
