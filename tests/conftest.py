@@ -206,12 +206,13 @@ def trained_export(tmp_path_factory):
 @pytest.fixture(scope="session")
 def whisper_export(tmp_path_factory) -> Path:
     """A random multilingual Whisper folder of 2 + 2 layers with 4 s windows (tests/whisper_fixtures.py:
-    quick to export and decode; a 10 s recording is three windows), exported without validation: for the
-    servers' audio routes."""
+    quick to export and decode; a 10 s recording is three windows), exported without validation, with its
+    static-cache decoders for all 64 target positions: for the servers' audio routes (in-flight windows)."""
     pytest.importorskip("transformers")
     from helpers import run_cli_ok
     from whisper_fixtures import Layout, speech_folder
 
     base = tmp_path_factory.mktemp("whisper")
-    run_cli_ok(speech_folder(base / "model", Layout(2, 2, 80, True, 200)), "-o", base / "onnx", "--no-validate")
+    run_cli_ok(speech_folder(base / "model", Layout(2, 2, 80, True, 200)), "-o", base / "onnx", "--no-validate",
+               "--static-slots", 64)
     return base / "onnx"

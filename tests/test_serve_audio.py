@@ -66,7 +66,7 @@ def spool(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(whisper_export, spool):
-    with server_process("serve", whisper_export, "--audio-workers", 2, "--max-queue", 64, "--upload-dir", spool,
+    with server_process("serve", whisper_export, "--max-batch", 8, "--max-queue", 64, "--upload-dir", spool,
                         "--max-upload-mb", MAX_UPLOAD_MB, "--max-audio-seconds", MAX_SECONDS) as proc:
         yield proc.url
 
@@ -157,28 +157,43 @@ def test_stream_sends_each_window_then_the_text(client, direct, recordings):
 
 
 def test_concurrent_clients_equal_direct_calls(server, client, direct, recordings):
-    """8 clients x 3 recordings of mixed lengths (one over a window) at once, on 2 workers: each answer is
-    its direct call's; /metrics counts the audio seconds and each recording's real-time factor."""
+    """8 clients x 20 recordings of mixed lengths (one over a window) at once, their windows in flight
+    together (serve.windows: the export has its static decoder; 8 rows, 8 workers): each answer is its
+    direct call's on the growing cache; /metrics counts the audio seconds and each recording's real-time
+    factor; /healthz names the in-flight batching."""
     names = ["short", "long", "window", "flac"]
     want = {name: expected(direct, recordings[name]) for name in names}
     before = scrape(server)
 
     def one_client(n: int) -> list[tuple[str, str]]:
         answers = []
-        for name in (names[n % 4], names[(n + 1) % 4], names[(n + 2) % 4]):
+        for name in (names[(n + k) % 4] for k in range(20)):
             with open(recordings[name], "rb") as audio:
                 answers.append((name, client.audio.transcriptions.create(file=audio, model="whisper-1").text))
         return answers
 
     with ThreadPoolExecutor(8) as pool:
         answers = [answer for answers in pool.map(one_client, range(8)) for answer in answers]
-    assert len(answers) == 24 and all(text == want[name] for name, text in answers)
+    assert len(answers) == 160 and all(text == want[name] for name, text in answers)
     after = scrape(server)
     seconds = {"short": 1.5, "window": 3.5, "long": 10.0, "flac": 2.5}
     counted = after["tfm_export_audio_seconds_total"][()] - before.get("tfm_export_audio_seconds_total", {}).get((), 0)
     assert counted == pytest.approx(sum(seconds[name] for name, _ in answers), abs=0.01)
     observed = after["tfm_export_real_time_factor_count"][()] - before["tfm_export_real_time_factor_count"][()]
-    assert observed == 24
+    assert observed == 160
+    assert httpx.get(f"{server}/healthz").json()["batching"] == "inflight"
+
+
+def test_request_level_serving_decodes_each_window_on_its_worker(whisper_export, direct, recordings):
+    """--batching request (what an export without the static decoder gets): no window batch, the same answers."""
+    with serving(ServeSettings(str(whisper_export), batching="request", audio_workers=2)) as (url, _):
+        assert httpx.get(f"{url}/healthz").json()["batching"] == "request"
+        response = post(url, data={"response_format": "verbose_json"},
+                        files={"file": ("long.wav", recordings["long"].read_bytes())})
+        assert response.status_code == 200, response.text
+        want = expected(direct, recordings["long"], "verbose_json")
+        assert response.json()["text"] == want["text"]
+        assert [s["tokens"] for s in response.json()["segments"]] == [s["tokens"] for s in want["segments"]]
 
 
 def post(url, route="transcriptions", data=None, files=None, **kwargs):

@@ -34,8 +34,9 @@ from tfm_export.runtime.generation import GenerationConfig
 from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id, language_probs,
                                         max_new_tokens, prompt_prefix, suppress, suppress_at_begin,
                                         timestamp_rules, whisper_process)
-from tfm_export.runtime.whisper_longform import (Fallback, Segment, Window, compression_ratio, offsets, split_segments,
-                                                 transcribe, window_config, window_decoder, window_prompt)
+from tfm_export.runtime.whisper_longform import (Fallback, Segment, Window, cache_runner, compression_ratio, offsets,
+                                                 split_segments, transcribe, window_config, window_decoder,
+                                                 window_prompt)
 from tfm_export.runtime.whisper_search import LanguageDetector, prompts_for, whisper_strategy
 from whisper_fixtures import generate_segments
 
@@ -551,8 +552,8 @@ def test_transcribe_equal_long_form_generate(tiny_whisper):
     features = np.random.default_rng(8).normal(0, 1, (8, 3200)).astype(np.float32)
     theirs, segments = generate_segments(tiny_whisper, features, language="de", max_new_tokens=new,
                                          condition_on_prev_tokens=condition)
-    decode_window = window_decoder(TorchCache(tiny_whisper), SETTINGS, GenerationConfig(max_new_tokens=new), VOCAB,
-                                   max_target_positions=64)
+    decode_window = window_decoder(cache_runner(TorchCache(tiny_whisper)), SETTINGS,
+                                   GenerationConfig(max_new_tokens=new), VOCAB, max_target_positions=64)
     init = init_tokens(SETTINGS, "de", timestamps=True)
     out = transcribe(features, decode_window, SETTINGS, init, VOCAB, condition_on_prev_tokens=condition,
                      max_target_positions=64)

@@ -55,9 +55,10 @@ def limit_options(fn):
               help="Whisper exports: the largest audio upload (OpenAI's limit); larger get 413.")
 @click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0,
               show_default=True, help="Whisper exports: the longest recording; longer get 413.")
-@click.option("--audio-workers", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--audio-workers", type=click.IntRange(min=1), default=None,
               help="Whisper exports: recordings transcribed at once, each on a thread of its own (--max-queue "
-                   "more wait; beyond them 429). More than the cores share them.")
+                   "more wait; beyond them 429). Default: --max-batch with in-flight batching (their windows "
+                   "share the decoder's steps), else 2.")
 @click.option("--upload-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="Whisper exports: where uploads are spooled while they are transcribed (removed after "
                    "each request); default: the system's temporary folder.")
@@ -73,7 +74,7 @@ def limit_options(fn):
 @library_errors
 def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
                   max_queue: int, max_texts: int, max_beams: int, max_rows: int, max_src_len: int | None,
-                  window_ms: float, max_upload_mb: float, max_audio_seconds: float, audio_workers: int,
+                  window_ms: float, max_upload_mb: float, max_audio_seconds: float, audio_workers: int | None,
                   upload_dir: str | None, api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
                   spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
@@ -104,8 +105,8 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
         return
     check_bind(host, api_key)
     settings = check_batching(resolve_batching(settings))  # before binding; Ray's replicas get the same choice
-    if batching == "auto" and settings.batching == "request" and not is_speech(settings.folder):
-        click.echo(auto_request_note(str(folder)), err=True)
+    if batching == "auto" and settings.batching == "request":
+        click.echo(auto_request_note(str(folder), is_speech(settings.folder)), err=True)
     if use_ray:
         _run_ray(settings, replicas, host, port)
         return

@@ -114,15 +114,17 @@ class ExportedModel(GenerateMixin):
     def transcribe(self, audio: Any, language: str | None = None, task: str | None = "transcribe",
                    timestamps: bool = False, num_beams: int = 1, prompt: Any = None,
                    max_seconds: float | None = 3600.0, max_new_tokens: int | None = None,
-                   on_text: Any = None) -> dict[str, Any]:
+                   on_text: Any = None, **options: Any) -> dict[str, Any]:
         """A speech export: speech (a path, bytes or float32 samples at 16 kHz) -> {text, language,
         segments, ids}. Whisper: window by window (runtime.speech.transcribe; `on_text`: the text so far
         after each); a frames model: its filterbank's frames, decoded whole (runtime.frames_speech, which
-        refuses language, task other than transcribe, timestamps and prompt)."""
+        refuses language, task other than transcribe, timestamps and prompt). `options`: the transcription's
+        own (runtime.speech.transcribe's `runner`)."""
         from .transcribe import transcribe
 
         return transcribe(self, audio, language=language, task=task, timestamps=timestamps, num_beams=num_beams,
-                          prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens, on_text=on_text)
+                          prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens, on_text=on_text,
+                          **options)
 
     def _step_limit(self, config: GenerationConfig) -> tuple[int, str]:
         slots = self.static_cache.slots if self.static_cache else None  # fixed by its export

@@ -162,7 +162,7 @@ class InflightRows:
         self.rows.write(group.rows, [np.repeat(value, len(group.rows), axis=0) for value in encoded])
         for row in group.rows:
             self.groups[row] = group
-        self.tokens[group.rows] = self.cfg.bos_id
+        self.tokens[group.rows] = group.strategy.bos_id  # Whisper's: its prompt's first token
 
     def leave(self, group: RowGroup) -> None:
         """Free a group's rows at once: they idle (pad at slot 0) until another group is bound into them."""

@@ -34,10 +34,10 @@ import numpy as np
 
 from ..audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
 from ..errors import AudioTooLong, InputError
-from .decoding import run
 from .generation import GenerationConfig
 from .whisper import WhisperSettings, init_tokens, needs_detection, prompt_prefix
-from .whisper_longform import Fallback, Segment, transcribe as transcribe_features, window_decoder
+from .whisper_longform import (Fallback, Segment, WindowRunner, cache_runner, transcribe as transcribe_features,
+                               window_decoder)
 from .whisper_search import LanguageDetector
 
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
@@ -110,12 +110,14 @@ def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[in
 def transcribe(model: Any, audio: Any, language: str | None = None, task: str | None = "transcribe",
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
-               on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
+               on_text: Callable[[str], None] | None = None, runner: WindowRunner | None = None) -> dict[str, Any]:
     """One recording -> {"text", "language", "segments", "ids"} (the module docstring; each segment's fields:
     `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
     `max_new_tokens`: per window (None: up to the folder's max_length); `on_text`: called after each
-    window with the text so far (streaming; an exception it raises stops the transcription)."""
+    window with the text so far (streaming; an exception it raises stops the transcription); `runner`: what
+    decodes each window, the language detection's included (default: the export's own caches, one window at
+    a time; a server passes its in-flight window batch, serve.windows)."""
     settings, features_config = speech_settings(model)
     if task is not None and task not in TASKS:
         raise InputError(f"{{task}} must be one of {', '.join(TASKS)}", options={"task": task})
@@ -134,21 +136,21 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     else:
         features = log_mel(samples, features_config)  # (n_mels, window): padded to one window
     config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens)
-    cache = model.cache_for(config, model.config.max_len)
     first = features[:, :window]
     if first.shape[1] < window:
         first = np.pad(first, ((0, 0), (0, window - first.shape[1])))
     detected = None
     if needs_detection(settings, language, task):
-        detected = run(model.cache_for(GenerationConfig(), 1), np.ascontiguousarray(first[None]),
-                       LanguageDetector(1, settings))[0]
+        detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
+        detected = detect(np.ascontiguousarray(first), LanguageDetector(1, settings))[0]
     long_form = features.shape[1] > window
     stamped = timestamps or long_form
     init = init_tokens(settings, language, task, stamped, detected)
     prompt_ids = _prompt_ids(model, settings, prompt)
     vocab = model.config.tgt_vocab_size
     max_positions = model.config.max_len
-    decode_window = window_decoder(cache, settings, config, vocab, stamped, max_positions)
+    decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
+                                   vocab, stamped, max_positions)
     begin = settings.timestamp_begin
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
 

@@ -284,17 +284,28 @@ def window_config(config: GenerationConfig, temperature: float) -> GenerationCon
     return config.replace(do_sample=False, temperature=1.0)
 
 
-def window_decoder(cache: DecoderCache, settings: WhisperSettings, config: GenerationConfig, vocab_size: int,
+WindowRunner = Callable[[np.ndarray, Any], Any]
+"""Decodes one (n_mels, 3000) window with a runtime.decoding Strategy to its end and returns its results:
+`cache_runner` over a runtime cache (a direct call), or the server's in-flight window batch
+(serve.windows), where the windows of many recordings share each decoder step."""
+
+
+def cache_runner(cache: DecoderCache) -> WindowRunner:
+    """A WindowRunner that decodes each window alone on `cache` (runtime.decoding.run, a batch of one)."""
+    return lambda window, strategy: run(cache, window[None], strategy)
+
+
+def window_decoder(run_window: WindowRunner, settings: WhisperSettings, config: GenerationConfig, vocab_size: int,
                    timestamps: bool = True, max_target_positions: int = 448
                    ) -> Callable[[np.ndarray, list[int], float], WhisperRow]:
-    """`transcribe`'s `decode_window` over a runtime cache whose encoder reads (batch, n_mels, frames)
-    features: one source, runtime.decoding.run with the Whisper strategy of `window_config`, the best row.
+    """`transcribe`'s `decode_window` over a WindowRunner (an encoder that reads (batch, n_mels, frames)
+    features): one source, the Whisper strategy of `window_config`, the best row.
     (Sampling draws from config.seed in every window: transformers' global generator is not reproduced.)"""
 
     def decode_window(window: np.ndarray, prompt: list[int], temperature: float) -> WhisperRow:
         steps = max_new_tokens(settings, len(prompt), config.max_new_tokens, max_target_positions)
         strategy = whisper_strategy([prompt], steps, settings, window_config(config, temperature), timestamps,
                                     vocab_size)
-        return run(cache, window[None], strategy)[0][0]
+        return run_window(window, strategy)[0][0]
 
     return decode_window

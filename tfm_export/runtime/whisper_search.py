@@ -174,6 +174,10 @@ class WhisperBeamSearch(_Prompted, BeamSearch):
         self._start([p for p in prompts for _ in range(k)], settings, timestamps)
         self.finished = steps == 0
 
+    def head_key(self) -> None:
+        """No device-side head: the timestamp rules read whole rows (in-flight rows run none for it)."""
+        return None
+
     def advance(self, view: StepView) -> tuple[np.ndarray, np.ndarray | None]:
         forced = self._forced(view)
         if forced is not None:

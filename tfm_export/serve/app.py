@@ -89,10 +89,11 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         engine.start()
         state["metrics"] = ServerMetrics(engine)
         yield
-        # uvicorn has waited for the open requests; close() finishes whatever is still queued
-        await asyncio.to_thread(engine.close)
+        # uvicorn has waited for the open requests; close() finishes whatever is still queued: the
+        # recordings first, whose windows the engine may still be decoding
         if "transcriber" in state:
             await asyncio.to_thread(state["transcriber"].close)
+        await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
     _add_error_handling(app, settings, state)

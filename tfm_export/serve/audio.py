@@ -42,11 +42,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import AudioTooLong, TfmExportError
 from ..runtime.speech import to_srt, to_vtt
 from ..runtime.whisper import LANGUAGES
-from .engine import ServeSettings
+from .engine import ServeSettings, audio_workers
 from .schemas import error_responses
 from .transcriber import Cancelled, Done, Recording, Transcriber
 from .translation import HTTPFailure, failure_from, text_delta
 from .upload import spooled_form
+from .windows import WindowBatcher
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +183,10 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
     """The audio routes on `app`, over a worker pool kept in state["transcriber"] (the lifespan closes it)."""
     from ..audio import load_audio  # noqa: F401  # fails here, at start, without the audio extra (ConfigError)
 
-    model = state["engine"].model
-    transcriber = state["transcriber"] = Transcriber(model, settings.audio_workers, settings.engine.max_queue,
-                                                     settings.max_audio_seconds)
+    engine = state["engine"]
+    windows = engine if isinstance(engine, WindowBatcher) else None
+    transcriber = state["transcriber"] = Transcriber(engine.model, audio_workers(settings), settings.engine.max_queue,
+                                                     settings.max_audio_seconds, windows)
     responses = {200: ANSWERS, **error_responses(400, *((401,) if settings.api_key else ()), 413, 422, 429, 503,
                                                  **ERRORS)}
 

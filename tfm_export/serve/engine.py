@@ -14,12 +14,17 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from ..runtime.generation import GenerationConfig
-from .batcher import ENGINES, EngineConfig
+from .batcher import ENGINES, EngineConfig, RequestBatcher
+from .windows import WindowBatcher
 from .web import is_loopback
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "TFM_EXPORT_API_KEY"
+
+# A Whisper export's engines: its windows in flight (serve.windows); request-level keeps the server's
+# engine for /healthz while each window decodes on its recording's worker (serve.transcriber).
+SPEECH_ENGINES = {"inflight": WindowBatcher, "request": RequestBatcher}
 
 
 class LimitError(InputError):
@@ -57,10 +62,12 @@ class ServeSettings:
     # max_texts sources at a Marian export's default 4 beams.
     max_rows: int = 128
     # Whisper exports (serve.audio): the largest upload (OpenAI's limit), the longest recording, the
-    # recordings transcribed at once (each a worker thread running ORT on the cores), where uploads spool.
+    # recordings transcribed at once (each on a worker thread: it reads the file, computes features, encodes
+    # each window and, without in-flight windows, decodes it), where uploads spool.
     max_upload_mb: float = 25.0
     max_audio_seconds: float = 3600.0
-    audio_workers: int = 2
+    # None: engine.max_batch with in-flight windows (a worker mostly waits for its window's rows), else 2
+    audio_workers: int | None = None
     upload_dir: str | None = None  # None: the system's temporary folder
 
     def __post_init__(self) -> None:
@@ -68,7 +75,7 @@ class ServeSettings:
             raise InputError(f"unknown {{batching}}; use one of {', '.join(BATCHING_CHOICES)}",
                              options={"batching": self.batching})
         for name in ("max_beams", "max_rows", "audio_workers"):
-            if getattr(self, name) < 1:
+            if (getattr(self, name) or 1) < 1:
                 raise InputError(f"{{{name}}} must be at least 1, got {getattr(self, name)}", options={name: None})
         for name in ("max_upload_mb", "max_audio_seconds"):
             if not getattr(self, name) > 0:
@@ -91,12 +98,18 @@ def is_speech(folder: str) -> bool:
 
 
 def resolve_batching(settings: ServeSettings) -> ServeSettings:
-    """`auto` made concrete: in-flight when the export supports it, else request-level batching. A Whisper
-    export's recordings run on serve.transcriber's workers, not in the engine's batch: request-level."""
+    """`auto` made concrete: in-flight when the export supports it (text jobs, or a Whisper export's windows:
+    serve.windows), else request-level batching (a Whisper export's windows then decode on their workers)."""
     if settings.batching != "auto":
         return settings
-    inflight = has_static_decoder(settings.folder) and not is_speech(settings.folder)
-    return dataclasses.replace(settings, batching="inflight" if inflight else "request")
+    return dataclasses.replace(settings, batching="inflight" if has_static_decoder(settings.folder) else "request")
+
+
+def audio_workers(settings: ServeSettings) -> int:
+    """Recordings transcribed at once: --audio-workers, by default one per in-flight row, else 2."""
+    if settings.audio_workers is not None:
+        return settings.audio_workers
+    return settings.engine.max_batch if resolve_batching(settings).batching == "inflight" else 2
 
 
 def check_batching(settings: ServeSettings) -> ServeSettings:
@@ -129,7 +142,7 @@ def open_engine(settings: ServeSettings) -> Any:
     config = settings.engine
     if settings.batching == "single":
         config = dataclasses.replace(config, max_batch=1, window_ms=0)
-    return ENGINES[kind](model, config)
+    return (SPEECH_ENGINES if model.manifest.features is not None else ENGINES)[kind](model, config)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Whole transcriptions off the event loop: a bounded pool of worker threads beside the decode engine.
 
 A recording is transcribed window by window, each window's start depending on the last one's timestamps
-(runtime.whisper_longform), with Whisper's own logits processors; the in-flight engine's rows step
-text jobs only. So a recording runs on a worker thread here from start to end (runtime.speech.transcribe;
-the growing cache's calls share nothing, a static cache's take turns under its lock), `workers`
-recordings at once, `max_queue` more waiting; beyond that a 429 (QueueFull). Each window's text can be
-handed to the event loop as it is decoded (streaming). Torch-free; no web framework here.
+(runtime.whisper_longform), so a recording runs on a worker thread here from start to end
+(runtime.speech.transcribe), `workers` recordings at once, `max_queue` more waiting; beyond that a 429
+(QueueFull). Its windows are decoded by the server's in-flight window batch when the export has its
+static-cache decoder (serve.windows: the windows of all running recordings share each decoder step),
+else each alone on the worker (the growing cache's calls share nothing). Each window's text can be handed
+to the event loop as it is decoded (streaming). Torch-free; no web framework here.
 """
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import TfmExportError
-from .jobs import Closed, QueueFull
+from .jobs import Cancelled, Closed, QueueFull
 
 log = logging.getLogger(__name__)
 
-
-class Cancelled(TfmExportError):
-    """The client went away: the transcription stops at the next window."""
+__all__ = ["Cancelled", "Done", "Recording", "Transcriber"]
 
 
 @dataclass(frozen=True)
@@ -52,8 +50,10 @@ class Done:
 class Transcriber:
     """The worker pool of one server; `close` finishes what was admitted."""
 
-    def __init__(self, model: Any, workers: int, max_queue: int, max_seconds: float):
+    def __init__(self, model: Any, workers: int, max_queue: int, max_seconds: float, windows: Any = None):
+        """`windows`: the server's serve.windows.WindowBatcher (None: each window decodes on its worker)."""
         self.model, self.workers, self.max_queue, self.max_seconds = model, workers, max_queue, max_seconds
+        self.windows = windows
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfm-export-audio")
         self._lock = threading.Lock()
         self.admitted = 0  # recordings waiting or being transcribed
@@ -102,9 +102,10 @@ class Transcriber:
             if on_text is not None:
                 on_text(text)
 
+        runner = None if self.windows is None else self.windows.runner(cancelled)
         result = self.model.transcribe(samples, language=request.language, task=request.task,
                                        timestamps=request.timestamps, prompt=request.prompt, max_seconds=None,
-                                       on_text=each_window)
+                                       on_text=each_window, runner=runner)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)
