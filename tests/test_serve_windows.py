@@ -1,7 +1,8 @@
 """The server's in-flight Whisper windows (serve.windows) without HTTP: recordings transcribed on threads of
 their own, their windows sharing the decoder's steps, decode as direct `transcribe` calls on the growing cache
 (greedy and beam search, detected and given languages, prompts, timestamps, long form); windows that cannot
-join the rows decode alone; a recording whose client went away stops and frees its rows."""
+join the rows decode alone; a recording whose client went away stops and frees its rows; a failing decode
+loop answers every window with the error."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from test_serve_audio import tones
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.serve.jobs import Cancelled, EngineConfig
+from tfm_export.serve.jobs import Cancelled, Closed, DecodeFailed, EngineConfig
 from tfm_export.serve.windows import WindowBatcher
 
 pytestmark = pytest.mark.slow
@@ -102,3 +103,16 @@ def test_a_recording_whose_client_went_away_stops_and_frees_its_rows(models, bat
     batcher.batch.step = step
     assert batcher.active == 0 and len(batcher.batch.free_rows()) == 6
     assert served.transcribe(tones(1.5, 0)[:, 0], runner=batcher.runner())["ids"]  # still serving
+
+
+def test_a_failing_decode_loop_answers_every_window(models, batcher):
+    served, _ = models
+
+    def broken(ended):
+        raise RuntimeError("an ORT failure")
+
+    batcher.batch.step = broken
+    with pytest.raises(DecodeFailed, match="an ORT failure"):
+        served.transcribe(tones(3.0, 1)[:, 0], language="en", runner=batcher.runner())
+    with pytest.raises(Closed):  # the engine takes no more windows: the server answers 503 from now on
+        served.transcribe(tones(3.0, 1)[:, 0], language="en", runner=batcher.runner())

@@ -33,6 +33,10 @@ class Closed(TfmExportError):
     """The engine is shutting down and takes no new jobs (HTTP 503)."""
 
 
+class DecodeFailed(TfmExportError):
+    """The decode loop failed (a bug or an ORT error) and answered every job with this (HTTP 500)."""
+
+
 class Cancelled(TfmExportError):
     """The client went away: its work stops at the next step it can (a transcription's next window)."""
 

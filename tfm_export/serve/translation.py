@@ -17,6 +17,7 @@ from ..errors import TfmExportError
 from ..runtime.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
 from .engine import LimitError
+from .jobs import DecodeFailed
 from .mailbox import Mailbox
 from .metrics import ServerMetrics
 
@@ -33,7 +34,8 @@ class HTTPFailure(Exception):
 
 # Library errors as HTTP answers: (status, Retry-After?, the key naming the option in the body);
 # anything else is a bad request field (422).
-STATUS = {QueueFull: (429, True, "limit"), Closed: (503, True, "limit"), LimitError: (413, False, "limit")}
+STATUS = {QueueFull: (429, True, "limit"), Closed: (503, True, "limit"), LimitError: (413, False, "limit"),
+          DecodeFailed: (500, False, "limit")}
 
 
 def failure_from(exc: TfmExportError) -> HTTPFailure:

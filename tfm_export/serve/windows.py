@@ -27,17 +27,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import TfmExportError
 from ..runtime.decoding import run
 from ..runtime.inflight import InflightRows, RowGroup
 from ..runtime.whisper_longform import WindowRunner
-from .jobs import Cancelled, Engine, EngineConfig
+from .jobs import Cancelled, DecodeFailed, Engine, EngineConfig
 
 POLL_S = 0.25  # how often a waiting worker looks whether its client went away
-
-
-class DecodeFailed(TfmExportError):
-    """The batch's decode loop failed (a bug or an ORT error): every window in it is answered with this."""
 
 
 @dataclass(eq=False)
