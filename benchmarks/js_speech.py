@@ -23,8 +23,8 @@ given, task transcribe, greedy, no timestamps, one window:
                 (both: --threads intra-op threads, 1 inter-op; js_speech_node.mjs, one process each)
   browser-ours  the page (runtimes/web, `tfm-export serve-web OUT`) in headless Chromium: the file chosen with
                 its file input, timed by the page around its transcribe (onnxruntime-web WASM, 1 thread)
-  browser-tjs   transformers.js' web build in a page of the same origin, on the page's onnxruntime-web
-                (the same build and version), 1 WASM thread; the same Optimum export
+  browser-tjs   transformers.js' web build in a page of its own (js_speech_page.mjs), on the page's
+                onnxruntime-web (the same files: build and version), 1 WASM thread; the same Optimum export
                 (both: js_speech_browser.mjs, one Chromium)
 Every mode is timed inside its process around the transcription of the samples: log-mel features, encoder,
 decoder steps, the text. The model's load (opening the export or the pipeline; in the browser, from navigation

@@ -5,16 +5,20 @@
 //
 // ours: the page itself (runtimes/web, `tfm-export serve-web OUR_EXPORT`, as runtimes/web/test/harness.mjs
 // starts it): a WAV file chosen with its file input is transcribed by speech-page.mjs, which times the
-// transcription of the samples (window.tfmTranscript.ms: not the reading of the file). tjs: a page on the same
-// origin (served by Playwright routes: js_speech_page.mjs, transformers.js' web build from --tjs, the Optimum
-// export MODEL_DIR, the WAV files) running transformers.js' pipeline on the page's onnxruntime-web (/ort/, the
-// same build and version) with the same single WASM thread, timed in the page around the pipeline call.
+// transcription of the samples (window.tfmTranscript.ms: not the reading of the file). tjs: js_speech_page.mjs
+// on a loopback server of this script's (tfm-export serve-web checks for a manifest.json, which Optimum's export
+// has not; Playwright routes cannot carry the graphs: a route's body goes through the DevTools pipe, at most
+// 100 MB), with serve-web's mounts (/ort/ from runtimes/web's onnxruntime-web: the same build and version as
+// our page's; /lib/ from runtimes/node; the wavefile shim) and the Optimum export MODEL_DIR at /export/, running
+// transformers.js' web build (from --tjs) with the same single WASM thread, timed in the page around the
+// pipeline call.
 // Load: from navigation until the page is ready to transcribe (our page: the export opened, its sha256
 // checked; theirs: the pipeline loaded), timed here.
 // It prints {"ready": true, "load_s": {"ours": s, "tjs": s}}, then answers JSON lines on stdin:
 //   {"mode": "ours" | "tjs", "wav": PATH, "language": "en", "max_new_tokens": n or null}
 //   -> {"seconds": s, "text": "...", "ids": [...]}   (our page takes the folder's max_length: n must be null)
-import { readFileSync } from 'node:fs';
+import { createReadStream } from 'node:fs';
+import { createServer } from 'node:http';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -22,34 +26,53 @@ import { parseArgs } from 'node:util';
 import { closeAll, launchChromium, openPage, startServeWeb } from '../runtimes/web/test/harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+const runtimes = path.join(here, '..', 'runtimes');
 const { values } = parseArgs({ options: { export: { type: 'string' }, 'tjs-model': { type: 'string' },
   tjs: { type: 'string' }, python: { type: 'string', default: 'python3' },
   chromium: { type: 'string', default: '/usr/bin/chromium' } } });
-const TYPES = { '.mjs': 'text/javascript', '.js': 'text/javascript', '.json': 'application/json' };
-const wavs = []; // the files the tjs page may fetch: /tjs-bench/wav/<index>.wav
+const TYPES = { '.mjs': 'text/javascript', '.js': 'text/javascript', '.json': 'application/json',
+  '.wasm': 'application/wasm', '.html': 'text/html' };
+const wavs = []; // the files the tjs page may fetch: /wav/<index>.wav
 
-/** The tjs page's files: its HTML (the import map), the module, transformers.js, the model, the WAV files. */
-function tjsFile(rest) {
-  if (rest.startsWith('model/m/')) return path.join(values['tjs-model'], rest.slice('model/m/'.length));
-  if (rest.startsWith('wav/')) return wavs[Number.parseInt(rest.slice(4), 10)];
-  const web = path.join(values.tjs, 'node_modules/@huggingface/transformers/dist/transformers.web.js');
-  return { 'bench.mjs': path.join(here, 'js_speech_page.mjs'), 'transformers.web.js': web }[rest];
-}
+// URL prefix -> folder, as tfm-export serve-web mounts them (tfm_export/serve/web.py), for the tjs page
+const MOUNTS = {
+  '/export/': values['tjs-model'],
+  '/ort/': path.join(runtimes, 'web/node_modules/onnxruntime-web/dist'),
+  '/lib/': path.join(runtimes, 'node'),
+  '/npm/wavefile/': path.join(runtimes, 'node/node_modules/wavefile/dist'),
+  '/tjs/': path.join(values.tjs, 'node_modules/@huggingface/transformers/dist'),
+  '/': path.join(runtimes, 'web'), // wavefile-shim.mjs, commonjs.mjs
+};
 
 const HTML = `<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">
 <script type="importmap">{ "imports": { "onnxruntime-web/webgpu": "/ort/ort.wasm.min.mjs",
   "onnxruntime-common": "/ort/ort.wasm.min.mjs", "wavefile": "/wavefile-shim.mjs" } }</script>
-</head><body><script type="module" src="/tjs-bench/bench.mjs"></script></body></html>`;
+</head><body><script type="module" src="/bench.mjs"></script></body></html>`;
 
-async function routeTjs(context, origin) {
-  await context.route(`${origin}tjs-bench/**`, async (route) => {
-    const rest = decodeURIComponent(new URL(route.request().url()).pathname.slice('/tjs-bench/'.length));
-    if (rest === '' || rest === 'index.html') return route.fulfill({ body: HTML, contentType: 'text/html' });
-    const file = tjsFile(rest);
-    let body;
-    try { body = file && readFileSync(file); } catch { body = null; }
-    if (!body) return route.fulfill({ status: 404, body: `not found: ${rest}` });
-    return route.fulfill({ body, contentType: TYPES[path.extname(file)] ?? 'application/octet-stream' });
+/** The file behind a URL path of the tjs page, or null. */
+function tjsFile(urlPath) {
+  if (urlPath === '/bench.mjs') return path.join(here, 'js_speech_page.mjs');
+  if (urlPath.startsWith('/wav/')) return wavs[Number.parseInt(urlPath.slice(5), 10)] ?? null;
+  const prefix = Object.keys(MOUNTS).find((p) => urlPath.startsWith(p));
+  const root = path.resolve(MOUNTS[prefix]);
+  const file = path.resolve(root, urlPath.slice(prefix.length));
+  return file.startsWith(`${root}${path.sep}`) ? file : null;
+}
+
+/** The tjs page's server on a free loopback port; resolves with { server, url }. */
+function serveTjs() {
+  const server = createServer((req, res) => {
+    const urlPath = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    if (urlPath === '/') return res.writeHead(200, { 'Content-Type': 'text/html' }).end(HTML);
+    const file = tjsFile(urlPath);
+    const notFound = () => res.writeHead(404).end();
+    if (!file) return notFound();
+    return createReadStream(file).on('error', notFound).on('open', () => res.writeHead(200,
+      { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'Cache-Control': 'no-store' }))
+      .pipe(res);
+  });
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () => resolve({ server, url: `http://127.0.0.1:${server.address().port}/` }));
   });
 }
 
@@ -63,8 +86,10 @@ async function timedOpen(open) {
 async function openTjs(context, url, problems) {
   const page = await context.newPage();
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  page.on('requestfailed', (req) => problems.push(`request failed: ${req.url()} ${req.failure()?.errorText}`));
   page.on('response', (res) => { if (res.status() >= 400) problems.push(`HTTP ${res.status()}: ${res.url()}`); });
-  await page.goto(`${url}tjs-bench/`);
+  await page.goto(url);
   await page.waitForFunction(() => window.tjsReady || window.tjsError, null, { timeout: 600_000 });
   const error = await page.evaluate(() => window.tjsError ?? null);
   if (error) throw new Error(`transformers.js page: ${error} ${problems.join('; ')}`);
@@ -87,19 +112,20 @@ async function runOurs(page, { wav, language, max_new_tokens: maxNewTokens }) {
 
 async function runTjs(page, { wav, language, max_new_tokens: maxNewTokens }) {
   if (!wavs.includes(wav)) wavs.push(wav);
-  const url = `/tjs-bench/wav/${wavs.indexOf(wav)}.wav`;
+  const url = `/wav/${wavs.indexOf(wav)}.wav`;
   const { ms, text, ids } = await page.evaluate(([u, l, n]) => window.tjsBench(u, l, n), [url, language, maxNewTokens]);
   return { seconds: ms / 1000, text, ids };
 }
 
 let context;
+let tjsServer;
 try {
   const { url } = await startServeWeb(values.python, values.export);
+  tjsServer = await serveTjs();
   context = await launchChromium(values.chromium);
-  await routeTjs(context, url);
   const problems = [];
   const ours = await timedOpen(() => openPage(context, url, problems));
-  const tjs = await timedOpen(() => openTjs(context, url, problems));
+  const tjs = await timedOpen(() => openTjs(context, tjsServer.url, problems));
   console.log(JSON.stringify({ ready: true, load_s: { ours: ours.seconds, tjs: tjs.seconds } }));
   const runs = { ours: (request) => runOurs(ours.page, request), tjs: (request) => runTjs(tjs.page, request) };
   for await (const line of createInterface({ input: process.stdin })) {
@@ -116,5 +142,6 @@ try {
   console.log(JSON.stringify({ error: `${err.name}: ${err.message}` }));
   process.exitCode = 1;
 } finally {
+  tjsServer?.server.close();
   await closeAll(context);
 }

@@ -1,9 +1,10 @@
 // transformers.js' side of js_speech.py's browser figure (#43): js_speech_browser.mjs serves this module as
-// /tjs-bench/bench.mjs on the origin of `tfm-export serve-web` (Playwright routes), so that it imports
+// /bench.mjs on a loopback server of its own with tfm-export serve-web's mounts, so that it imports
 // onnxruntime-web from /ort/ (the page's own build and version, 1 WASM thread as the page: app.mjs) and
 // the WAV reader from /lib/audio.mjs (Node's, as the page reads a WAV file: the same samples for both).
-// transformers.js (its web build, /tjs-bench/transformers.web.js) gets that onnxruntime-web through the
-// page's import map, and the Optimum export from /tjs-bench/model/m/ (env.allowRemoteModels = false).
+// transformers.js (its web build, /tjs/transformers.web.js) gets that onnxruntime-web through the page's
+// import map, and the Optimum export as the model "export" under / (served at /export/;
+// env.allowRemoteModels = false; localModelPath must be a path: transformers.js takes a URL for a remote file).
 // window.tjsReady (or window.tjsError) once the pipeline is loaded; window.tjsBench(wavUrl, language,
 // maxNewTokens) -> { ms, text, ids } transcribes the file's samples (read once, not timed).
 import * as ort from '/ort/ort.wasm.min.mjs';
@@ -15,10 +16,10 @@ ort.env.wasm.numThreads = 1; // the page's: threads need cross-origin isolation
 const samples = {};
 
 async function open() {
-  const { env, pipeline } = await import('/tjs-bench/transformers.web.js');
-  Object.assign(env, { allowRemoteModels: false, allowLocalModels: true, localModelPath: '/tjs-bench/model/',
+  const { env, pipeline } = await import('/tjs/transformers.web.js');
+  Object.assign(env, { allowRemoteModels: false, allowLocalModels: true, localModelPath: '/',
     useBrowserCache: false, useWasmCache: false });
-  const asr = await pipeline('automatic-speech-recognition', 'm', { dtype: 'fp32', device: 'wasm' });
+  const asr = await pipeline('automatic-speech-recognition', 'export', { dtype: 'fp32', device: 'wasm' });
   const generate = asr.model.generate.bind(asr.model);
   let sequence = null;
   asr.model.generate = async (args) => {
