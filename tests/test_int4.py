@@ -3,7 +3,7 @@
 The packing is ONNX Runtime's own (the bytes equal MatMulNBitsQuantizer's on a small graph); an int4 export of
 a trained fixture validates (agreement mode), keeps its head int8 unless --int4-head, decodes the held-out task
 close to float32, serves the same ids through the server's in-flight rows as direct `generate`, and decodes the
-same ids in Node; --max-quality-drop fails a damaged int4 variant.
+same ids in Node and in the browser page (onnxruntime-web's WASM); --max-quality-drop fails a damaged int4 variant.
 """
 
 from __future__ import annotations
@@ -200,6 +200,16 @@ def test_node_decodes_an_int4_export_like_python(int4_export, tmp_path):
     want = [python.generate_ids(sources, **options) for options in runs]
     assert got == want
     assert sum(map(len, want[0])) > 3 * len(sources)  # real outputs, not EOS at once
+
+
+def test_the_browser_decodes_an_int4_export_like_python(int4_export, tmp_path):
+    """onnxruntime-web's WASM build runs MatMulNBits and the int8 head (issue #41): the page, in headless Chromium,
+    gives Python's ids and texts on the int4 export, greedy into one language and the default 4 beams into the
+    other (browser.test.mjs's test of an export with language codes)."""
+    from test_runtimes_families import browser_translates_like_python
+
+    assert json.loads((int4_export / "manifest.json").read_text())["variant"]["quantize"] == "int4"
+    browser_translates_like_python(int4_export, FAMILY, tmp_path)
 
 
 @pytest.mark.long

@@ -478,11 +478,16 @@ def test_node_cli_takes_language_codes(trained_export):
 def test_browser_translates_like_python(trained_export, tmp_path, family):
     """The page on a multilingual export: greedy into one language, the default beams into another
     (mbart50: a forced first token; marian: the >>code<< the page puts on the source)."""
+    browser_translates_like_python(trained_export(family), family, tmp_path)
+
+
+def browser_translates_like_python(folder: Path, family: str, tmp_path: Path) -> None:
+    """browser.test.mjs's test of an export with language codes, on `folder` (an export of `family`'s trained
+    fixture; tests/test_int4.py's int4 export too): the page's ids and texts are the Python runtime's."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"SKIPPED: chromium not found at {CHROMIUM}; `apt-get install chromium` to run the browser test")
     if not (RUNTIMES / "web" / "node_modules" / "@huggingface" / "tokenizers").exists():
         pytest.skip(f"SKIPPED: {RUNTIMES}/web/node_modules missing; run `npm ci` there (make test does)")
-    folder = trained_export(family)
     model = open_export(folder, "cpu")
     if family == "marian":
         source, (first, second) = None, hf_fixtures.TARGETS["marian"]
