@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 @serve.ingress()
 class Translator:
-    """One replica: the FastAPI app of serve.app, built on the replica (its lifespan opens the model)."""
+    """One replica: the FastAPI app of serve.app, built on the replica (its lifespan opens the model): the
+    text routes, or a Whisper export's audio routes (serve.audio: uploads come through Ray's HTTP proxy)."""
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = settings_from_dict(settings)
