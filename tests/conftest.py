@@ -221,11 +221,13 @@ def whisper_export(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def digits_export(tmp_path_factory) -> Path:
     """The trained Whisper fixture (models/whisper-digits) exported without validation (~20 s;
-    tests/test_whisper_trained.py validates it): for tests that need real transcriptions of the held-out
+    tests/test_whisper_trained.py validates it), with its static-cache decoders for all 64 target positions
+    (served, its windows are batched in flight): for tests that need real transcriptions of the held-out
     speech (models/whisper-digits/speech.py speaks it with espeak-ng)."""
     pytest.importorskip("transformers")
     from helpers import run_cli_ok
 
     out = tmp_path_factory.mktemp("digits") / "onnx"
-    run_cli_ok(Path(__file__).resolve().parents[1] / "models" / "whisper-digits", "-o", out, "--no-validate")
+    run_cli_ok(Path(__file__).resolve().parents[1] / "models" / "whisper-digits", "-o", out, "--no-validate",
+               "--static-slots", 64)
     return out

@@ -163,7 +163,8 @@ def transcribe_form(url: str, path: Path, response_format: str) -> httpx.Respons
 
 def test_a_whisper_config_survives_a_killed_replica(serve_port, digits_export, recordings, tmp_path):
     """`serve --write-config` of the Whisper export with every audio setting, deployed as `serve deploy` does,
-    2 replicas, one killed while transcriptions are in flight: every answer equals `transcribe`."""
+    2 replicas batching their recordings' windows in flight (the export has its static decoder), one killed
+    while transcriptions are in flight: every answer equals `transcribe`."""
     yaml = pytest.importorskip("yaml")
     from ray import serve
     from ray.serve.context import _get_global_client
@@ -173,16 +174,17 @@ def test_a_whisper_config_survives_a_killed_replica(serve_port, digits_export, r
 
     path = tmp_path / "serve.yaml"
     run_cli_ok("serve", digits_export, "--write-config", path, "--replicas", 2, "--port", serve_port, "--threads", 1,
-               "--audio-workers", 1, "--max-audio-seconds", MAX_SECONDS, "--max-upload-mb", MAX_UPLOAD_MB)
+               "--audio-workers", 2, "--max-batch", 4, "--max-audio-seconds", MAX_SECONDS, "--max-upload-mb", MAX_UPLOAD_MB)
     config = yaml.safe_load(path.read_text())
     settings = settings_from_dict(config["applications"][0]["args"])
-    assert (settings.audio_workers, settings.max_audio_seconds, settings.max_upload_mb) == (1, MAX_SECONDS,
-                                                                                            MAX_UPLOAD_MB)
+    assert (settings.audio_workers, settings.engine.max_batch, settings.max_audio_seconds, settings.max_upload_mb) == \
+        (2, 4, MAX_SECONDS, MAX_UPLOAD_MB)
     # `serve deploy serve.yaml` hands the config to the dashboard, which makes this call on Serve's controller
     _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config), _blocking=True)
     try:
         url = f"http://127.0.0.1:{serve_port}"
         assert_limits(url, recordings, tmp_path)
+        assert httpx.get(f"{url}/healthz").json()["batching"] == "inflight"
         names = [name for name in recordings if name != "too_long"]
         requests = [(name, fmt) for fmt in ("json", "verbose_json") for name in names] * 2
         load = Load(after=6)
