@@ -23,7 +23,7 @@ from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError, ValidationError  # noqa: E402
 from tfm_export.export import variants  # noqa: E402
 from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
-from tfm_export.export.quality import quality_drop, read_eval_file  # noqa: E402
+from tfm_export.export.quality import identical, quality_drop, read_eval_file  # noqa: E402
 from tfm_export.importers import load_model  # noqa: E402
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de"
@@ -118,3 +118,10 @@ def test_drop_is_read_against_references_first():
     assert quality_drop({"against_float32": {"chrf": 97.0}}, "chrf", True) == 3.0
     speech = {"against_references": {"export": {"wer": 12.0}, "float32": {"wer": 10.0}}}
     assert quality_drop(speech, "wer", False) == 2.0 and quality_drop({}, "wer", False) is None
+
+
+def test_identical_is_the_share_of_equal_outputs():
+    assert identical(["a b", "c", "d", "e"], ["a b", "x", "d", "e "]) == 50.0  # text for text, spaces count
+    assert identical([], []) == 100.0
+    with pytest.raises(ValueError, match="2 outputs against 1"):
+        identical(["a", "b"], ["a"])

@@ -80,13 +80,23 @@ KINDS: dict[str, tuple[Callable[..., dict[str, float]], str, bool]] = {
     "text": (text_scores, "chrf", True), "speech": (speech_scores, "wer", False)}
 
 
-def decode_set(runner: Any, sources: Sequence[str], base: Path | None, speech: bool) -> list[str]:
-    """Each source's best output text, with the runner's default decoding."""
+def identical(hypotheses: Sequence[str], others: Sequence[str]) -> float:
+    """The share of outputs equal, text for text, to the other side's, in percent: agreement with float32's
+    outputs, or exact matches of the references."""
+    if len(hypotheses) != len(others):
+        raise ValueError(f"{len(hypotheses)} outputs against {len(others)}: score the same sources")
+    same = sum(h == o for h, o in zip(hypotheses, others))
+    return round(100 * same / len(others), 2) if others else 100.0
+
+
+def decode_set(runner: Any, sources: Sequence[str], base: Path | None, speech: bool, **options: Any) -> list[str]:
+    """Each source's best output text, with the runner's default decoding changed by `options` (transcribe's
+    or translate's: num_beams, target_lang, ...)."""
     if speech:
-        return [runner.transcribe((base or Path()) / s)["text"].strip() for s in sources]
+        return [runner.transcribe((base or Path()) / s, **options)["text"].strip() for s in sources]
     out: list[str] = []
     for i in range(0, len(sources), TEXT_BATCH):
-        out += [t.strip() for t in runner.translate(list(sources[i:i + TEXT_BATCH]))]
+        out += [t.strip() for t in runner.translate(list(sources[i:i + TEXT_BATCH]), **options)]
     return out
 
 
