@@ -71,7 +71,7 @@ def test_windows_of_concurrent_recordings_decode_as_direct_calls(models, batcher
     assert batcher.active == 0 and len(batcher.batch.free_rows()) == 6
 
 
-def test_a_window_that_does_not_fit_the_rows_decodes_alone(models, batcher):
+def test_a_window_that_does_not_fit_the_rows_decodes_alone(models, batcher, caplog):
     """Fewer slots than a window's prompt and budget (an export made with few --static-slots), or more beams
     than rows: decoded on the worker's thread, with the same result; the rows never step (the language is
     given: its detection's one step would fit)."""
@@ -86,6 +86,7 @@ def test_a_window_that_does_not_fit_the_rows_decodes_alone(models, batcher):
     batcher.slots, options["num_beams"] = 64, 8
     assert_same(served.transcribe(audio, runner=batcher.runner(), **options), direct.transcribe(audio, **options))
     assert not stepped
+    assert "decode alone (re-export with --static-slots 64" in caplog.text  # said once, for the server's log
 
 
 def test_a_recording_whose_client_went_away_stops_and_frees_its_rows(models, batcher):

@@ -20,6 +20,7 @@ growing cache. Torch-free; no web framework here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from ..runtime.decoding import run
 from ..runtime.inflight import InflightRows, RowGroup
 from ..runtime.whisper_longform import WindowRunner
 from .jobs import Cancelled, DecodeFailed, Engine, EngineConfig
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.25  # how often a waiting worker looks whether its client went away
 
@@ -57,8 +60,10 @@ class WindowJob:
 
 
 def positions(strategy: Any) -> int:
-    """Cache slots a window's strategy may fill: its forced prompt, then its budget of new tokens."""
-    return getattr(strategy, "begin_index", 1) + getattr(strategy, "steps", 1)
+    """Cache slots a window's strategy may fill: its forced prompt, then its budget of new tokens (the last
+    one chosen is never fed). transformers' budget is the folder's max_length past the prompt, up to
+    max_target_positions: so an export with --static-slots max_target_positions fits every window."""
+    return getattr(strategy, "begin_index", 1) + getattr(strategy, "steps", 1) - 1
 
 
 class WindowBatcher(Engine):
@@ -76,6 +81,7 @@ class WindowBatcher(Engine):
         self.slots = static.slots
         self._encoder = side_encoder(static)  # the workers' encodes run beside the decoder's steps
         self._prepared = threading.Event()
+        self._warned = False  # _alone has said why a window decodes alone
 
     def runner(self, gone: Callable[[], bool] = lambda: False) -> WindowRunner:
         """One recording's WindowRunner (call it on the recording's worker thread); `gone()` True stops the
@@ -87,12 +93,22 @@ class WindowBatcher(Engine):
             if strategy.finished:
                 return strategy.results()
             if positions(strategy) > self.slots or strategy.rows > self.config.max_batch:
-                return run(self.model.growing, window[None], strategy)  # cannot join the rows: alone
+                self._alone(strategy)
+                return run(self.model.growing, window[None], strategy)
             if last[0] is None or not np.array_equal(last[0], window):
                 last[:] = window, self.batch.rows.encode(np.ascontiguousarray(window[None]), self._encoder)
             return self._wait(WindowJob(last[1], strategy, gone))
 
         return run_window
+
+    def _alone(self, strategy: Any) -> None:
+        """Say once why windows decode alone (a server that never batches would look merely slow)."""
+        if not self._warned:
+            self._warned = True
+            log.warning("a window needs %d cache slots and %d rows, the in-flight rows have %d slots and %d rows: "
+                        "such windows decode alone (re-export with --static-slots %d, or raise --max-batch)",
+                        positions(strategy), strategy.rows, self.slots, self.config.max_batch,
+                        self.model.config.max_len)
 
     def _wait(self, job: WindowJob) -> Any:
         self.submit([job])  # type: ignore[list-item]
