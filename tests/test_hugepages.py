@@ -23,6 +23,28 @@ def test_added_ranges_are_what_appeared_around_the_old_ones():
     assert added([(0, 1000)], after) == []
 
 
+SMAPS = """\
+00400000-00600000 r-xp 00000000 fd:01 12 /usr/bin/python3
+Rss:                 100 kB
+01000000-09000000 rw-p 00000000 00:00 0 [heap]
+Rss:              131072 kB
+7f0000000000-7f0000800000 rw-p 00000000 00:00 0
+Rss:                  16 kB
+7f0001000000-7f0001400000 rw-p 00000000 00:00 0
+Rss:                4096 kB
+7f0002000000-7f0002200000 rw-p 00000000 fd:01 13 /tmp/weights.data
+Rss:                2048 kB
+"""
+
+
+def test_mostly_untouched_and_file_mappings_are_left_alone(tmp_path):
+    smaps = tmp_path / "smaps"
+    smaps.write_text(SMAPS)
+    # the 8 MiB mapping with 16 kB in memory is a thread's stack: not advised
+    assert anonymous_ranges(str(smaps), resident=0.5) == [(0x01000000, 0x09000000), (0x7F0001000000, 0x7F0001400000)]
+    assert len(anonymous_ranges(str(smaps))) == 3
+
+
 def test_only_whole_huge_pages_are_advised():
     assert huge_aligned([(1, HUGE_PAGE + 1), (HUGE_PAGE - 5, 3 * HUGE_PAGE + 7)]) == [(HUGE_PAGE, 3 * HUGE_PAGE)]
 

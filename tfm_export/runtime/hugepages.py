@@ -11,7 +11,8 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which only works when set before the proc
 So `create_session` notes the process's anonymous memory before a session is made and, after it,
 asks the kernel to back what the session added with huge pages: madvise(MADV_HUGEPAGE) on those
 ranges (2 MiB-aligned, inward), then madvise(MADV_COLLAPSE) (Linux 6.1+) to do it now rather than
-whenever khugepaged gets there. Both are advice: the contents never change, and a kernel without
+whenever khugepaged gets there. Mappings mostly not in memory (the stacks of the session's threads)
+are left alone: a collapse fills in what it covers. Both are advice: the contents never change, and a kernel without
 them (or with huge pages off, `never`) just refuses, which is logged and ignored. Only memory that
 appeared while the session was made is touched (another thread allocating meanwhile may have its
 ranges advised too, which is harmless). RuntimeOptions.huge_pages turns it off.
@@ -35,16 +36,23 @@ HUGE_PAGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages) PMD size
 Ranges = list[tuple[int, int]]
 
 
-def anonymous_ranges(maps: str = "/proc/self/maps") -> Ranges:
-    """The process's writable anonymous mappings (heap included) as sorted (start, end) pairs."""
-    ranges = []
+def anonymous_ranges(maps: str = "/proc/self/maps", resident: float = 0.0) -> Ranges:
+    """The process's writable anonymous mappings (heap included) as sorted (start, end) pairs; with `resident`,
+    only those with at least that share of their pages in memory (`maps` is then an smaps file)."""
+    ranges: Ranges = []
+    current = None  # the anonymous mapping whose smaps fields follow, if the last header was one
     with open(maps, encoding="ascii") as lines:
         for line in lines:
             fields = line.split()
+            if fields[0].endswith(":"):  # an smaps field of the mapping above
+                if fields[0] == "Rss:" and current and int(fields[1]) * 1024 < resident * (current[1] - current[0]):
+                    ranges.remove(current)  # mostly untouched (a thread's stack): a collapse would fill it in
+                continue
             name = fields[5] if len(fields) > 5 else ""
+            current = None
             if fields[1].startswith("rw") and name in ("", "[heap]"):
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                ranges.append((start, end))
+                current = tuple(int(x, 16) for x in fields[0].split("-"))
+                ranges.append(current)
     return sorted(ranges)
 
 
@@ -108,7 +116,7 @@ def new_memory_on_huge_pages(enabled: bool = True) -> Iterator[None]:
         return
     yield
     start = time.perf_counter()
-    ranges = huge_aligned(added(before, anonymous_ranges()))
+    ranges = huge_aligned(added(before, anonymous_ranges("/proc/self/smaps", resident=0.5)))
     collapsed = advise(ranges)
     log.debug("huge pages: %.0f of %.0f MB collapsed in %.2f s", collapsed / 2**20,
               sum(end - start for start, end in ranges) / 2**20, time.perf_counter() - start)
