@@ -218,8 +218,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
         with stage("pack projections"):
             for spec in specs.values():
-                if pack_projections(folder / spec.file):
-                    check_graph(folder / spec.file, spec)
+                pack_projections(folder / spec.file, external)
     tokenizer, copied = _copy_tokenizer_files(checkpoint, folder)
     manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
                         variant=variant_of(options, transforms), tokenizer=tokenizer,

@@ -110,11 +110,12 @@ def pack_model(model: Any) -> int:
     return len(groups)
 
 
-def pack_projections(path: Path) -> int:
-    """Pack the graph file at `path` (its external data, if any, rewritten beside it); the groups packed."""
+def pack_projections(path: Path, external: bool = True) -> int:
+    """Pack the graph file at `path` (its external data, if any, rewritten beside it); the groups packed.
+    `external=False`: the caller knows the graph holds its weights inline (one parse of the file less)."""
     import onnx_ir as ir
 
-    old = external_files(path)
+    old = external_files(path) if external else []
     model = ir.load(str(path))  # external weights stay memory-mapped until saved
     packed = pack_model(model)
     if not packed:
