@@ -101,9 +101,12 @@ def new_address(buffer: mmap.mmap, start: int, end: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
 def test_the_option_turns_it_off(tiny_export, monkeypatch):
-    calls = []
-    monkeypatch.setattr("tfm_export.runtime.hugepages.advise", lambda ranges: calls.append(ranges) or 0)
-    open_export(tiny_export, "cpu", RuntimeOptions(huge_pages=False))
+    from tfm_export.runtime import hugepages
+
+    calls, real = [], hugepages.advise
+    monkeypatch.setattr(hugepages, "advise", lambda ranges: calls.append(ranges) or real(ranges))
+    sources = [[5, 9, 13, 7], [40, 41]]
+    plain = open_export(tiny_export, "cpu", RuntimeOptions(huge_pages=False)).generate_ids(sources, 12)
     assert calls == []
-    open_export(tiny_export, "cpu")
+    assert open_export(tiny_export, "cpu").generate_ids(sources, 12) == plain  # memory backing only
     assert len(calls) == 2  # encoder and decoder sessions
