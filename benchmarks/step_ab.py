@@ -74,9 +74,10 @@ def side(text: str) -> tuple[str, Path, Path]:
     return name, Path(checkout).resolve(), Path(export).resolve()
 
 
-def measure(kind: str, model: str, path: str, args: argparse.Namespace, beams: int, vocab: int) -> dict:
+def measure(kind: str, model: str, path: str, args: argparse.Namespace, beams: int, vocab: int,
+            env_extra: dict | None = None) -> dict:
     """One backend in a fresh process; `path`: its PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path, **(env_extra or {})}
     out = subprocess.run([sys.executable, "-c", WORKER, kind, model, str(args.threads), str(args.batch), str(beams),
                           str(args.new_tokens), str(args.repeat), str(args.seed), str(vocab)],
                          env=env, check=True, capture_output=True, text=True).stdout
@@ -95,6 +96,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="processes per backend and decoding (default: 5)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of every backend (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="the source ids (default: 0)")
+    parser.add_argument("--ct2-huge-pages", action="store_true",
+                        help="also CTranslate2 with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (its weights on huge pages, "
+                             "as tfm-export's runtime puts its sessions' weights)")
     parser.add_argument("--json", type=Path, help="also write every sample here (must not exist)")
     args = parser.parse_args()
     if args.json and args.json.exists():
@@ -105,8 +109,11 @@ def main() -> None:
     converted(args.hf_folder, args.ct2_dir)
     id_tokens(args.hf_folder, args.ct2_dir)  # the same vocabulary, or SystemExit
     vocab = len(json.loads((args.hf_folder / "vocab.json").read_text(encoding="utf-8")))
-    backends = {"ctranslate2": ("ct2", f"{args.hf_folder.resolve()}::{args.ct2_dir.resolve()}", "")}
-    backends |= {name: ("ort", str(export), f"{checkout}:{HERE}") for name, checkout, export in args.side}
+    ct2 = ("ct2", f"{args.hf_folder.resolve()}::{args.ct2_dir.resolve()}", "")
+    backends = {"ctranslate2": (*ct2, {})}
+    if args.ct2_huge_pages:  # glibc's malloc on transparent huge pages, set before the process starts
+        backends["ct2-hugepages"] = (*ct2, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
+    backends |= {name: ("ort", str(export), f"{checkout}:{HERE}", {}) for name, checkout, export in args.side}
     results: dict = {}
     failed = False
     for beams in map(int, args.num_beams.split(",")):
@@ -116,7 +123,8 @@ def main() -> None:
             order = names[n % len(names):] + names[: n % len(names)]
             print(f"{os.getloadavg()[0]:.1f} load; ", end="", flush=True)
             for name in order:
-                runs[name].append(measure(*backends[name], args, beams, vocab))
+                kind, model, path, env = backends[name]
+                runs[name].append(measure(kind, model, path, args, beams, vocab, env))
                 print(f"{name} {runs[name][-1]['step_ms']:.2f}  ", end="", flush=True)
             print()
         failed |= report(beams, runs, [name for name, _, _ in args.side])
