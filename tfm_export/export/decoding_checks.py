@@ -39,8 +39,9 @@ GREEDY_SOURCES = 16
 # Random feature windows for a features source: each is a whole window (Whisper: 1500 encoder positions).
 FEATURE_SOURCES = 4
 # The growing-cache decoder (the static one is checked against it), with no spinning threads: these
-# checks run PyTorch and ORT in turn, and spinning ORT threads would take PyTorch's cores.
-QUIET = RuntimeOptions(cuda_graph=False, spin_wait=False)
+# checks run PyTorch and ORT in turn, and spinning ORT threads would take PyTorch's cores. No huge pages:
+# collapsing the weights' memory costs time at each session's start, and these sessions run few steps.
+QUIET = RuntimeOptions(cuda_graph=False, spin_wait=False, huge_pages=False)
 # Hypothesis scores (sums of float32 log-probabilities) may round differently in ORT and eager.
 SCORE_RTOL = 1e-4
 

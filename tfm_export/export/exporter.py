@@ -32,6 +32,7 @@ from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
+from .packing import pack_projections
 from .int4 import Int4Settings
 from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
@@ -214,6 +215,10 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
         with stage("transform"):
             transforms = transform_graphs(folder, specs, options)
+    if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
+        with stage("pack projections"):
+            for spec in specs.values():
+                pack_projections(folder / spec.file, external)
     tokenizer, copied = _copy_tokenizer_files(checkpoint, folder)
     manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
                         variant=variant_of(options, transforms), tokenizer=tokenizer,

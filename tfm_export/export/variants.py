@@ -45,6 +45,7 @@ def optimize_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dic
     before = sum(1 for _ in model.graph)
     model, counts = ort_fusions.optimize_for_ort(model)
     counts["cross_kv_bnsh"] = _cross_kv_as_bnsh(model)
+    counts["shared_masks"] = _share_masks(model)
     ir.save(model, str(dst), external_data=_data_name(dst) if external else None)
     fused = {name: count for name, count in counts.items() if count}
     fused["nodes_before"], fused["nodes_after"] = before, sum(1 for _ in model.graph)
@@ -72,6 +73,45 @@ def _cross_kv_as_bnsh(model: Any) -> int:
             rewired += 1
     optimizer.remove_unused_nodes(model)
     return rewired
+
+
+def _share_masks(model: Any) -> int:
+    """One expanded attention mask for all the layers instead of one per attention node.
+
+    onnxscript's MultiHeadAttention rule broadcasts the mask with Expand(mask, [1, 1, S, 1]), S read by a
+    Shape node from that layer's query, so every layer computed the same mask again (three nodes each,
+    a tenth of the fused decoder's nodes). Each Shape that reads one symbolic dimension is pointed at
+    the first value in the graph with that dimension; the chains are then identical and common
+    subexpression elimination keeps one. Only where the nodes read from changes: the values are equal.
+    Returns how many Shape nodes were repointed.
+    """
+    import onnx_ir as ir
+    import onnx_ir.passes.common as common_passes
+
+    first: dict[str, tuple[Any, int]] = {}
+
+    def note(value: Any) -> None:
+        for axis, dim in enumerate(value.shape or ()):
+            if isinstance(dim, ir.SymbolicDim) and dim.value is not None:
+                first.setdefault(dim.value, (value, axis))
+
+    for value in model.graph.inputs:
+        note(value)
+    repointed = 0
+    for node in list(model.graph):
+        start, end = node.attributes.get_int("start", 0), node.attributes.get_int("end", None)
+        source = node.inputs[0] if node.op_type == "Shape" and node.domain == "" and node.inputs else None
+        dim = source.shape[start] if source is not None and source.shape and 0 <= start and end == start + 1 else None
+        if isinstance(dim, ir.SymbolicDim) and dim.value in first and first[dim.value] != (source, start):
+            value, axis = first[dim.value]
+            node.replace_input_with(0, value)
+            node.attributes["start"], node.attributes["end"] = ir.AttrInt64("start", axis), ir.AttrInt64("end", axis + 1)
+            repointed += 1
+        for output in node.outputs:
+            note(output)
+    common_passes.CommonSubexpressionEliminationPass()(model)
+    common_passes.RemoveUnusedNodesPass()(model)
+    return repointed
 
 
 def _untransposed(value: Any) -> Any:

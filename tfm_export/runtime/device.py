@@ -10,6 +10,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import DeviceError
+from .hugepages import new_memory_on_huge_pages
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class RuntimeOptions:
     # ORT's CPU memory arena keeps the largest activations of any run allocated for the next: fast, but
     # the validation's widest shapes would stay held beside the model (off there for models over 2 GB).
     cpu_arena: bool = True
+    # CPU: back the memory each session adds (its weights, prepacked) with 2 MiB transparent huge pages
+    # (runtime.hugepages): a small-batch step streams every weight, and on 4 KiB pages it took a quarter
+    # more CPU time (BENCHMARKS.md). Linux only; a kernel that refuses is ignored.
+    huge_pages: bool = True
 
     def __post_init__(self) -> None:
         check_thread_count(self.intra_op_threads, "intra_op_threads")
@@ -142,7 +147,9 @@ def create_session(path: Path, device: Device, options: RuntimeOptions) -> ort.I
     # Provider start-up failures are logged by ORT's process-wide logger, not the session's.
     # A missing GPU is reported by our DeviceError below, so silence ORT's own errors for CUDA.
     ort.set_default_logger_severity(4 if device.ort_type == "cuda" else options.log_severity)
-    session = ort.InferenceSession(str(path), options.session_options(), providers=session_providers(device, options))
+    with new_memory_on_huge_pages(options.huge_pages and device.ort_type == "cpu"):
+        session = ort.InferenceSession(str(path), options.session_options(),
+                                       providers=session_providers(device, options))
     if device.ort_type == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
         raise DeviceError(f"CUDA requested but ONNX Runtime could not use GPU {device.index} (no GPU, driver "
                           f"or CUDA libraries found); use --device cpu")
