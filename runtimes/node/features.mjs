@@ -91,48 +91,61 @@ function directPower(n) {
   const fft = new FFT(n);
   const out = fft.createComplexArray();
   const input = new Float64Array(n);
+  const power = new Float64Array(n / 2 + 1);
   return (frame) => {
     input.set(frame);
     fft.realTransform(out, input);
-    return Float64Array.from({ length: n / 2 + 1 }, (_, k) => out[2 * k] ** 2 + out[2 * k + 1] ** 2);
+    for (let k = 0; k <= n / 2; k++) power[k] = out[2 * k] ** 2 + out[2 * k + 1] ** 2;
+    return power;
   };
 }
 
 /**
  * A power spectrum of a real frame of any length n (Bluestein): X_k = conj(b_k) * sum_j (x_j conj(b_j))
  * b_(k-j) with b_m = exp(i pi m^2 / n), the sum a circular convolution of size m >= 2n - 1 by fft.js.
+ * The chirp's cosines and sines are computed once, every buffer is allocated once: 3000 frames a
+ * window made this the features' hot loop (the values are those of computing them per frame).
  */
 function bluesteinPower(n) {
   let size = 1;
   while (size < 2 * n - 1) size *= 2;
   const fft = new FFT(size);
   // m^2 mod 2n keeps the angle small, hence exact to float64 rounding
-  const chirp = Array.from({ length: n }, (_, m) => (Math.PI * ((m * m) % (2 * n))) / n);
+  const angles = Float64Array.from({ length: n }, (_, m) => (Math.PI * ((m * m) % (2 * n))) / n);
+  const [cos, sin] = [angles.map(Math.cos), angles.map(Math.sin)];
   const kernel = new Float64Array(2 * size); // b_m at m and at size - m (the convolution's negative lags)
-  chirp.forEach((angle, m) => {
-    for (const at of m === 0 ? [0] : [m, size - m]) [kernel[2 * at], kernel[2 * at + 1]] = [Math.cos(angle), Math.sin(angle)];
-  });
+  for (let m = 0; m < n; m++) {
+    for (const at of m === 0 ? [0] : [m, size - m]) [kernel[2 * at], kernel[2 * at + 1]] = [cos[m], sin[m]];
+  }
   const kernelFft = fft.createComplexArray();
   fft.transform(kernelFft, kernel);
-  const a = new Float64Array(2 * size);
+  const a = new Float64Array(2 * size); // [2n, 2 size) stay zero
   const spectrum = fft.createComplexArray();
   const conv = fft.createComplexArray();
+  const power = new Float64Array(Math.floor(n / 2) + 1);
   return (frame) => {
-    a.fill(0);
-    chirp.forEach((angle, j) => { a[2 * j] = frame[j] * Math.cos(angle); a[2 * j + 1] = -frame[j] * Math.sin(angle); });
+    for (let j = 0; j < n; j++) {
+      a[2 * j] = frame[j] * cos[j];
+      a[2 * j + 1] = -frame[j] * sin[j];
+    }
     fft.transform(spectrum, a);
-    for (let i = 0; i < size; i++) {
-      const [re, im, kr, ki] = [spectrum[2 * i], spectrum[2 * i + 1], kernelFft[2 * i], kernelFft[2 * i + 1]];
-      spectrum[2 * i] = re * kr - im * ki;
-      spectrum[2 * i + 1] = re * ki + im * kr;
+    for (let i = 0; i < 2 * size; i += 2) {
+      const re = spectrum[i];
+      const im = spectrum[i + 1];
+      spectrum[i] = re * kernelFft[i] - im * kernelFft[i + 1];
+      spectrum[i + 1] = re * kernelFft[i + 1] + im * kernelFft[i];
     }
     fft.inverseTransform(conv, spectrum);
     // |conj(b_k) * conv_k|^2 = |conv_k|^2: the outer chirp has modulus 1
-    return Float64Array.from({ length: Math.floor(n / 2) + 1 }, (_, k) => conv[2 * k] ** 2 + conv[2 * k + 1] ** 2);
+    for (let k = 0; k < power.length; k++) power[k] = conv[2 * k] ** 2 + conv[2 * k + 1] ** 2;
+    return power;
   };
 }
 
-/** frame (n real values) -> its power spectrum |rfft|^2 (n / 2 + 1 values), float64. */
+/**
+ * frame (n real values) -> its power spectrum |rfft|^2 (n / 2 + 1 values), float64, in an array that
+ * the next call overwrites.
+ */
 export function powerSpectrum(n) {
   return isPowerOfTwo(n) ? directPower(n) : bluesteinPower(n);
 }
@@ -141,7 +154,9 @@ export function powerSpectrum(n) {
 function asSamples(samples) {
   const out = samples instanceof Float32Array ? samples : Float32Array.from(samples);
   if (out.length === 0) throw new Error('the audio holds no samples; pass a recording that is not empty');
-  if (!out.every(Number.isFinite)) throw new Error('the audio holds NaN or infinite samples; re-export the recording');
+  for (let i = 0; i < out.length; i++) { // a loop, not every(Number.isFinite): a window is 480,000 samples
+    if (!Number.isFinite(out[i])) throw new Error('the audio holds NaN or infinite samples; re-export the recording');
+  }
   return out;
 }
 
@@ -158,24 +173,48 @@ function reflectPad(samples, half) {
   return out;
 }
 
+/**
+ * Each mel filter's non-zero span [from, to) of frequency bins: a Slaney triangle covers a few bins of
+ * n_fft / 2 + 1, so the filter bank product skips the rest (adding their +0 terms changes no sum).
+ */
+function filterSpans(filters, nMels, nFreqs) {
+  return Array.from({ length: nMels }, (_, m) => {
+    const row = filters.subarray(m * nFreqs, (m + 1) * nFreqs);
+    const from = row.findIndex((w) => w !== 0);
+    return from < 0 ? [0, 0] : [from, row.findLastIndex((w) => w !== 0) + 1];
+  });
+}
+
+/** Whether samples [from, from + n) are all zero: the padding of a short recording, whose power is exactly 0. */
+function silent(samples, from, n) {
+  for (let i = from; i < from + n; i++) if (samples[i] !== 0) return false;
+  return true;
+}
+
 /** (nMels * frames) float32, frames = samples / hopLength: the samples as they are (no window padding). */
 export function logMelSpectrogram(samples, config) {
   const { nFft, hopLength, nMels, samplingRate } = config;
   const padded = reflectPad(asSamples(samples), Math.floor(nFft / 2)); // frame t centred on sample t * hop
   const frames = Math.floor((padded.length - nFft) / hopLength); // the last frame dropped, as Whisper does
   const window = hannWindow(nFft);
-  const filters = melFilters(nMels, nFft, samplingRate);
   const nFreqs = Math.floor(nFft / 2) + 1;
+  const filters = melFilters(nMels, nFft, samplingRate);
+  const spans = filterSpans(filters, nMels, nFreqs);
   const power = powerSpectrum(nFft);
+  const zeros = new Float64Array(nFreqs); // an all-zero frame's spectrum, without its FFT
   const frame = new Float64Array(nFft);
   const logMel = new Float64Array(nMels * frames);
   let top = -Infinity;
   for (let t = 0; t < frames; t++) {
-    for (let i = 0; i < nFft; i++) frame[i] = padded[t * hopLength + i] * window[i];
-    const spectrum = power(frame);
+    const at = t * hopLength;
+    let spectrum = zeros;
+    if (!silent(padded, at, nFft)) {
+      for (let i = 0; i < nFft; i++) frame[i] = padded[at + i] * window[i];
+      spectrum = power(frame);
+    }
     for (let m = 0; m < nMels; m++) {
       let mel = 0;
-      for (let f = 0; f < nFreqs; f++) mel += filters[m * nFreqs + f] * spectrum[f];
+      for (let f = spans[m][0], row = m * nFreqs; f < spans[m][1]; f++) mel += filters[row + f] * spectrum[f];
       const value = Math.log10(Math.max(mel, LOG_FLOOR));
       logMel[m * frames + t] = value;
       if (value > top) top = value;
