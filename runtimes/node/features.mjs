@@ -8,11 +8,11 @@
 // Whisper folder's preprocessor_config.json does not store the mel filter bank (transformers rebuilds
 // it from these settings too), so `melFilters` builds it here with Python's formula, in float64.
 //
-// The FFT is fft.js (radix-4, power-of-two sizes only). Whisper's n_fft is 400, so other sizes go
-// through Bluestein's chirp-z transform: a length-N DFT as one convolution, computed with fft.js at
-// the next power of two >= 2N - 1 (1024 for 400). No globals beyond ECMAScript: a page can import it
-// (fft.js is CommonJS: through a bundler, or an import map to an ES module build of it).
-import FFT from 'fft.js';
+// The power spectra are spectrum.mjs's (fft.js for powers of two; Whisper's n_fft 400 by a mixed-radix
+// FFT). No globals beyond ECMAScript: a page can import it.
+import { powerSpectrum } from './spectrum.mjs';
+
+export { powerSpectrum }; // it lived here first
 
 const LOG_FLOOR = 1e-10; // mel power floor before log10 (-100 dB)
 const DYNAMIC_RANGE = 8; // log10 units kept below the loudest value (80 dB)
@@ -82,72 +82,6 @@ export function melFilters(nMels, nFft, samplingRate) {
 /** (n,) periodic Hann (torch.hann_window's default): 0.5 - 0.5 cos(2 pi i / n). */
 export function hannWindow(n) {
   return Float64Array.from({ length: n }, (_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / n));
-}
-
-const isPowerOfTwo = (n) => n > 1 && (n & (n - 1)) === 0;
-
-/** A power spectrum of a real frame: fft.js directly at a power-of-two length. */
-function directPower(n) {
-  const fft = new FFT(n);
-  const out = fft.createComplexArray();
-  const input = new Float64Array(n);
-  const power = new Float64Array(n / 2 + 1);
-  return (frame) => {
-    input.set(frame);
-    fft.realTransform(out, input);
-    for (let k = 0; k <= n / 2; k++) power[k] = out[2 * k] ** 2 + out[2 * k + 1] ** 2;
-    return power;
-  };
-}
-
-/**
- * A power spectrum of a real frame of any length n (Bluestein): X_k = conj(b_k) * sum_j (x_j conj(b_j))
- * b_(k-j) with b_m = exp(i pi m^2 / n), the sum a circular convolution of size m >= 2n - 1 by fft.js.
- * The chirp's cosines and sines are computed once, every buffer is allocated once: 3000 frames a
- * window made this the features' hot loop (the values are those of computing them per frame).
- */
-function bluesteinPower(n) {
-  let size = 1;
-  while (size < 2 * n - 1) size *= 2;
-  const fft = new FFT(size);
-  // m^2 mod 2n keeps the angle small, hence exact to float64 rounding
-  const angles = Float64Array.from({ length: n }, (_, m) => (Math.PI * ((m * m) % (2 * n))) / n);
-  const [cos, sin] = [angles.map(Math.cos), angles.map(Math.sin)];
-  const kernel = new Float64Array(2 * size); // b_m at m and at size - m (the convolution's negative lags)
-  for (let m = 0; m < n; m++) {
-    for (const at of m === 0 ? [0] : [m, size - m]) [kernel[2 * at], kernel[2 * at + 1]] = [cos[m], sin[m]];
-  }
-  const kernelFft = fft.createComplexArray();
-  fft.transform(kernelFft, kernel);
-  const a = new Float64Array(2 * size); // [2n, 2 size) stay zero
-  const spectrum = fft.createComplexArray();
-  const conv = fft.createComplexArray();
-  const power = new Float64Array(Math.floor(n / 2) + 1);
-  return (frame) => {
-    for (let j = 0; j < n; j++) {
-      a[2 * j] = frame[j] * cos[j];
-      a[2 * j + 1] = -frame[j] * sin[j];
-    }
-    fft.transform(spectrum, a);
-    for (let i = 0; i < 2 * size; i += 2) {
-      const re = spectrum[i];
-      const im = spectrum[i + 1];
-      spectrum[i] = re * kernelFft[i] - im * kernelFft[i + 1];
-      spectrum[i + 1] = re * kernelFft[i + 1] + im * kernelFft[i];
-    }
-    fft.inverseTransform(conv, spectrum);
-    // |conj(b_k) * conv_k|^2 = |conv_k|^2: the outer chirp has modulus 1
-    for (let k = 0; k < power.length; k++) power[k] = conv[2 * k] ** 2 + conv[2 * k + 1] ** 2;
-    return power;
-  };
-}
-
-/**
- * frame (n real values) -> its power spectrum |rfft|^2 (n / 2 + 1 values), float64, in an array that
- * the next call overwrites.
- */
-export function powerSpectrum(n) {
-  return isPowerOfTwo(n) ? directPower(n) : bluesteinPower(n);
 }
 
 /** The samples as float32 (as Python's as_samples), checked: one line for empty or non-finite audio. */
