@@ -112,7 +112,7 @@ def app(tmp_path_factory) -> Path:
     assert sorted(f["path"] for f in info["files"]) == sorted(
         ["README.md", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
          "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
-         "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "speech.mjs",
+         "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "spectrum.mjs", "speech.mjs",
          "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs", "whisper.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')

@@ -72,6 +72,18 @@ def test_manifest_declares_features(exported):
     assert manifest["validation"]["greedy"]["equal"]
 
 
+def test_encoder_attention_adds_no_mask(exported):
+    """Every encoder position of a window is real: its self-attention scores get no mask added (an Add of
+    (batch, heads, 1500, 1500) per layer in ORT); the decoder's cross-attention keeps src_mask."""
+    import onnx
+
+    _, _, out, _ = exported
+    nodes = onnx.load(str(out / "encoder.onnx"), load_external_data=False).graph.node
+    assert not [n.name for n in nodes if n.op_type == "Where"]
+    decoder = onnx.load(str(out / "decoder.onnx"), load_external_data=False).graph.node
+    assert [n for n in decoder if n.op_type == "Where"]  # the test sees a mask where there is one
+
+
 def test_encoder_and_decoder_equal_transformers(exported, record_property):
     _, _, out, model = exported
     runtime = open_export(out, device="cpu")

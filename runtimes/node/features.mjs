@@ -8,11 +8,11 @@
 // Whisper folder's preprocessor_config.json does not store the mel filter bank (transformers rebuilds
 // it from these settings too), so `melFilters` builds it here with Python's formula, in float64.
 //
-// The FFT is fft.js (radix-4, power-of-two sizes only). Whisper's n_fft is 400, so other sizes go
-// through Bluestein's chirp-z transform: a length-N DFT as one convolution, computed with fft.js at
-// the next power of two >= 2N - 1 (1024 for 400). No globals beyond ECMAScript: a page can import it
-// (fft.js is CommonJS: through a bundler, or an import map to an ES module build of it).
-import FFT from 'fft.js';
+// The power spectra are spectrum.mjs's (fft.js for powers of two; Whisper's n_fft 400 by a mixed-radix
+// FFT). No globals beyond ECMAScript: a page can import it.
+import { powerSpectrum } from './spectrum.mjs';
+
+export { powerSpectrum }; // it lived here first
 
 const LOG_FLOOR = 1e-10; // mel power floor before log10 (-100 dB)
 const DYNAMIC_RANGE = 8; // log10 units kept below the loudest value (80 dB)
@@ -84,64 +84,13 @@ export function hannWindow(n) {
   return Float64Array.from({ length: n }, (_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / n));
 }
 
-const isPowerOfTwo = (n) => n > 1 && (n & (n - 1)) === 0;
-
-/** A power spectrum of a real frame: fft.js directly at a power-of-two length. */
-function directPower(n) {
-  const fft = new FFT(n);
-  const out = fft.createComplexArray();
-  const input = new Float64Array(n);
-  return (frame) => {
-    input.set(frame);
-    fft.realTransform(out, input);
-    return Float64Array.from({ length: n / 2 + 1 }, (_, k) => out[2 * k] ** 2 + out[2 * k + 1] ** 2);
-  };
-}
-
-/**
- * A power spectrum of a real frame of any length n (Bluestein): X_k = conj(b_k) * sum_j (x_j conj(b_j))
- * b_(k-j) with b_m = exp(i pi m^2 / n), the sum a circular convolution of size m >= 2n - 1 by fft.js.
- */
-function bluesteinPower(n) {
-  let size = 1;
-  while (size < 2 * n - 1) size *= 2;
-  const fft = new FFT(size);
-  // m^2 mod 2n keeps the angle small, hence exact to float64 rounding
-  const chirp = Array.from({ length: n }, (_, m) => (Math.PI * ((m * m) % (2 * n))) / n);
-  const kernel = new Float64Array(2 * size); // b_m at m and at size - m (the convolution's negative lags)
-  chirp.forEach((angle, m) => {
-    for (const at of m === 0 ? [0] : [m, size - m]) [kernel[2 * at], kernel[2 * at + 1]] = [Math.cos(angle), Math.sin(angle)];
-  });
-  const kernelFft = fft.createComplexArray();
-  fft.transform(kernelFft, kernel);
-  const a = new Float64Array(2 * size);
-  const spectrum = fft.createComplexArray();
-  const conv = fft.createComplexArray();
-  return (frame) => {
-    a.fill(0);
-    chirp.forEach((angle, j) => { a[2 * j] = frame[j] * Math.cos(angle); a[2 * j + 1] = -frame[j] * Math.sin(angle); });
-    fft.transform(spectrum, a);
-    for (let i = 0; i < size; i++) {
-      const [re, im, kr, ki] = [spectrum[2 * i], spectrum[2 * i + 1], kernelFft[2 * i], kernelFft[2 * i + 1]];
-      spectrum[2 * i] = re * kr - im * ki;
-      spectrum[2 * i + 1] = re * ki + im * kr;
-    }
-    fft.inverseTransform(conv, spectrum);
-    // |conj(b_k) * conv_k|^2 = |conv_k|^2: the outer chirp has modulus 1
-    return Float64Array.from({ length: Math.floor(n / 2) + 1 }, (_, k) => conv[2 * k] ** 2 + conv[2 * k + 1] ** 2);
-  };
-}
-
-/** frame (n real values) -> its power spectrum |rfft|^2 (n / 2 + 1 values), float64. */
-export function powerSpectrum(n) {
-  return isPowerOfTwo(n) ? directPower(n) : bluesteinPower(n);
-}
-
 /** The samples as float32 (as Python's as_samples), checked: one line for empty or non-finite audio. */
 function asSamples(samples) {
   const out = samples instanceof Float32Array ? samples : Float32Array.from(samples);
   if (out.length === 0) throw new Error('the audio holds no samples; pass a recording that is not empty');
-  if (!out.every(Number.isFinite)) throw new Error('the audio holds NaN or infinite samples; re-export the recording');
+  for (let i = 0; i < out.length; i++) { // a loop, not every(Number.isFinite): a window is 480,000 samples
+    if (!Number.isFinite(out[i])) throw new Error('the audio holds NaN or infinite samples; re-export the recording');
+  }
   return out;
 }
 
@@ -158,24 +107,48 @@ function reflectPad(samples, half) {
   return out;
 }
 
+/**
+ * Each mel filter's non-zero span [from, to) of frequency bins: a Slaney triangle covers a few bins of
+ * n_fft / 2 + 1, so the filter bank product skips the rest (adding their +0 terms changes no sum).
+ */
+function filterSpans(filters, nMels, nFreqs) {
+  return Array.from({ length: nMels }, (_, m) => {
+    const row = filters.subarray(m * nFreqs, (m + 1) * nFreqs);
+    const from = row.findIndex((w) => w !== 0);
+    return from < 0 ? [0, 0] : [from, row.findLastIndex((w) => w !== 0) + 1];
+  });
+}
+
+/** Whether samples [from, from + n) are all zero: the padding of a short recording, whose power is exactly 0. */
+function silent(samples, from, n) {
+  for (let i = from; i < from + n; i++) if (samples[i] !== 0) return false;
+  return true;
+}
+
 /** (nMels * frames) float32, frames = samples / hopLength: the samples as they are (no window padding). */
 export function logMelSpectrogram(samples, config) {
   const { nFft, hopLength, nMels, samplingRate } = config;
   const padded = reflectPad(asSamples(samples), Math.floor(nFft / 2)); // frame t centred on sample t * hop
   const frames = Math.floor((padded.length - nFft) / hopLength); // the last frame dropped, as Whisper does
   const window = hannWindow(nFft);
-  const filters = melFilters(nMels, nFft, samplingRate);
   const nFreqs = Math.floor(nFft / 2) + 1;
+  const filters = melFilters(nMels, nFft, samplingRate);
+  const spans = filterSpans(filters, nMels, nFreqs);
   const power = powerSpectrum(nFft);
+  const zeros = new Float64Array(nFreqs); // an all-zero frame's spectrum, without its FFT
   const frame = new Float64Array(nFft);
   const logMel = new Float64Array(nMels * frames);
   let top = -Infinity;
   for (let t = 0; t < frames; t++) {
-    for (let i = 0; i < nFft; i++) frame[i] = padded[t * hopLength + i] * window[i];
-    const spectrum = power(frame);
+    const at = t * hopLength;
+    let spectrum = zeros;
+    if (!silent(padded, at, nFft)) {
+      for (let i = 0; i < nFft; i++) frame[i] = padded[at + i] * window[i];
+      spectrum = power(frame);
+    }
     for (let m = 0; m < nMels; m++) {
       let mel = 0;
-      for (let f = 0; f < nFreqs; f++) mel += filters[m * nFreqs + f] * spectrum[f];
+      for (let f = spans[m][0], row = m * nFreqs; f < spans[m][1]; f++) mel += filters[row + f] * spectrum[f];
       const value = Math.log10(Math.max(mel, LOG_FLOOR));
       logMel[m * frames + t] = value;
       if (value > top) top = value;

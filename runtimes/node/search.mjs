@@ -27,16 +27,32 @@ export function pairwiseSum(a, start = 0, n = a.length - start) {
     for (let i = 0; i < n; i++) sum += a[start + i];
     return sum;
   }
-  if (n <= 128) {
-    const r = Array.from({ length: 8 }, (_, j) => a[start + j]);
-    let i = 8;
-    for (; i < n - (n % 8); i += 8) for (let j = 0; j < 8; j++) r[j] += a[start + i + j];
-    let sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; i++) sum += a[start + i];
+  if (n <= 128) { // eight named accumulators, not an array: this runs ~400 times per vocabulary-wide sum
+    let [r0, r1, r2, r3, r4, r5, r6, r7] = [a[start], a[start + 1], a[start + 2], a[start + 3], a[start + 4],
+      a[start + 5], a[start + 6], a[start + 7]];
+    let i = start + 8;
+    const end = start + n;
+    for (const blocks = end - (n % 8); i < blocks; i += 8) {
+      r0 += a[i]; r1 += a[i + 1]; r2 += a[i + 2]; r3 += a[i + 3];
+      r4 += a[i + 4]; r5 += a[i + 5]; r6 += a[i + 6]; r7 += a[i + 7];
+    }
+    let sum = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
+    for (; i < end; i++) sum += a[i];
     return sum;
   }
   const half = Math.floor(n / 2) - (Math.floor(n / 2) % 8);
   return pairwiseSum(a, start, half) + pairwiseSum(a, start + half, n - half);
+}
+
+const spares = [new Float64Array(0), new Float64Array(0)]; // logProbAt's and whisper.mjs's vocabulary-wide rows
+
+/**
+ * Float64 scratch row `slot` (0 or 1) of at least n values: vocabulary-wide sums without a new array
+ * per step, which the next call of the same slot overwrites (every caller is synchronous).
+ */
+export function scratch(n, slot = 0) {
+  if (spares[slot].length < n) spares[slot] = new Float64Array(n);
+  return spares[slot];
 }
 
 /** One row of logits (any numeric array, from `offset`, `vocab` long) -> float64 log-probabilities. */
@@ -49,6 +65,16 @@ export function logSoftmax(logits, offset = 0, vocab = logits.length - offset) {
   const lse = Math.log(pairwiseSum(exp));
   for (let t = 0; t < vocab; t++) x[t] -= lse;
   return x;
+}
+
+/** logSoftmax(row)[token], the same float64 operations, without the two vocabulary-wide arrays it returns. */
+export function logProbAt(row, token) {
+  const n = row.length;
+  let max = -Infinity;
+  for (let t = 0; t < n; t++) if (row[t] > max) max = row[t];
+  const exp = scratch(n);
+  for (let t = 0; t < n; t++) exp[t] = Math.exp(row[t] - max);
+  return (row[token] - max) - Math.log(pairwiseSum(exp, 0, n));
 }
 
 /** Tokens that would complete an n-gram already in `row` (which ends with the current n-1 tokens). */
@@ -201,11 +227,12 @@ export class Greedy {
 
 /**
  * Greedy (with processors) or sampled ids for rows = batch * numReturnSequences (source i: rows
- * i*n .. i*n + n-1). A row's score: the sum of log_softmax(processed logits) at its ids.
+ * i*n .. i*n + n-1). A row's score: the sum of log_softmax(processed logits) at its ids; `scored: false`
+ * keeps none (score null): a vocabulary-wide exp and sum a step that ids alone do not need.
  */
 export class TokenPicker {
-  constructor(batch, steps, config, ids) {
-    Object.assign(this, { steps, config, ids, rows: batch * config.numReturnSequences, step: 0, finished: false });
+  constructor(batch, steps, config, ids, { scored = true } = {}) {
+    Object.assign(this, { steps, config, ids, scored, rows: batch * config.numReturnSequences, step: 0, finished: false });
     this.reads = 'logits';
     this.out = Array.from({ length: this.rows }, () => []); // ids generated so far (EOS kept, then padding)
     this.scores = new Float64Array(this.rows);
@@ -217,13 +244,14 @@ export class TokenPicker {
   advance(state) {
     const { config: cfg, ids, step } = this;
     const { data: logits, vocab } = state.logits();
+    if (this.rowScores?.length !== vocab) this.rowScores = new Float64Array(vocab); // one row's scores, reused every step
     const nextIds = this.out.map((row, r) => {
       if (this.done[r]) return ids.padId;
-      const scores = processed(Float64Array.from(logits.subarray(r * vocab, (r + 1) * vocab)), row, step,
-        this.steps - 1, cfg, ids);
+      this.rowScores.set(logits.subarray(r * vocab, (r + 1) * vocab));
+      const scores = processed(this.rowScores, row, step, this.steps - 1, cfg, ids);
       const token = cfg.doSample
         ? sampleToken(warp(scores, cfg.temperature, cfg.topK, cfg.topP), this.generators[r]) : argmax(scores);
-      this.scores[r] += logSoftmax(scores)[token];
+      if (this.scored) this.scores[r] += logProbAt(scores, token);
       this.done[r] = token === ids.eosId;
       return token;
     });
@@ -236,7 +264,7 @@ export class TokenPicker {
   /** Per source, its numReturnSequences hypotheses { ids (without EOS), score } in row order. */
   results() {
     const n = this.config.numReturnSequences;
-    const hyps = this.out.map((row, r) => ({ ids: trimAtEos(row, this.ids.eosId), score: this.scores[r] }));
+    const hyps = this.out.map((row, r) => ({ ids: trimAtEos(row, this.ids.eosId), score: this.scored ? this.scores[r] : null }));
     return Array.from({ length: this.rows / n }, (_, i) => hyps.slice(i * n, (i + 1) * n));
   }
 }
@@ -358,10 +386,11 @@ export class BeamSearch {
 /**
  * The strategy for `config`: beam search when numBeams > 1; plain greedy (`isGreedy`) on the decoder's
  * own next_ids unless `scored` (generate reports each hypothesis' score, which needs the logits);
- * else TokenPicker (greedy with processors, sampling). `stopAtEos`: Greedy's (see there).
+ * else TokenPicker (greedy with processors, sampling), which sums scores only when `scored`.
+ * `stopAtEos`: Greedy's (see there).
  */
 export function strategyFor(batch, steps, config, ids, { scored = false, stopAtEos = true } = {}) {
   if (config.numBeams > 1) return new BeamSearch(batch, steps, config, ids);
   if (isGreedy(config) && !scored) return new Greedy(batch, steps, config, ids, { stopAtEos });
-  return new TokenPicker(batch, steps, config, ids);
+  return new TokenPicker(batch, steps, config, ids, { scored });
 }

@@ -75,13 +75,13 @@ function checkTimestamps(settings, long) {
 /** A window decoder: its generated ids (EOS removed), or [] for a window the folder's silence test skips. */
 function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected }) {
   const silence = [settings.logprob_threshold, settings.no_speech_threshold];
+  const scored = silence.every((v) => v !== undefined && v !== null); // the test reads the mean log-probability
   return async (window, prompt) => {
     const steps = maxNewTokens(settings, prompt.length, max, model.manifest.config.max_len);
-    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped);
+    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped, { scored });
     const [[best]] = await decodeFeatures(ort, model, [window], strategy);
     if (prompt.includes(DETECT)) onDetected(strategy.prompt);
-    const skip = silence.every((v) => v !== undefined && v !== null) && strategy.avgLogprob() < silence[0]
-      && strategy.noSpeechProb > silence[1];
+    const skip = scored && strategy.avgLogprob() < silence[0] && strategy.noSpeechProb > silence[1];
     return skip ? null : best.ids;
   };
 }

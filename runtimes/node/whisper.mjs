@@ -6,7 +6,7 @@
 // strategy that drives them through decoding.mjs's step driver with search.mjs's greedy picker or
 // beam search, and the timestamp rules (WhisperTimeStampLogitsProcessor) when timestamps are asked.
 // No globals beyond ECMAScript: a page can import it.
-import { BeamSearch, TokenPicker, argmax, logSoftmax, pairwiseSum } from './search.mjs';
+import { BeamSearch, TokenPicker, argmax, logSoftmax, pairwiseSum, scratch } from './search.mjs';
 
 export const DETECT = -1; // a prompt's language slot that the step on <|startoftranscript|> fills
 const TASKS = ['translate', 'transcribe']; // transformers' TASK_IDS
@@ -147,17 +147,25 @@ function maxOf(x, from, to) {
 function logSumExp(x, from, to) {
   const top = maxOf(x, from, to);
   if (top === -Infinity) return -Infinity;
-  return top + Math.log(pairwiseSum(Float64Array.from(x.subarray(from, to), (v) => Math.exp(v - top))));
+  const exp = scratch(to - from);
+  for (let t = from; t < to; t++) exp[t - from] = Math.exp(x[t] - top);
+  return top + Math.log(pairwiseSum(exp, 0, to - from));
 }
 
-/** Whether the timestamps' summed probability beats every text token's (Python's from_logprob test, step by step). */
+/**
+ * Whether the timestamps' summed probability beats every text token's (Python's from_logprob test, step
+ * by step): log_softmax of the row in scratch row 1, its sums in row 0, so no step allocates.
+ */
 function timestampsWin(scores, begin) {
-  const top = maxOf(scores, 0, scores.length);
+  const n = scores.length;
+  const top = maxOf(scores, 0, n);
   if (top === -Infinity) return false; // numpy: a row of -inf gives nan, and nan > x is false
-  const shifted = Float64Array.from(scores, (v) => v - top);
-  const lse = Math.log(pairwiseSum(Float64Array.from(shifted, Math.exp)));
-  const logp = Float64Array.from(shifted, (v) => v - lse);
-  return logSumExp(logp, begin, logp.length) > maxOf(logp, 0, begin);
+  const exp = scratch(n);
+  for (let t = 0; t < n; t++) exp[t] = Math.exp(scores[t] - top);
+  const lse = Math.log(pairwiseSum(exp, 0, n));
+  const logp = scratch(n, 1).subarray(0, n);
+  for (let t = 0; t < n; t++) logp[t] = (scores[t] - top) - lse;
+  return logSumExp(logp, begin, n) > maxOf(logp, 0, begin);
 }
 
 /**
@@ -213,11 +221,12 @@ export function detectLanguage(logits, settings) {
  * that fed <|startoftranscript|> a `DETECT` slot gets the detected language; from the first
  * generated position on, search.mjs's TokenPicker (greedy) or BeamSearch chooses, with the prompt
  * as the rows' history and Whisper's processors after the generic ones. `config`: decoding options
- * (options.mjs's generationConfig), numBeams > 1 for beam search.
+ * (options.mjs's generationConfig), numBeams > 1 for beam search. `scored: false`: greedy keeps no
+ * score (avgLogprob is NaN), for a folder without the silence test, the one reader of it.
  */
 export class WhisperStrategy {
-  constructor(prompt, steps, settings, config, timestamps = false) {
-    Object.assign(this, { prompt: [...prompt], steps, settings, config, timestamps, inner: null, fed: 0 });
+  constructor(prompt, steps, settings, config, timestamps = false, { scored = true } = {}) {
+    Object.assign(this, { prompt: [...prompt], steps, settings, config, timestamps, scored, inner: null, fed: 0 });
     this.rows = config.numBeams > 1 ? config.numBeams : 1;
     this.reads = 'logits';
     this.bosId = prompt[0];
@@ -266,7 +275,7 @@ export class WhisperStrategy {
     }
     const row = inner.out[0];
     const n = row.includes(this.settings.eos_token_id) ? row.indexOf(this.settings.eos_token_id) + 1 : row.length;
-    return n ? inner.scores[0] / n : NaN;
+    return n && this.scored ? inner.scores[0] / n : NaN;
   }
 
   /** search.mjs's strategy for the generated tokens, with the prompt as history and Whisper's processors. */
@@ -278,7 +287,7 @@ export class WhisperStrategy {
       process: (scores, history) => whisperProcessRow(scores, history, prompt.length, settings, this.timestamps),
     };
     const Strategy = this.config.numBeams > 1 ? BeamSearch : TokenPicker;
-    return new Strategy(1, this.steps, { ...this.config, numReturnSequences: 1 }, ids);
+    return new Strategy(1, this.steps, { ...this.config, numReturnSequences: 1 }, ids, { scored: this.scored });
   }
 
   /** [[{ ids (generated, without EOS), score }]]: the best hypothesis of the one source. */

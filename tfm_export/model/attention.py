@@ -17,18 +17,28 @@ from ..config import TransformerConfig
 KV = tuple[Tensor, Tensor]  # (key, value), each (batch, heads, len, head_dim)
 
 
-def scaled_attention(q: Tensor, key: Tensor, value: Tensor, allowed: Tensor, scale: float,
+def scaled_queries(q: Tensor, scale: float) -> Tensor:
+    """The query projections (batch, tgt_len, inner_dim) times the attention scale, before their heads are
+    split, as transformers' attention scales them. Not the scores: ORT fuses a scalar Mul on q @ k^T (or on
+    its split-heads input) into its MatMul (alpha), and that kernel runs a one-token decoder step's
+    q @ k^T about 4x slower than alpha 1 (onnxruntime 1.30-1.31 CPU: 0.55 vs 0.13 ms for Whisper tiny's
+    1500 cross keys). Whisper's head_dim 64 (scale 1/8) gives the very scores of scaling them."""
+    return q if scale == 1.0 else q * scale
+
+
+def scaled_attention(q: Tensor, key: Tensor, value: Tensor, allowed: Tensor | None,
                      dropout: nn.Module | None = None, bias: Tensor | None = None) -> Tensor:
-    """q (batch, heads, tgt_len, head_dim) over key/value (batch, heads, key_len, head_dim) where
-    `allowed` (broadcast to the scores) is True; `bias` (broadcast to the scores) is added first
-    (T5's relative positions). Returns (batch, heads, tgt_len, head_dim)."""
-    scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # (batch, heads, tgt_len, key_len)
+    """q (batch, heads, tgt_len, head_dim), already scaled (`scaled_queries`), over key/value (batch,
+    heads, key_len, head_dim) where `allowed` (broadcast to the scores; None: every key) is True; `bias`
+    (broadcast to the scores) is added first (T5's relative positions). Returns (batch, heads, tgt_len, head_dim)."""
+    scores = torch.matmul(q, key.transpose(-1, -2))  # (batch, heads, tgt_len, key_len)
     if bias is not None:
         scores = scores + bias
     # Added, not masked_fill: ORT's attention fusion (--optimize) matches `scores + bias`. A finite
     # floor rather than -inf: a fully masked row gives uniform weights, not NaN; floor + score
     # rounds back to the floor, so the weights equal masked_fill's.
-    scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
+    if allowed is not None:
+        scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     return torch.matmul(dropout(weights) if dropout is not None else weights, value)
 
@@ -61,10 +71,11 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of `x` (batch, len, d_model), each (batch, heads, len, head_dim)."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
-    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor, bias: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, key: Tensor, value: Tensor, allowed: Tensor | None,
+                bias: Tensor | None = None) -> Tensor:
         """Attend from `x` (batch, tgt_len, d_model) to key/value; `allowed` and `bias` broadcast to the scores."""
-        q = self.split_heads(self.q_proj(x))  # (batch, heads, tgt_len, head_dim)
-        out = scaled_attention(q, key, value, allowed, self.scale, self.dropout, bias)  # (batch, heads, tgt_len, head_dim)
+        q = self.split_heads(scaled_queries(self.q_proj(x), self.scale))  # (batch, heads, tgt_len, head_dim)
+        out = scaled_attention(q, key, value, allowed, self.dropout, bias)  # (batch, heads, tgt_len, head_dim)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)  # (batch, tgt_len, inner_dim)
         return self.out_proj(out)

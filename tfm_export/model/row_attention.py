@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .attention import scaled_attention, slot_masks
+from .attention import scaled_attention, scaled_queries, slot_masks
 
 
 @torch.library.custom_op("tfm_export::row_attention", mutates_args=())
@@ -35,7 +35,8 @@ def row_attention(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tenso
     allowed, write = slot_masks(cache_len, past_k.shape[2])
     # (batch, heads, slots, head_dim): kv_cache.SlotCache's select
     present_k, present_v = torch.where(write, split(k), past_k), torch.where(write, split(v), past_v)
-    out = scaled_attention(split(q), present_k, present_v, allowed, scale)  # (batch, heads, 1, head_dim)
+    q = split(scaled_queries(q, scale))  # (batch, heads, 1, head_dim)
+    out = scaled_attention(q, present_k, present_v, allowed)  # (batch, heads, 1, head_dim)
     return out.transpose(1, 2).reshape(batch, tgt_len, inner), present_k, present_v
 
 

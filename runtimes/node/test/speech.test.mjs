@@ -33,15 +33,25 @@ function plainPower(frame) {
 }
 
 describe('features', () => {
-  for (const n of [400, 512, 30]) {
-    test(`the power spectrum of ${n} samples is the DFT's (${n & (n - 1) ? 'Bluestein' : 'fft.js directly'})`, () => {
+  // [n, its method]: 400 (Whisper's) = 2 x 200, 200 = 4 2 5 5; 30 = 2 x 15 (3 5); 105 odd (3 5 7); 22 = 2 x 11
+  const lengths = [[400, 'mixed'], [512, 'fft.js'], [30, 'mixed'], [105, 'mixed'], [22, 'bluestein'], [401, 'bluestein']];
+  for (const [n, method] of lengths) {
+    test(`the power spectrum of ${n} samples is the DFT's (${method}, and every other method that takes ${n})`, () => {
       const frame = Float64Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) + ((i * 7919) % 13) / 13 - 0.5);
-      const got = powerSpectrum(n)(frame);
       const want = plainPower(frame);
       const scale = Math.max(...want);
-      want.forEach((w, k) => assert.ok(Math.abs(got[k] - w) <= 1e-9 * scale, `bin ${k}: ${got[k]} vs ${w}`));
+      const methods = [null, 'bluestein', ...(n & (n - 1) ? [] : ['fft.js']), ...(method === 'mixed' ? ['mixed'] : [])];
+      for (const m of methods) {
+        const got = Array.from(powerSpectrum(n, m)(frame)); // a copy: the next call reuses the array
+        assert.equal(got.length, want.length);
+        want.forEach((w, k) => assert.ok(Math.abs(got[k] - w) <= 1e-12 * scale, `${m ?? method} bin ${k}: ${got[k]} vs ${w}`));
+      }
     });
   }
+
+  test('a frame length with a prime factor over 7 has no mixed-radix transform', () => {
+    assert.throws(() => powerSpectrum(22, 'mixed'), /prime factor over 7/);
+  });
 
   test('the Slaney filters cover 0 Hz to Nyquist, each a triangle of area about 2 / width', () => {
     const filters = melFilters(80, 400, 16000);
