@@ -95,11 +95,14 @@ def _pack(graph: Any, nodes: list[Any]) -> None:
         output.name = name  # the value keeps its name (and its place among the graph outputs)
         old.replace_all_uses_with(output, replace_graph_outputs=True)
     for node, bias in zip(nodes, biases):
+        dropped = [node.inputs[1]]
         if with_bias:
+            dropped += [value for value in bias[0].inputs if value is not None and value.const_value is not None]
             graph.remove(bias[0], safe=True)
-        weight = node.inputs[1]
         graph.remove(node, safe=True)
-        graph.initializers.pop(weight.name, None)
+        for value in dropped:  # ONNX Runtime warns of initializers no node uses (onnxruntime-web prints it)
+            if not list(value.uses()):
+                graph.initializers.pop(value.name, None)
 
 
 def pack_model(model: Any) -> int:
