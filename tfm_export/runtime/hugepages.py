@@ -110,6 +110,17 @@ _pending: list[threading.Thread] = []  # collapses still running (`wait`)
 _one_at_a_time = threading.Lock()  # sessions made in a row collapse in turn, not on every core at once
 
 
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: a lock one of them held would never be released."""
+    global _one_at_a_time
+    _one_at_a_time = threading.Lock()
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def _collapse(ranges: Ranges) -> None:
     with _one_at_a_time:
         start = time.perf_counter()
