@@ -1,4 +1,4 @@
-r"""The time of one decoder step at small batches: code versions (each with its export) against CTranslate2, interleaved.
+r"""One decoder step at small batches: code versions (each with its export) against CTranslate2, interleaved.
 
     python benchmarks/step_ab.py HF_FOLDER --ct2-dir CT2_DIR --side before=../before:opus-before \
         --side after=.:opus-after [--num-beams 1,4] [--batch 1] [--rounds 5] [--threads 2] [--json OUT]
@@ -51,6 +51,11 @@ if kind == "ct2":
 else:
     from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
     ort = open_export(model, "cpu", RuntimeOptions(intra_op_threads=threads), verify=False)
+    try:  # the weights' collapse onto huge pages runs on a thread of its own: measure after it
+        from tfm_export.runtime.hugepages import wait
+        wait()
+    except ImportError:  # a checkout from before it
+        pass
     def run(k):
         config = GREEDY if beams == 1 else GREEDY.replace(num_beams=beams, min_new_tokens=k)
         return ort.generate_ids(src, max_new_tokens=k, stop_at_eos=False, config=config)

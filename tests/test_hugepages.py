@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.runtime.hugepages import HUGE_PAGE, added, anonymous_ranges, huge_aligned, new_memory_on_huge_pages
+from tfm_export.runtime.hugepages import (HUGE_PAGE, added, anonymous_ranges, huge_aligned,
+                                           new_memory_on_huge_pages, wait)
 
 MB = 1 << 20
 
@@ -71,14 +72,16 @@ def thp_mode() -> str:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
-def test_memory_made_inside_goes_on_huge_pages_and_old_memory_does_not():
+@pytest.mark.parametrize("background", [False, True])
+def test_memory_made_inside_goes_on_huge_pages_and_old_memory_does_not(background):
     if thp_mode() not in ("always", "madvise"):
         pytest.skip(f"SKIPPED: transparent huge pages are {thp_mode()} here")
     old = mmap.mmap(-1, 8 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     old.write(b"x" * (8 * MB))
-    with new_memory_on_huge_pages():
+    with new_memory_on_huge_pages(background=background):
         new = mmap.mmap(-1, 8 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         new.write(b"y" * (8 * MB))  # written before the advice: it must keep its contents
+    wait()
     ranges = {start: end for start, end in anonymous_ranges()}
     assert new[:1] == b"y" and new[-1:] == b"y"
     address = next(start for start in ranges if new_address(new, start, ranges[start]))
@@ -99,14 +102,21 @@ def new_address(buffer: mmap.mmap, start: int, end: int) -> bool:
     return start <= address < end
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
 def test_the_option_turns_it_off(tiny_export, monkeypatch):
-    from tfm_export.runtime import hugepages
+    from contextlib import contextmanager
 
-    calls, real = [], hugepages.advise
-    monkeypatch.setattr(hugepages, "advise", lambda ranges: calls.append(ranges) or real(ranges))
+    from tfm_export.runtime import device
+
+    asked = []
+
+    @contextmanager
+    def recorder(enabled=True, background=True):
+        asked.append(enabled)
+        yield
+
+    monkeypatch.setattr(device, "new_memory_on_huge_pages", recorder)
     sources = [[5, 9, 13, 7], [40, 41]]
     plain = open_export(tiny_export, "cpu", RuntimeOptions(huge_pages=False)).generate_ids(sources, 12)
-    assert calls == []
+    assert asked == [False, False]  # encoder and decoder
+    monkeypatch.undo()
     assert open_export(tiny_export, "cpu").generate_ids(sources, 12) == plain  # memory backing only
-    assert len(calls) == 2  # encoder and decoder sessions

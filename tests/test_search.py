@@ -64,8 +64,9 @@ def test_beam_search_equals_the_plain_oracle(eos_model, settings):
 
 
 def test_beam_reorders_the_cache_on_the_device(eos_model, monkeypatch):
-    """Beam search gathers past rows with the reorder graph; OrtValues never become numpy. The encoder's
-    outputs stay one per source: the decoder's beams attend to their source's (Manifest.cross_per_source)."""
+    """Beam search gathers past rows with RowGather (on CPU numpy's take on the OrtValues' memory, elsewhere
+    the reorder graph). The encoder's outputs stay one per source: the decoder's beams attend to their
+    source's (Manifest.cross_per_source)."""
     _, runtime = eos_model
     from tfm_export.runtime import reorder
 
@@ -76,6 +77,26 @@ def test_beam_reorders_the_cache_on_the_device(eos_model, monkeypatch):
     runtime.generate(SOURCES, num_beams=4, max_new_tokens=6)
     assert runtime.manifest.cross_per_source
     assert set(calls) == {2 * runtime.config.n_decoder_layers} and len(calls) > 1  # past.*, at reordering steps
+
+
+def test_host_gather_equals_the_reorder_graph():
+    """On CPU RowGather takes the rows with numpy; the graph a GPU runs gives the same rows, new or written
+    into given OrtValues."""
+    import onnxruntime as ort
+
+    from tfm_export.runtime.device import parse_device
+    from tfm_export.runtime.reorder import gather_model, helper_session, host_gather
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((4, 2, 3, 5)).astype(np.float32), rng.random((4, 7)) < 0.5]
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+    index = np.array([2, 2, 0, 3])
+    graph = helper_session(gather_model(["float32", "bool"]), parse_device("cpu")).run(
+        None, {"index": index, "in_0": arrays[0], "in_1": arrays[1]})
+    assert all(np.array_equal(g, h.numpy()) for g, h in zip(graph, host_gather(values, index)))
+    out = [ort.OrtValue.ortvalue_from_numpy(np.zeros_like(a)) for a in arrays]
+    host_gather(values, index, out)
+    assert all(np.array_equal(g, o.numpy()) for g, o in zip(graph, out))
 
 
 def test_exports_with_encoder_outputs_per_row_search_the_same(eos_model, monkeypatch):

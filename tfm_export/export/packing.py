@@ -2,19 +2,19 @@
 
 Attention multiplies one hidden state by three weights (query, key, value), and the encoder
 multiplies its output by every decoder layer's cross key and value weights (twelve for a 6-layer
-decoder). Each MatMul is a separate kernel run, and at the batch sizes of decoding a run of a
-512 x 512 weight is short enough for its fixed cost to show: the opus-mt decoder step spent
-about a twentieth of its CPU time on those fixed costs (BENCHMARKS.md, "The fixed cost of a step").
-`pack_projections` writes such a group as one MatMul by the weights side by side, one Add of the
-biases side by side (when every member adds a constant bias) and one Split back into the original
+decoder). Each MatMul is a separate kernel run (at 2 threads, a parallel section of its own), and at
+the batch sizes of decoding a run of a 512 x 512 weight is short enough for that to show: packed, the
+opus-mt decoder step took 3.34-3.58 ms instead of 3.44-3.62 (BENCHMARKS.md, "The fixed cost of a
+step"). `pack_projections` writes such a group as one MatMul by the weights side by side, one Add of
+the biases side by side (when every member adds a constant bias) and one Split back into the original
 outputs.
 
-The outputs are bit for bit those of the separate MatMuls: every output column is still one dot
-product over the same K values in the same order (ONNX Runtime's MLAS kernel splits work by columns
-and blocks K alike for any N), and adding a bias is elementwise. tests/test_export.py compares
-every output of packed and unpacked graphs for equality, not closeness. Only float32 graphs without
-quantisation are packed: int8 and int4 weights are scaled per tensor or per block, and a packed
-weight would share scales the separate ones did not.
+The outputs are bit for bit those of the separate MatMuls on ONNX Runtime's CPU kernels: every output
+column is still one dot product over the same K values in the same order, and adding a bias is
+elementwise. tests/test_packing.py compares every output of packed and unpacked graphs for equality,
+not closeness (other devices' GEMMs may pick another blocking for another N: parity, as validation
+checks). Only float32 graphs without quantisation are packed: int8 and int4 weights are scaled per
+tensor or per block, and a packed weight would share scales the separate ones did not.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def _pack(graph: Any, nodes: list[Any]) -> None:
     graph.insert_before(nodes[0], new)
     for node, bias, output in zip(nodes, biases, split.outputs):
         old = (bias[0] if with_bias else node).outputs[0]
-        name, old.name = old.name, None
-        output.name = name  # the value keeps its name (and its place among the graph outputs)
+        kept, old.name = old.name, None
+        output.name = kept  # the value keeps its name (and its place among the graph outputs)
         old.replace_all_uses_with(output, replace_graph_outputs=True)
     for node, bias in zip(nodes, biases):
         dropped = [node.inputs[1]]

@@ -101,11 +101,13 @@ def _share_masks(model: Any) -> int:
     for node in list(model.graph):
         start, end = node.attributes.get_int("start", 0), node.attributes.get_int("end", None)
         source = node.inputs[0] if node.op_type == "Shape" and node.domain == "" and node.inputs else None
-        dim = source.shape[start] if source is not None and source.shape and 0 <= start and end == start + 1 else None
+        one_dim = source is not None and source.shape and 0 <= start and end == start + 1
+        dim = source.shape[start] if one_dim else None
         if isinstance(dim, ir.SymbolicDim) and dim.value in first and first[dim.value] != (source, start):
             value, axis = first[dim.value]
             node.replace_input_with(0, value)
-            node.attributes["start"], node.attributes["end"] = ir.AttrInt64("start", axis), ir.AttrInt64("end", axis + 1)
+            node.attributes["start"] = ir.AttrInt64("start", axis)
+            node.attributes["end"] = ir.AttrInt64("end", axis + 1)
             repointed += 1
         for output in node.outputs:
             note(output)

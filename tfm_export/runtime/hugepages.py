@@ -11,11 +11,13 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which only works when set before the proc
 So `create_session` notes the process's anonymous memory before a session is made and, after it,
 asks the kernel to back what the session added with huge pages: madvise(MADV_HUGEPAGE) on those
 ranges (2 MiB-aligned, inward), then madvise(MADV_COLLAPSE) (Linux 6.1+) to do it now rather than
-whenever khugepaged gets there. Mappings mostly not in memory (the stacks of the session's threads)
-are left alone: a collapse fills in what it covers. Both are advice: the contents never change, and a kernel without
-them (or with huge pages off, `never`) just refuses, which is logged and ignored. Only memory that
+whenever khugepaged gets there; on a thread of its own (`wait` joins it), so that opening a model
+does not wait. Mappings mostly not in memory (the stacks of the session's threads) are left alone: a
+collapse fills in what it covers. Both calls are advice: the contents never change, and a kernel
+without them (or with huge pages off, `never`) refuses, which is logged and ignored. Only memory that
 appeared while the session was made is touched (another thread allocating meanwhile may have its
-ranges advised too, which is harmless). RuntimeOptions.huge_pages turns it off.
+ranges advised too, which is harmless; so is a range freed before the collapse reaches it).
+RuntimeOptions.huge_pages turns it off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import ctypes
 import logging
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -103,9 +106,43 @@ def advise(ranges: Ranges) -> int:
     return collapsed
 
 
+_pending: list[threading.Thread] = []  # collapses still running (`wait`)
+_one_at_a_time = threading.Lock()  # sessions made in a row collapse in turn, not on every core at once
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: a lock one of them held would never be released."""
+    global _one_at_a_time
+    _one_at_a_time = threading.Lock()
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _collapse(ranges: Ranges) -> None:
+    with _one_at_a_time:
+        start = time.perf_counter()
+        collapsed = advise(ranges)
+    log.debug("huge pages: %.0f of %.0f MB collapsed in %.2f s", collapsed / 2**20,
+              sum(end - begin for begin, end in ranges) / 2**20, time.perf_counter() - start)
+
+
+def wait(timeout: float | None = None) -> None:
+    """Until the collapses started so far are done (benchmarks, tests; decoding does not need to wait)."""
+    while _pending:
+        _pending.pop(0).join(timeout)
+
+
 @contextmanager
-def new_memory_on_huge_pages(enabled: bool = True) -> Iterator[None]:
-    """Around making a session: afterwards, the anonymous memory that appeared meanwhile goes on huge pages."""
+def new_memory_on_huge_pages(enabled: bool = True, background: bool = True) -> Iterator[None]:
+    """Around making a session: afterwards, the anonymous memory that appeared meanwhile goes on huge pages.
+
+    `background`: collapse on a thread of its own (the kernel copies each 2 MiB: about 0.5 s for the
+    opus-mt decoder on the VM of BENCHMARKS.md), so that opening a model does not wait for it and a
+    one-off translation is not slowed down by it; the session runs meanwhile, on small pages where the
+    collapse has not reached yet."""
     if not enabled or not sys.platform.startswith("linux"):
         yield
         return
@@ -115,8 +152,12 @@ def new_memory_on_huge_pages(enabled: bool = True) -> Iterator[None]:
         yield
         return
     yield
-    start = time.perf_counter()
     ranges = huge_aligned(added(before, anonymous_ranges("/proc/self/smaps", resident=0.5)))
-    collapsed = advise(ranges)
-    log.debug("huge pages: %.0f of %.0f MB collapsed in %.2f s", collapsed / 2**20,
-              sum(end - start for start, end in ranges) / 2**20, time.perf_counter() - start)
+    if not ranges:
+        return
+    if not background:
+        _collapse(ranges)
+        return
+    thread = threading.Thread(target=_collapse, args=(ranges,), name="tfm-export-huge-pages", daemon=True)
+    thread.start()
+    _pending[:] = [t for t in _pending if t.is_alive()] + [thread]

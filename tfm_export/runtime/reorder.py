@@ -94,7 +94,7 @@ def host_gather(values: list[ort.OrtValue], index: np.ndarray, out: list[ort.Ort
     if out is None:
         return [ort.OrtValue.ortvalue_from_numpy(np.take(v.numpy(), index, axis=0)) for v in values]
     for value, target in zip(values, out):
-        np.take(value.numpy(), index, axis=0, out=target.numpy())
+        target.update_inplace(np.take(value.numpy(), index, axis=0))
     return out
 
 
