@@ -87,6 +87,44 @@ def test_packed_weights_equal_ort_quantizer(tmp_path):
             np.testing.assert_array_equal(a, b)
 
 
+def test_k_quant_weights_equal_ort_k_quant(tmp_path):
+    """--int4-method k_quant: the bytes ORT's MatMulNBitsQuantizer writes with its k_quant algorithm (an even
+    block count per row, where its zero-point layout is the per-row one), and, with an odd block count (3
+    blocks, the last padded), the product of the weights it chose, which are not rtn's."""
+    import onnxruntime as ort
+    from onnxruntime.quantization.matmul_nbits_quantizer import KQuantWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    from onnxruntime.quantization.neural_compressor.weight_only import pad_tensor, quant_tensor_k_quant_cpu
+
+    small_graph(tmp_path / "f32.onnx", {"y": (64, 48), "z": (128, 40)})
+    quantize_int4(tmp_path / "f32.onnx", tmp_path / "ours.onnx", False, Int4Settings(32, 4, "k_quant"))
+    theirs = MatMulNBitsQuantizer(onnx.load(str(tmp_path / "f32.onnx")), block_size=32, accuracy_level=4,
+                                  algo_config=KQuantWeightOnlyQuantConfig())
+    theirs.process()
+    arrays = lambda g: sorted((t.name, numpy_helper.to_array(t)) for t in g.initializer)  # noqa: E731
+    got, want = arrays(onnx.load(str(tmp_path / "ours.onnx")).graph), arrays(theirs.model.model.graph)
+    assert len(got) == len(want) == 6  # named as the default writer names them; ORT's k_quant names differ
+    for (_, a), (_, b) in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+    rng = np.random.default_rng(2)
+    w = (rng.standard_t(3, (96, 24)) * 0.05).astype(np.float32)  # heavy tails, as trained weights have
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    q, scale, zero = quant_tensor_k_quant_cpu(pad_tensor(w, 32, 3).T, 4, 32)
+    reference = ((q - zero) * scale).reshape(24, 96).T.astype(np.float32)  # the weights k-quant chose
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 96])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 24])], [numpy_helper.from_array(w, "w")]),
+        opset_imports=[helper.make_opsetid("", 18)], ir_version=10), str(tmp_path / "odd.onnx"))
+    outputs = {}
+    for method in ("rtn", "k_quant"):
+        quantize_int4(tmp_path / "odd.onnx", tmp_path / f"odd-{method}.onnx", False, Int4Settings(32, 0, method))
+        session = ort.InferenceSession(str(tmp_path / f"odd-{method}.onnx"), providers=["CPUExecutionProvider"])
+        outputs[method] = session.run(None, {"x": x})[0]
+    np.testing.assert_allclose(outputs["k_quant"], x @ reference, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(outputs["k_quant"], outputs["rtn"], rtol=1e-5, atol=1e-5)  # not rtn's choice again
+
+
 def test_weights_in_external_data_are_packed_into_the_variants_own_file(tmp_path):
     """A model over 2 GB keeps its weights in GRAPH.onnx.data: int4 reads them from there and writes its own."""
     small_graph(tmp_path / "inline.onnx", {"y": (64, 48)})
@@ -267,6 +305,7 @@ def test_max_quality_drop_fails_a_damaged_int4_variant(tmp_path, eval_file, monk
     (["--int4-block-size", "64"], "the --int4-* options apply to --quantize int4 only"),
     (["--quantize", "int8", "--int4-head"], "the --int4-* options apply to --quantize int4 only"),
     (["--quantize", "int4", "--int4-block-size", "48"], "'48' is not one of"),
+    (["--quantize", "int4", "--int4-method", "gptq"], "'gptq' is not one of"),
 ])
 def test_impossible_int4_mixes_are_one_line(tmp_path, flags, message):
     result = run_cli(hf_fixtures.trained_folder(FAMILY), "-o", tmp_path / "x", *flags)

@@ -86,7 +86,8 @@ def int4_options(fn):
         else:
             kind = click.Choice([str(c) for c in meta["choices"]])
             option = click.option(flag, f"int4_{item.name}", type=kind, default=None, show_choices=True,
-                                  callback=lambda ctx, param, value: None if value is None else int(value),
+                                  callback=lambda ctx, param, value, cast=type(item.default):
+                                  None if value is None else cast(value),
                                   help=f"{meta['help']} Default {item.default}; with --quantize int4.")
         fn = option(fn)
     return fn

@@ -57,6 +57,11 @@ class Int4Settings:
                                      "2 float16, 3 bfloat16, 4 int8 (fastest on x86 and ARM; may flip near-tie "
                                      "argmaxes on outlier activations, onnxruntime#29849).",
                                   choices=(0, 1, 2, 3, 4))
+    method: str = setting("rtn", "How each block's scale and zero point are chosen: rtn (its minimum and "
+                                 "maximum, round to nearest) or k_quant (llama.cpp's k-quant search, as ONNX "
+                                 "Runtime's quantizer ships it: a weighted least-squares fit over 20 candidate "
+                                 "scales; slower to export, the same kernel and size).",
+                          choices=("rtn", "k_quant"))
     head: bool = setting(False, "Quantise the output projection to the vocabulary to 4 bits too (default: "
                                 "int8, as --quantize int8 makes it; a 4-bit head is known to cause repetition).")
 
@@ -83,7 +88,7 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) 
             counts["int8_matmuls"] += 1
             continue
         if weight not in packed:
-            packed[weight] = _pack(model, weight, settings.block_size)
+            packed[weight] = _pack(model, weight, settings.block_size, settings.method)
         _replace(model, node, weight, packed[weight], settings)
         counts["int4_matmuls"] += 1
     for weight in packed:
@@ -95,9 +100,14 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) 
     return counts
 
 
-def pack_weight(array: Any, block_size: int) -> tuple[Any, Any, Any]:
+def pack_weight(array: Any, block_size: int, method: str = "rtn") -> tuple[Any, Any, Any]:
     """(B_Q4 uint8 (N, blocks, block/2), scales float32 (N, blocks), zero points uint8 (N, ceil(blocks/2)))
-    of a float32 (K, N) weight: ORT's own MatMulNBits packing (DefaultWeightOnlyQuantizer)."""
+    of a float32 (K, N) weight, in ORT's MatMulNBits layout."""
+    return PACKERS[method](array, block_size)
+
+
+def _pack_rtn(array: Any, block_size: int) -> tuple[Any, Any, Any]:
+    """ORT's own packing (DefaultWeightOnlyQuantizer, its C++ quantize_matmul_4bits): min/max per block."""
     from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
                                                                   DefaultWeightOnlyQuantizer)
 
@@ -105,9 +115,29 @@ def pack_weight(array: Any, block_size: int) -> tuple[Any, Any, Any]:
     return DefaultWeightOnlyQuantizer(config).qbits_block_quant(array)
 
 
-def _pack(model: Any, weight: Any, block_size: int) -> tuple[Any, ...]:
+def _pack_k_quant(array: Any, block_size: int) -> tuple[Any, Any, Any]:
+    """The scales and zero points of ORT's k-quant (MatMulNBitsQuantizer's `k_quant` algorithm: its
+    quant_tensor_k_quant_cpu), packed as _pack_rtn packs: two 4-bit values a byte, low nibble first, and the
+    zero points of a row padded with 8 to whole bytes (ORT's own k_quant writer packs them across rows,
+    which is only the same layout when the block count is even)."""
+    import numpy as np
+    from onnxruntime.quantization.neural_compressor.weight_only import pad_tensor, quant_tensor_k_quant_cpu
+
+    k, n = array.shape
+    blocks = -(-k // block_size)
+    q, scales, zeros = quant_tensor_k_quant_cpu(pad_tensor(array, block_size, blocks).T, BITS, block_size)
+    q = q.astype(np.uint8)  # (N * blocks, block), row-major: a row's blocks are consecutive
+    packed = (q[:, 0::2] | q[:, 1::2] << 4).reshape(n, blocks, block_size // 2)
+    zeros = np.pad(zeros.reshape(n, blocks), ((0, 0), (0, blocks % 2)), constant_values=8)
+    return packed, scales.astype(np.float32).reshape(n, blocks), (zeros[:, 0::2] | zeros[:, 1::2] << 4)
+
+
+PACKERS = {"rtn": _pack_rtn, "k_quant": _pack_k_quant}
+
+
+def _pack(model: Any, weight: Any, block_size: int, method: str) -> tuple[Any, ...]:
     """The packed initializers of `weight` (named as MatMulNBitsQuantizer names them), the float one unmapped."""
-    q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size)
+    q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size, method)
     release = getattr(weight.const_value, "release", None)
     if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
         release()
