@@ -196,7 +196,7 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     manifest = json.loads((int4_export / "manifest.json").read_text())
     variant, validation = manifest["variant"], manifest["validation"]
     assert variant["quantize"] == "int4"
-    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "head": "int8", "symmetric": False}
+    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "head": "int8", "symmetric": False}
     assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
     quality = validation["quality"]
     assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
