@@ -1,18 +1,19 @@
 r"""Models over 2 GB: peak memory of each export stage and variant, and int8 speed against CTranslate2 int8.
 
     .venv/bin/python benchmarks/big_models.py [--layout nllb,nllb_1.3b] [--variants float32,int8,optimize,float16] \
-        [--work DIR] [--json OUT.json] [--speed] [--threads 2] [--repeat 3]
+        [--work DIR] [--json OUT.json] [--speed] [--speed-variants int8,int4,float32] [--threads 2] [--repeat 3]
 
 Each layout is a random folder of the published checkpoint's sizes (families.py's FULL: facebook/nllb-200-
 distilled-600M is 2.46 GB of float32 weights, nllb-200-1.3B 5.5 GB), saved by transformers. Every variant is
-exported in a process of its own, as `tfm-export FOLDER -o OUT [--quantize int8 | --optimize | --dtype float16]`
+exported in a process of its own, as `tfm-export FOLDER -o OUT [--quantize int8|int4 | --optimize | --dtype float16]`
 does it (validation included); that process reads its peak resident memory per stage from the kernel
 (`VmHWM`, reset at each stage's start through /proc/self/clear_refs), so the table says where the peak comes
 from. The target (issue #40): every stage within 2.5x the float32 weights' size.
 
---speed adds, for the first layout, the time per decoding step of the int8 export against CTranslate2 int8
-(compute_type="int8" on its float32 conversion of the same folder) at batch 1 and 16, greedy and beam 4, one
-interleaved run (families.py's `measure`: (t(N tokens) - t(1)) / (N - 1), medians).
+--speed adds, for the first layout, the time per decoding step of the kept exports named by --speed-variants
+(default: int8) against CTranslate2 int8 (compute_type="int8" on its float32 conversion of the same folder) at
+batch 1 and 16, greedy and beam 4, one interleaved run (families.py's `measure`: (t(N tokens) - t(1)) / (N - 1),
+medians). `--variants ""` measures exports kept in --work without exporting again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 VARIANT_OPTIONS: dict[str, dict[str, Any]] = {
-    "float32": {}, "int8": {"quantize": "int8"}, "optimize": {"optimize": True}, "float16": {"dtype": "float16"}}
+    "float32": {}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}, "optimize": {"optimize": True},
+    "float16": {"dtype": "float16"}}
 GB = 1e9
 
 
@@ -105,8 +107,9 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def speed(folder: Path, int8_dir: Path, work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """ORT int8 vs CTranslate2 int8, one interleaved run per (batch, decoding)."""
+def speed(folder: Path, exports: dict[str, Path], work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ORT's exports (name -> folder: "int8", "int4", ...) vs CTranslate2 int8, one interleaved run per (batch,
+    decoding)."""
     import ctranslate2
     import torch
     from families import FIRST_ID, UNK_ID, IdTokenizer, convert_ct2, measure, ort_run, prepared
@@ -124,7 +127,8 @@ def speed(folder: Path, int8_dir: Path, work: Path, args: argparse.Namespace) ->
         return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
 
     class Backends:
-        family, runs = "nllb int8", {"ort": ort_run(int8_dir, args.threads), "ctranslate2": ct2}
+        family = "nllb"
+        runs = {**{f"ort {name}": ort_run(path, args.threads) for name, path in exports.items()}, "ctranslate2": ct2}
 
         def seconds(self, name: str, src: list[list[int]], k: int, beams: int) -> float:
             start = time.perf_counter()
@@ -136,10 +140,13 @@ def speed(folder: Path, int8_dir: Path, work: Path, args: argparse.Namespace) ->
         src = torch.randint(FIRST_ID, cfg.vocab_size - 1, (batch, 32), generator=generator).tolist()
         for beams in (1, 4):
             result = measure(Backends(), src, beams, args, reference="ctranslate2")
+            ct2_ms = result["ctranslate2"]["step_ms_p50"]
             rows.append({"batch": batch, "decoding": "greedy" if beams == 1 else f"beam {beams}",
                          **{name: round(r["step_ms_p50"], 2) for name, r in result.items()},
-                         "ort_vs_ct2": round(result["ort"]["step_ms_p50"] / result["ctranslate2"]["step_ms_p50"], 2),
-                         "same_rows": result["ort"]["same_as_ctranslate2"]})
+                         **{f"{name} / ct2": round(r["step_ms_p50"] / ct2_ms, 2) for name, r in result.items()
+                            if name != "ctranslate2"},
+                         **{f"{name} same rows": r["same_as_ctranslate2"] for name, r in result.items()
+                            if name != "ctranslate2"}})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -154,7 +161,10 @@ def main() -> None:
                         help=f"comma-separated, of {', '.join(VARIANT_OPTIONS)}")
     parser.add_argument("--work", type=Path, default=None, help="keep the folders here and reuse them")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
-    parser.add_argument("--speed", action="store_true", help="int8 ms/step against CTranslate2 int8 (first layout)")
+    parser.add_argument("--speed", action="store_true",
+                        help="ms/step of --speed-variants against CTranslate2 int8 (first layout)")
+    parser.add_argument("--speed-variants", default="int8",
+                        help="the kept exports WORK/LAYOUT-VARIANT that --speed measures, comma-separated")
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op and CTranslate2 threads")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds per backend for --speed")
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per row for --speed")
@@ -174,7 +184,8 @@ def main() -> None:
         speed_rows = []
         if args.speed:
             first = args.layout.split(",")[0]
-            speed_rows = speed(work / f"{first}-hf", work / f"{first}-int8", work, args)
+            exports = {v: work / f"{first}-{v}" for v in args.speed_variants.split(",")}
+            speed_rows = speed(work / f"{first}-hf", exports, work, args)
         if args.json:
             args.json.write_text(json.dumps({"memory": rows, "speed": speed_rows}, indent=2) + "\n")
 
