@@ -364,7 +364,7 @@ def test_export_carries_the_tokenizer_and_matches_generate(opus_folder, tmp_path
                         "--greedy")
     assert generated.exit_code == 0 and json.loads(generated.output)["text"] == texts[0]
     # The copied tokenizer files are recorded with their hashes: --force removes them only while unchanged.
-    assert sorted(manifest["files"]) == ["source.spm", "target.spm", "vocab.json"]
+    assert sorted(manifest["files"]) == ["source.spm", "source.tokenizer.json", "target.spm", "vocab.json"]
     (out / "target.spm").write_bytes(b"edited by the user")
     run_cli_ok(folder, "-o", out, "--force", "--no-validate")
     kept = [p for p in tmp_path.iterdir() if p.name.startswith(".export.old-")]
