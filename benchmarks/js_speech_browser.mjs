@@ -52,6 +52,7 @@ const HTML = `<!doctype html><html><head><meta charset="utf-8"><link rel="icon" 
 /** The file behind a URL path of the tjs page, or null. */
 function tjsFile(urlPath) {
   if (urlPath === '/bench.mjs') return path.join(here, 'js_speech_page.mjs');
+  if (urlPath === '/tjs-run.mjs') return path.join(here, 'js_speech_tjs.mjs');
   if (urlPath.startsWith('/wav/')) return wavs[Number.parseInt(urlPath.slice(5), 10)] ?? null;
   const prefix = Object.keys(MOUNTS).find((p) => urlPath.startsWith(p));
   const root = path.resolve(MOUNTS[prefix]);

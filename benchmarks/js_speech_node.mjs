@@ -18,6 +18,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { tjsTranscriber } from './js_speech_tjs.mjs';
 import { parseArgs } from 'node:util';
 
 const NODE_RUNTIME = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'runtimes', 'node');
@@ -47,24 +48,7 @@ async function theirs() {
     localModelPath: `${path.dirname(path.resolve(dir))}/` });
   const asr = await pipeline('automatic-speech-recognition', path.basename(path.resolve(dir)),
     { dtype: 'fp32', device: 'cpu', session_options: sessionOptions });
-  const generate = asr.model.generate.bind(asr.model);
-  let sequence = null;
-  asr.model.generate = async (args) => {
-    const out = await generate(args);
-    sequence = out.tolist()[0].map(Number);
-    return out;
-  };
-  const config = asr.model.generation_config;
-  return async (samples, language, maxNewTokens) => {
-    const options = { language, task: 'transcribe', return_timestamps: false };
-    if (maxNewTokens) options.max_new_tokens = maxNewTokens;
-    const { text } = await asr(samples, options);
-    const prompt = asr.model._retrieve_init_tokens({ ...config, language, task: 'transcribe',
-      return_timestamps: false });
-    const ids = sequence.slice(prompt.length);
-    if (ids.at(-1) === config.eos_token_id) ids.pop();
-    return { text, ids };
-  };
+  return tjsTranscriber(asr);
 }
 
 const start = performance.now();
@@ -77,8 +61,8 @@ for await (const line of createInterface({ input: process.stdin })) {
     const request = JSON.parse(line);
     samples[request.wav] ??= readWav(readFileSync(request.wav), 16000, request.wav);
     const begin = performance.now();
-    const result = await run(samples[request.wav], request.language, request.max_new_tokens);
-    reply = { seconds: (performance.now() - begin) / 1000, ...result };
+    const { text, ids } = await run(samples[request.wav], request.language, request.max_new_tokens);
+    reply = { seconds: (performance.now() - begin) / 1000, text, ids };
   } catch (err) {
     reply = { error: `${err.name}: ${err.message}` };
   }

@@ -9,6 +9,7 @@
 // maxNewTokens) -> { ms, text, ids } transcribes the file's samples (read once, not timed).
 import * as ort from '/ort/ort.wasm.min.mjs';
 import { readWav } from '/lib/audio.mjs';
+import { tjsTranscriber } from '/tjs-run.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/'; // set before transformers.js loads: it would point an unset one at a CDN
 ort.env.wasm.numThreads = 1; // the page's: threads need cross-origin isolation
@@ -20,26 +21,10 @@ async function open() {
   Object.assign(env, { allowRemoteModels: false, allowLocalModels: true, localModelPath: '/',
     useBrowserCache: false, useWasmCache: false });
   const asr = await pipeline('automatic-speech-recognition', 'export', { dtype: 'fp32', device: 'wasm' });
-  const generate = asr.model.generate.bind(asr.model);
-  let sequence = null;
-  asr.model.generate = async (args) => {
-    const out = await generate(args);
-    sequence = out.tolist()[0].map(Number);
-    return out;
-  };
-  const config = asr.model.generation_config;
+  const transcribe = tjsTranscriber(asr);
   window.tjsBench = async (url, language, maxNewTokens) => {
     samples[url] ??= readWav(new Uint8Array(await (await fetch(url)).arrayBuffer()), 16000, url);
-    const options = { language, task: 'transcribe', return_timestamps: false };
-    if (maxNewTokens) options.max_new_tokens = maxNewTokens;
-    const start = performance.now();
-    const { text } = await asr(samples[url], options);
-    const ms = performance.now() - start;
-    const prompt = asr.model._retrieve_init_tokens({ ...config, language, task: 'transcribe',
-      return_timestamps: false });
-    const ids = sequence.slice(prompt.length);
-    if (ids.at(-1) === config.eos_token_id) ids.pop();
-    return { ms, text, ids };
+    return transcribe(samples[url], language, maxNewTokens);
   };
 }
 
