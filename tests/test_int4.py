@@ -182,11 +182,22 @@ def ops(path: Path) -> dict[str, list[onnx.NodeProto]]:
     return nodes
 
 
+def int8_weight_shapes(path: Path) -> list[tuple[int, ...]]:
+    """The shapes of the int8 weights of the graph's MatMulIntegers, in graph order."""
+    graph = onnx.load(str(path)).graph
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+    return [shapes[n.input[1]] for n in graph.node if n.op_type == "MatMulInteger"]
+
+
 def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None:
-    """Every weight MatMul of `graph` is MatMulNBits (block 32) but the vocabulary head, int8 as int8 makes it."""
+    """Every weight MatMul of `graph` is MatMulNBits (block 32) but the vocabulary head, int8 as int8 makes it
+    (the tied head too: torch.onnx writes it as a MatMul of Transpose(embedding), which the quantisers fold)."""
     nodes = ops(folder / f"{graph}.onnx")
     assert "WeightMatMul" not in nodes and len(nodes["MatMulInteger"]) == 1, graph
     assert nodes["MatMulInteger"][0].input[1].endswith("_quantized")
+    vocab = json.loads((folder / "manifest.json").read_text())["config"]["tgt_vocab_size"]
+    assert int8_weight_shapes(folder / f"{graph}.onnx")[0][1] == vocab  # (d_model, vocab): the head, no other
+    assert all(n.input[0] != "model.lm_head.weight" for n in nodes.get("Transpose", []))
     assert counts == {"int4_matmuls": len(nodes["MatMulNBits"]), "int8_matmuls": 1}
     assert {helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
             if a.name == "block_size"} == {32}
@@ -196,7 +207,8 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     manifest = json.loads((int4_export / "manifest.json").read_text())
     variant, validation = manifest["variant"], manifest["validation"]
     assert variant["quantize"] == "int4"
-    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "head": "int8", "symmetric": False}
+    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "ffn_output": "int4", "head": "int8",
+                               "symmetric": False}
     assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
     quality = validation["quality"]
     assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
@@ -205,6 +217,33 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     # keys and values of each of the 2 decoder layers.
     encoder = ops(int4_export / "encoder.onnx")
     assert "WeightMatMul" not in encoder and "MatMulInteger" not in encoder and len(encoder["MatMulNBits"]) == 16
+
+
+def test_the_t5_family_keeps_its_ffn_outputs_int8(tmp_path):
+    """T5's FFN output projection reads outlier activations (transformers keeps its `wo` in float32): its family
+    default keeps them int8 under int4, one per layer in both graphs, besides the (tied) head; the option
+    gives them 4 bits, and the manifest records what was made. (The held-out chrF this buys: BENCHMARKS.md.)"""
+    folder = hf_fixtures.trained_folder("t5")
+    config = json.loads((folder / "config.json").read_text())
+    d_ff, layers = config["d_ff"], (config["num_layers"], config["num_decoder_layers"])
+    made = {}
+    for option in ("auto", "int4"):
+        out = tmp_path / option
+        run_cli_ok(folder, "-o", out, "--quantize", "int4", "--int4-ffn-output", option, "--no-validate")
+        made[option] = json.loads((out / "manifest.json").read_text())["variant"]
+        made[option]["shapes"] = {g: int8_weight_shapes(out / f"{g}.onnx") for g in ("encoder", "decoder")}
+    assert made["auto"]["int4"]["ffn_output"] == "int8" and made["int4"]["int4"]["ffn_output"] == "int4"
+    d_model = config["d_model"]
+    assert made["auto"]["shapes"] == {"encoder": [(d_ff, d_model)] * layers[0],
+                                      "decoder": [(d_ff, d_model)] * layers[1] + [(d_model, config["vocab_size"])]}
+    assert made["int4"]["shapes"] == {"encoder": [], "decoder": [(d_model, config["vocab_size"])]}
+    counts = made["auto"]["transforms"]["int4"]
+    assert counts["decoder"]["int8_matmuls"] == layers[1] + 1 and counts["encoder"]["int8_matmuls"] == layers[0]
+
+
+def test_other_families_keep_their_ffn_outputs_int4(int4_export):
+    """Marian's FFN output reads no outliers: `auto` gives it 4 bits (the head alone is int8, checked above)."""
+    assert json.loads((int4_export / "manifest.json").read_text())["variant"]["int4"]["ffn_output"] == "int4"
 
 
 def test_int4_decodes_the_held_out_task_like_float32(int4_export):

@@ -101,7 +101,7 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
     assert isinstance(report["static_cache_mismatched_rows"], list) and "decoder_static.onnx: " in format_verification(report)
 
 
-def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):
+def test_int8_export_reports_agreement(tiny_checkpoint, tiny_export, tmp_path):
     out = tmp_path / "q"
     result = run_cli_ok(tiny_checkpoint, "-o", out, "--quantize", "int8")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -110,9 +110,15 @@ def test_int8_export_reports_agreement(tiny_checkpoint, tmp_path):
     greedy = manifest["validation"]["greedy"]
     assert manifest["validation"]["mode"] == "agreement" and 0.0 <= greedy["token_agreement"] <= 1.0
     assert "tokens agree" in result.output
-    ops = {n.op_type for n in onnx.load(str(out / "decoder.onnx")).graph.node}
+    graph = onnx.load(str(out / "decoder.onnx")).graph
+    ops = {n.op_type for n in graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
-    assert (out / "decoder.onnx").stat().st_size < (tiny_checkpoint.parent / "model_onnx" / "decoder.onnx").stat().st_size
+    # The tied head too: torch.onnx writes it as MatMul(x, Transpose(embedding)), folded before quantising.
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+    vocab = manifest["config"]["tgt_vocab_size"]
+    assert [shapes[n.input[1]][1] for n in graph.node if n.op_type == "MatMulInteger"][-1] == vocab
+    assert not [n for n in graph.node if n.op_type == "Transpose" and n.input[0] in shapes]
+    assert (out / "decoder.onnx").stat().st_size < (tiny_export / "decoder.onnx").stat().st_size
 
 
 def test_unsupported_variants_fail_before_writing(tiny_checkpoint, tmp_path):

@@ -7,6 +7,7 @@ every graph is exported, checked and (by default) validated, so a failed run lea
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -36,7 +37,7 @@ from .packing import pack_projections
 from .int4 import Int4Settings
 from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
-from .variants import requested, transform_graphs, validation_settings, variant_of
+from .variants import int4_settings, requested, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
@@ -133,6 +134,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
                           options={"static_slots": slots})
     requested(options)  # an impossible mix of variants fails before any work
+    options = _family_defaults(options, checkpoint)
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
     _check_quality_options(options, eval_set, checkpoint)
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
@@ -160,6 +162,15 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
         raise
     log.info("exported %s to %s", checkpoint.path or "model", out_dir)
     return manifest
+
+
+def _family_defaults(options: ExportOptions, checkpoint: Checkpoint) -> ExportOptions:
+    """`options` with what the model's family decides made concrete: int4's `ffn_output` auto (the importer
+    records in `meta` whether the family's FFN output reads outlier activations)."""
+    if options.quantize != "int4":
+        return options
+    outliers = bool(checkpoint.meta.get("ffn_output_outliers"))
+    return dataclasses.replace(options, int4=int4_settings(options).resolved(outliers))
 
 
 def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, checkpoint: Checkpoint) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -29,19 +30,16 @@ def transposed_initializers(path: Path) -> list[str]:
     return [node.name for node in graph.node if node.op_type == "Transpose" and node.input[0] in names]
 
 
-def fold_transposes(path: Path) -> int:
-    """Replace each Transpose of an initializer in the graph at `path` (weights in external data) by the
-    transposed initializer; the number folded. The graph and its data file are written beside, then moved
-    over the exporter's own files."""
+def fold_in_memory(model: Any) -> int:
+    """Replace each Transpose of an initializer in the onnx_ir `model` by the transposed initializer (the
+    source dropped when nothing else reads it); the number folded. The quantisers (export.int8, export.int4)
+    run it first: a tied head's weight is the embedding, which its Gather reads too, so torch.onnx leaves the
+    head a MatMul of a Transpose at any size, and quantisers take only MatMuls of initializers."""
     import onnx_ir as ir
 
-    if not transposed_initializers(path):
-        return 0
-    old = external_files(path)
-    model = ir.load(str(path))  # external weights are memory-mapped, read when transposed or saved
     folded = 0
     for node in list(model.graph):
-        source = node.inputs[0] if node.op_type == "Transpose" else None
+        source = node.inputs[0] if node.op_type == "Transpose" and node.domain in ("", "ai.onnx") else None
         if source is None or not source.is_initializer() or source.const_value is None:
             continue
         perm = node.attributes.get_ints("perm")
@@ -54,6 +52,20 @@ def fold_transposes(path: Path) -> int:
         if not source.uses():  # an untied head: only the transposed table is read
             model.graph.initializers.pop(source.name)
         folded += 1
+    return folded
+
+
+def fold_transposes(path: Path) -> int:
+    """Replace each Transpose of an initializer in the graph at `path` (weights in external data) by the
+    transposed initializer; the number folded. The graph and its data file are written beside, then moved
+    over the exporter's own files."""
+    import onnx_ir as ir
+
+    if not transposed_initializers(path):
+        return 0
+    old = external_files(path)
+    model = ir.load(str(path))  # external weights are memory-mapped, read when transposed or saved
+    folded = fold_in_memory(model)
     stage = path.parent / f".{path.name}.fold"
     stage.mkdir()
     try:

@@ -13,17 +13,20 @@ reads one weight at a time from the memory-mapped file and holds only the packed
 
 The output projection to the vocabulary stays int8 (export.int8's DynamicQuantizeLinear + MatMulInteger,
 what `--quantize int8` makes of it) unless `head` is set: a 4-bit head is known to make decoders repeat
-themselves. Embedding Gathers stay float32, as under int8.
+themselves. So do the feed-forward output projections where `ffn_output` is int8 (the T5 family's default:
+transformers keeps T5's `wo` in float32, its input carries outlier activations); the graph tells them by the
+module scope torch.onnx records on each node (model.layers.FeedForward's `fc2`). Embedding Gathers stay
+float32, as under int8.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 from .int8 import float_matrix, initializer, quantize_matmul_int8
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,10 @@ log = logging.getLogger(__name__)
 SYMMETRIC = False  # MatMulNBitsQuantizer's default: a zero point per block fits skewed blocks better
 BITS = 4
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
+# The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
+# the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
+SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+FFN_OUTPUT = ".ffn.fc2"
 
 
 def setting(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:
@@ -62,8 +69,19 @@ class Int4Settings:
                                  "Runtime's quantizer ships it: a weighted least-squares fit over 20 candidate "
                                  "scales; slower to export, the same kernel and size).",
                           choices=("rtn", "k_quant"))
+    ffn_output: str = setting("auto", "Precision of the feed-forward output projections: int4, int8 (about a sixth "
+                                      "more decoder bytes; what the T5 family needs, whose FFN output reads outlier "
+                                      "activations), or auto: the model family's default (int8 for T5 and mT5, "
+                                      "int4 otherwise).", choices=("auto", "int4", "int8"))
     head: bool = setting(False, "Quantise the output projection to the vocabulary to 4 bits too (default: "
                                 "int8, as --quantize int8 makes it; a 4-bit head is known to cause repetition).")
+
+    def resolved(self, ffn_outliers: bool) -> "Int4Settings":
+        """These settings with `ffn_output` auto made concrete: int8 where the family's FFN output reads outlier
+        activations (importers.families.Family.ffn_output_outliers), int4 otherwise."""
+        if self.ffn_output != "auto":
+            return self
+        return dataclasses.replace(self, ffn_output="int8" if ffn_outliers else "int4")
 
     def to_dict(self) -> dict[str, Any]:
         """What the manifest's variant records (`variant.int4`)."""
@@ -78,13 +96,14 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
     head = None if settings.head else _head_matmul(model.graph)
     packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
+    int8_inputs: dict[Any, Any] = {}  # an input read by several int8 MatMuls is quantised once
     counts = {"int4_matmuls": 0, "int8_matmuls": 0}
     for node in list(model.graph):
         weight = float_matrix(node)
         if weight is None:
             continue
-        if node is head:
-            quantize_matmul_int8(model, node, weight, {})
+        if node is head or (settings.ffn_output == "int8" and _is_ffn_output(node)):
+            quantize_matmul_int8(model, node, weight, int8_inputs)
             counts["int8_matmuls"] += 1
             continue
         if weight not in packed:
@@ -161,6 +180,18 @@ def _replace(model: Any, node: Any, weight: Any, packed: tuple[Any, ...], settin
     new = ir.node("MatMulNBits", [node.inputs[0], *packed], attributes=attributes, domain="com.microsoft",
                   name=f"{node.name}_Q{BITS}" if node.name else f"{out.name}_Q{BITS}")
     ir.convenience.replace_nodes_and_values(model.graph, node, [node], [new], [out], [new.outputs[0]])
+
+
+def _is_ffn_output(node: Any) -> bool:
+    """Whether torch.onnx recorded `node` as made by a feed-forward output projection (FFN_OUTPUT)."""
+    scopes = node.metadata_props.get(SCOPES_KEY)
+    if not scopes:
+        return False
+    try:
+        names = ast.literal_eval(scopes)
+    except (ValueError, SyntaxError):
+        return False
+    return any(isinstance(name, str) and name.endswith(FFN_OUTPUT) for name in names)
 
 
 def _head_matmul(graph: Any) -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 CHUNK_ELEMENTS = 1 << 22  # elements of a weight quantised at once, in whole rows (see _quantized)
 
 

@@ -20,6 +20,7 @@ from ..errors import ExportError, first_line
 from ..manifest import GraphSpec, Variant
 from .checks import check_graph, external_files
 from .float16 import FLOAT32_OPS, float16_graph
+from .folding import fold_in_memory, transposed_initializers
 from .int4 import Int4Settings, quantize_int4
 from .int8 import quantize_int8
 
@@ -131,6 +132,20 @@ def _untransposed(value: Any) -> Any:
     return source
 
 
+def fold_graph(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
+    """Transposes of weights stored transposed (export.folding), before --optimize and the quantisers: a tied
+    head is MatMul(x, Transpose(embedding)), which the fusions would make a FusedMatMul and the quantisers
+    would leave float32 (they take MatMuls of initializers); the float copy goes once quantised."""
+    import onnx_ir as ir
+
+    if not transposed_initializers(src):
+        return {"transposes": 0}  # nothing written: the graph stays as it is (see _run)
+    model = ir.load(str(src))
+    folded = fold_in_memory(model)
+    ir.save(model, str(dst), external_data=_data_name(dst) if external else None)
+    return {"transposes": folded}
+
+
 def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -> dict[str, int]:
     """Dynamic int8 quantisation of MatMul weights (activations quantised on the fly), for CPU: ORT's
     quantize_dynamic graph and weights, made one weight at a time (export.int8)."""
@@ -151,8 +166,9 @@ def _data_name(path: Path) -> str:
 
 # (graph file, where to write the result, its spec, weights in external data?) -> counts
 Transform = Callable[[Path, Path, GraphSpec, bool], dict[str, int]]
-# Applied in this order: fusions on the float32 graph first, then the dtype, then quantisation.
-TRANSFORMS: dict[str, Transform] = {"optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8,
+# Applied in this order: weights stored transposed for the quantisers, fusions on the float32 graph, then the
+# dtype, then quantisation.
+TRANSFORMS: dict[str, Transform] = {"fold": fold_graph, "optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8,
                                     "int4": quantize_graph_int4}
 DTYPES = ("float32", "float16")
 QUANTIZE = ("int8", "int4")
@@ -172,7 +188,7 @@ def requested(options: Any) -> list[str]:
                           "pick one")
     if options.int4 is not None and options.quantize != "int4":
         raise ExportError("the --int4-* options apply to --quantize int4 only; add it or drop them")
-    wanted = {"optimize": options.optimize, "float16": options.dtype == "float16",
+    wanted = {"fold": options.quantize is not None, "optimize": options.optimize, "float16": options.dtype == "float16",
               **{name: options.quantize == name for name in QUANTIZE}}
     return [name for name in TRANSFORMS if wanted[name]]
 
@@ -221,6 +237,8 @@ def _run(name: str, path: Path, spec: GraphSpec, options: Any) -> dict[str, int]
         if name in SETTINGS:
             transform = functools.partial(transform, **SETTINGS[name](options))
         counts = transform(path, stage / path.name, spec, bool(old))
+        if not (stage / path.name).exists():  # a transform with nothing to change writes nothing
+            return counts
         for file in old:
             (path.parent / file).unlink()
         for file in (path.name, *external_files(stage / path.name)):

@@ -60,5 +60,6 @@ class HFImporter:
                 "generation": generation_report(generation, config.eos_id, family.reproduces),
                 "generation_defaults": generation_defaults(generation, config.max_len, config.eos_id),
                 "forced_eos_at_max_length": generation.get("forced_eos_token_id") is not None,
-                **({"features": features} if features else {}), **({"speech": speech} if speech else {})}
+                **({"features": features} if features else {}), **({"speech": speech} if speech else {}),
+                **({"ffn_output_outliers": True} if family.ffn_output_outliers else {})}
         return Checkpoint(config=config, state_dict=converted, tokenizer=tokenizer, path=str(path), meta=meta)

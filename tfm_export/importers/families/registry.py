@@ -57,6 +57,9 @@ class Family:
     # Generation settings the family's own decoding reproduces (Whisper's rules read begin_suppress_tokens),
     # so that the import does not warn that they are not.
     reproduces: tuple[str, ...] = ()
+    # The FFN output projection reads outlier activations (transformers keeps T5's `wo` in float32,
+    # `_keep_in_fp32_modules`): `--quantize int4` keeps it int8 by default (export.int4.Int4Settings.ffn_output).
+    ffn_output_outliers: bool = False
 
     def config_json(self, raw: dict[str, Any]) -> dict[str, Any]:
         """config.json with the config class's defaults filled in."""

@@ -136,6 +136,7 @@ def _block(keys: KeyMap, theirs: str, ours: str, parts: tuple[str, ...], config:
         keys.copy(f"{ours}.ffn.fc2.weight", f"{dense}.wo.weight")
 
 
-register_family(Family("t5", T5Layout(), T5_DEFAULTS, TokenizerRule()))
+register_family(Family("t5", T5Layout(), T5_DEFAULTS, TokenizerRule(), ffn_output_outliers=True))
 # transformers 5's mT5 never scales (published mT5 folders are untied, which did not scale before).
-register_family(Family("mt5", T5Layout(scales_output=False), T5_DEFAULTS, TokenizerRule()))
+register_family(Family("mt5", T5Layout(scales_output=False), T5_DEFAULTS, TokenizerRule(),
+                       ffn_output_outliers=True))
