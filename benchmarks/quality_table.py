@@ -1,7 +1,8 @@
 r"""The quality table of reduced precision (#41): every trained fixture, float32 against int8, int4 and CTranslate2.
 
     .venv/bin/python benchmarks/quality_table.py --work /tmp/quality [--fixtures marian,nllb,whisper-digits] \
-        [--numbers 500] [--utterances 120] [--int4-levels 0,1,2,3,4] [--int4-blocks 16] [--int4-methods k_quant] [--json OUT.json] \
+        [--numbers 500] [--utterances 120] [--int4-levels 0,1,2,3,4] [--int4-blocks 16] [--int4-methods k_quant,gptq] \
+        [--json OUT.json] \
         [--markdown OUT.md]
 
 Fixtures: the nine trained Hugging Face folders of tests/fixtures/trained (numbers in digits -> English or
@@ -12,6 +13,7 @@ without validation: this table is the measurement) as float32, int8, int4 at the
 at each other `--int4-accuracy-level` (and `--int4-blocks`' block sizes), and converted with CTranslate2
 (quality_ct2.py; rows "ct2 float32", a check that the conversion decodes like our float32, and "ct2 int8").
 Exports and conversions are kept in --work and reused; each float32 graph is exported once (graphs_kept).
+`--int4-methods gptq` calibrates on CALIBRATION training sources of each text fixture (never held-out ones).
 
 Every variant decodes the same sources, greedily and (text, where the folder's generation_config.json
 asks for beams) with the folder's default decoding, at most MAX_NEW_TOKENS new tokens. Per fixture, decoding
@@ -28,6 +30,7 @@ import dataclasses
 import functools
 import json
 import logging
+import random
 import shutil
 import sys
 import time
@@ -44,6 +47,7 @@ from tfm_export.export.int4 import Int4Settings  # noqa: E402
 from tfm_export.export.quality import KINDS, decode_set, identical, read_eval_file  # noqa: E402
 
 MAX_NEW_TOKENS = 64  # the longest answer is under 30 tokens; a looping variant stops here
+CALIBRATION, CALIBRATION_SEED = 256, 1  # training sources for --int4-method gptq (never the held-out ones)
 NUM2WORDS = ROOT / "models" / "num2words-de"
 WHISPER = ROOT / "models" / "whisper-digits"
 DEFAULT_INT4 = Int4Settings()
@@ -70,6 +74,7 @@ class Fixture:
     groups: tuple[Group, ...]
     base: Path | None = None  # speech: the folder of the audio files
     native: bool = False  # our own checkpoint (bench.ct2's converter), not a Hugging Face folder
+    calibration: tuple[str, ...] = ()  # training sources `--int4-method gptq` calibrates on (none: speech)
 
 
 Decoder = Callable[[Group, dict[str, Any]], list[str]]  # (group, decoding options) -> output texts
@@ -86,13 +91,19 @@ def trained_fixture(family: str, numbers: int) -> Fixture:
         code = hf_fixtures.lang_code(family, lang)  # None: the source says it (marian's >>de<<, T5's prefix)
         options = {"target_lang": code, "source_lang": hf_fixtures.LANGS[family][0]} if code else {}
         groups.append(Group(lang, tuple(e.source for e in examples), tuple(e.target for e in examples), options))
-    return Fixture(family, hf_fixtures.trained_folder(family), "text", tuple(groups))
+    langs = hf_fixtures.TARGETS[family]
+    trained = random.Random(CALIBRATION_SEED).sample(hf_fixtures.split_numbers()[0], CALIBRATION)
+    calibration = tuple(hf_fixtures.example(family, n, langs[i % len(langs)]).source for i, n in enumerate(trained))
+    return Fixture(family, hf_fixtures.trained_folder(family), "text", tuple(groups), calibration=calibration)
 
 
 def num2words_fixture(numbers: int) -> Fixture:
     held_out = read_eval_file(NUM2WORDS / "heldout.tsv")
     group = Group("de", held_out.sources[:numbers], held_out.references[:numbers])  # type: ignore[index]
-    return Fixture("num2words-de", NUM2WORDS / "model.pt", "text", (group,), native=True)
+    # Its training numbers are 0..99999 less 2000 held out, of which the first 200 ship: calibrate on others.
+    pool = sorted(set(range(100_000)) - {int(s) for s in held_out.sources})
+    calibration = tuple(str(n) for n in random.Random(CALIBRATION_SEED).sample(pool, CALIBRATION))
+    return Fixture("num2words-de", NUM2WORDS / "model.pt", "text", (group,), native=True, calibration=calibration)
 
 
 def whisper_fixture(work: Path, utterances: int) -> Fixture:
@@ -248,11 +259,22 @@ def measure(fixture: Fixture, work: Path, levels: tuple[int, ...], blocks: tuple
     decoders, runner = {}, None
     with graphs_kept(work / fixture.name / "float32-graphs"):
         for variant, options in variant_options(levels, blocks, methods).items():
+            if options.get("int4") and options["int4"].method == "gptq":
+                if not fixture.calibration:
+                    continue  # speech: gptq calibrates on texts
+                options = {**options, "calibration_file": str(calibration_file(fixture, work))}
             folder = exported(fixture, work / fixture.name / variant.replace(" ", "-"), options, checkpoint)
             decoders[variant], opened = ort_decoder(folder, fixture)
             runner = runner or opened  # float32's: the CTranslate2 rows use its tokenizer and settings
     decoders.update(ct2_decoders(fixture, work / fixture.name / "ct2", checkpoint, runner))
     return score_rows(fixture, decode_all(fixture, decoders, decodings(fixture, runner)))
+
+
+def calibration_file(fixture: Fixture, work: Path) -> Path:
+    """The fixture's calibration sources, one a line, in work/<fixture>/calibration.txt."""
+    path = work / fixture.name / "calibration.txt"
+    path.write_text("".join(f"{source}\n" for source in fixture.calibration), encoding="utf-8")
+    return path
 
 
 def fixtures(names: list[str], work: Path, numbers: int, utterances: int) -> list[Fixture]:

@@ -138,6 +138,10 @@ OPSETS = click.IntRange(17, 25)
 @click.option("--max-quality-drop", type=click.FloatRange(min=0), default=None, metavar="POINTS",
               help="Fail the export (nothing written) when the variant loses more than POINTS of chrF against the "
                    "references (against float32's outputs without them; WER points for speech).")
+@click.option("--calibration-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Source texts like the model's real inputs, one a line (a TSV's first column is read), for "
+                   "--int4-method gptq: each is decoded once and what every layer reads on it weights the "
+                   "rounding. Never the held-out --eval-file: a calibrated model would be scored on its own data.")
 @click.option("--adapter", default=None, metavar="PACKAGE.MODULE:OBJECT",
               help="Your own architecture: MODEL is a module saved whole (torch.save(model, path), with "
                    "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
@@ -149,8 +153,9 @@ OPSETS = click.IntRange(17, 25)
 @library_errors
 def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
                    optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
-                   external_data: bool, eval_file: Path | None, max_quality_drop: float | None, adapter: str | None,
-                   revision: str | None, token: str | None, **load_opts: Any) -> None:
+                   external_data: bool, eval_file: Path | None, max_quality_drop: float | None,
+                   calibration_file: Path | None, adapter: str | None, revision: str | None, token: str | None,
+                   **load_opts: Any) -> None:
     """Export MODEL (a checkpoint file, a Hugging Face folder, or a Hugging Face Hub id such as
     Helsinki-NLP/opus-mt-en-de, downloaded into the Hugging Face cache) to ONNX, then validate it.
 
@@ -159,10 +164,10 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     int4 = int4_settings(load_opts)
     if adapter is not None:
         variant = optimize or quantize or int4 or dtype != "float32" or cuda_graph or static_slots is not None
-        if variant or eval_file or max_quality_drop is not None or external_data:
+        if variant or eval_file or max_quality_drop is not None or external_data or calibration_file:
             raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
-                                   "--int4-*, --dtype, --cuda-graph, --static-slots, --external-data, --eval-file and "
-                                   "--max-quality-drop")
+                                   "--int4-*, --dtype, --cuda-graph, --static-slots, --external-data, --eval-file, "
+                                   "--max-quality-drop and --calibration-file")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
     from ..export.exporter import ExportOptions, default_out_dir, export_model
@@ -183,7 +188,8 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
                             static_cache=cuda_graph or static_slots is not None,
                             static_slots=static_slots, external_data=external_data,
                             eval_file=str(eval_file) if eval_file else None,
-                            max_quality_drop=max_quality_drop)
+                            max_quality_drop=max_quality_drop,
+                            calibration_file=str(calibration_file) if calibration_file else None)
     try:
         with StageDisplay() as show:
             manifest = export_model(checkpoint, out, options, on_stage=show)

@@ -31,6 +31,7 @@ from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
 from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
+from .calibration import check_calibration, linear_hessians
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
 from .packing import pack_projections
@@ -74,6 +75,8 @@ class ExportOptions:
     # speech). None: the checkpoint's sample texts, scored against float32 only.
     eval_file: str | None = None
     max_quality_drop: float | None = None  # fail when the export loses more points (chrF; WER for speech)
+    # Source texts (one a line; a TSV's first column) that --int4-method gptq calibrates on (export.calibration).
+    calibration_file: str | None = None
 
     @property
     def is_variant(self) -> bool:
@@ -136,9 +139,13 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     requested(options)  # an impossible mix of variants fails before any work
     options = _family_defaults(options, checkpoint)
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
+    calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
+    if calibration is not None:
+        check_calibration(checkpoint)
     _check_quality_options(options, eval_set, checkpoint)
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
-    target = prepare_output_dir(out_dir, options.force, _inputs(checkpoint) + [options.eval_file])
+    target = prepare_output_dir(out_dir, options.force,
+                                _inputs(checkpoint) + [options.eval_file, options.calibration_file])
     stage = _Stages(on_stage)
     # A variant's quality is measured against its own float32 graphs, copied aside before the transforms.
     compare = options.is_variant and options.validate and (eval_set is not None or bool(checkpoint.samples))
@@ -149,7 +156,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
             model = checkpoint.build_model()
         with float32 as reference:
             reference = Path(reference) if reference else None
-            manifest = _write_graphs(checkpoint, model, target.tmp, options, stage, reference)
+            manifest = _write_graphs(checkpoint, model, target.tmp, options, stage, reference, calibration)
             release_freed_memory()  # the exporter's freed gigabytes, before the validation's sessions open
             if options.validate:
                 manifest = _validate(target.tmp, model, manifest, options, eval_set, reference, stage)
@@ -207,9 +214,11 @@ def _validate(folder: Path, model: Transformer, manifest: Manifest, options: Exp
 
 
 def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,
-                  stage: "_Stages", reference: Path | None = None) -> Manifest:
+                  stage: "_Stages", reference: Path | None = None, calibration: tuple[str, ...] | None = None
+                  ) -> Manifest:
     """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`.
-    `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own."""
+    `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own;
+    `calibration`: the source texts GPTQ calibrates on."""
     specs, float32, extra = {}, {}, {}
     external = needs_external_data(model, options.external_data)
     for name, make_spec in _graph_specs(options, model.config).items():
@@ -224,8 +233,12 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     transforms = {}
     if options.is_variant:
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
+        hessians = None
+        if calibration is not None:
+            with stage("calibrate"):
+                hessians = linear_hessians(model, checkpoint, calibration)
         with stage("transform"):
-            transforms = transform_graphs(folder, specs, options)
+            transforms = transform_graphs(folder, specs, options, hessians)
     if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
         with stage("pack projections"):
             for spec in specs.values():

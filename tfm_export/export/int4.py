@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from .gptq import pack_gptq
 from .int8 import float_matrix, initializer, quantize_matmul_int8
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,12 @@ class Int4Settings:
                                      "2 float16, 3 bfloat16, 4 int8 (fastest on x86 and ARM; may flip near-tie "
                                      "argmaxes on outlier activations, onnxruntime#29849).",
                                   choices=(0, 1, 2, 3, 4))
-    method: str = setting("rtn", "How each block's scale and zero point are chosen: rtn (its minimum and "
-                                 "maximum, round to nearest) or k_quant (llama.cpp's k-quant search, as ONNX "
-                                 "Runtime's quantizer ships it: a weighted least-squares fit over 20 candidate "
-                                 "scales; slower to export, the same kernel and size).",
-                          choices=("rtn", "k_quant"))
+    method: str = setting("rtn", "How the 4-bit weights are rounded: rtn (each block's minimum and maximum, "
+                                 "round to nearest), k_quant (llama.cpp's k-quant search, as ONNX Runtime's "
+                                 "quantizer ships it) or gptq (each rounding error spread over the weights still "
+                                 "to round, weighted by what --calibration-file's sources make the layer read; "
+                                 "the most accurate). The same kernel and size for all three.",
+                          choices=("rtn", "k_quant", "gptq"))
     ffn_output: str = setting("auto", "Precision of the feed-forward output projections: int4, int8 (about a sixth "
                                       "more decoder bytes; what the T5 family needs, whose FFN output reads outlier "
                                       "activations), or auto: the model family's default (int8 for T5 and mT5, "
@@ -88,16 +90,18 @@ class Int4Settings:
         return {**dataclasses.asdict(self), "symmetric": SYMMETRIC, "head": "int4" if self.head else "int8"}
 
 
-def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) -> dict[str, int]:
+def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
+                  hessians: dict[str, Any] | None = None) -> dict[str, int]:
     """Write the int4 graph of `src` to `dst` (weights in `<dst name>.data` when `external`); counts of the
-    MatMuls made 4-bit and of those (the head) made int8."""
+    MatMuls made 4-bit (and of those rounded by GPTQ) and of those (the head) made int8. `hessians`: GPTQ's,
+    by module scope (export.calibration), with method gptq; a weight without one is rounded to nearest."""
     import onnx_ir as ir
 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
     head = None if settings.head else _head_matmul(model.graph)
     packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
     int8_inputs: dict[Any, Any] = {}  # an input read by several int8 MatMuls is quantised once
-    counts = {"int4_matmuls": 0, "int8_matmuls": 0}
+    counts = {"int4_matmuls": 0, "int8_matmuls": 0, **({"gptq_matmuls": 0} if settings.method == "gptq" else {})}
     for node in list(model.graph):
         weight = float_matrix(node)
         if weight is None:
@@ -106,8 +110,11 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) 
             quantize_matmul_int8(model, node, weight, int8_inputs)
             counts["int8_matmuls"] += 1
             continue
+        hessian = (hessians or {}).get(_module_of(node)) if settings.method == "gptq" else None
         if weight not in packed:
-            packed[weight] = _pack(model, weight, settings.block_size, settings.method)
+            packed[weight] = _pack(model, weight, settings.block_size, settings.method, hessian)
+        if hessian is not None:
+            counts["gptq_matmuls"] += 1
         _replace(model, node, weight, packed[weight], settings)
         counts["int4_matmuls"] += 1
     for weight in packed:
@@ -119,9 +126,11 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings) 
     return counts
 
 
-def pack_weight(array: Any, block_size: int, method: str = "rtn") -> tuple[Any, Any, Any]:
+def pack_weight(array: Any, block_size: int, method: str = "rtn", hessian: Any = None) -> tuple[Any, Any, Any]:
     """(B_Q4 uint8 (N, blocks, block/2), scales float32 (N, blocks), zero points uint8 (N, ceil(blocks/2)))
-    of a float32 (K, N) weight, in ORT's MatMulNBits layout."""
+    of a float32 (K, N) weight, in ORT's MatMulNBits layout. gptq needs the weight's `hessian` (else: rtn)."""
+    if method == "gptq":
+        return pack_gptq(array, block_size, hessian) if hessian is not None else _pack_rtn(array, block_size)
     return PACKERS[method](array, block_size)
 
 
@@ -154,9 +163,9 @@ def _pack_k_quant(array: Any, block_size: int) -> tuple[Any, Any, Any]:
 PACKERS = {"rtn": _pack_rtn, "k_quant": _pack_k_quant}
 
 
-def _pack(model: Any, weight: Any, block_size: int, method: str) -> tuple[Any, ...]:
+def _pack(model: Any, weight: Any, block_size: int, method: str, hessian: Any = None) -> tuple[Any, ...]:
     """The packed initializers of `weight` (named as MatMulNBitsQuantizer names them), the float one unmapped."""
-    q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size, method)
+    q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size, method, hessian)
     release = getattr(weight.const_value, "release", None)
     if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
         release()
@@ -182,16 +191,21 @@ def _replace(model: Any, node: Any, weight: Any, packed: tuple[Any, ...], settin
     ir.convenience.replace_nodes_and_values(model.graph, node, [node], [new], [out], [new.outputs[0]])
 
 
-def _is_ffn_output(node: Any) -> bool:
-    """Whether torch.onnx recorded `node` as made by a feed-forward output projection (FFN_OUTPUT)."""
+def _module_of(node: Any) -> str | None:
+    """The module torch.onnx recorded `node` as made by ("model.decoder_layers.0.ffn.fc2"), or None: its scopes
+    run from the graph module down to the module, then the op's own name."""
     scopes = node.metadata_props.get(SCOPES_KEY)
-    if not scopes:
-        return False
     try:
-        names = ast.literal_eval(scopes)
+        names = ast.literal_eval(scopes) if scopes else []
     except (ValueError, SyntaxError):
-        return False
-    return any(isinstance(name, str) and name.endswith(FFN_OUTPUT) for name in names)
+        return None
+    return names[-2] if isinstance(names, list) and len(names) >= 2 and isinstance(names[-2], str) else None
+
+
+def _is_ffn_output(node: Any) -> bool:
+    """Whether `node` was made by a feed-forward output projection (FFN_OUTPUT)."""
+    module = _module_of(node)
+    return module is not None and module.endswith(FFN_OUTPUT)
 
 
 def _head_matmul(graph: Any) -> Any:

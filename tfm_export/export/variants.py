@@ -153,10 +153,11 @@ def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -
 
 
 def quantize_graph_int4(src: Path, dst: Path, spec: GraphSpec, external: bool,
-                        settings: Int4Settings = Int4Settings()) -> dict[str, int]:
+                        settings: Int4Settings = Int4Settings(), hessians: dict[str, Any] | None = None
+                        ) -> dict[str, int]:
     """Weight-only 4-bit MatMuls (ORT's MatMulNBits) for CPU, the vocabulary head int8 unless settings.head:
-    made one weight at a time (export.int4)."""
-    return quantize_int4(src, dst, external, settings)
+    made one weight at a time (export.int4); `hessians`: GPTQ's calibration (export.calibration)."""
+    return quantize_int4(src, dst, external, settings, hessians)
 
 
 def _data_name(path: Path) -> str:
@@ -172,8 +173,10 @@ TRANSFORMS: dict[str, Transform] = {"fold": fold_graph, "optimize": optimize_gra
                                     "int4": quantize_graph_int4}
 DTYPES = ("float32", "float16")
 QUANTIZE = ("int8", "int4")
-# A transform's settings beyond the Transform signature, read from ExportOptions (bound when it runs).
-SETTINGS: dict[str, Callable[[Any], dict[str, Any]]] = {"int4": lambda options: {"settings": int4_settings(options)}}
+# A transform's settings beyond the Transform signature, read from ExportOptions and the calibration (GPTQ's
+# Hessians, or None), bound when it runs.
+SETTINGS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "int4": lambda options, calibration: {"settings": int4_settings(options), "hessians": calibration}}
 
 
 def requested(options: Any) -> list[str]:
@@ -188,6 +191,11 @@ def requested(options: Any) -> list[str]:
                           "pick one")
     if options.int4 is not None and options.quantize != "int4":
         raise ExportError("the --int4-* options apply to --quantize int4 only; add it or drop them")
+    gptq = options.quantize == "int4" and int4_settings(options).method == "gptq"
+    if gptq != bool(options.calibration_file):
+        raise ExportError("--int4-method gptq needs --calibration-file (source texts like the model's inputs, "
+                          "one a line)" if gptq else "--calibration-file is read by --int4-method gptq only; "
+                          "add it or drop the file")
     wanted = {"fold": options.quantize is not None, "optimize": options.optimize, "float16": options.dtype == "float16",
               **{name: options.quantize == name for name in QUANTIZE}}
     return [name for name in TRANSFORMS if wanted[name]]
@@ -198,8 +206,10 @@ def int4_settings(options: Any) -> Int4Settings:
     return options.int4 or Int4Settings()
 
 
-def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) -> dict[str, dict[str, dict[str, int]]]:
-    """Rewrite each graph file in `folder`; `specs` are the graphs' final specs (in `options.dtype`).
+def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any, calibration: Any = None
+                     ) -> dict[str, dict[str, dict[str, int]]]:
+    """Rewrite each graph file in `folder`; `specs` are the graphs' final specs (in `options.dtype`);
+    `calibration`: what the transforms that calibrate read (GPTQ's Hessians, export.calibration).
     Returns transform -> graph -> counts; each result is checked against its spec. A graph whose weights
     are in external data (a model over 2 GB) keeps them there, in the variant's own file."""
     names = requested(options)
@@ -207,7 +217,7 @@ def transform_graphs(folder: Path, specs: dict[str, GraphSpec], options: Any) ->
     for graph_name, spec in specs.items():
         path = folder / spec.file
         for name in names:
-            report.setdefault(name, {})[graph_name] = _run(name, path, spec, options)
+            report.setdefault(name, {})[graph_name] = _run(name, path, spec, options, calibration)
         check_graph(path, spec)
         log.info("%s: %s", graph_name, {n: report[n][graph_name] for n in names})
     return report
@@ -223,10 +233,12 @@ def variant_of(options: Any, transforms: dict[str, Any] | None = None) -> Varian
         extra["float32_ops"] = list(FLOAT32_OPS)
     if options.quantize == "int4":
         extra["int4"] = int4_settings(options).to_dict()
+        if options.calibration_file:
+            extra["int4"]["calibration_file"] = Path(options.calibration_file).name
     return Variant(options.dtype, options.dtype, options.optimize, options.quantize, dict(transforms or {}), extra)
 
 
-def _run(name: str, path: Path, spec: GraphSpec, options: Any) -> dict[str, int]:
+def _run(name: str, path: Path, spec: GraphSpec, options: Any, calibration: Any = None) -> dict[str, int]:
     """One transform of the graph at `path`, written beside it in a staging folder, then moved over it
     with its own external data; the files it replaces are the exporter's own, in its temporary folder."""
     old = external_files(path)
@@ -235,7 +247,7 @@ def _run(name: str, path: Path, spec: GraphSpec, options: Any) -> dict[str, int]
     try:
         transform = TRANSFORMS[name]
         if name in SETTINGS:
-            transform = functools.partial(transform, **SETTINGS[name](options))
+            transform = functools.partial(transform, **SETTINGS[name](options, calibration))
         counts = transform(path, stage / path.name, spec, bool(old))
         if not (stage / path.name).exists():  # a transform with nothing to change writes nothing
             return counts
