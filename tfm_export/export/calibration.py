@@ -69,7 +69,10 @@ def _decoded(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str])
     eager = EagerModel(model, "cpu", checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"),
                        GenerationConfig.from_dict(checkpoint.meta.get("generation_defaults")))
     ids = [eager.tokenizer.encode(text) for text in sources]
-    outputs = eager.generate_ids(ids, max_new_tokens=MAX_NEW_TOKENS, num_beams=1)
+    limit = model.config.max_len
+    cap = MAX_NEW_TOKENS if MAX_NEW_TOKENS < limit else None  # None: as many as the position table allows
+    outputs = eager.generate_ids(ids, max_new_tokens=cap, num_beams=1)
     start = model.config.bos_id
-    return [(eager.source_input([src]), torch.tensor([[start, *out]], dtype=torch.int64))
+    # The decoder reads its start and every output but the last (which is never fed back), as when decoding.
+    return [(eager.source_input([src]), torch.tensor([[start, *out][:limit]], dtype=torch.int64))
             for src, out in zip(ids, outputs)]
