@@ -169,8 +169,8 @@ def _data_name(path: Path) -> str:
 Transform = Callable[[Path, Path, GraphSpec, bool], dict[str, int]]
 # Applied in this order: weights stored transposed for the quantisers, fusions on the float32 graph, then the
 # dtype, then quantisation.
-TRANSFORMS: dict[str, Transform] = {"fold": fold_graph, "optimize": optimize_graph, "float16": float16_graph, "int8": quantize_graph_int8,
-                                    "int4": quantize_graph_int4}
+TRANSFORMS: dict[str, Transform] = {"fold": fold_graph, "optimize": optimize_graph, "float16": float16_graph,
+                                    "int8": quantize_graph_int8, "int4": quantize_graph_int4}
 DTYPES = ("float32", "float16")
 QUANTIZE = ("int8", "int4")
 # A transform's settings beyond the Transform signature, read from ExportOptions and the calibration (GPTQ's
@@ -196,8 +196,8 @@ def requested(options: Any) -> list[str]:
         raise ExportError("--int4-method gptq needs --calibration-file (source texts like the model's inputs, "
                           "one a line)" if gptq else "--calibration-file is read by --int4-method gptq only; "
                           "add it or drop the file")
-    wanted = {"fold": options.quantize is not None, "optimize": options.optimize, "float16": options.dtype == "float16",
-              **{name: options.quantize == name for name in QUANTIZE}}
+    wanted = {"fold": options.quantize is not None, "optimize": options.optimize,
+              "float16": options.dtype == "float16", **{name: options.quantize == name for name in QUANTIZE}}
     return [name for name in TRANSFORMS if wanted[name]]
 
 
