@@ -344,7 +344,8 @@ def test_max_quality_drop_fails_a_damaged_int4_variant(tmp_path, eval_file, monk
     (["--int4-block-size", "64"], "the --int4-* options apply to --quantize int4 only"),
     (["--quantize", "int8", "--int4-head"], "the --int4-* options apply to --quantize int4 only"),
     (["--quantize", "int4", "--int4-block-size", "48"], "'48' is not one of"),
-    (["--quantize", "int4", "--int4-method", "gptq"], "'gptq' is not one of"),
+    (["--quantize", "int4", "--int4-method", "awq"], "'awq' is not one of"),
+    (["--quantize", "int4", "--int4-method", "gptq"], "--int4-method gptq needs --calibration-file"),
 ])
 def test_impossible_int4_mixes_are_one_line(tmp_path, flags, message):
     result = run_cli(hf_fixtures.trained_folder(FAMILY), "-o", tmp_path / "x", *flags)
