@@ -318,8 +318,8 @@ def test_the_servers_in_flight_rows_decode_like_generate(int4_served):
 
 def two_bit_like(real):
     """ORT's packing, then every 4-bit code rounded to one of 4 levels: a valid int4 graph that lost weights."""
-    def pack(array, block_size, method="rtn"):
-        q, scales, zeros = real(array, block_size, method)
+    def pack(array, block_size, method="rtn", hessian=None):
+        q, scales, zeros = real(array, block_size, method, hessian)
         return (q & 0xCC) | 0x22, scales, zeros
     return pack
 
