@@ -32,9 +32,10 @@ def transposed_initializers(path: Path) -> list[str]:
 
 def fold_in_memory(model: Any) -> int:
     """Replace each Transpose of an initializer in the onnx_ir `model` by the transposed initializer (the
-    source dropped when nothing else reads it); the number folded. The quantisers (export.int8, export.int4)
-    run it first: a tied head's weight is the embedding, which its Gather reads too, so torch.onnx leaves the
-    head a MatMul of a Transpose at any size, and quantisers take only MatMuls of initializers."""
+    source dropped when nothing else reads it); the number folded. Variants' `fold` transform runs it before
+    --optimize and the quantisers: a tied head's weight is the embedding, which its Gather reads too, so
+    torch.onnx leaves the head a MatMul of a Transpose at any size, and quantisers take only MatMuls of
+    initializers."""
     import onnx_ir as ir
 
     folded = 0

@@ -21,6 +21,7 @@ import numpy as np
 
 MAXQ = 15  # 4-bit codes 0..15
 DAMPING = 0.01  # of H's mean diagonal, added to it: the reference implementation's percdamp
+LAZY_ROWS = 128  # rows rounded between two updates of the rows after them (the reference's blocksize)
 
 
 def gptq_codes(weight: np.ndarray, hessian: np.ndarray, block_size: int) -> tuple[np.ndarray, ...]:
@@ -39,17 +40,25 @@ def gptq_codes(weight: np.ndarray, hessian: np.ndarray, block_size: int) -> tupl
     blocks = -(-k // block_size)
     codes = np.zeros((k, n), np.uint8)
     scales, zeros = np.zeros((blocks, n)), np.zeros((blocks, n))
-    for i in range(k):
-        b = i // block_size
-        if i % block_size == 0:
-            rows = w[i:i + block_size]
-            low, high = np.minimum(rows.min(0), 0), np.maximum(rows.max(0), 0)
-            scales[b] = np.where(high > low, (high - low) / MAXQ, 1.0)
-            zeros[b] = np.round(-low / scales[b])
-        code = np.clip(np.round(w[i] / scales[b]) + zeros[b], 0, MAXQ)
-        codes[i] = code
-        error = (w[i] - scales[b] * (code - zeros[b])) / upper[i, i]
-        w[i + 1:] -= np.outer(upper[i, i + 1:], error)  # the rows still to round absorb the error
+    # Errors reach the rows of the current batch at once and the rows after it in one product per batch (the
+    # reference implementation's lazy batch updates: the same result, one matrix product instead of a rank-1
+    # update of every remaining row per row). A batch holds whole blocks, so a block's rows are up to date.
+    batch = block_size * max(1, LAZY_ROWS // block_size)
+    for start in range(0, k, batch):
+        end = min(start + batch, k)
+        errors = np.zeros((end - start, n))
+        for i in range(start, end):
+            b = i // block_size
+            if i % block_size == 0:
+                rows = w[i:i + block_size]
+                low, high = np.minimum(rows.min(0), 0), np.maximum(rows.max(0), 0)
+                scales[b] = np.where(high > low, (high - low) / MAXQ, 1.0)
+                zeros[b] = np.round(-low / scales[b])
+            code = np.clip(np.round(w[i] / scales[b]) + zeros[b], 0, MAXQ)
+            codes[i] = code
+            errors[i - start] = (w[i] - scales[b] * (code - zeros[b])) / upper[i, i]
+            w[i + 1:end] -= np.outer(upper[i, i + 1:end], errors[i - start])  # the batch's rows still to round
+        w[end:] -= upper[start:end, end:].T @ errors  # the rows after the batch, in one product
     return codes, scales.astype(np.float32), zeros.astype(np.uint8)
 
 
