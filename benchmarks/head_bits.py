@@ -31,7 +31,7 @@ def graphs(k: int, n: int, folder: Path) -> np.ndarray:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     onnx.save(model, str(folder / "f32.onnx"), save_as_external_data=True, location="f32.data")
     quantize_int4(folder / "f32.onnx", folder / "int8.onnx", True, Int4Settings())  # the head stays int8
-    quantize_int4(folder / "f32.onnx", folder / "nb4.onnx", True, Int4Settings(head=True))
+    quantize_int4(folder / "f32.onnx", folder / "nb4.onnx", True, Int4Settings(head="int4"))
     config = DefaultWeightOnlyQuantConfig(block_size=32, bits=8, accuracy_level=4)
     quantizer = MatMulNBitsQuantizer(onnx.load(str(folder / "f32.onnx")), algo_config=config)
     quantizer.process()

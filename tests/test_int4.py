@@ -1,9 +1,10 @@
-"""--quantize int4 (export.int4, #41): weight-only 4-bit MatMuls (ORT's MatMulNBits), the vocabulary head int8.
+"""--quantize int4 (export.int4, #41): weight-only 4-bit MatMuls (ORT's MatMulNBits), the vocabulary head scanned.
 
 The packing is ONNX Runtime's own (the bytes equal MatMulNBitsQuantizer's on a small graph); an int4 export of
-a trained fixture validates (agreement mode), keeps its head int8 unless --int4-head, decodes the held-out task
+a trained fixture with `--int4-head int8` validates (agreement mode), keeps its head int8, decodes the held-out task
 close to float32, serves the same ids through the server's in-flight rows as direct `generate`, and decodes the
 same ids in Node and in the browser page (onnxruntime-web's WASM); --max-quality-drop fails a damaged int4 variant.
+The default head (the scan, export.head_scan) has tests/test_head_scan.py, and goes through the server here.
 """
 
 from __future__ import annotations
@@ -155,17 +156,18 @@ def eval_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def int4_export(tmp_path_factory, eval_file) -> Path:
-    """The trained fixture exported as a user does: int4, validated, its quality measured on the held-out lines
-    and held to a 2-point chrF drop."""
+    """The trained fixture exported as a user does: int4 with an int8 head, validated, its quality measured on the
+    held-out lines and held to a 2-point chrF drop."""
     out = tmp_path_factory.mktemp("int4") / "out"
-    run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4",
+    run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--int4-head", "int8",
                "--eval-file", eval_file, "--max-quality-drop", "2")
     return out
 
 
 @pytest.fixture(scope="module")
 def int4_served(tmp_path_factory) -> Path:
-    """The same with the server's static and rows decoders (--static-slots): four graphs to export, so long."""
+    """The default int4 (the scanned head) with the server's static and rows decoders (--static-slots): four
+    graphs to export, so long."""
     out = tmp_path_factory.mktemp("int4-served") / "out"
     run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--static-slots", SLOTS)
     return out
@@ -203,12 +205,23 @@ def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None
             if a.name == "block_size"} == {32}
 
 
+def check_head_is_scanned(folder: Path, graph: str, counts: dict[str, int]) -> None:
+    """Every weight MatMul of `graph` is MatMulNBits, one of them (the head's scan) in blocks of 128, with its
+    candidates scored from the tied embedding: nothing int8, no float head left."""
+    nodes = ops(folder / f"{graph}.onnx")
+    assert "WeightMatMul" not in nodes and "MatMulInteger" not in nodes and len(nodes["TopK"]) == 1, graph
+    blocks = [helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
+              if a.name == "block_size"]
+    assert sorted(blocks) == [32] * (len(blocks) - 1) + [128]
+    assert counts == {"int4_matmuls": len(blocks) - 1, "int8_matmuls": 0, "scan_heads": 1, "scan_tied_rows": 1}
+
+
 def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export):
     manifest = json.loads((int4_export / "manifest.json").read_text())
     variant, validation = manifest["variant"], manifest["validation"]
     assert variant["quantize"] == "int4"
-    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "ffn_output": "int4", "head": "int8",
-                               "symmetric": False}
+    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "ffn_output": "int4",
+                               "head": "int8", "symmetric": False}
     assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
     quality = validation["quality"]
     assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
@@ -235,10 +248,11 @@ def test_the_t5_family_keeps_its_ffn_outputs_int8(tmp_path):
     assert made["auto"]["int4"]["ffn_output"] == "int8" and made["int4"]["int4"]["ffn_output"] == "int4"
     d_model = config["d_model"]
     assert made["auto"]["shapes"] == {"encoder": [(d_ff, d_model)] * layers[0],
-                                      "decoder": [(d_ff, d_model)] * layers[1] + [(d_model, config["vocab_size"])]}
-    assert made["int4"]["shapes"] == {"encoder": [], "decoder": [(d_model, config["vocab_size"])]}
+                                      "decoder": [(d_ff, d_model)] * layers[1]}  # the head is scanned
+    assert made["int4"]["shapes"] == {"encoder": [], "decoder": []}
     counts = made["auto"]["transforms"]["int4"]
-    assert counts["decoder"]["int8_matmuls"] == layers[1] + 1 and counts["encoder"]["int8_matmuls"] == layers[0]
+    assert counts["decoder"]["int8_matmuls"] == layers[1] and counts["encoder"]["int8_matmuls"] == layers[0]
+    assert counts["decoder"]["scan_heads"] == counts["decoder"]["scan_tied_rows"] == 1  # T5 v1.0 ties its head
 
 
 def test_other_families_keep_their_ffn_outputs_int4(int4_export):
@@ -291,7 +305,7 @@ def test_the_browser_decodes_an_int4_export_like_python(int4_export, tmp_path):
 
 @pytest.mark.long
 def test_the_servers_in_flight_rows_decode_like_generate(int4_served):
-    """`tfm-export serve`'s in-flight engine on CPU steps decoder_rows.onnx (MatMulNBits inside, the head int8
+    """`tfm-export serve`'s in-flight engine on CPU steps decoder_rows.onnx (MatMulNBits inside, the head scanned
     in every decoder): 12 held-out sources through 4 rows give the ids of direct `generate`."""
     from tfm_export.runtime import RuntimeOptions
     from tfm_export.serve.batcher import EngineConfig, Job
@@ -300,7 +314,7 @@ def test_the_servers_in_flight_rows_decode_like_generate(int4_served):
     manifest = json.loads((int4_served / "manifest.json").read_text())
     assert set(manifest["graphs"]) == {"encoder", "decoder", "decoder_static", "decoder_rows"}
     for graph in ("decoder", "decoder_static", "decoder_rows"):
-        check_head_is_int8(int4_served, graph, manifest["variant"]["transforms"]["int4"][graph])
+        check_head_is_scanned(int4_served, graph, manifest["variant"]["transforms"]["int4"][graph])
     assert manifest["validation"]["greedy"]["static_cache_mismatched_rows"] == []
     serial = open_export(int4_served, "cpu", RuntimeOptions(cuda_graph=False))
     sources = [serial.tokenizer.encode(e.source) for e in hf_fixtures.task_examples(FAMILY, 12)]
@@ -342,7 +356,7 @@ def test_max_quality_drop_fails_a_damaged_int4_variant(tmp_path, eval_file, monk
 @pytest.mark.parametrize("flags, message", [
     (["--quantize", "int4", "--dtype", "float16"], "--dtype float16 (CUDA) and --quantize int4 (CPU) cannot be combined"),
     (["--int4-block-size", "64"], "the --int4-* options apply to --quantize int4 only"),
-    (["--quantize", "int8", "--int4-head"], "the --int4-* options apply to --quantize int4 only"),
+    (["--quantize", "int8", "--int4-head", "scan"], "the --int4-* options apply to --quantize int4 only"),
     (["--quantize", "int4", "--int4-block-size", "48"], "'48' is not one of"),
     (["--quantize", "int4", "--int4-method", "awq"], "'awq' is not one of"),
     (["--quantize", "int4", "--int4-method", "gptq"], "--int4-method gptq needs --calibration-file"),

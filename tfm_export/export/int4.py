@@ -11,12 +11,14 @@ format, asymmetric, its defaults): the packing is its own `DefaultWeightOnlyQuan
 Why not call the quantizer: like quantize_dynamic (export.int8) it holds the whole model as protobuf; this
 reads one weight at a time from the memory-mapped file and holds only the packed tensors it makes.
 
-The output projection to the vocabulary stays int8 (export.int8's DynamicQuantizeLinear + MatMulInteger,
-what `--quantize int8` makes of it) unless `head` is set: a 4-bit head is known to make decoders repeat
-themselves. So do the feed-forward output projections where `ffn_output` is int8 (the T5 family's default:
-transformers keeps T5's `wo` in float32, its input carries outlier activations); the graph tells them by the
-module scope torch.onnx records on each node (model.layers.FeedForward's `fc2`). Embedding Gathers stay
-float32, as under int8.
+The output projection to the vocabulary is not made 4-bit unless `head` is int4: a 4-bit head is known to make
+decoders repeat themselves. By default it becomes a 4-bit scan whose best candidates are scored exactly
+(export.head_scan: the chosen token is scored from the float32 embedding of a tied head, else from int8 rows;
+the scan reads a quarter of an int8 head's bytes); `head` int8 makes it what `--quantize int8` makes of it
+(DynamicQuantizeLinear + MatMulInteger). The feed-forward output projections are int8 where `ffn_output` is
+(the T5 family's default: transformers keeps T5's `wo` in float32, its input carries outlier activations);
+the graph tells them by the module scope torch.onnx records on each node (model.layers.FeedForward's `fc2`).
+Embedding Gathers stay float32, as under int8.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from .gptq import pack_gptq
+from .head_scan import SCAN_BITS, scan_head
 from .int8 import float_matrix, initializer, quantize_matmul_int8
 
 log = logging.getLogger(__name__)
@@ -75,8 +78,12 @@ class Int4Settings:
                                       "more decoder bytes; what the T5 family needs, whose FFN output reads outlier "
                                       "activations), or auto: the model family's default (int8 for T5 and mT5, "
                                       "int4 otherwise).", choices=("auto", "int4", "int8"))
-    head: bool = setting(False, "Quantise the output projection to the vocabulary to 4 bits too (default: "
-                                "int8, as --quantize int8 makes it; a 4-bit head is known to cause repetition).")
+    head: str = setting("scan", "The output projection to the vocabulary: scan (a 4-bit scan of the vocabulary "
+                                "whose 256 best candidates are scored exactly, from the float32 embedding when "
+                                "the head is tied to it: an int8 head's quality in about half its time), scan2 "
+                                "(a 2-bit scan: faster, may miss one uncertain token in a hundred), int8 (as "
+                                "--quantize int8 makes it) or int4 (known to cause repetition).",
+                        choices=("scan", "scan2", "int8", "int4"))
 
     def resolved(self, ffn_outliers: bool) -> "Int4Settings":
         """These settings with `ffn_output` auto made concrete: int8 where the family's FFN output reads outlier
@@ -87,7 +94,7 @@ class Int4Settings:
 
     def to_dict(self) -> dict[str, Any]:
         """What the manifest's variant records (`variant.int4`)."""
-        return {**dataclasses.asdict(self), "symmetric": SYMMETRIC, "head": "int4" if self.head else "int8"}
+        return {**dataclasses.asdict(self), "symmetric": SYMMETRIC}
 
 
 def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
@@ -98,13 +105,17 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
     import onnx_ir as ir
 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
-    head = None if settings.head else _head_matmul(model.graph)
+    head = None if settings.head == "int4" else _head_matmul(model.graph)
     packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
     int8_inputs: dict[Any, Any] = {}  # an input read by several int8 MatMuls is quantised once
     counts = {"int4_matmuls": 0, "int8_matmuls": 0, **({"gptq_matmuls": 0} if settings.method == "gptq" else {})}
     for node in list(model.graph):
         weight = float_matrix(node)
         if weight is None:
+            continue
+        if node is head and settings.head in SCAN_BITS:
+            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[settings.head])
+            counts.update(scan_heads=1, scan_tied_rows=int(tied))
             continue
         if node is head or (settings.ffn_output == "int8" and _is_ffn_output(node)):
             quantize_matmul_int8(model, node, weight, int8_inputs)

@@ -155,7 +155,7 @@ def quantize_graph_int8(src: Path, dst: Path, spec: GraphSpec, external: bool) -
 def quantize_graph_int4(src: Path, dst: Path, spec: GraphSpec, external: bool,
                         settings: Int4Settings = Int4Settings(), hessians: dict[str, Any] | None = None
                         ) -> dict[str, int]:
-    """Weight-only 4-bit MatMuls (ORT's MatMulNBits) for CPU, the vocabulary head int8 unless settings.head:
+    """Weight-only 4-bit MatMuls (ORT's MatMulNBits) for CPU, the vocabulary head as settings.head says:
     made one weight at a time (export.int4); `hessians`: GPTQ's calibration (export.calibration)."""
     return quantize_int4(src, dst, external, settings, hessians)
 

@@ -1,0 +1,125 @@
+"""`--int4-head scan`: the vocabulary head as a coarse scan whose best candidates are scored exactly.
+
+At batch 1 the output layer is the largest weight a step reads (NLLB-600M: 256k x 1024, 262 MB in int8, half of
+an int4 step), yet decoding needs exact scores only for the few tokens that can win. So the head becomes
+
+    scan   = MatMulNBits(x, W in 4 or 2 bits)         (batch, sequence, vocab)  every token, roughly
+    top    = TopK(scan, CANDIDATES)                   (batch, sequence, k)      the candidates
+    exact  = Gather(rows, top) @ x                    (batch, sequence, k)      their true scores
+    logits = ScatterElements(scan, top, exact)        (batch, sequence, vocab)
+
+`rows` is the float32 embedding table when the head is tied to it (the decoder's Gather already holds it: no
+byte added), else the head's rows in int8 with a scale each. The chosen token is then scored as in float32
+(tied) or weight-only int8, better than the int8 head's one scale for the whole matrix, as long as it is among
+the scan's CANDIDATES best; the other logits keep the scan's error, which only the normaliser (beam search's
+log-softmax) and sampling's tail read. The 4-bit scan (blocks of 128) reads 0.53x the int8 head's bytes, the
+2-bit one 0.28x. Measured in BENCHMARKS.md ("CPU int4") and benchmarks/scan_recall.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from .int8 import initializer
+
+log = logging.getLogger(__name__)
+
+# `--int4-head` choice -> the scan's bits. benchmarks/scan_recall.py (NLLB's vocabulary, random head, winners of
+# probability 0.3-0.9 over Gaussian logits): the 4-bit scan never missed float32's token and put the log-normaliser
+# within 0.03; the 2-bit one missed up to 1 % of uncertain winners and the normaliser by up to 0.33.
+SCAN_BITS = {"scan": 4, "scan2": 2}
+SCAN_BLOCK = 128  # fewer scales to read than int4's 32: the scan only ranks (2-bit blocks of 32 ran slower)
+CANDIDATES = 256  # 32 missed 16 % of uncertain winners at 2 bits; 256 cost 3 % more of a step than 32
+CHUNK_ROWS = 4096  # vocabulary rows made int8 at once (untied heads)
+
+
+def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int) -> bool:
+    """Replace the head MatMul `node` (B = `weight`, float32 (K, N)) of the onnx_ir `model` by the scan and the
+    exact scoring of its candidates; whether the embedding's float rows score them (tied), else int8 rows."""
+    import onnx_ir as ir
+
+    array = weight.const_value.numpy()
+    k, n = array.shape
+    table = _tied_table(model.graph, array)
+    tied = table is not None
+    scale = None
+    if table is None:
+        q, row_scale = _int8_rows(array)
+        table = initializer(model, f"{weight.name}_rows_int8", q)
+        scale = initializer(model, f"{weight.name}_rows_scale", row_scale)
+    packed = _pack_scan(model, weight, array, bits)
+    x, out = node.inputs[0], node.outputs[0]
+    attributes = {"K": int(k), "N": int(n), "bits": bits, "block_size": SCAN_BLOCK}
+    if accuracy_level:
+        attributes["accuracy_level"] = accuracy_level
+    name = node.name or out.name
+    scan = ir.node("MatMulNBits", [x, *packed], attributes=attributes, domain="com.microsoft", name=f"{name}_scan")
+    count = initializer(model, f"{weight.name}_candidates", np.array([min(CANDIDATES, n)], dtype=np.int64))
+    last = initializer(model, f"{weight.name}_last_axis", np.array([-1], dtype=np.int64))
+    top = ir.node("TopK", [scan.outputs[0], count], attributes={"axis": -1, "sorted": 0}, num_outputs=2,
+                  name=f"{name}_candidates")
+    gathered = ir.node("Gather", [table, top.outputs[1]], attributes={"axis": 0}, name=f"{name}_rows")
+    new = [scan, top, gathered]
+    rows = gathered.outputs[0]  # (batch, sequence, k, K)
+    if scale is not None:
+        new.append(ir.node("Cast", [rows], attributes={"to": ir.DataType.FLOAT}, name=f"{name}_rows_float"))
+        rows = new[-1].outputs[0]
+    column = ir.node("Unsqueeze", [x, last], name=f"{name}_column")  # (batch, sequence, K, 1)
+    product = ir.node("MatMul", [rows, column.outputs[0]], name=f"{name}_exact")  # (batch, sequence, k, 1)
+    exact = ir.node("Squeeze", [product.outputs[0], last], name=f"{name}_exact_squeeze")
+    new += [column, product, exact]
+    if scale is not None:
+        scales = ir.node("Gather", [scale, top.outputs[1]], attributes={"axis": 0}, name=f"{name}_row_scales")
+        new += [scales, ir.node("Mul", [exact.outputs[0], scales.outputs[0]], name=f"{name}_exact_scaled")]
+    scored = new[-1].outputs[0]
+    merged = ir.node("ScatterElements", [scan.outputs[0], top.outputs[1], scored], attributes={"axis": -1},
+                     name=f"{name}_merged")
+    ir.convenience.replace_nodes_and_values(model.graph, node, [node], [*new, merged], [out], [merged.outputs[0]])
+    if not weight.uses():
+        model.graph.initializers.pop(weight.name)
+    return tied
+
+
+def _pack_scan(model: Any, weight: Any, array: np.ndarray, bits: int) -> tuple[Any, Any, Any]:
+    """The `bits` MatMulNBits initializers of `array` (ORT's own block quantiser: min/max per block)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                  DefaultWeightOnlyQuantizer)
+
+    config = DefaultWeightOnlyQuantConfig(block_size=SCAN_BLOCK, is_symmetric=False, bits=bits)
+    q, scales, zeros = DefaultWeightOnlyQuantizer(config).qbits_block_quant(array)
+    base = f"{weight.name}_scan"
+    return (initializer(model, f"{base}_Q{bits}", q), initializer(model, f"{base}_scales", scales),
+            initializer(model, f"{base}_zero_points", zeros))
+
+
+def _tied_table(graph: Any, array: np.ndarray) -> Any:
+    """The float32 (N, K) initializer a Gather reads that is `array` (K, N) transposed (a tied embedding), or
+    None. Compared in full: a head that merely shares the embedding's shape must not be scored from it."""
+    k, n = array.shape
+    for value in graph.initializers.values():
+        tensor = value.const_value
+        if tensor is None or tuple(tensor.shape) != (n, k) or tensor.dtype.name != "FLOAT":
+            continue
+        if not any(user.op_type == "Gather" and user.inputs[0] is value for user, _ in value.uses()):
+            continue
+        table = tensor.numpy()
+        if all(np.array_equal(table[start:start + CHUNK_ROWS], array[:, start:start + CHUNK_ROWS].T)
+               for start in range(0, n, CHUNK_ROWS)):
+            return value
+    return None
+
+
+def _int8_rows(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, K) int8 rows of the (K, N) head and a float32 scale per row (symmetric, largest magnitude -> 127)."""
+    k, n = array.shape
+    q = np.empty((n, k), dtype=np.int8)
+    scales = np.empty(n, dtype=np.float32)
+    for start in range(0, n, CHUNK_ROWS):
+        rows = array[:, start:start + CHUNK_ROWS].T
+        scale = np.maximum(np.abs(rows).max(axis=1), np.finfo(np.float32).tiny) / 127.0
+        q[start:start + len(rows)] = np.clip(np.rint(rows / scale[:, None]), -127, 127)
+        scales[start:start + len(rows)] = scale
+    return q, scales
