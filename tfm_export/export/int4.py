@@ -81,7 +81,7 @@ class Int4Settings:
     head: str = setting("scan", "The output projection to the vocabulary: scan (a 4-bit scan of the vocabulary "
                                 "whose 256 best candidates are scored exactly, from the float32 embedding when "
                                 "the head is tied to it: an int8 head's quality in about half its time), scan2 "
-                                "(a 2-bit scan: faster, may miss one uncertain token in a hundred), int8 (as "
+                                "(a 2-bit scan: faster, may miss one or two uncertain tokens in a hundred), int8 (as "
                                 "--quantize int8 makes it) or int4 (known to cause repetition).",
                         choices=("scan", "scan2", "int8", "int4"))
 
