@@ -35,17 +35,28 @@ def check_calibration(checkpoint: Checkpoint) -> None:
 
 
 def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> dict[str, np.ndarray]:
-    """Module scope name ("model.decoder_layers.0.ffn.fc2") -> H (K x K, float64) of that Linear's inputs
-    over the calibration `sources` (texts; the model's tokenizer encodes them)."""
+    """Module scope name ("model.decoder_layers.0.ffn.fc2") -> H (K x K, float32) of that Linear's inputs
+    over the calibration `sources` (texts; the model's tokenizer encodes them). Linears that read the same
+    tensor (an attention's query, key and value; every layer's cross keys and values) share one array: float32
+    and shared, an NLLB-600M's Hessians take 2.0 GB instead of 4.7 (the reference GPTQ sums in float32 too)."""
     check_calibration(checkpoint)
     pairs = _decoded(model, checkpoint, sources)
     sums: dict[str, torch.Tensor] = {}
     rows: dict[str, int] = {}
+    shares: dict[str, str] = {}  # a Linear -> the one whose sum it shares
+    read: dict[tuple[int, tuple[int, ...]], tuple[str, torch.Tensor]] = {}  # this forward's inputs, held
 
     def hook(name: str) -> Any:
         def add(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).double()
-            sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x
+            if name in shares:
+                return
+            key = (inputs[0].data_ptr(), tuple(inputs[0].shape))
+            if key in read:  # held since it was read, so the same memory is the same tensor
+                shares[name] = read[key][0]
+                return
+            read[key] = (name, inputs[0])
+            x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).float()
+            sums[name] = sums[name].addmm_(x.T, x) if name in sums else x.T @ x
             rows[name] = rows.get(name, 0) + x.shape[0]
         return add
 
@@ -54,11 +65,15 @@ def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequenc
         with torch.inference_mode():
             for source, target in pairs:  # one at a time: no padding rows in the sums
                 model(source, target)
+                read.clear()
     finally:
         for handle in handles:
             handle.remove()
-    log.info("calibration: %d sources, %d Linear inputs", len(pairs), len(sums))
-    return {SCOPE_PREFIX + name: (2.0 * total / rows[name]).numpy() for name, total in sums.items()}
+    log.info("calibration: %d sources, %d Linear inputs (%d shared)", len(pairs), len(sums), len(shares))
+    with torch.inference_mode():  # the sums are inference tensors: scaled in place, there
+        hessians = {name: total.mul_(2.0 / rows[name]).numpy() for name, total in sums.items()}
+    hessians.update({name: hessians[first] for name, first in shares.items()})
+    return {SCOPE_PREFIX + name: h for name, h in hessians.items()}
 
 
 def _decoded(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> list[tuple[Any, Any]]:
