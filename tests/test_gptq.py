@@ -95,6 +95,7 @@ def test_a_gptq_export_decodes_closer_to_float32_than_rtn(calibration, tmp_path,
     assert variant["int4"]["method"] == "gptq" and variant["int4"]["calibration_file"] == "calibration.txt"
     for counts in variant["transforms"]["int4"].values():
         assert counts["gptq_matmuls"] == counts["int4_matmuls"] > 0
+    assert not list((tmp_path / "gptq").glob(".*"))  # the spilled Hessians went with the transforms
     examples = hf_fixtures.task_examples(FAMILY, 200)
     outputs = {}
     for name, path in (("float32", trained_export(FAMILY)), ("gptq", tmp_path / "gptq"), ("rtn", tmp_path / "rtn")):
@@ -123,3 +124,40 @@ def test_a_model_without_a_tokenizer_cannot_calibrate(tiny_checkpoint):
     checkpoint.tokenizer = None
     with pytest.raises(ConfigError, match="calibrates on source texts"):
         check_calibration(checkpoint)
+
+
+def test_the_hessians_are_each_linears_inputs_shared_and_spilled(calibration, tmp_path):
+    """H of every Linear is 2/n X^T X of what it read (recomputed here with hooks of our own), Linears that read
+    one tensor (q, k and v) share one array, and spilled to a folder they are the same values, memory-mapped."""
+    import torch
+    from torch import nn
+
+    from tfm_export.export.calibration import SCOPE_PREFIX, _decoded, linear_hessians
+    from tfm_export.importers import load_model
+
+    checkpoint = load_model(hf_fixtures.trained_folder(FAMILY))
+    model = checkpoint.build_model().eval()
+    sources = calibration.read_text().splitlines()[:6]
+    inputs: dict[str, list[torch.Tensor]] = {}
+    def keep(name: str):  # noqa: ANN202
+        return lambda module, args, output: inputs.setdefault(name, []).append(args[0].reshape(-1, args[0].shape[-1]))
+
+    pairs = _decoded(model, checkpoint, sources)  # greedy outputs, before the hooks: the teacher-forced pass only
+    hooks = [m.register_forward_hook(keep(n)) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    with torch.inference_mode():
+        for source, target in pairs:
+            model(source, target)
+    for hook in hooks:
+        hook.remove()
+    in_memory = linear_hessians(model, checkpoint, sources)
+    spilled = linear_hessians(model, checkpoint, sources, tmp_path / "spill")
+    assert set(in_memory) == {SCOPE_PREFIX + n for n in inputs} == set(spilled)
+    for name, xs in inputs.items():
+        x = torch.cat(xs).double()
+        want = (2.0 * x.T @ x / x.shape[0]).numpy()
+        got = in_memory[SCOPE_PREFIX + name]
+        assert got.dtype == np.float32 and np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), name
+        assert isinstance(spilled[SCOPE_PREFIX + name], np.memmap)
+        assert np.array_equal(spilled[SCOPE_PREFIX + name], got)
+    q, k, v = (in_memory[f"{SCOPE_PREFIX}decoder_layers.0.self_attn.{p}"] for p in ("q_proj", "k_proj", "v_proj"))
+    assert q is k is v

@@ -150,3 +150,20 @@ def test_node_and_the_browser_decode_a_scanned_export_like_python(scan_export, t
     assert got == [python.generate_ids(sources, **options) for options in runs]
     (tmp_path / "browser").mkdir()
     browser_translates_like_python(scan_export, FAMILY, tmp_path / "browser")
+
+
+@pytest.mark.parametrize("bits", sorted(set(SCAN_BITS.values())))
+def test_the_scan_packed_in_chunks_is_ort_quantizers_whole_packing(bits):
+    """Packed CHUNK_ROWS columns at a time (memory), the bytes are what ORT's quantiser makes of the whole head."""
+    import onnx_ir as ir
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                  DefaultWeightOnlyQuantizer)
+
+    from tfm_export.export.head_scan import CHUNK_ROWS, _pack_scan
+
+    array = np.random.default_rng(5).standard_normal((200, 2 * CHUNK_ROWS + 5)).astype(np.float32)  # 2 blocks, 1 padded
+    model = ir.Model(ir.Graph([], [], nodes=[]), ir_version=10)
+    got = [value.const_value.numpy() for value in _pack_scan(model, ir.Value(name="w"), array, bits)]
+    config = DefaultWeightOnlyQuantConfig(block_size=128, is_symmetric=False, bits=bits)
+    want = DefaultWeightOnlyQuantizer(config).qbits_block_quant(array)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want))

@@ -10,6 +10,7 @@ scopes torch.onnx records (export.int4 reads them), so H is keyed by that name.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,11 +35,14 @@ def check_calibration(checkpoint: Checkpoint) -> None:
                           "model has none (or reads audio): use --int4-method rtn or k_quant")
 
 
-def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> dict[str, np.ndarray]:
+def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str],
+                    spill: Path | None = None) -> dict[str, np.ndarray]:
     """Module scope name ("model.decoder_layers.0.ffn.fc2") -> H (K x K, float32) of that Linear's inputs
     over the calibration `sources` (texts; the model's tokenizer encodes them). Linears that read the same
     tensor (an attention's query, key and value; every layer's cross keys and values) share one array: float32
-    and shared, an NLLB-600M's Hessians take 2.0 GB instead of 4.7 (the reference GPTQ sums in float32 too)."""
+    and shared, an NLLB-600M's Hessians take 2.0 GB instead of 4.7 (the reference GPTQ sums in float32 too).
+    With `spill` (a new folder, the caller's to remove) they are written there and returned memory-mapped, so
+    that the transforms hold only the one they read."""
     check_calibration(checkpoint)
     pairs = _decoded(model, checkpoint, sources)
     sums: dict[str, torch.Tensor] = {}
@@ -70,8 +74,14 @@ def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequenc
         for handle in handles:
             handle.remove()
     log.info("calibration: %d sources, %d Linear inputs (%d shared)", len(pairs), len(sums), len(shares))
+    hessians: dict[str, np.ndarray] = {}
     with torch.inference_mode():  # the sums are inference tensors: scaled in place, there
-        hessians = {name: total.mul_(2.0 / rows[name]).numpy() for name, total in sums.items()}
+        for index, name in enumerate(list(sums)):
+            hessians[name] = sums.pop(name).mul_(2.0 / rows[name]).numpy()
+            if spill is not None:
+                spill.mkdir(exist_ok=True)
+                np.save(spill / f"{index}.npy", hessians[name])
+                hessians[name] = np.load(spill / f"{index}.npy", mmap_mode="r")
     hessians.update({name: hessians[first] for name, first in shares.items()})
     return {SCOPE_PREFIX + name: h for name, h in hessians.items()}
 

@@ -233,12 +233,17 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     transforms = {}
     if options.is_variant:
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
-        hessians = None
-        if calibration is not None:
-            with stage("calibrate"):
-                hessians = linear_hessians(model, checkpoint, calibration)
-        with stage("transform"):
-            transforms = transform_graphs(folder, specs, options, hessians)
+        hessians, spill = None, folder / ".hessians"  # GPTQ's, on disk while the transforms read them
+        try:
+            if calibration is not None:
+                with stage("calibrate"):
+                    hessians = linear_hessians(model, checkpoint, calibration, spill)
+                release_freed_memory()
+            with stage("transform"):
+                transforms = transform_graphs(folder, specs, options, hessians)
+        finally:
+            hessians = None
+            shutil.rmtree(spill, ignore_errors=True)
     if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
         with stage("pack projections"):
             for spec in specs.values():

@@ -51,6 +51,8 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
         table = initializer(model, f"{weight.name}_rows_int8", q)
         scale = initializer(model, f"{weight.name}_rows_scale", row_scale)
     packed = _pack_scan(model, weight, array, bits)
+    del array  # no view of the mapping may outlive it
+    _unmap(weight.const_value)
     x, out = node.inputs[0], node.outputs[0]
     attributes = {"K": int(k), "N": int(n), "bits": bits, "block_size": SCAN_BLOCK}
     if accuracy_level:
@@ -86,12 +88,17 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
 
 
 def _pack_scan(model: Any, weight: Any, array: np.ndarray, bits: int) -> tuple[Any, Any, Any]:
-    """The `bits` MatMulNBits initializers of `array` (ORT's own block quantiser: min/max per block)."""
+    """The `bits` MatMulNBits initializers of `array` (ORT's own block quantiser: min/max per block), packed
+    CHUNK_ROWS columns at a time: each column is quantised on its own, and the quantiser's float copies of a
+    whole 256k-column head would take 2 GB."""
     from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
                                                                   DefaultWeightOnlyQuantizer)
 
-    config = DefaultWeightOnlyQuantConfig(block_size=SCAN_BLOCK, is_symmetric=False, bits=bits)
-    q, scales, zeros = DefaultWeightOnlyQuantizer(config).qbits_block_quant(array)
+    quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(block_size=SCAN_BLOCK, is_symmetric=False,
+                                                                        bits=bits))
+    parts = [quantizer.qbits_block_quant(np.ascontiguousarray(array[:, start:start + CHUNK_ROWS]))
+             for start in range(0, array.shape[1], CHUNK_ROWS)]
+    q, scales, zeros = (np.concatenate([part[i] for part in parts]) for i in range(3))
     base = f"{weight.name}_scan"
     return (initializer(model, f"{base}_Q{bits}", q), initializer(model, f"{base}_scales", scales),
             initializer(model, f"{base}_zero_points", zeros))
@@ -108,10 +115,20 @@ def _tied_table(graph: Any, array: np.ndarray) -> Any:
         if not any(user.op_type == "Gather" and user.inputs[0] is value for user, _ in value.uses()):
             continue
         table = tensor.numpy()
-        if all(np.array_equal(table[start:start + CHUNK_ROWS], array[:, start:start + CHUNK_ROWS].T)
-               for start in range(0, n, CHUNK_ROWS)):
+        same = all(np.array_equal(table[start:start + CHUNK_ROWS], array[:, start:start + CHUNK_ROWS].T)
+                   for start in range(0, n, CHUNK_ROWS))
+        del table  # no view of the mapping may outlive it
+        _unmap(tensor)  # read again, page by page, when the graph is saved
+        if same:
             return value
     return None
+
+
+def _unmap(tensor: Any) -> None:
+    """Drop a memory-mapped external tensor's pages from this process (they would count as its memory)."""
+    release = getattr(tensor, "release", None)
+    if release is not None:
+        release()
 
 
 def _int8_rows(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
