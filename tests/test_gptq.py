@@ -128,7 +128,7 @@ def test_a_model_without_a_tokenizer_cannot_calibrate(tiny_checkpoint):
 
 def test_the_hessians_are_each_linears_inputs_shared_and_spilled(calibration, tmp_path):
     """H of every Linear is 2/n X^T X of what it read (recomputed here with hooks of our own), Linears that read
-    one tensor (q, k and v) share one array, and spilled to a folder they are the same values, memory-mapped."""
+    one tensor (q, k and v) share one array, and spilled to a folder they are the same values, read from files."""
     import torch
     from torch import nn
 
@@ -157,7 +157,7 @@ def test_the_hessians_are_each_linears_inputs_shared_and_spilled(calibration, tm
         want = (2.0 * x.T @ x / x.shape[0]).numpy()
         got = in_memory[SCOPE_PREFIX + name]
         assert got.dtype == np.float32 and np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), name
-        assert isinstance(spilled[SCOPE_PREFIX + name], np.memmap)
         assert np.array_equal(spilled[SCOPE_PREFIX + name], got)
     q, k, v = (in_memory[f"{SCOPE_PREFIX}decoder_layers.0.self_attn.{p}"] for p in ("q_proj", "k_proj", "v_proj"))
     assert q is k is v
+    assert len(list((tmp_path / "spill").iterdir())) < len(spilled)  # one file for the shared ones

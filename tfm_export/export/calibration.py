@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -35,14 +35,31 @@ def check_calibration(checkpoint: Checkpoint) -> None:
                           "model has none (or reads audio): use --int4-method rtn or k_quant")
 
 
+class Spilled(Mapping):
+    """Hessians written to files, each read whole when asked for: a transform holds one at a time (memory-mapped,
+    the pages of every one it had read would stay counted as the process's memory)."""
+
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.files = files
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.load(self.files[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
 def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str],
-                    spill: Path | None = None) -> dict[str, np.ndarray]:
+                    spill: Path | None = None) -> Mapping[str, np.ndarray]:
     """Module scope name ("model.decoder_layers.0.ffn.fc2") -> H (K x K, float32) of that Linear's inputs
     over the calibration `sources` (texts; the model's tokenizer encodes them). Linears that read the same
     tensor (an attention's query, key and value; every layer's cross keys and values) share one array: float32
     and shared, an NLLB-600M's Hessians take 2.0 GB instead of 4.7 (the reference GPTQ sums in float32 too).
-    With `spill` (a new folder, the caller's to remove) they are written there and returned memory-mapped, so
-    that the transforms hold only the one they read."""
+    With `spill` (a new folder, the caller's to remove) they are written there and read back one at a time
+    (Spilled), so that the transforms hold only the one they use."""
     check_calibration(checkpoint)
     pairs = _decoded(model, checkpoint, sources)
     sums: dict[str, torch.Tensor] = {}
@@ -74,16 +91,17 @@ def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequenc
         for handle in handles:
             handle.remove()
     log.info("calibration: %d sources, %d Linear inputs (%d shared)", len(pairs), len(sums), len(shares))
-    hessians: dict[str, np.ndarray] = {}
+    hessians: dict[str, Any] = {}
     with torch.inference_mode():  # the sums are inference tensors: scaled in place, there
         for index, name in enumerate(list(sums)):
             hessians[name] = sums.pop(name).mul_(2.0 / rows[name]).numpy()
             if spill is not None:
                 spill.mkdir(exist_ok=True)
                 np.save(spill / f"{index}.npy", hessians[name])
-                hessians[name] = np.load(spill / f"{index}.npy", mmap_mode="r")
+                hessians[name] = spill / f"{index}.npy"
     hessians.update({name: hessians[first] for name, first in shares.items()})
-    return {SCOPE_PREFIX + name: h for name, h in hessians.items()}
+    named = {SCOPE_PREFIX + name: h for name, h in hessians.items()}
+    return named if spill is None else Spilled(named)
 
 
 def _decoded(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> list[tuple[Any, Any]]:
