@@ -233,7 +233,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     transforms = {}
     if options.is_variant:
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
-        hessians, spill = None, folder / ".hessians"  # GPTQ's, on disk while the transforms read them
+        hessians, spill = None, folder / ".hessians"  # GPTQ's, on disk (in this export's own staging folder)
         try:
             if calibration is not None:
                 with stage("calibrate"):
