@@ -233,8 +233,11 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     transforms = {}
     if options.is_variant:
         release_freed_memory()  # the graph export's freed gigabytes, before the transforms read the graphs
-        hessians, spill = None, folder / ".hessians"  # GPTQ's, on disk (in this export's own staging folder)
+        # GPTQ's Hessians go to a folder of their own inside this export's staging folder (`folder`, made by
+        # this export), removed once the transforms have read them.
+        spill = Path(tempfile.mkdtemp(prefix=".hessians-", dir=folder)) if calibration is not None else None
         try:
+            hessians = None
             if calibration is not None:
                 with stage("calibrate"):
                     hessians = linear_hessians(model, checkpoint, calibration, spill)
@@ -243,7 +246,8 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
                 transforms = transform_graphs(folder, specs, options, hessians)
         finally:
             hessians = None
-            shutil.rmtree(spill, ignore_errors=True)
+            if spill is not None:
+                shutil.rmtree(spill, ignore_errors=True)
     if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
         with stage("pack projections"):
             for spec in specs.values():

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .int8 import initializer
+from .int8 import initializer, unmap
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
         scale = initializer(model, f"{weight.name}_rows_scale", row_scale)
     packed = _pack_scan(model, weight, array, bits)
     del array  # no view of the mapping may outlive it
-    _unmap(weight.const_value)
+    unmap(weight.const_value)
     x, out = node.inputs[0], node.outputs[0]
     attributes = {"K": int(k), "N": int(n), "bits": bits, "block_size": SCAN_BLOCK}
     if accuracy_level:
@@ -118,17 +118,10 @@ def _tied_table(graph: Any, array: np.ndarray) -> Any:
         same = all(np.array_equal(table[start:start + CHUNK_ROWS], array[:, start:start + CHUNK_ROWS].T)
                    for start in range(0, n, CHUNK_ROWS))
         del table  # no view of the mapping may outlive it
-        _unmap(tensor)  # read again, page by page, when the graph is saved
+        unmap(tensor)  # read again, page by page, when the graph is saved
         if same:
             return value
     return None
-
-
-def _unmap(tensor: Any) -> None:
-    """Drop a memory-mapped external tensor's pages from this process (they would count as its memory)."""
-    release = getattr(tensor, "release", None)
-    if release is not None:
-        release()
 
 
 def _int8_rows(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from .gptq import pack_gptq
 from .head_scan import SCAN_BITS, scan_head
-from .int8 import float_matrix, initializer, quantize_matmul_int8
+from .int8 import float_matrix, initializer, quantize_matmul_int8, unmap
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +177,7 @@ PACKERS = {"rtn": _pack_rtn, "k_quant": _pack_k_quant}
 def _pack(model: Any, weight: Any, block_size: int, method: str, hessian: Any = None) -> tuple[Any, ...]:
     """The packed initializers of `weight` (named as MatMulNBitsQuantizer names them), the float one unmapped."""
     q, scales, zeros = pack_weight(weight.const_value.numpy(), block_size, method, hessian)
-    release = getattr(weight.const_value, "release", None)
-    if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
-        release()
+    unmap(weight.const_value)  # the float weight
     base = weight.name
     values = [initializer(model, f"{base}_Q{BITS}", q), initializer(model, f"{base}_scales", scales)]
     if not SYMMETRIC:

@@ -74,9 +74,7 @@ def _replace(model, node, weight, quantized_a: tuple) -> None:
     import onnx_ir as ir
 
     zero, scale, q = _quantized(weight.const_value.numpy())
-    release = getattr(weight.const_value, "release", None)
-    if release is not None:  # unmap the float weight: its pages would stay counted as this process's memory
-        release()
+    unmap(weight.const_value)
     base = weight.name
     b_q = initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
     b_scale = initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
@@ -107,6 +105,14 @@ def _quantized(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for start in range(0, data.shape[0], rows):
         q[start:start + rows] = quantize_nparray(onnx.TensorProto.INT8, data[start:start + rows], scale, zero)
     return zero, scale, q
+
+
+def unmap(tensor) -> None:
+    """Drop a memory-mapped external tensor's pages from this process, which would stay counted as its memory
+    (read again, page by page, if the graph is saved with it). No view of its array may outlive this."""
+    release = getattr(tensor, "release", None)
+    if release is not None:
+        release()
 
 
 def initializer(model, name: str, array: np.ndarray):
