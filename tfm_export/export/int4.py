@@ -12,10 +12,10 @@ Why not call the quantizer: like quantize_dynamic (export.int8) it holds the who
 reads one weight at a time from the memory-mapped file and holds only the packed tensors it makes.
 
 The output projection to the vocabulary is not made 4-bit unless `head` is int4: a 4-bit head is known to make
-decoders repeat themselves. By default it becomes a 4-bit scan whose best candidates are scored exactly
-(export.head_scan: the chosen token is scored from the float32 embedding of a tied head, else from int8 rows;
-the scan reads a quarter of an int8 head's bytes); `head` int8 makes it what `--quantize int8` makes of it
-(DynamicQuantizeLinear + MatMulInteger). The feed-forward output projections are int8 where `ffn_output` is
+decoders repeat themselves. A large head (`head` auto, from SCAN_MIN_WEIGHTS on) becomes a 4-bit scan whose best
+candidates are scored exactly (export.head_scan: the chosen token is scored from the float32 embedding of a tied
+head, else from int8 rows; the scan reads half an int8 head's bytes); a smaller one, or `head` int8, becomes what
+`--quantize int8` makes of it (DynamicQuantizeLinear + MatMulInteger). The feed-forward output projections are int8 where `ffn_output` is
 (the T5 family's default: transformers keeps T5's `wo` in float32, its input carries outlier activations);
 the graph tells them by the module scope torch.onnx records on each node (model.layers.FeedForward's `fc2`).
 Embedding Gathers stay float32, as under int8.
@@ -29,6 +29,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
 from .gptq import pack_gptq
 from .head_scan import SCAN_BITS, scan_head
 from .int8 import float_matrix, initializer, quantize_matmul_int8, unmap
@@ -37,6 +40,10 @@ log = logging.getLogger(__name__)
 
 SYMMETRIC = False  # MatMulNBitsQuantizer's default: a zero point per block fits skewed blocks better
 BITS = 4
+# `--int4-head auto`: the smallest head scanned. The scan saves reading half of an int8 head's bytes and pays a
+# TopK over the vocabulary, a Gather and a ScatterElements: on the opus-mt layout (512 x 15.6k, 8M weights) level
+# at batch 1 and 1.24x slower at 16; on NLLB's (1024 x 256k, 262M) 0.6x at batch 1 (BENCHMARKS.md, CPU int4).
+SCAN_MIN_WEIGHTS = 32 * 2**20
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
@@ -78,12 +85,14 @@ class Int4Settings:
                                       "more decoder bytes; what the T5 family needs, whose FFN output reads outlier "
                                       "activations), or auto: the model family's default (int8 for T5 and mT5, "
                                       "int4 otherwise).", choices=("auto", "int4", "int8"))
-    head: str = setting("scan", "The output projection to the vocabulary: scan (a 4-bit scan of the vocabulary "
+    head: str = setting("auto", "The output projection to the vocabulary: scan (a 4-bit scan of the vocabulary "
                                 "whose 256 best candidates are scored exactly, from the float32 embedding when "
-                                "the head is tied to it: an int8 head's quality in about half its time), scan2 "
-                                "(a 2-bit scan: faster, may miss one or two uncertain tokens in a hundred), int8 (as "
-                                "--quantize int8 makes it) or int4 (known to cause repetition).",
-                        choices=("scan", "scan2", "int8", "int4"))
+                                "the head is tied to it: an int8 head's quality in about half its time on large "
+                                "vocabularies), scan2 (a 2-bit scan: faster, may miss one or two uncertain tokens "
+                                "in a hundred), int8 (as --quantize int8 makes it), int4 (known to cause "
+                                "repetition), or auto: scan for heads of at least 32M weights, int8 for smaller "
+                                "ones (whose scan saves less than its top-k costs).",
+                        choices=("auto", "scan", "scan2", "int8", "int4"))
 
     def resolved(self, ffn_outliers: bool) -> "Int4Settings":
         """These settings with `ffn_output` auto made concrete: int8 where the family's FFN output reads outlier
@@ -113,8 +122,9 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
         weight = float_matrix(node)
         if weight is None:
             continue
-        if node is head and settings.head in SCAN_BITS:
-            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[settings.head])
+        kind = head_kind(settings.head, weight.const_value.shape) if node is head else None
+        if kind in SCAN_BITS:
+            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[kind])
             counts.update(scan_heads=1, scan_tied_rows=int(tied))
             continue
         if node is head or (settings.ffn_output == "int8" and _is_ffn_output(node)):
@@ -135,6 +145,13 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
         model.opset_imports["com.microsoft"] = 1
     ir.save(model, str(dst), external_data=dst.name + ".data" if external else None)
     return counts
+
+
+def head_kind(head: str, shape: tuple[int, ...]) -> str:
+    """What `--int4-head` makes of a head of `shape` (K, N): `auto` is scan from SCAN_MIN_WEIGHTS on, else int8."""
+    if head != "auto":
+        return head
+    return "scan" if int(np.prod(shape)) >= SCAN_MIN_WEIGHTS else "int8"
 
 
 def pack_weight(array: Any, block_size: int, method: str = "rtn", hessian: Any = None) -> tuple[Any, Any, Any]:
@@ -159,7 +176,6 @@ def _pack_k_quant(array: Any, block_size: int) -> tuple[Any, Any, Any]:
     quant_tensor_k_quant_cpu), packed as _pack_rtn packs: two 4-bit values a byte, low nibble first, and the
     zero points of a row padded with 8 to whole bytes (ORT's own k_quant writer packs them across rows,
     which is only the same layout when the block count is even)."""
-    import numpy as np
     from onnxruntime.quantization.neural_compressor.weight_only import pad_tensor, quant_tensor_k_quant_cpu
 
     k, n = array.shape
