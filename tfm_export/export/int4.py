@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 SYMMETRIC = False  # MatMulNBitsQuantizer's default: a zero point per block fits skewed blocks better
 BITS = 4
 # `--int4-head auto`: the smallest head scanned. The scan saves reading half of an int8 head's bytes and pays a
-# TopK over the vocabulary, a Gather and a ScatterElements: on the opus-mt layout (512 x 15.6k, 8M weights) level
-# at batch 1 and 1.24x slower at 16; on NLLB's (1024 x 256k, 262M) 0.6x at batch 1 (BENCHMARKS.md, CPU int4).
-SCAN_MIN_WEIGHTS = 32 * 2**20
+# TopK over the vocabulary, a Gather and a ScatterElements. The head alone at batch 1, cold (BENCHMARKS.md, CPU
+# int4): 0.83x the int8 head's time at 8M weights (opus-mt's 512 x 15.6k, level in a whole step), 0.64-0.75x at
+# 16M, 0.45-0.52x from 33M on; at batch 16 2-5x slower at every size (int4 is for batch-1 latency).
+SCAN_MIN_WEIGHTS = 16_000_000
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
@@ -90,8 +91,8 @@ class Int4Settings:
                                 "the head is tied to it: an int8 head's quality in about half its time on large "
                                 "vocabularies), scan2 (a 2-bit scan: faster, may miss one or two uncertain tokens "
                                 "in a hundred), int8 (as --quantize int8 makes it), int4 (known to cause "
-                                "repetition), or auto: scan for heads of at least 32M weights, int8 for smaller "
-                                "ones (whose scan saves less than its top-k costs).",
+                                "repetition), or auto: scan for heads of 16M weights or more (512 x 32k), int8 "
+                                "for smaller ones (whose scan saves little).",
                         choices=("auto", "scan", "scan2", "int8", "int4"))
 
     def resolved(self, ffn_outliers: bool) -> "Int4Settings":
