@@ -2,7 +2,7 @@ r"""The quality table of reduced precision (#41): every trained fixture, float32
 
     .venv/bin/python benchmarks/quality_table.py --work /tmp/quality [--fixtures marian,nllb,whisper-digits] \
         [--numbers 500] [--utterances 120] [--int4-levels 0,1,2,3,4] [--int4-blocks 16] [--int4-methods k_quant,gptq] \
-        [--int4-heads scan,int4] [--json OUT.json] \
+        [--int4-heads scan,int4] [--int4-encoders int8] [--json OUT.json] \
         [--markdown OUT.md]
 
 Fixtures: the nine trained Hugging Face folders of tests/fixtures/trained (numbers in digits -> English or
@@ -124,12 +124,13 @@ def whisper_fixture(work: Path, utterances: int) -> Fixture:
 
 
 def variant_options(levels: tuple[int, ...], blocks: tuple[int, ...] = (), methods: tuple[str, ...] = (),
-                    heads: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+                    heads: tuple[str, ...] = (), encoders: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Variant name -> ExportOptions fields: float32, int8, int4 (the defaults), int4 at the other accuracy
-    levels, block sizes, methods and heads (one setting changed from the defaults at a time)."""
+    levels, block sizes, methods, heads and encoder precisions (one setting changed from the defaults at a time)."""
     variants: dict[str, dict[str, Any]] = {"float32": {}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
     changes = ([("level", "accuracy_level", v) for v in levels] + [("block", "block_size", v) for v in blocks]
-               + [("method", "method", v) for v in methods] + [("head", "head", v) for v in heads])
+               + [("method", "method", v) for v in methods] + [("head", "head", v) for v in heads]
+               + [("encoder", "encoder", v) for v in encoders])
     for name, setting, value in changes:
         if value != getattr(DEFAULT_INT4, setting):
             variants[f"int4 {name} {value}"] = {"quantize": "int4",
@@ -247,9 +248,9 @@ def score_rows(fixture: Fixture, outputs: dict[str, dict[str, list[str]]]) -> li
     return rows
 
 
-def measure(fixture: Fixture, work: Path, levels: tuple[int, ...], blocks: tuple[int, ...] = (),
-            methods: tuple[str, ...] = (), heads: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Export, convert, decode and score one fixture (its exports kept in work/<fixture>)."""
+def measure(fixture: Fixture, work: Path, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Export, convert, decode and score one fixture in each of `variants` (variant_options) and CTranslate2's (its
+    exports kept in work/<fixture>)."""
     from tfm_export.importers import load_any
 
     @functools.cache
@@ -258,7 +259,7 @@ def measure(fixture: Fixture, work: Path, levels: tuple[int, ...], blocks: tuple
 
     decoders, runner = {}, None
     with graphs_kept(work / fixture.name / "float32-graphs"):
-        for variant, options in variant_options(levels, blocks, methods, heads).items():
+        for variant, options in variants.items():
             if options.get("int4") and options["int4"].method == "gptq":
                 if not fixture.calibration:
                     continue  # speech: gptq calibrates on texts
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--int4-blocks", default="", help="int4 block sizes besides the default (e.g. 16)")
     parser.add_argument("--int4-methods", default="", help="int4 methods besides the default (e.g. k_quant)")
     parser.add_argument("--int4-heads", default="", help="int4 heads besides the default (e.g. scan,int4)")
+    parser.add_argument("--int4-encoders", default="", help="int4 encoder precisions besides the default (int8)")
     parser.add_argument("--json", type=Path, help="write the rows (and the machine's versions) here")
     parser.add_argument("--markdown", type=Path, help="write the tables here")
     args = parser.parse_args(argv)
@@ -312,9 +314,11 @@ def main(argv: list[str] | None = None) -> None:
     blocks = tuple(int(v) for v in args.int4_blocks.split(",") if v)
     methods = tuple(v for v in args.int4_methods.split(",") if v)
     heads = tuple(v for v in args.int4_heads.split(",") if v)
+    encoders = tuple(v for v in args.int4_encoders.split(",") if v)
+    variants = variant_options(levels, blocks, methods, heads, encoders)
     rows: list[dict[str, Any]] = []
     for fixture in fixtures(args.fixtures.split(","), args.work, args.numbers, args.utterances):
-        rows += measure(fixture, args.work, levels, blocks, methods, heads)
+        rows += measure(fixture, args.work, variants)
         if args.json:  # after each fixture: a long run that stops keeps what it measured
             args.json.write_text(json.dumps({"versions": versions(), "rows": rows}, indent=1) + "\n")
     table = markdown(rows)

@@ -1,10 +1,11 @@
-"""--quantize int4 (export.int4, #41): weight-only 4-bit MatMuls (ORT's MatMulNBits), the vocabulary head scanned.
+"""--quantize int4 (export.int4, #41): weight-only 4-bit MatMuls (ORT's MatMulNBits), the vocabulary head 8-bit or scanned.
 
 The packing is ONNX Runtime's own (the bytes equal MatMulNBitsQuantizer's on a small graph); an int4 export of
-a trained fixture with `--int4-head int8` validates (agreement mode), keeps its head int8, decodes the held-out task
-close to float32, serves the same ids through the server's in-flight rows as direct `generate`, and decodes the
-same ids in Node and in the browser page (onnxruntime-web's WASM); --max-quality-drop fails a damaged int4 variant.
-The default head (the scan, export.head_scan) has tests/test_head_scan.py, and goes through the server here.
+a trained fixture with `--int4-head int8` validates (agreement mode), keeps its head int8, decodes the held-out
+task close to float32, serves the same ids through the server's in-flight rows as direct `generate`, and decodes
+the same ids in Node and in the browser page (onnxruntime-web's WASM); --max-quality-drop fails a damaged int4
+variant; `--int4-encoder int8` makes the encoder int8. The scanned head (`auto`'s
+choice for large heads, export.head_scan) has tests/test_head_scan.py, and goes through the server here.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     variant, validation = manifest["variant"], manifest["validation"]
     assert variant["quantize"] == "int4"
     assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "ffn_output": "int4",
-                               "head": "int8", "symmetric": False}
+                               "head": "int8", "encoder": "int4", "symmetric": False}
     assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
     quality = validation["quality"]
     assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
@@ -231,6 +232,20 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     # keys and values of each of the 2 decoder layers.
     encoder = ops(int4_export / "encoder.onnx")
     assert "WeightMatMul" not in encoder and "MatMulInteger" not in encoder and len(encoder["MatMulNBits"]) == 16
+
+
+def test_the_encoder_can_be_int8(tmp_path):
+    """`--int4-encoder int8`: the encoder graph as --quantize int8 makes it (by default 4-bit, checked above), the
+    decoder 4-bit; recorded in the manifest, validated."""
+    out = tmp_path / "out"
+    run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--int4-encoder", "int8")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["variant"]["int4"]["encoder"] == "int8"
+    encoder, decoder = ops(out / "encoder.onnx"), ops(out / "decoder.onnx")
+    assert "MatMulNBits" not in encoder and "WeightMatMul" not in encoder and len(encoder["MatMulInteger"]) == 16
+    assert manifest["variant"]["transforms"]["int4"]["encoder"] == {"quantized_matmuls": 16}
+    assert "WeightMatMul" not in decoder and decoder["MatMulNBits"]
+    assert manifest["validation"]["greedy"]["token_agreement"] >= 0.8
 
 
 def test_the_t5_family_keeps_its_ffn_outputs_int8(tmp_path):

@@ -18,6 +18,9 @@ head, else from int8 rows; the scan reads half an int8 head's bytes); a smaller 
 `--quantize int8` makes of it (DynamicQuantizeLinear + MatMulInteger). The feed-forward output projections are int8 where `ffn_output` is
 (the T5 family's default: transformers keeps T5's `wo` in float32, its input carries outlier activations);
 the graph tells them by the module scope torch.onnx records on each node (model.layers.FeedForward's `fc2`).
+With `encoder` int8 the encoder graph is made by export.int8 instead (export.variants.quantize_graph_int4): it runs
+once per input over all its tokens, where MatMulNBits is compute-bound and int8 faster and closer to float32, at
+the cost of int8's batch-wide activation scale.
 Embedding Gathers stay float32, as under int8.
 """
 
@@ -94,6 +97,14 @@ class Int4Settings:
                                 "repetition), or auto: scan for heads of 16M weights or more (512 x 32k), int8 "
                                 "for smaller ones (whose scan saves little).",
                         choices=("auto", "scan", "scan2", "int8", "int4"))
+
+    encoder: str = setting("int4", "Precision of the encoder graph's weights (the cross-attention keys and values "
+                                   "too): int4, or int8 as --quantize int8 makes them: the encoder runs once per "
+                                   "input over all its tokens, where 4-bit MatMuls are compute-bound (NLLB-600M's "
+                                   "layout: int8 in 0.63x int4's time at batch 1, 0.37x at 16; more outputs "
+                                   "identical to float32's on the trained fixtures), but int8 quantises each "
+                                   "batch's activations with one scale, so a source's encoding depends on its "
+                                   "batch (as under --quantize int8), and it is larger.", choices=("int4", "int8"))
 
     def resolved(self, ffn_outliers: bool) -> "Int4Settings":
         """These settings with `ffn_output` auto made concrete: int8 where the family's FFN output reads outlier

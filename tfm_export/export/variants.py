@@ -156,7 +156,10 @@ def quantize_graph_int4(src: Path, dst: Path, spec: GraphSpec, external: bool,
                         settings: Int4Settings = Int4Settings(), hessians: dict[str, Any] | None = None
                         ) -> dict[str, int]:
     """Weight-only 4-bit MatMuls (ORT's MatMulNBits) for CPU, the vocabulary head as settings.head says:
-    made one weight at a time (export.int4); `hessians`: GPTQ's calibration (export.calibration)."""
+    made one weight at a time (export.int4); `hessians`: GPTQ's calibration (export.calibration). The encoder
+    graph is made int8 instead when settings.encoder says so."""
+    if spec.name == "encoder" and settings.encoder == "int8":
+        return quantize_graph_int8(src, dst, spec, external)
     return quantize_int4(src, dst, external, settings, hessians)
 
 
