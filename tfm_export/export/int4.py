@@ -45,8 +45,9 @@ SYMMETRIC = False  # MatMulNBitsQuantizer's default: a zero point per block fits
 BITS = 4
 # `--int4-head auto`: the smallest head scanned. The scan saves reading half of an int8 head's bytes and pays a
 # TopK over the vocabulary, a Gather and a ScatterElements. The head alone at batch 1, cold (BENCHMARKS.md, CPU
-# int4): 0.83x the int8 head's time at 8M weights (opus-mt's 512 x 15.6k, level in a whole step), 0.64-0.75x at
-# 16M, 0.45-0.52x from 33M on; at batch 16 2-5x slower at every size (int4 is for batch-1 latency).
+# int4): 0.83-0.96x the int8 head's time at 8M weights (opus-mt's 512 x 15.6k; level in a whole step), 0.64-0.75x
+# at 16M, 0.45-0.79x at 33M, under 0.6x from 65M on; a whole step of opus-mt-en-de's layout (29.7M) 0.81-0.83x.
+# At batch 16 the scan is 2-5x the int8 head's time at every size (int4 is for batch-1 latency).
 SCAN_MIN_WEIGHTS = 16_000_000
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
@@ -97,7 +98,6 @@ class Int4Settings:
                                 "repetition), or auto: scan for heads of 16M weights or more (512 x 32k), int8 "
                                 "for smaller ones (whose scan saves little).",
                         choices=("auto", "scan", "scan2", "int8", "int4"))
-
     encoder: str = setting("int4", "Precision of the encoder graph's weights (the cross-attention keys and values "
                                    "too): int4, or int8 as --quantize int8 makes them: the encoder runs once per "
                                    "input over all its tokens, where 4-bit MatMuls are compute-bound (NLLB-600M's "
