@@ -117,8 +117,9 @@ OPSETS = click.IntRange(17, 25)
               help="Replace the output folder if it holds a previous export (never a folder with other files).")
 @click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (attention with past, skip-layer-norm, GELU).")
 @click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None,
-              help="Weights for CPU: int8 (dynamic int8 MatMuls) or int4 (4-bit MatMulNBits, the vocabulary head "
-                   "int8); validation reports token agreement with float32.")
+              help="Weights for CPU: int8 (dynamic int8 MatMuls) or int4 (4-bit MatMulNBits; the vocabulary head "
+                   "int8, or a scan with exact candidates when large: --int4-head); validation reports token "
+                   "agreement with float32.")
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
 @click.option("--cuda-graph", is_flag=True,
