@@ -161,3 +161,9 @@ def test_the_hessians_are_each_linears_inputs_shared_and_spilled(calibration, tm
     q, k, v = (in_memory[f"{SCOPE_PREFIX}decoder_layers.0.self_attn.{p}"] for p in ("q_proj", "k_proj", "v_proj"))
     assert q is k is v
     assert len(list((tmp_path / "spill").iterdir())) < len(spilled)  # one file for the shared ones
+    # With the encoder int8 (--int4-encoder int8) only the decoder graph's Linears are calibrated, the same.
+    decoder_only = linear_hessians(model, checkpoint, sources, decoder_only=True)
+    encoder_graph = {n for n in in_memory if n.startswith(f"{SCOPE_PREFIX}encoder")
+                     or ".cross_attn.k_proj" in n or ".cross_attn.v_proj" in n}
+    assert encoder_graph and set(decoder_only) == set(in_memory) - encoder_graph
+    assert all(np.array_equal(decoder_only[n], in_memory[n]) for n in decoder_only)

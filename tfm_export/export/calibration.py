@@ -53,15 +53,17 @@ class Spilled(Mapping):
 
 
 def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str],
-                    spill: Path | None = None) -> Mapping[str, np.ndarray]:
+                    spill: Path | None = None, decoder_only: bool = False) -> Mapping[str, np.ndarray]:
     """Module scope name ("model.decoder_layers.0.ffn.fc2") -> H (K x K, float32) of that Linear's inputs
     over the calibration `sources` (texts; the model's tokenizer encodes them). Linears that read the same
     tensor (an attention's query, key and value; every layer's cross keys and values) share one array: float32
     and shared, an NLLB-600M's Hessians take 2.0 GB instead of 4.7 (the reference GPTQ sums in float32 too).
     With `spill` (a new folder, the caller's to remove) they are written there and read back one at a time
-    (Spilled), so that the transforms hold only the one they use."""
+    (Spilled), so that the transforms hold only the one they use. `decoder_only`: none for the Linears the encoder
+    graph runs (the encoder's and the cross keys and values), which `--int4-encoder int8` does not round by GPTQ."""
     check_calibration(checkpoint)
     pairs = _decoded(model, checkpoint, sources)
+    skipped = _encoder_linears(model, pairs[0][0]) if decoder_only and pairs else set()
     sums: dict[str, torch.Tensor] = {}
     rows: dict[str, int] = {}
     shares: dict[str, str] = {}  # a Linear -> the one whose sum it shares
@@ -81,7 +83,8 @@ def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequenc
             rows[name] = rows.get(name, 0) + x.shape[0]
         return add
 
-    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
+               if isinstance(m, nn.Linear) and n not in skipped]
     try:
         with torch.inference_mode():
             for source, target in pairs:  # one at a time: no padding rows in the sums
@@ -102,6 +105,20 @@ def linear_hessians(model: Transformer, checkpoint: Checkpoint, sources: Sequenc
     hessians.update({name: hessians[first] for name, first in shares.items()})
     named = {SCOPE_PREFIX + name: h for name, h in hessians.items()}
     return named if spill is None else Spilled(named)
+
+
+def _encoder_linears(model: Transformer, source: torch.Tensor) -> set[str]:
+    """The Linears that encoding `source` runs: what export.graphs' EncoderGraph computes (encode, cross_kv)."""
+    fired: set[str] = set()
+    handles = [m.register_forward_hook(lambda *_, n=n: fired.add(n)) for n, m in model.named_modules()
+               if isinstance(m, nn.Linear)]
+    try:
+        with torch.inference_mode():
+            model.cross_kv(model.encode(source)[0])
+    finally:
+        for handle in handles:
+            handle.remove()
+    return fired
 
 
 def _decoded(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> list[tuple[Any, Any]]:

@@ -240,7 +240,8 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
             hessians = None
             if calibration is not None:
                 with stage("calibrate"):
-                    hessians = linear_hessians(model, checkpoint, calibration, spill)
+                    hessians = linear_hessians(model, checkpoint, calibration, spill,
+                                               decoder_only=int4_settings(options).encoder == "int8")
                 release_freed_memory()
             with stage("transform"):
                 transforms = transform_graphs(folder, specs, options, hessians)
