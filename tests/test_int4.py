@@ -186,6 +186,20 @@ def ops(path: Path) -> dict[str, list[onnx.NodeProto]]:
     return nodes
 
 
+def int4_projections(path: Path) -> int:
+    """The 4-bit weights of the graph as the quantiser made them: a MatMulNBits packed by export.packing (its
+    output, or its bias Add's, read by the group's Split) counts once per projection it holds."""
+    graph = onnx.load(str(path)).graph
+    reader = {name: node for node in graph.node for name in node.input}
+    total = 0
+    for node in graph.node:
+        if node.op_type == "MatMulNBits":
+            after = reader.get(node.output[0])
+            after = reader.get(after.output[0]) if after is not None and after.op_type == "Add" else after
+            total += len(after.output) if after is not None and after.name.endswith(".packed_split") else 1
+    return total
+
+
 def int8_weight_shapes(path: Path) -> list[tuple[int, ...]]:
     """The shapes of the int8 weights of the graph's MatMulIntegers, in graph order."""
     graph = onnx.load(str(path)).graph
@@ -202,7 +216,9 @@ def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None
     vocab = json.loads((folder / "manifest.json").read_text())["config"]["tgt_vocab_size"]
     assert int8_weight_shapes(folder / f"{graph}.onnx")[0][1] == vocab  # (d_model, vocab): the head, no other
     assert all(n.input[0] != "model.lm_head.weight" for n in nodes.get("Transpose", []))
-    assert counts == {"int4_matmuls": len(nodes["MatMulNBits"]), "int8_matmuls": 1}
+    assert counts == {"int4_matmuls": int4_projections(folder / f"{graph}.onnx"), "int8_matmuls": 1}
+    # each layer's self-attention query/key/value packed into one (export.packing): two nodes fewer per Split
+    assert counts["int4_matmuls"] - len(nodes["MatMulNBits"]) == 2 * len(nodes["Split"]) > 0
     assert {helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
             if a.name == "block_size"} == {32}
 
@@ -215,7 +231,8 @@ def check_head_is_scanned(folder: Path, graph: str, counts: dict[str, int]) -> N
     blocks = [helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
               if a.name == "block_size"]
     assert sorted(blocks) == [32] * (len(blocks) - 1) + [128]
-    assert counts == {"int4_matmuls": len(blocks) - 1, "int8_matmuls": 0, "scan_heads": 1, "scan_tied_rows": 1}
+    assert counts == {"int4_matmuls": int4_projections(folder / f"{graph}.onnx") - 1, "int8_matmuls": 0,
+                      "scan_heads": 1, "scan_tied_rows": 1}
 
 
 def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export):
@@ -229,9 +246,10 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     assert quality["set"] == "heldout.tsv" and quality["drop"] <= 2 and quality["against_float32"]["chrf"] >= 95
     check_head_is_int8(int4_export, "decoder", variant["transforms"]["int4"]["decoder"])
     # No head in the encoder: every weight MatMul 4-bit, 6 per encoder layer (q, k, v, o, 2 ffn) and the cross
-    # keys and values of each of the 2 decoder layers.
+    # keys and values of each of the 2 decoder layers; packed (export.packing) into 4 a layer and one.
     encoder = ops(int4_export / "encoder.onnx")
-    assert "WeightMatMul" not in encoder and "MatMulInteger" not in encoder and len(encoder["MatMulNBits"]) == 16
+    assert "WeightMatMul" not in encoder and "MatMulInteger" not in encoder and len(encoder["MatMulNBits"]) == 9
+    assert int4_projections(int4_export / "encoder.onnx") == 16 and len(encoder["Split"]) == 3
 
 
 def test_the_encoder_can_be_int8(tmp_path):

@@ -1,4 +1,5 @@
-"""Projections of one input packed into one MatMul (export.packing): the outputs stay bit for bit the same."""
+"""Projections of one input packed into one MatMul (export.packing): the outputs stay bit for bit the same,
+for float32 MatMuls and for int4's MatMulNBits (packed after quantisation)."""
 
 import shutil
 
@@ -8,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from tfm_export.export.exporter import export_graph
+from tfm_export.export.int4 import Int4Settings, quantize_int4
 from tfm_export.export.packing import pack_projections
 from tfm_export.export.specs import ALL_GRAPH_SPECS
 from tfm_export.model.checkpoint import load_checkpoint
@@ -34,12 +36,17 @@ def feeds(session: ort.InferenceSession, dims: dict[str, int], vocab: int, slots
     return out
 
 
+@pytest.mark.parametrize("quantize", [None, "int4"])
 @pytest.mark.parametrize("graph", ["encoder", "decoder", "decoder_rows"])
-def test_packed_graph_computes_the_same_bits(tiny_checkpoint, tmp_path, graph):
+def test_packed_graph_computes_the_same_bits(tiny_checkpoint, tmp_path, graph, quantize):
     model = load_checkpoint(tiny_checkpoint).build_model()
     cfg = model.config
     spec = ALL_GRAPH_SPECS[graph](cfg) if graph != "decoder_rows" else ALL_GRAPH_SPECS[graph](cfg, slots=16)
     export_graph(model, spec, tmp_path, 18)
+    if quantize == "int4":  # blocks of 16: several blocks a column, so a packing that mixed blocks would show
+        float_graph = tmp_path / f"float_{spec.file}"
+        (tmp_path / spec.file).replace(float_graph)
+        quantize_int4(float_graph, tmp_path / spec.file, False, Int4Settings(block_size=16))
     packed = tmp_path / f"packed_{spec.file}"
     shutil.copy(tmp_path / spec.file, packed)
     # one group per attention's query/key/value; the encoder also packs every decoder layer's cross keys/values
@@ -47,7 +54,10 @@ def test_packed_graph_computes_the_same_bits(tiny_checkpoint, tmp_path, graph):
     assert pack_projections(packed) == layers
     ops = [n.op_type for n in onnx.load(str(packed)).graph.node]
     before = [n.op_type for n in onnx.load(str(tmp_path / spec.file)).graph.node]
-    assert ops.count("Split") == layers and ops.count("MatMul") < before.count("MatMul")
+    matmul = "MatMulNBits" if quantize else "MatMul"
+    assert ops.count("Split") == layers and ops.count(matmul) < before.count(matmul)
+    assert before.count(matmul) - ops.count(matmul) == sum(  # every projection of a group in one node
+        2 if graph != "encoder" or i < cfg.n_encoder_layers else 2 * cfg.n_decoder_layers - 1 for i in range(layers))
     rng = np.random.default_rng(0)
     for threads in (1, 2):
         options = ort.SessionOptions()

@@ -86,6 +86,8 @@ class ExportOptions:
 
 SLOT_GRAPHS = ("decoder_static", "decoder_rows")  # graphs over a fixed number of cache slots
 ROWS_QUANTIZE = (None, "int4")  # the --quantize values that keep decoder_rows.onnx (see _graph_specs)
+# The --quantize values whose projections are packed (export.packing): int8's weights have one scale per tensor.
+PACKED_QUANTIZE = (None, "int4")
 
 
 def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
@@ -249,7 +251,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
             hessians = None
             if spill is not None:
                 shutil.rmtree(spill, ignore_errors=True)
-    if options.dtype == "float32" and options.quantize is None:  # exact, bit for bit (export.packing)
+    if options.dtype == "float32" and options.quantize in PACKED_QUANTIZE:  # exact, bit for bit (export.packing)
         with stage("pack projections"):
             for spec in specs.values():
                 pack_projections(folder / spec.file, external)
