@@ -1,0 +1,59 @@
+r"""int4 block sizes on weights of a real model's width (#41): a wide Marian trained on the fixtures' task, measured.
+
+    .venv/bin/python benchmarks/wide_fixture.py --work W [--d-model 512] [--ffn 2048] [--steps 700] [--lr 1e-3] \
+        [--blocks 32,64,128] [--numbers 500] [--json OUT.json]
+
+The trained fixtures (tests/fixtures/trained) are 64 wide: a block of 64 or 128 is a whole column there, the
+coarsest a block can be, so their block-size rows say little about a model of NLLB's width (1024, blocks of 128
+an eighth of a column). This trains the marian fixture's task (tests/fixtures/train_fixtures.py, the same data,
+tokenizer and schedule; 2 + 2 layers) at `--d-model` (8 heads, `--ffn`), saves it as the fixtures are saved
+(W/marian-wide, reused when there), and runs quality_table's measurement on it: float32, int8, int4 at each
+block size and CTranslate2 int8, greedy and the folder's default beam 4, the held-out numbers in both languages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import hf_fixtures as H  # noqa: E402
+import quality_table as Q  # noqa: E402
+import train_fixtures as T  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work", type=Path, required=True, help="the trained folder, exports and conversions")
+    parser.add_argument("--d-model", type=int, default=512, help="the model's width (8 heads)")
+    parser.add_argument("--ffn", type=int, default=2048, help="the feed-forward width")
+    parser.add_argument("--steps", type=int, default=700, help="training steps of 64 pairs")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (the fixtures': 2e-3)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for training")
+    parser.add_argument("--blocks", default="32,64,128", help="int4 block sizes to measure")
+    parser.add_argument("--numbers", type=int, default=500, help="held-out numbers per target language")
+    parser.add_argument("--json", type=Path, help="write the training metrics and the rows here")
+    args = parser.parse_args()
+    folder = args.work / "marian-wide"
+    metrics = None
+    if not (folder / "model.safetensors").exists():
+        shape = H.Shape(args.d_model, 2, 2, 8, args.ffn)
+        metrics = T.train("marian", args.steps, folder=folder, shape=shape, lr=args.lr, threads=args.threads)
+    fixture = dataclasses.replace(Q.trained_fixture("marian", args.numbers), name="marian-wide", model=folder)
+    blocks = tuple(int(b) for b in args.blocks.split(",") if int(b) != 32)
+    variants = Q.variant_options((4,), blocks, (), (), ())
+    rows = Q.measure(fixture, args.work, variants)
+    if args.json:
+        args.json.write_text(json.dumps({"versions": Q.versions(), "training": metrics, "rows": rows}, indent=1))
+    print(Q.markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
