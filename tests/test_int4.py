@@ -70,7 +70,7 @@ def test_packed_weights_equal_ort_quantizer(tmp_path):
     for block, level in ((32, 4), (64, 0)):
         ours = tmp_path / f"ours{block}.onnx"
         counts = quantize_int4(tmp_path / "f32.onnx", ours, False, Int4Settings(block, level))
-        assert counts == {"int4_matmuls": 2, "int8_matmuls": 0}
+        assert counts == {"int4_matmuls": 2, "int8_matmuls": 0, f"block_{block}": 2}
         theirs = MatMulNBitsQuantizer(onnx.load(str(tmp_path / "f32.onnx")), block_size=block,
                                       accuracy_level=level or None)
         theirs.process()
@@ -87,6 +87,26 @@ def test_packed_weights_equal_ort_quantizer(tmp_path):
         run = lambda model: ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)  # noqa: E731
         for a, b in zip(run(str(ours)), run(theirs.model.model.SerializeToString())):
             np.testing.assert_array_equal(a, b)
+
+
+def test_auto_blocks_follow_the_weights_width(tmp_path):
+    """`--int4-block-size auto` (the default): blocks of 128 for weights of 512 inputs or more, 32 below; the
+    weights equal those of the explicit block size, and the counts say what was chosen."""
+    small_graph(tmp_path / "f32.onnx", {"narrow": (256, 48), "wide": (512, 40)})
+    made = {}
+    for block in ("auto", 32, 128):
+        made[block] = tmp_path / f"{block}.onnx"
+        counts = quantize_int4(tmp_path / "f32.onnx", made[block], False, Int4Settings(block_size=block))
+        if block == "auto":
+            assert counts == {"int4_matmuls": 2, "int8_matmuls": 0, "block_32": 1, "block_128": 1}
+    arrays = {block: {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+              for block, path in made.items()}
+    for name, array in arrays["auto"].items():
+        assert np.array_equal(array, arrays[32 if name.startswith("w_narrow") else 128][name]), name
+    blocks = {n.name: helper.get_attribute_value(next(a for a in n.attribute if a.name == "block_size"))
+              for n in onnx.load(str(made["auto"])).graph.node}
+    assert blocks == {"mm_narrow_Q4": 32, "mm_wide_Q4": 128}
+    assert Int4Settings().block_size == "auto" and Int4Settings(block_size=64).block_for(4096) == 64
 
 
 def test_k_quant_weights_equal_ort_k_quant(tmp_path):
@@ -216,7 +236,8 @@ def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None
     vocab = json.loads((folder / "manifest.json").read_text())["config"]["tgt_vocab_size"]
     assert int8_weight_shapes(folder / f"{graph}.onnx")[0][1] == vocab  # (d_model, vocab): the head, no other
     assert all(n.input[0] != "model.lm_head.weight" for n in nodes.get("Transpose", []))
-    assert counts == {"int4_matmuls": int4_projections(folder / f"{graph}.onnx"), "int8_matmuls": 1}
+    projections = int4_projections(folder / f"{graph}.onnx")
+    assert counts == {"int4_matmuls": projections, "int8_matmuls": 1, "block_32": projections}  # all under 512 wide
     # each layer's self-attention query/key/value packed into one (export.packing): two nodes fewer per Split
     assert counts["int4_matmuls"] - len(nodes["MatMulNBits"]) == 2 * len(nodes["Split"]) > 0
     assert {helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
@@ -231,15 +252,16 @@ def check_head_is_scanned(folder: Path, graph: str, counts: dict[str, int]) -> N
     blocks = [helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
               if a.name == "block_size"]
     assert sorted(blocks) == [32] * (len(blocks) - 1) + [128]
-    assert counts == {"int4_matmuls": int4_projections(folder / f"{graph}.onnx") - 1, "int8_matmuls": 0,
-                      "scan_heads": 1, "scan_tied_rows": 1}
+    projections = int4_projections(folder / f"{graph}.onnx") - 1
+    assert counts == {"int4_matmuls": projections, "int8_matmuls": 0, "block_32": projections, "scan_heads": 1,
+                      "scan_tied_rows": 1}
 
 
 def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export):
     manifest = json.loads((int4_export / "manifest.json").read_text())
     variant, validation = manifest["variant"], manifest["validation"]
     assert variant["quantize"] == "int4"
-    assert variant["int4"] == {"block_size": 32, "accuracy_level": 4, "method": "rtn", "ffn_output": "int4",
+    assert variant["int4"] == {"block_size": "auto", "accuracy_level": 4, "method": "rtn", "ffn_output": "int4",
                                "head": "int8", "encoder": "int4", "symmetric": False}
     assert validation["mode"] == "agreement" and validation["greedy"]["token_agreement"] >= 0.8
     quality = validation["quality"]

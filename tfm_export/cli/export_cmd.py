@@ -86,8 +86,8 @@ def int4_options(fn):
         else:
             kind = click.Choice([str(c) for c in meta["choices"]])
             option = click.option(flag, f"int4_{item.name}", type=kind, default=None, show_choices=True,
-                                  callback=lambda ctx, param, value, cast=type(item.default):
-                                  None if value is None else cast(value),
+                                  callback=lambda ctx, param, value, chosen={str(c): c for c in meta["choices"]}:
+                                  None if value is None else chosen[value],  # "128" -> 128, "auto" stays
                                   help=f"{meta['help']} Default {item.default}; with --quantize int4.")
         fn = option(fn)
     return fn

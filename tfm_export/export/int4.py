@@ -49,6 +49,11 @@ BITS = 4
 # at 16M, 0.45-0.79x at 33M, under 0.6x from 65M on; a whole step of opus-mt-en-de's layout (29.7M) 0.81-0.83x.
 # At batch 16 the scan is 2-5x the int8 head's time at every size (int4 is for batch-1 latency).
 SCAN_MIN_WEIGHTS = 16_000_000
+# `--int4-block-size auto`: (fewest inputs, block size), first match. A block of 128 costs no measurable agreement
+# with float32 on trained models 512 and 1024 wide (benchmarks/wide_fixture.py: BENCHMARKS.md, Quality, "Block
+# sizes") and saves MLAS's per-block work (NLLB-600M's layout at batch 1: 0.55-0.58x int8's time, 0.65 at 32); on
+# the 64-wide fixtures, where 128 is a whole column, it agreed less in 11 of 16 cases, so narrow weights keep 32.
+AUTO_BLOCKS = ((512, 128), (0, 32))
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
@@ -72,10 +77,13 @@ class Int4Settings:
     98.8) and accuracy_level 4 (int8 activations, MLAS's fast path) as well as 0 (float32 compute: within 0.6
     points either way)."""
 
-    block_size: int = setting(32, "Weights per 4-bit block (one scale and zero point each) along the input "
-                                  "dimension; smaller blocks keep more accuracy, larger ones are smaller and "
-                                  "faster (block 32 agreed best with float32 on the trained fixtures).",
-                              choices=(16, 32, 64, 128, 256))
+    block_size: int | str = setting("auto", "Weights per 4-bit block (one scale and zero point each) along the "
+                                            "input dimension; smaller blocks keep more accuracy, larger ones are "
+                                            "smaller and faster (MLAS does a block's work per block). auto: 128 for "
+                                            "weights of 512 inputs or more (NLLB-600M's layout: 0.55-0.58x int8's "
+                                            "time against 0.65x at 32; as close to float32 as 32 on trained models "
+                                            "512 and 1024 wide), 32 for narrower ones (where 32 agreed best).",
+                                    choices=("auto", 16, 32, 64, 128, 256))
     accuracy_level: int = setting(4, "MatMulNBits' compute type for activations: 0 unset (float32), 1 float32, "
                                      "2 float16, 3 bfloat16, 4 int8 (fastest on x86 and ARM; may flip near-tie "
                                      "argmaxes on outlier activations, onnxruntime#29849).",
@@ -113,6 +121,12 @@ class Int4Settings:
             return self
         return dataclasses.replace(self, ffn_output="int8" if ffn_outliers else "int4")
 
+    def block_for(self, k: int) -> int:
+        """The block size of a weight with `k` inputs (rows): `block_size`, or auto's choice (AUTO_BLOCKS)."""
+        if self.block_size != "auto":
+            return int(self.block_size)
+        return next(block for min_k, block in AUTO_BLOCKS if k >= min_k)
+
     def to_dict(self) -> dict[str, Any]:
         """What the manifest's variant records (`variant.int4`)."""
         return {**dataclasses.asdict(self), "symmetric": SYMMETRIC}
@@ -144,8 +158,10 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
             counts["int8_matmuls"] += 1
             continue
         hessian = (hessians or {}).get(_module_of(node)) if settings.method == "gptq" else None
+        block = settings.block_for(weight.const_value.shape[0])
         if weight not in packed:
-            packed[weight] = _pack(model, weight, settings.block_size, settings.method, hessian)
+            packed[weight] = _pack(model, weight, block, settings.method, hessian)
+        counts[f"block_{block}"] = counts.get(f"block_{block}", 0) + 1  # what `auto` chose
         if hessian is not None:
             counts["gptq_matmuls"] += 1
         _replace(model, node, weight, packed[weight], settings)
@@ -219,7 +235,7 @@ def _replace(model: Any, node: Any, weight: Any, packed: tuple[Any, ...], settin
     import onnx_ir as ir
 
     k, n = weight.const_value.shape
-    attributes = {"K": int(k), "N": int(n), "bits": BITS, "block_size": settings.block_size}
+    attributes = {"K": int(k), "N": int(n), "bits": BITS, "block_size": settings.block_for(int(k))}
     if settings.accuracy_level:
         attributes["accuracy_level"] = settings.accuracy_level
     out = node.outputs[0]
