@@ -50,7 +50,7 @@ def main() -> None:
         shape = H.Shape(args.d_model, 2, 2, args.d_model // 64, args.ffn)  # heads of 64, as Marian's and NLLB's
         metrics = T.train("marian", args.steps, folder=folder, shape=shape, lr=args.lr, threads=args.threads)
     fixture = dataclasses.replace(Q.trained_fixture("marian", args.numbers), name=name, model=folder)
-    blocks = tuple(int(b) for b in args.blocks.split(",") if int(b) != 32)
+    blocks = tuple(int(b) for b in args.blocks.split(",") if b)
     methods = tuple(m for m in args.methods.split(",") if m)
     variants = Q.variant_options((4,), blocks, methods, (), ())
     rows = Q.measure(fixture, args.work, variants)

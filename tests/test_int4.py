@@ -90,9 +90,9 @@ def test_packed_weights_equal_ort_quantizer(tmp_path):
 
 
 def test_auto_blocks_follow_the_weights_width(tmp_path):
-    """`--int4-block-size auto` (the default): blocks of 128 for weights of 512 inputs or more, 32 below; the
+    """`--int4-block-size auto` (the default): blocks of 128 for weights of 1024 inputs or more, 32 below; the
     weights equal those of the explicit block size, and the counts say what was chosen."""
-    small_graph(tmp_path / "f32.onnx", {"narrow": (256, 48), "wide": (512, 40)})
+    small_graph(tmp_path / "f32.onnx", {"narrow": (512, 48), "wide": (1024, 40)})
     made = {}
     for block in ("auto", 32, 128):
         made[block] = tmp_path / f"{block}.onnx"

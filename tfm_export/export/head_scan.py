@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # probability 0.3-0.9 over Gaussian logits): the 4-bit scan never missed float32's token and put the log-normaliser
 # within 0.015; the 2-bit one missed up to 1.5 % of uncertain winners and the normaliser by up to 0.75.
 SCAN_BITS = {"scan": 4, "scan2": 2}
-SCAN_BLOCK = 128  # fewer scales to read than int4's 32: the scan only ranks (2-bit blocks of 32 ran slower)
+SCAN_BLOCK = 128  # fewer scales to read than blocks of 32: the scan only ranks (2-bit blocks of 32 ran slower)
 CANDIDATES = 256  # 32 missed 13 % of uncertain winners at 2 bits; 256 cost 3 % more of a step than 32
 CHUNK_ROWS = 4096  # vocabulary entries packed, compared or made int8 at once: temporaries of 16 MB, not 1 GB
 

@@ -49,11 +49,13 @@ BITS = 4
 # at 16M, 0.45-0.79x at 33M, under 0.6x from 65M on; a whole step of opus-mt-en-de's layout (29.7M) 0.81-0.83x.
 # At batch 16 the scan is 2-5x the int8 head's time at every size (int4 is for batch-1 latency).
 SCAN_MIN_WEIGHTS = 16_000_000
-# `--int4-block-size auto`: (fewest inputs, block size), first match. A block of 128 costs no measurable agreement
-# with float32 on trained models 512 and 1024 wide (benchmarks/wide_fixture.py: BENCHMARKS.md, Quality, "Block
-# sizes") and saves MLAS's per-block work (NLLB-600M's layout at batch 1: 0.55-0.58x int8's time, 0.65 at 32); on
-# the 64-wide fixtures, where 128 is a whole column, it agreed less in 11 of 16 cases, so narrow weights keep 32.
-AUTO_BLOCKS = ((512, 128), (0, 32))
+# `--int4-block-size auto`: (fewest inputs, block size), first match. Blocks of 128 save MLAS's per-block work
+# (NLLB-600M's layout at batch 1: 0.55-0.57x int8's time, 0.63-0.65x at 32). Where a block is an eighth of a column
+# or less they cost no measurable agreement with float32 (a trained model 1024 wide: benchmarks/wide_fixture.py,
+# BENCHMARKS.md, Quality, "Block sizes"); at 512 inputs the trained models disagree (a 512-wide Marian level,
+# whisper-digits' FFN output one utterance of 120 worse, num2words-de's one better); on the 64-wide fixtures, where
+# 128 is a whole column, they agreed less in 11 of 16 cases. So weights under 1024 inputs keep blocks of 32.
+AUTO_BLOCKS = ((1024, 128), (0, 32))
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
@@ -73,16 +75,17 @@ class Int4Settings:
 
     The defaults, measured on the trained fixtures (tests/fixtures/trained marian, bart, t5, pegasus: greedy
     tokens of 100 held-out inputs against the float32 export; docs/exporting.md has the table): block 32 agreed
-    on more tokens than 64 or 128 (marian 99.3 vs 98.0 %, t5 93.9 vs 92.6, pegasus 97.7 vs 96.6, bart equal at
-    98.8) and accuracy_level 4 (int8 activations, MLAS's fast path) as well as 0 (float32 compute: within 0.6
-    points either way)."""
+    on more tokens than 64 or 128 on their narrow weights (marian 99.3 vs 98.0 %, t5 93.9 vs 92.6, pegasus 97.7
+    vs 96.6, bart equal at 98.8), 128 as well as 32 on a trained model 1024 wide (AUTO_BLOCKS), and
+    accuracy_level 4 (int8 activations, MLAS's fast path) as well as 0 (float32 compute: within 0.6 points either
+    way)."""
 
     block_size: int | str = setting("auto", "Weights per 4-bit block (one scale and zero point each) along the "
                                             "input dimension; smaller blocks keep more accuracy, larger ones are "
                                             "smaller and faster (MLAS does a block's work per block). auto: 128 for "
-                                            "weights of 512 inputs or more (NLLB-600M's layout: 0.55-0.58x int8's "
-                                            "time against 0.65x at 32; as close to float32 as 32 on trained models "
-                                            "512 and 1024 wide), 32 for narrower ones (where 32 agreed best).",
+                                            "weights of 1024 inputs or more (NLLB-600M's layout: 0.55-0.57x int8's "
+                                            "time against 0.63-0.65x at 32; as close to float32 as 32 on a trained "
+                                            "model 1024 wide), 32 for narrower ones (where 32 agreed best).",
                                     choices=("auto", 16, 32, 64, 128, 256))
     accuracy_level: int = setting(4, "MatMulNBits' compute type for activations: 0 unset (float32), 1 float32, "
                                      "2 float16, 3 bfloat16, 4 int8 (fastest on x86 and ARM; may flip near-tie "
