@@ -72,8 +72,8 @@ def _weights(node: Any) -> tuple[list[np.ndarray], tuple, int] | None:
     return entry[0](node) if entry is not None else None
 
 
-def _bias_of(matmul: Any) -> tuple[Any, np.ndarray] | None:
-    """(the Add, its bias) when the MatMul's one use is an Add of a constant vector."""
+def _bias_of(matmul: Any, width: int) -> tuple[Any, np.ndarray] | None:
+    """(the Add, its bias) when the MatMul's one use is an Add of a constant vector of its output `width`."""
     uses = list(matmul.outputs[0].uses())
     if len(uses) != 1:
         return None
@@ -81,7 +81,6 @@ def _bias_of(matmul: Any) -> tuple[Any, np.ndarray] | None:
     if add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
         return None
     bias = _constant(add.inputs[1 - index])
-    width = _weights(matmul)[2]
     return (add, bias) if bias is not None and bias.shape == (width,) else None
 
 
@@ -95,12 +94,12 @@ def _groups(graph: Any) -> list[list[Any]]:
     return [nodes for nodes in groups.values() if len(nodes) > 1]
 
 
-def _packed_matmul(graph: Any, nodes: list[Any], name: str) -> Any:
-    """One node of the group's op over the members' weights side by side."""
+def _packed_matmul(graph: Any, nodes: list[Any], members: list[list[np.ndarray]], widths: np.ndarray,
+                   name: str) -> Any:
+    """One node of the group's op over the members' weights (`members`, as _weights gives them) side by side."""
     import onnx_ir as ir
 
     first = nodes[0]
-    members = [_weights(n)[0] for n in nodes]
     axis = PACKABLE[(first.domain, first.op_type)][1]
     inputs = [first.inputs[0]]
     for i in range(len(members[0])):
@@ -110,15 +109,16 @@ def _packed_matmul(graph: Any, nodes: list[Any], name: str) -> Any:
         inputs.append(value)
     attributes = [ir.AttrInt64(key, attr.value) for key, attr in first.attributes.items() if key != "N"]
     if first.op_type == "MatMulNBits":
-        attributes.append(ir.AttrInt64("N", sum(_weights(n)[2] for n in nodes)))
+        attributes.append(ir.AttrInt64("N", int(widths.sum())))
     return ir.Node(first.domain, first.op_type, inputs, attributes=attributes, name=f"{name}.packed_matmul")
 
 
 def _pack(graph: Any, nodes: list[Any]) -> None:
     import onnx_ir as ir
 
-    widths = np.array([_weights(n)[2] for n in nodes], dtype=np.int64)
-    biases = [_bias_of(n) for n in nodes]
+    found = [_weights(n) for n in nodes]  # each member's arrays read once
+    widths = np.array([width for _, _, width in found], dtype=np.int64)
+    biases = [_bias_of(n, width) for n, width in zip(nodes, widths)]
     with_bias = all(b is not None for b in biases)
     name = nodes[0].name or nodes[0].outputs[0].name
 
@@ -127,7 +127,7 @@ def _pack(graph: Any, nodes: list[Any]) -> None:
         graph.register_initializer(value)
         return value
 
-    matmul = _packed_matmul(graph, nodes, name)
+    matmul = _packed_matmul(graph, nodes, [arrays for arrays, _, _ in found], widths, name)
     new, packed = [matmul], matmul.outputs[0]
     if with_bias:
         add = ir.Node("", "Add", [packed, constant("bias", np.concatenate([b[1] for b in biases]))],
