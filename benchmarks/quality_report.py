@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 TARGET_DROP = 1.0  # points int4 may lose against float32
+SIGNIFICANCE = 0.05  # p-value under which a shortfall against CT2 int8 counts as real
 INT4, CT2 = "int4", "ct2 int8"
 MAIN = ("float32", "int8", "int4", "ct2 float32", "ct2 int8")  # the detail table's variants
 # kind -> (the score, higher is better, how it is named)
@@ -41,6 +42,14 @@ def verdicts(variants: dict[str, dict[str, Any]]) -> tuple[bool | None, bool | N
     return within, above
 
 
+def significantly_below(row: dict[str, Any] | None) -> bool | None:
+    """Whether the int4 row's chrF is below CT2 int8's by more than the sources' sampling explains (the paired
+    bootstrap quality_table stores: lower, and p < SIGNIFICANCE, sacrebleu's two-sided p of the difference);
+    None without one (speech, or no CT2 row)."""
+    test = (row or {}).get("versus_ct2_int8")
+    return None if test is None else test["chrf_delta"] < 0 and test["p"] < SIGNIFICANCE
+
+
 def _mark(ok: bool | None) -> str:
     return {True: "yes", False: "**no**", None: "-"}[ok]
 
@@ -53,24 +62,36 @@ def summary(rows: list[dict[str, Any]]) -> str:
     """Per fixture and decoding: float32's score against the references, the points each variant loses
     against it (chrF fallen, WER risen; negative: gained) and the two verdicts."""
     lines = ["| fixture | decoding | sources | float32 | int8 lost | int4 lost | int4 lost, other levels | "
-             "CT2 int8 lost | int4 within 1 of float32 | int4 at or above CT2 int8 |", "|---" * 10 + "|"]
-    counts = {"within": [0, 0], "above": [0, 0]}
+             "CT2 int8 lost | int4 within 1 of float32 | int4 at or above CT2 int8 | int4 below it, p |",
+             "|---" * 11 + "|"]
+    counts = {"within": [0, 0], "above": [0, 0], "below": [0, 0]}
     for (fixture, decoding), variants in cases(rows).items():
         base = variants["float32"]
         metric, _, name = METRIC[base["kind"]]
         levels = [loss(r, base) for v, r in variants.items() if v.startswith("int4 level")]  # blocks: detail
         spread = _range(levels) if levels else "-"
         within, above = verdicts(variants)
-        for key, ok in (("within", within), ("above", above)):
+        below = significantly_below(variants.get(INT4))
+        for key, ok in (("within", within), ("above", above), ("below", below)):
             if ok is not None:
                 counts[key][0] += ok
                 counts[key][1] += 1
         lines.append(f"| {fixture} | {decoding} | {base['size']} | {name} {base['references'][metric]:.2f} | "
                      f"{_lost(variants.get('int8'), base)} | {_lost(variants.get(INT4), base)} | {spread} | "
-                     f"{_lost(variants.get(CT2), base)} | {_mark(within)} | {_mark(above)} |")
+                     f"{_lost(variants.get(CT2), base)} | {_mark(within)} | {_mark(above)} | "
+                     f"{_below(variants.get(INT4), below)} |")
     head = (f"int4 within {TARGET_DROP:g} point of float32: {counts['within'][0]} of {counts['within'][1]} "
-            f"cases; int4 at or above CTranslate2 int8: {counts['above'][0]} of {counts['above'][1]}.")
+            f"cases; int4 at or above CTranslate2 int8: {counts['above'][0]} of {counts['above'][1]}; below it by "
+            f"more than the sources' sampling explains (paired bootstrap, p < {SIGNIFICANCE:g}): "
+            f"{counts['below'][0]} of {counts['below'][1]}.")
     return head + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _below(row: dict[str, Any] | None, below: bool | None) -> str:
+    """The bootstrap's verdict and p-value: "**yes** (0.003)", "no (0.41)", or "-" without a test."""
+    if below is None:
+        return "-"
+    return f"{'**yes**' if below else 'no'} ({row['versus_ct2_int8']['p']:.3g})"
 
 
 def _range(values: list[float]) -> str:

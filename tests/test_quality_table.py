@@ -1,8 +1,9 @@
 """benchmarks/quality_table.py's core (#41) on one trained fixture and a few held-out numbers: the table's
 numbers are consistent. float32 against itself is chrF 100 and 100 % identical; its exact matches of the
 references are those counted here; a variant with damaged weights scores lower against both, and the summary
-says it misses the target; CTranslate2's float32 conversion decodes greedily exactly as the export does (the
-table's CTranslate2 rows read the export's ids)."""
+says it misses the target; the paired bootstrap finds the damaged variant below float32 and an equal one not;
+CTranslate2's float32 conversion decodes greedily exactly as the export does (the table's CTranslate2 rows read
+the export's ids)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import quality_table  # noqa: E402
-from quality_report import markdown, verdicts  # noqa: E402
+from quality_report import markdown, significantly_below, verdicts  # noqa: E402
 from tfm_export.export.quality import identical  # noqa: E402
 
 FAMILY = "marian"  # two target languages (>>en<< / >>de<< in the source)
@@ -85,3 +86,19 @@ def test_ctranslate2_float32_decodes_as_the_export(table):
     rows, outputs, _ = table
     assert outputs["ct2 float32"] == outputs["float32"]
     assert next(r for r in rows if r["variant"] == "ct2 float32")["float32"]["identical"] == 100.0
+
+
+def test_the_paired_bootstrap_tells_a_real_shortfall_from_none(table):
+    """Against float32's outputs as the baseline: the damaged variant's chrF is lower with p under 0.05, float32
+    against itself differs by nothing (sacrebleu gives no difference its smallest p, as real: not below); the
+    report reads the verdict from the row."""
+    rows, outputs, fixture = table
+    references = [r for g in fixture.groups for r in g.references]
+    worse = quality_table.paired_bootstrap(outputs["float32"], outputs["int4"], references)
+    same = quality_table.paired_bootstrap(outputs["float32"], outputs["float32"], references)
+    bad = next(r for r in rows if r["variant"] == "int4")
+    assert worse["chrf_delta"] == round(bad["references"]["chrf"] - rows[0]["references"]["chrf"], 2) < -1
+    assert worse["p"] < 0.05 and same["chrf_delta"] == 0.0
+    assert significantly_below({**bad, "versus_ct2_int8": worse}) is True
+    assert significantly_below({**bad, "versus_ct2_int8": same}) is False
+    assert significantly_below(bad) is None  # no CTranslate2 int8 row in this table: nothing tested
