@@ -422,3 +422,17 @@ def test_impossible_int4_mixes_are_one_line(tmp_path, flags, message):
     result = run_cli(hf_fixtures.trained_folder(FAMILY), "-o", tmp_path / "x", *flags)
     assert result.exit_code != 0 and message in result.output, result.output
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("given, block", [("64", 64), ("auto", "auto")])
+def test_int4_options_parse_to_typed_settings(given, block):
+    """The generated `--int4-*` options give Int4Settings typed values ("64" -> 64, "auto" stays), what the
+    manifest records and `block_for` reads."""
+    from tfm_export.cli.export_cmd import export_command, int4_settings
+
+    ctx = export_command.make_context("export", [str(hf_fixtures.trained_folder(FAMILY)), "--quantize", "int4",
+                                                 "--int4-block-size", given, "--int4-accuracy-level", "0"])
+    settings = int4_settings(dict(ctx.params))
+    assert settings == Int4Settings(block_size=block, accuracy_level=0)
+    wide, narrow = (64, 64) if block == 64 else (128, 32)
+    assert settings.block_for(4096) == wide and settings.block_for(64) == narrow
