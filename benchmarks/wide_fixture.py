@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,9 +47,14 @@ def main() -> None:
     name = f"marian-d{args.d_model}"
     folder = args.work / "trained" / name  # beside, not under, work/<name> (the exports)
     metrics = None
-    if not (folder / "model.safetensors").exists():
+    if folder.exists() and not (folder / "model.safetensors").exists():
+        raise SystemExit(f"{folder} exists and holds no trained model; remove it or choose another --work")
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))  # train() replaces its folder
         shape = H.Shape(args.d_model, 2, 2, args.d_model // 64, args.ffn)  # heads of 64, as Marian's and NLLB's
-        metrics = T.train("marian", args.steps, folder=folder, shape=shape, lr=args.lr, threads=args.threads)
+        metrics = T.train("marian", args.steps, folder=stage, shape=shape, lr=args.lr, threads=args.threads)
+        stage.rename(folder)
     fixture = dataclasses.replace(Q.trained_fixture("marian", args.numbers), name=name, model=folder)
     blocks = tuple(int(b) for b in args.blocks.split(",") if b)
     methods = tuple(m for m in args.methods.split(",") if m)
