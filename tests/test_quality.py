@@ -54,6 +54,16 @@ def test_int8_report_is_in_the_manifest_and_printed(tmp_path, eval_file):
     assert shown.exit_code == 0 and "float32 against the references: chrf" in shown.output
 
 
+def test_float32_is_scored_against_the_references_only(tmp_path, eval_file):
+    out = tmp_path / "float32"
+    result = CliRunner().invoke(cli, [str(BUNDLED / "model.pt"), "-o", str(out), "--eval-file", str(eval_file)])
+    assert result.exit_code == 0, result.output
+    quality = json.loads((out / "manifest.json").read_text())["validation"]["quality"]
+    assert "against_float32" not in quality and quality["drop"] is None  # it is float32
+    assert quality["against_references"]["export"]["chrf"] >= 98.0
+    assert "export against the references: chrf" in result.output
+
+
 def corrupting(real):
     """int8 quantisation, then the decoder's int8 weights shuffled: valid graphs that translate badly."""
     def transform(src, path, spec, external):
