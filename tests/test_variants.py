@@ -110,6 +110,7 @@ def test_int8_export_reports_agreement(tiny_checkpoint, tiny_export, tmp_path):
     greedy = manifest["validation"]["greedy"]
     assert manifest["validation"]["mode"] == "agreement" and 0.0 <= greedy["token_agreement"] <= 1.0
     assert "tokens agree" in result.output
+    assert "ok (not checked: quantised)" in result.output and " NO\n" not in result.output  # shown, not judged
     graph = onnx.load(str(out / "decoder.onnx")).graph
     ops = {n.op_type for n in graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
