@@ -18,12 +18,15 @@ def test_generate_ids_json(tiny_export):
     assert "text" not in records[0]
 
 
-def test_generate_input_file_in_batches(tiny_export, tmp_path):
+@pytest.mark.parametrize("from_stdin", [False, True])
+def test_generate_input_file_in_batches(tiny_export, tmp_path, from_stdin):
     sources = [[5 + i, 9, 13 + i] for i in range(7)]
+    lines = "\n".join(" ".join(map(str, s)) for s in sources) + "\n"
     path = tmp_path / "in.txt"
-    path.write_text("\n".join(" ".join(map(str, s)) for s in sources) + "\n")
-    result = run_cli_ok("generate", tiny_export, "--input", path, "--input-format", "ids", "--batch-size", "3",
-                        "--json", "--device", "cpu", "--max-new-tokens", "5")
+    path.write_text(lines)
+    result = run_cli_ok("generate", tiny_export, "--input", "-" if from_stdin else path, "--input-format", "ids",
+                        "--batch-size", "3", "--json", "--device", "cpu", "--max-new-tokens", "5",
+                        input=lines if from_stdin else None)
     records = [json.loads(ln) for ln in result.output.splitlines() if ln.startswith("{")]
     assert [r["ids"] for r in records] == open_export(tiny_export, device="cpu").generate_ids(sources, 5)
 
@@ -32,12 +35,17 @@ def test_generate_input_file_in_batches(tiny_export, tmp_path):
     (["--ids", "5 999"], "out of range"),
     (["--ids", "5 x"], "must be integers"),
     (["--text", "hi"], "no tokenizer"),
-    ([], "exactly one of --text, --ids, --input or --features"),
+    ([], "exactly one of --text, --ids, --input (- for standard input) or --features"),
     (["--ids", "5", "--device", "cuda:7"], "CUDA requested"),
 ])
 def test_generate_errors(tiny_export, args, fragment):
     result = run_cli("generate", tiny_export, *args)
     assert result.exit_code != 0 and fragment in result.output and "Traceback" not in result.output
+
+
+def test_generate_refuses_standard_input_that_is_not_text(tiny_export):
+    result = run_cli("generate", tiny_export, "--input", "-", input=b"\xff\xfe\n")
+    assert result.exit_code == 1 and "standard input is not UTF-8 text" in result.output
 
 
 def test_generate_missing_folder(tmp_path):

@@ -17,7 +17,7 @@ def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | Non
              features: tuple[Path, ...]) -> tuple[str, list[Any]]:
     given = sum(bool(x) for x in (text, ids, input_file, features))
     if given != 1:
-        raise click.UsageError("give exactly one of --text, --ids, --input or --features")
+        raise click.UsageError("give exactly one of --text, --ids, --input (- for standard input) or --features")
     if features:  # read once the export says what its encoder takes (_feature_sources)
         return "features", list(features)
     if text:
@@ -37,9 +37,12 @@ def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | Non
 
 def _read_text(path: Path) -> str:
     try:
+        if str(path) == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise click.ClickException(f"{path} is not UTF-8 text (byte {exc.start}); pass a text file, one "
+        where = "standard input" if str(path) == "-" else path
+        raise click.ClickException(f"{where} is not UTF-8 text (byte {exc.start}); pass a text file, one "
                                    f"source per line") from None
 
 
@@ -128,8 +131,9 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--ids", multiple=True,
               help='Source token ids, e.g. "3 17 9" (repeatable). When the export\'s tokenizer ends sources '
                    'with EOS, EOS is appended unless the ids end with it, so ids match --text.')
-@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A file with one source per line; results stream with a progress bar.")
+@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+              help="A file with one source per line (- reads standard input); results stream with a progress "
+                   "bar.")
 @click.option("--input-format", type=click.Choice(["text", "ids"]), default="text", show_default=True,
               help="How --input lines are read.")
 @click.option("--features", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
