@@ -114,6 +114,8 @@ CASES = {
     "manifest not JSON": (["generate", "{p}/notjson", "--ids", "5"], "not valid JSON"),
     "manifest random bytes": (["generate", "{p}/randombytes", "--ids", "5"], "not valid JSON"),
     "missing export": (["generate", "{p}/nothing", "--ids", "5"], "export folder not found"),
+    "a checkpoint for an export": (["generate", "{p}/truncated.pt", "--ids", "5"], "is a model, not an export"),
+    "a model folder for an export": (["serve", "{p}/hfmodel"], "export it first"),
     # bench, serve-web.
     "bench repeat 0": (["bench", "{e}", "--repeat", "0"], "x>=1"),
     "bench threads -1": (["bench", "{e}", "--threads", "-1"], "between 1 and"),
@@ -129,6 +131,8 @@ def _broken_files(root: Path, tiny_export: Path) -> None:
     data = (root / "proj" / "model.pt").read_bytes()
     (root / "truncated.pt").write_bytes(data[: len(data) // 2])
     torch.save(torch.nn.Linear(2, 2), root / "module.pt")
+    (root / "hfmodel").mkdir()
+    (root / "hfmodel" / "config.json").write_text("{}")
     for name in ("tampered", "notjson", "randombytes"):
         shutil.copytree(tiny_export, root / name)
     with open(root / "tampered" / "decoder.onnx", "r+b") as f:

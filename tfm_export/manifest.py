@@ -244,6 +244,10 @@ def read_manifest_data(folder: str | os.PathLike) -> dict[str, Any]:
     """The raw JSON of an export folder's manifest (ManifestError when it is missing or not JSON)."""
     folder = Path(folder)
     path = folder / MANIFEST_NAME
+    # A model (a checkpoint file, a Hugging Face folder) given where its export belongs: say how to make one.
+    if folder.is_file() or (folder.is_dir() and not path.exists() and (folder / "config.json").is_file()):
+        raise ManifestError(f"{folder} is a model, not an export folder; export it first (`tfm-export {folder} "
+                            f"-o OUT`) and pass OUT")
     if not folder.is_dir():
         raise ManifestError(f"export folder not found: {folder}; run `tfm-export MODEL.pt -o {folder}` first")
     if not path.is_file():
