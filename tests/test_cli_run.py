@@ -81,8 +81,8 @@ def test_bench_also_adds_a_row_per_peer_export(tiny_checkpoint, tiny_export, tmp
     peer = tmp_path / "opt"
     assert run_cli(tiny_checkpoint, "-o", peer, "--optimize", "--no-validate").exit_code == 0
     out = tmp_path / "bench.json"
-    result = run_cli_ok("bench", tiny_export, "--also", peer, "--batch", "1", "--src-len", "5", "--new-tokens", "3",
-                        "--repeat", "1", "--json", out)
+    run_cli_ok("bench", tiny_export, "--also", peer, "--batch", "1", "--src-len", "5", "--new-tokens", "3",
+               "--repeat", "1", "--json", out)
     backends = [r["backend"] for r in json.loads(out.read_text())["rows"]]
     assert backends == ["ort", "ort:opt"]
 
