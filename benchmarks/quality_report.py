@@ -43,11 +43,14 @@ def verdicts(variants: dict[str, dict[str, Any]]) -> tuple[bool | None, bool | N
 
 
 def significantly_below(row: dict[str, Any] | None) -> bool | None:
-    """Whether the int4 row's chrF is below CT2 int8's by more than the sources' sampling explains (the paired
-    bootstrap quality_table stores: lower, and p < SIGNIFICANCE, sacrebleu's two-sided p of the difference);
-    None without one (speech, or no CT2 row)."""
+    """Whether the int4 row's chrF is below CT2 int8's (its WER above) by more than the sources' sampling explains
+    (the paired bootstrap quality_table stores: worse, and p < SIGNIFICANCE, sacrebleu's two-sided p of the
+    difference); None without one (no CT2 row)."""
     test = (row or {}).get("versus_ct2_int8")
-    return None if test is None else test["chrf_delta"] < 0 and test["p"] < SIGNIFICANCE
+    if test is None:
+        return None
+    worse = test["chrf_delta"] < 0 if "chrf_delta" in test else test["wer_delta"] > 0  # WER: higher is worse
+    return worse and test["p"] < SIGNIFICANCE
 
 
 def _mark(ok: bool | None) -> str:

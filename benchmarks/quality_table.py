@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import random
 import shutil
 import sys
@@ -249,8 +250,9 @@ def score_rows(fixture: Fixture, outputs: dict[str, dict[str, list[str]]]) -> li
             row = {"fixture": fixture.name, "kind": fixture.kind, "decoding": mode, "variant": variant,
                    "size": len(hypotheses), "references": scores(fixture.kind, hypotheses, references),
                    "float32": scores(fixture.kind, hypotheses, float32)}
-            if fixture.kind == "text" and variant.startswith("int4") and BASELINE in by_variant:
-                row["versus_ct2_int8"] = paired_bootstrap(by_variant[BASELINE], hypotheses, references)
+            if variant.startswith("int4") and BASELINE in by_variant:
+                test = paired_bootstrap if fixture.kind == "text" else paired_bootstrap_wer
+                row["versus_ct2_int8"] = test(by_variant[BASELINE], hypotheses, references)
             rows.append(row)
     return rows
 
@@ -266,6 +268,28 @@ def paired_bootstrap(baseline: list[str], hypotheses: list[str], references: lis
     _, results = test()
     base, variant = next(value for key, value in results.items() if key != "System")
     return {"chrf_delta": round(variant.score - base.score, 2), "p": round(variant.p_value, 4)}
+
+
+def paired_bootstrap_wer(baseline: list[str], hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """paired_bootstrap for speech: WER (in points) resampled by utterance as sacrebleu resamples sentences (the
+    same seed, samples and p-value: its Moses-style paired bootstrap; sacrebleu has no WER). `wer_delta`: the
+    variant's WER minus the baseline's (positive: worse)."""
+    import jiwer
+    import numpy as np
+    from sacrebleu.significance import _compute_p_value
+
+    def stats(outputs: list[str]) -> Any:  # (errors, reference words) per utterance
+        words = [jiwer.process_words(r, h) for r, h in zip(references, outputs)]
+        return np.array([(w.substitutions + w.deletions + w.insertions, w.hits + w.substitutions + w.deletions)
+                         for w in words], dtype=np.float64)
+
+    base, variant = stats(baseline), stats(hypotheses)
+    wer = lambda s: 100 * s[..., 0].sum(-1) / np.maximum(s[..., 1].sum(-1), 1)  # noqa: E731
+    rng = np.random.default_rng(int(os.environ.get("SACREBLEU_SEED", "12345")))
+    idx = rng.choice(len(references), size=(BOOTSTRAP, len(references)), replace=True)
+    diffs = np.abs(wer(variant[idx]) - wer(base[idx]))
+    delta = float(wer(variant) - wer(base))
+    return {"wer_delta": round(delta, 2), "p": round(_compute_p_value(diffs - diffs.mean(), abs(delta)), 4)}
 
 
 def measure(fixture: Fixture, work: Path, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

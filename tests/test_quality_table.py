@@ -102,3 +102,18 @@ def test_the_paired_bootstrap_tells_a_real_shortfall_from_none(table):
     assert significantly_below({**bad, "versus_ct2_int8": worse}) is True
     assert significantly_below({**bad, "versus_ct2_int8": same}) is False
     assert significantly_below(bad) is None  # no CTranslate2 int8 row in this table: nothing tested
+
+
+def test_the_wer_bootstrap_tells_a_real_shortfall_from_none():
+    """Speech rows: WER resampled by utterance. A variant that drops a word in half the utterances is worse with a
+    small p; one word of 60 utterances is within chance; the same outputs differ by nothing (not worse)."""
+    references = [f"{n} one two three" for n in range(60)]
+    clipped = [r.rsplit(" ", 1)[0] for r in references]
+    worse = quality_table.paired_bootstrap_wer(references, clipped[:30] + references[30:], references)
+    one = quality_table.paired_bootstrap_wer(references, clipped[:1] + references[1:], references)
+    same = quality_table.paired_bootstrap_wer(references, references, references)
+    assert worse["wer_delta"] == 12.5 and worse["p"] < 0.05
+    assert one["wer_delta"] == round(100 / 240, 2) and one["p"] > 0.05
+    assert same["wer_delta"] == 0.0
+    row = {"kind": "speech"}
+    assert [significantly_below({**row, "versus_ct2_int8": t}) for t in (worse, one, same)] == [True, False, False]
