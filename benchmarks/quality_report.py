@@ -94,7 +94,10 @@ def _below(row: dict[str, Any] | None, below: bool | None) -> str:
     """The bootstrap's verdict and p-value: "**yes** (0.003)", "no (0.41)", or "-" without a test."""
     if below is None:
         return "-"
-    return f"{'**yes**' if below else 'no'} ({row['versus_ct2_int8']['p']:.3g})"
+    test = row["versus_ct2_int8"]
+    if not test.get("chrf_delta", test.get("wer_delta")):
+        return "no (the same score)"  # sacrebleu's test gives no difference its smallest p
+    return f"{'**yes**' if below else 'no'} ({test['p']:.3g})"
 
 
 def _range(values: list[float]) -> str:
