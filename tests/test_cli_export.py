@@ -92,3 +92,10 @@ def test_every_option_has_help():
         for param in command.params:
             if param.param_type_name == "option":
                 assert param.help, f"{command.name} {param.name} has no help"
+
+
+def test_the_cli_opsets_are_the_library_s():
+    from tfm_export.cli.export_cmd import OPSETS
+    from tfm_export.export.shared import OPSETS as LIBRARY
+
+    assert (OPSETS.min, OPSETS.max) == LIBRARY

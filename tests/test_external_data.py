@@ -11,7 +11,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tfm_export.export.exporter import EXTERNAL_DATA_BYTES, ExportOptions, export_model, needs_external_data
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.export.shared import EXTERNAL_DATA_BYTES, needs_external_data
 from tfm_export.manifest import load_manifest, sha256_file
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import open_export

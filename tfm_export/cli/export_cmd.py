@@ -100,7 +100,7 @@ def int4_settings(given: dict[str, Any]) -> Int4Settings | None:
     return Int4Settings(**values) if values else None
 
 
-# The library's range (export.exporter.OPSETS), checked by click before any work.
+# The library's range (export.shared.OPSETS; a test keeps them equal), checked by click before any work.
 OPSETS = click.IntRange(17, 25)
 
 

@@ -13,16 +13,12 @@ import logging
 import os
 import shutil
 import tempfile
-import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import onnx
 import torch
 
-from .. import __version__
 from ..config import TransformerConfig
 from ..model.checkpoint import Checkpoint
 from ..errors import ConfigError, ExportError, OutputError, first_line
@@ -40,19 +36,10 @@ from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
 from .variants import int4_settings, requested, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
+from .shared import StageCallback, Stages, check_opset, needs_external_data, quiet_exporter, versions
 from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
 
 log = logging.getLogger(__name__)
-
-# Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files (a margin
-# below 2 GB: a graph holds the shared embedding besides its share of the parameters).
-EXTERNAL_DATA_BYTES = 1_500_000_000
-# on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
-# Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
-# end to end): below 17 it silently writes 18, so a manifest would claim an opset the graphs lack.
-OPSETS = (17, 25)
-StageCallback = Callable[[str, "float | None"], None]
-
 
 @dataclass(frozen=True)
 class ExportOptions:
@@ -69,7 +56,7 @@ class ExportOptions:
     static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
     static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
     # Weights in `<graph>.onnx.data` files beside each graph: forced by True, else when the parameters
-    # pass EXTERNAL_DATA_BYTES. Variants keep the layout of their float32 graphs.
+    # pass shared.EXTERNAL_DATA_BYTES. Variants keep the layout of their float32 graphs.
     external_data: bool = False
     # The held-out set of the quality report (export.quality): `source<TAB>reference` lines (audio paths for
     # speech). None: the checkpoint's sample texts, scored against float32 only.
@@ -96,11 +83,6 @@ def default_out_dir(checkpoint_path: str | os.PathLike) -> Path:
     return path.parent / f"{path.stem if path.is_file() or path.suffix else path.name}_onnx"
 
 
-def needs_external_data(model: torch.nn.Module, forced: bool = False) -> bool:
-    """Whether the graphs keep their weights in external files (`forced`, or too big for protobuf)."""
-    return forced or sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
-
-
 def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, external: bool = False) -> list[str]:
     """Export one graph described by `spec` into `folder` (weights in external files when `external`);
     returns its external-data file names."""
@@ -111,7 +93,7 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, 
     ids = {encoder_input(cfg).name: cfg.src_vocab_size, "input_ids": cfg.tgt_vocab_size, "cache_len": slots}
     args = example_inputs(spec, ids)
     path = folder / spec.file
-    with _quiet_exporter():
+    with quiet_exporter():
         try:
             program = torch.onnx.export(
                 module, args, dynamo=True, opset_version=opset,
@@ -131,9 +113,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    if not OPSETS[0] <= options.opset <= OPSETS[1]:
-        raise ExportError(f"{{opset}} is not supported: the exporter writes opsets {OPSETS[0]}..{OPSETS[1]}",
-                          options={"opset": options.opset})
+    check_opset(options.opset)
     slots = options.static_slots
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
@@ -148,7 +128,7 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
     target = prepare_output_dir(out_dir, options.force,
                                 _inputs(checkpoint) + [options.eval_file, options.calibration_file])
-    stage = _Stages(on_stage)
+    stage = Stages(on_stage)
     # A variant's quality is measured against its own float32 graphs, copied aside before the transforms.
     compare = options.is_variant and options.validate and (eval_set is not None or bool(checkpoint.samples))
     float32 = tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.float32-", dir=target.tmp.parent) \
@@ -198,7 +178,7 @@ def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, che
 
 
 def _validate(folder: Path, model: Transformer, manifest: Manifest, options: ExportOptions,
-              eval_set: EvalSet | None, reference: Path | None, stage: "_Stages") -> Manifest:
+              eval_set: EvalSet | None, reference: Path | None, stage: "Stages") -> Manifest:
     """Validation (the manifest's variant decides the checks: parity, float16 tolerance, int8 agreement), then
     the quality report on the held-out set; the manifest with both, or a ValidationError carrying them."""
     from .validate import validate_export
@@ -217,7 +197,7 @@ def _validate(folder: Path, model: Transformer, manifest: Manifest, options: Exp
 
 
 def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,
-                  stage: "_Stages", reference: Path | None = None, calibration: tuple[str, ...] | None = None
+                  stage: "Stages", reference: Path | None = None, calibration: tuple[str, ...] | None = None
                   ) -> Manifest:
     """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`.
     `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own;
@@ -260,7 +240,7 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
     manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
                         variant=variant_of(options, transforms), tokenizer=tokenizer,
                         files={name: sha256_file(folder / name) for name in copied}, samples=checkpoint.samples,
-                        source=_source(checkpoint), created_by=_versions(),
+                        source=_source(checkpoint), created_by=versions(),
                         generation=checkpoint.meta.get("generation_defaults") or None,
                         features=checkpoint.meta.get("features"), speech=checkpoint.meta.get("speech"),
                         filterbank=Filterbank.from_dict(fb) if (fb := checkpoint.meta.get("filterbank")) else None)
@@ -327,51 +307,3 @@ def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> tuple[dict[st
 def _inputs(checkpoint: Checkpoint) -> list[str | None]:
     """What the export reads: never inside the folder it replaces."""
     return [checkpoint.path, checkpoint.meta.get("tokenizer_folder")]
-
-
-def _versions() -> dict[str, str | None]:
-    import onnxscript
-
-    try:
-        import onnxruntime
-
-        ort_version = onnxruntime.__version__
-    except ImportError:
-        ort_version = None
-    return {"tfm_export": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
-            "onnxscript": onnxscript.__version__, "onnxruntime": ort_version}
-
-
-class _Stages:
-    """Times named stages and reports each to a callback (the CLI's progress display)."""
-
-    def __init__(self, callback: StageCallback | None):
-        self.callback = callback
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        if self.callback:
-            self.callback(name, None)
-        start = time.perf_counter()
-        yield
-        seconds = time.perf_counter() - start
-        log.info("%s: %.1f s", name, seconds)
-        if self.callback:
-            self.callback(name, seconds)
-
-
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """torch.onnx logs and warns a lot on success; keep that out of the user's terminal."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    try:
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-

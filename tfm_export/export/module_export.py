@@ -34,9 +34,9 @@ from ..errors import ConfigError, ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
 from ..manifest import GraphEntry, GraphSpec, Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
-from .exporter import EXTERNAL_DATA_BYTES, OPSETS, StageCallback, _quiet_exporter, _Stages, _versions
 from .module_graphs import Decode, Encode, Graphs
 from .module_validate import validate_module
+from .shared import StageCallback, Stages, check_opset, needs_external_data, quiet_exporter, versions
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
     reads (the pickled module), never inside the folder it replaces.
     """
     out = Path(out)
-    if not OPSETS[0] <= opset <= OPSETS[1]:
-        raise ExportError(f"{{opset}} is not supported: the exporter writes opsets {OPSETS[0]}..{OPSETS[1]}",
-                          options={"opset": opset})
+    check_opset(opset)
     if decode is not None and (bos_id is None or eos_id is None):
         raise ConfigError("a model that generates needs its special ids: pass {bos_id} and {eos_id}",
                           options={"bos_id": None, "eos_id": None})
@@ -130,7 +128,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
     graphs = Graphs(module, encode, decode, src_pad_id, src_vocab_size, max_len, output_names)
     config = _config(graphs, src_vocab_size, tgt_vocab_size, max_len, bos_id, eos_id, src_pad_id, tgt_pad_id)
     target = prepare_output_dir(out, force, list(inputs))
-    stage = _Stages(on_stage)
+    stage = Stages(on_stage)
     try:
         entries = {}
         for spec, wrapper, args in graphs.to_export(config):
@@ -143,7 +141,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
         kind = "encoder-only" if decode is None else "nocache"
         described = {"module": f"{type(module).__module__}.{type(module).__qualname__}", "path": "module",
                      "decoder": kind, **(source or {})}
-        manifest = Manifest(config=config, graphs=entries, source=described, created_by=_versions())
+        manifest = Manifest(config=config, graphs=entries, source=described, created_by=versions())
         if validate:
             with stage("validate"):
                 report = validate_module(target.tmp, manifest, graphs, atol, sources, max_new_tokens)
@@ -196,8 +194,8 @@ def _export_graph(wrapper: nn.Module, args: tuple[Tensor, ...], spec: GraphSpec,
 
     shapes = tuple({i: dim(d) for i, d in enumerate(t.shape) if isinstance(d, str)} for t in spec.inputs)
     path = folder / spec.file
-    big = sum(p.numel() * p.element_size() for p in module.parameters()) > EXTERNAL_DATA_BYTES
-    with _quiet_exporter():
+    big = needs_external_data(module)
+    with quiet_exporter():
         try:
             program = torch.onnx.export(wrapper, args, dynamo=True, opset_version=opset, dynamic_shapes=shapes,
                                         input_names=spec.input_names(), output_names=spec.output_names(),
