@@ -37,7 +37,7 @@ def demo_command(model_path: Path, heldout: Path, out: Path, samples: int, threa
     from ..export.exporter import ExportOptions, export_model
     from ..importers import load_any
     from ..runtime import open_export
-    from ..export.validate import format_report
+    from ..export.validation_report import format_report
     from ..files import check_output_dir
 
     # --out is replaced when it holds a previous export, never when it holds anything else.

@@ -172,7 +172,7 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
     from ..export.exporter import ExportOptions, default_out_dir, export_model
-    from ..export.validate import format_report
+    from ..export.validation_report import format_report
     from ..importers import load_model
     from ..files import check_output_dir
 
@@ -277,7 +277,8 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, revisio
     if model_path is None:
         return
     from ..manifest import write_manifest
-    from ..export.validate import format_report, validate_export
+    from ..export.validate import validate_export
+    from ..export.validation_report import format_report
     from ..importers import load_model
 
     model = load_model(model_path, **load_opts).build_model()
