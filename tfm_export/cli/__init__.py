@@ -12,8 +12,8 @@ import signal
 from .common import main_group
 
 # Each module registers its commands on `main_group` when imported.
-COMMAND_MODULES = ("init_cmd", "export_cmd", "run_cmds", "languages_cmd", "demo_cmd", "web_cmd", "serve_cmd",
-                   "transcribe_cmd")
+COMMAND_MODULES = ("init_cmd", "export_cmd", "run_cmds", "bench_cmd", "languages_cmd", "demo_cmd", "web_cmd",
+                   "serve_cmd", "transcribe_cmd")
 
 for _name in COMMAND_MODULES:
     try:
