@@ -106,6 +106,8 @@ CASES = {
     "too many threads": (["generate", "{e}", "--ids", "5", "--threads", "100000"], "between 1 and"),
     "zero threads": (["generate", "{e}", "--ids", "5", "--threads", "0"], "between 1 and"),
     "max new tokens 0": (["generate", "{e}", "--ids", "5", "--max-new-tokens", "0"], "x>=1"),
+    "sampling flags without sampling": (["generate", "{e}", "--ids", "5", "--top-k", "5", "--greedy"],
+                                        "--top-k only applies to sampling; add --sample"),
     "max new tokens too many": (["generate", "{e}", "--ids", "5", "--max-new-tokens", "1000"], "does not fit"),
     "batch size 0": (["generate", "{e}", "--ids", "5", "--batch-size", "0"], "x>=1"),
     "cuda without a GPU": (["generate", "{e}", "--ids", "5", "--device", "cuda:7"], "CUDA requested"),

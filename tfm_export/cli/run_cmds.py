@@ -115,9 +115,17 @@ def _flag(option: Any, help: str) -> click.Option:
 def generation_config(model: Any, options: dict[str, Any], greedy: bool) -> Any:
     """Click's values -> the GenerationConfig to decode with (None values: the export's default, or
     plain greedy's with --greedy)."""
-    from ..runtime.generation import GREEDY
+    from ..runtime.generation import GREEDY, OPTIONS
 
-    return model.generation_config(GREEDY if greedy else None, **options)
+    config = model.generation_config(GREEDY if greedy else None, **options)
+    # A sampling flag without sampling would be ignored without a word (transformers only warns): refuse it.
+    # A folder's own defaults may carry such settings; only the flags given here are checked.
+    sampling = {o.name: o.cli for o in OPTIONS if o.transformers == "sampling" or o.name == "seed"}
+    given = [sampling[k] for k, v in options.items() if v is not None and k in sampling and k != "do_sample"]
+    if given and not config.do_sample:
+        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise click.UsageError(f"{', '.join(given)} only {verb} to sampling; add --sample or drop {them}")
+    return config
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
