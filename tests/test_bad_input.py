@@ -76,6 +76,7 @@ CASES = {
                              "not a tfm-export export (a.txt)"),
     "demo into the input": (["demo", "--model", "{p}/proj/model.pt", "--out", "{p}/proj"], "holds the input"),
     "export without force": (["{p}/proj/model.pt", "-o", "{p}/export"], "already exists"),
+    "an export as the model": (["{e}", "-o", "{p}/again"], "is an export already"),
     "out is cwd": (["{p}/proj/model.pt", "-o", ".", "--force"], "the current directory"),
     "out is home": (["{p}/proj/model.pt", "-o", "{p}/home", "--force"], "your home directory"),
     "out is root": (["{p}/proj/model.pt", "-o", "/", "--force"], "the root folder"),

@@ -80,6 +80,9 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
         if (importer.reads == "folder") == folder and importer.detect(source):
             log.info("detected layout %s", importer.name)
             return importer
+    if folder and (source.path / "manifest.json").is_file():  # an export folder given as the model
+        raise CheckpointError(f"{source.path} is an export already; pass the checkpoint or model folder it was "
+                              f"exported from (`tfm-export validate {source.path}` checks it)")
     if folder:
         raise CheckpointError(f"{source.path} has no config.json; pass a checkpoint file or a Hugging Face "
                               f"model folder")
