@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import CheckpointError, ConfigError, shorten
 from ..model.checkpoint import Checkpoint
+from ..manifest import is_export_folder
 from . import nn_transformer, speech_tutorial, tutorial
 from .base import OWN_ARCHITECTURE, Importer, StateDictImporter, recognised, run
 from .hf import HFImporter
@@ -80,7 +81,7 @@ def _detect(source: Source, options: dict[str, Any]) -> Importer:
         if (importer.reads == "folder") == folder and importer.detect(source):
             log.info("detected layout %s", importer.name)
             return importer
-    if folder and (source.path / "manifest.json").is_file():  # an export folder given as the model
+    if folder and is_export_folder(source.path):  # an export folder given as the model
         raise CheckpointError(f"{source.path} is an export already; pass the checkpoint or model folder it was "
                               f"exported from (`tfm-export validate {source.path}` checks it)")
     if folder:
