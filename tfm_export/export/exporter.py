@@ -178,7 +178,7 @@ def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, che
 
 
 def _validate(folder: Path, model: Transformer, manifest: Manifest, options: ExportOptions,
-              eval_set: EvalSet | None, reference: Path | None, stage: "Stages") -> Manifest:
+              eval_set: EvalSet | None, reference: Path | None, stage: Stages) -> Manifest:
     """Validation (the manifest's variant decides the checks: parity, float16 tolerance, int8 agreement), then
     the quality report on the held-out set; the manifest with both, or a ValidationError carrying them."""
     from .validate import validate_export
@@ -197,7 +197,7 @@ def _validate(folder: Path, model: Transformer, manifest: Manifest, options: Exp
 
 
 def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,
-                  stage: "Stages", reference: Path | None = None, calibration: tuple[str, ...] | None = None
+                  stage: Stages, reference: Path | None = None, calibration: tuple[str, ...] | None = None
                   ) -> Manifest:
     """Export every graph, transform the variants, stamp and hash each file once; the Manifest of `folder`.
     `reference`: a folder that gets the float32 graphs before the transforms, as an export of its own;
