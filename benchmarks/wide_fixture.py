@@ -1,14 +1,16 @@
-r"""int4 block sizes on weights of a real model's width (#41): a wide Marian trained on the fixtures' task, measured.
+r"""int4 on weights of a real model's width (#41): a wide model trained on the fixtures' task, measured.
 
-    .venv/bin/python benchmarks/wide_fixture.py --work W [--d-model 512] [--ffn 2048] [--steps 200] [--lr 1e-3] \
-        [--blocks 32,64,128] [--methods gptq] [--numbers 500] [--json OUT.json]
+    .venv/bin/python benchmarks/wide_fixture.py --work W [--family marian] [--d-model 512] [--ffn 2048] \
+        [--steps 200] [--lr 1e-3] [--blocks 32,64,128] [--methods gptq] [--numbers 500] [--json OUT.json]
 
 The trained fixtures (tests/fixtures/trained) are 64 wide: a block of 64 or 128 is a whole column there, the
 coarsest a block can be, so their block-size rows say little about a model of NLLB's width (1024, blocks of 128
-an eighth of a column). This trains the marian fixture's task (tests/fixtures/train_fixtures.py, the same data,
-tokenizer and schedule; 2 + 2 layers) at `--d-model` (heads of 64, `--ffn`), saves it as the fixtures are saved
-(W/trained/marian-d512, reused when there), and runs quality_table's measurement on it: float32, int8, int4 at each
-block size and CTranslate2 int8, greedy and the folder's default beam 4, the held-out numbers in both languages.
+an eighth of a column), and the fixtures' shortfall against CTranslate2 int8 may be their width's. This trains a
+family's fixture task (`--family`, marian by default; tests/fixtures/train_fixtures.py, the same data, tokenizer and
+schedule; the fixture's layer counts) at `--d-model` (heads of 64, `--ffn`), saves it as the fixtures are saved
+(W/trained/<family>-d512, reused when there), and runs quality_table's measurement on it: float32, int8, int4 at each
+block size and CTranslate2 int8, greedy and the folder's default decoding, the held-out numbers in every target
+language.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import train_fixtures as T  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="the trained folder, exports and conversions")
+    parser.add_argument("--family", default="marian", help="the trained fixture whose task and layout to widen")
     parser.add_argument("--d-model", type=int, default=512, help="the model's width (heads of 64)")
     parser.add_argument("--ffn", type=int, default=2048, help="the feed-forward width")
     parser.add_argument("--steps", type=int, default=200, help="training steps of 64 pairs (200: 55 %% of held-out "
@@ -44,7 +47,7 @@ def main() -> None:
     parser.add_argument("--numbers", type=int, default=500, help="held-out numbers per target language")
     parser.add_argument("--json", type=Path, help="write the training metrics and the rows here")
     args = parser.parse_args()
-    name = f"marian-d{args.d_model}"
+    name = f"{args.family}-d{args.d_model}"
     folder = args.work / "trained" / name  # beside, not under, work/<name> (the exports)
     metrics = None
     if folder.exists() and not (folder / "model.safetensors").exists():
@@ -52,10 +55,13 @@ def main() -> None:
     if not folder.exists():
         folder.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))  # train() replaces its folder
-        shape = H.Shape(args.d_model, 2, 2, args.d_model // 64, args.ffn)  # heads of 64, as Marian's and NLLB's
-        metrics = T.train("marian", args.steps, folder=stage, shape=shape, lr=args.lr, threads=args.threads)
+        layers = H.SHAPES["trained"][args.family]
+        # heads of 64, as Marian's, NLLB's and T5's (d_kv)
+        shape = H.Shape(args.d_model, layers.encoder_layers, layers.decoder_layers, args.d_model // 64, args.ffn,
+                        64 if layers.d_kv else 0)
+        metrics = T.train(args.family, args.steps, folder=stage, shape=shape, lr=args.lr, threads=args.threads)
         stage.rename(folder)
-    fixture = dataclasses.replace(Q.trained_fixture("marian", args.numbers), name=name, model=folder)
+    fixture = dataclasses.replace(Q.trained_fixture(args.family, args.numbers), name=name, model=folder)
     blocks = tuple(int(b) for b in args.blocks.split(",") if b)
     methods = tuple(m for m in args.methods.split(",") if m)
     variants = Q.variant_options((4,), blocks, methods, (), ())

@@ -96,7 +96,12 @@ def reuse_identical_graph_exports(tmp_path_factory):
     if os.environ.get("TFM_EXPORT_TEST_EXPORT_CACHE") == "0":
         yield
         return
-    real, cache = exporter.export_graph, tmp_path_factory.mktemp("graph-cache")
+    real = exporter.export_graph
+    # Under xdist the workers' base folders share a parent (this run's): one cache for both workers, so
+    # that a graph one worker exported is not exported again by the other.
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    cache = tmp_path_factory.getbasetemp().parent / "graph-cache" if shared else tmp_path_factory.mktemp("graph-cache")
+    cache.mkdir(exist_ok=True)
 
     def key(model, spec, opset) -> str:
         digest = hashlib.sha256(repr((type(model).__qualname__, model.config, spec, opset)).encode())
@@ -110,12 +115,15 @@ def reuse_identical_graph_exports(tmp_path_factory):
         entry = cache / key(model, spec, (opset, external))
         if not entry.is_dir():
             extra = real(model, spec, folder, opset, external)
-            partial = cache / f".{entry.name}.partial"
+            partial = cache / f".{entry.name}.{os.getpid()}.partial"
             partial.mkdir()
             for name in (spec.file, *extra):
                 shutil.copy2(folder / name, partial / name)
             (partial / "extra.json").write_text(json.dumps(extra))
-            partial.rename(entry)
+            try:
+                partial.rename(entry)
+            except OSError:  # the other worker stored the same graph meanwhile
+                shutil.rmtree(partial)
             return extra
         extra = json.loads((entry / "extra.json").read_text())
         for name in (spec.file, *extra):

@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 
 import hf_fixtures  # noqa: E402
 from helpers import run_cli, run_cli_ok  # noqa: E402
-from tfm_export.export.int4 import Int4Settings, quantize_int4  # noqa: E402
+from tfm_export.export.int4 import PAYS_FROM_WIDTH, Int4Settings, quantize_int4, width_advice  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -274,11 +274,13 @@ def test_int4_export_validates_by_agreement_and_keeps_the_head_int8(int4_export)
     assert int4_projections(int4_export / "encoder.onnx") == 16 and len(encoder["Split"]) == 3
 
 
-def test_the_encoder_can_be_int8(tmp_path):
+def test_the_encoder_can_be_int8(tmp_path, caplog):
     """`--int4-encoder int8`: the encoder graph as --quantize int8 makes it (by default 4-bit, checked above), the
-    decoder 4-bit; recorded in the manifest, validated."""
+    decoder 4-bit; recorded in the manifest, validated. The fixture is 64 wide: the export advises int8."""
     out = tmp_path / "out"
     run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--int4-encoder", "int8")
+    advice = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "int4 on a model" in r.getMessage()]
+    assert advice == [width_advice(64)] and "--quantize int8 is the better choice" in advice[0]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["variant"]["int4"]["encoder"] == "int8"
     encoder, decoder = ops(out / "encoder.onnx"), ops(out / "decoder.onnx")
@@ -422,6 +424,13 @@ def test_impossible_int4_mixes_are_one_line(tmp_path, flags, message):
     result = run_cli(hf_fixtures.trained_folder(FAMILY), "-o", tmp_path / "x", *flags)
     assert result.exit_code != 0 and message in result.output, result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_int4_advice_stops_where_int4_pays():
+    """Under PAYS_FROM_WIDTH (1024) int4 was measured no faster than int8 and further from float32: the export
+    advises int8 there, and says nothing from that width on (NLLB-600M's layout, where int4 pays)."""
+    assert "512 wide" in width_advice(512) and width_advice(PAYS_FROM_WIDTH - 1)
+    assert width_advice(PAYS_FROM_WIDTH) is None and width_advice(2048) is None
 
 
 @pytest.mark.parametrize("given, block", [("64", 64), ("auto", "auto")])

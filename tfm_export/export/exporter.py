@@ -31,7 +31,7 @@ from .calibration import check_calibration, linear_hessians
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
 from .packing import pack_projections
-from .int4 import Int4Settings
+from .int4 import Int4Settings, width_advice
 from .memory import release_freed_memory
 from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
 from .variants import int4_settings, requested, transform_graphs, validation_settings, variant_of
@@ -120,6 +120,9 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                           options={"static_slots": slots})
     requested(options)  # an impossible mix of variants fails before any work
     options = _family_defaults(options, checkpoint)
+    advice = width_advice(checkpoint.config.d_model) if options.quantize == "int4" else None
+    if advice:
+        log.warning("%s", advice)
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
     calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
     if calibration is not None:

@@ -56,6 +56,9 @@ SCAN_MIN_WEIGHTS = 16_000_000
 # whisper-digits' FFN output one utterance of 120 worse, num2words-de's one better); on the 64-wide fixtures, where
 # 128 is a whole column, they agreed less in 11 of 16 cases. So weights under 1024 inputs keep blocks of 32.
 AUTO_BLOCKS = ((1024, 128), (0, 32))
+# Under this width int4 was measured no faster than int8 and further from float32 than int8 (docs/exporting.md,
+# "int8 or int4?"): the export says so (width_advice).
+PAYS_FROM_WIDTH = 1024
 HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
@@ -133,6 +136,16 @@ class Int4Settings:
     def to_dict(self) -> dict[str, Any]:
         """What the manifest's variant records (`variant.int4`)."""
         return {**dataclasses.asdict(self), "symmetric": SYMMETRIC}
+
+
+def width_advice(d_model: int) -> str | None:
+    """What to tell a user who asks for int4 on a model `d_model` wide, or None where int4 pays."""
+    if d_model >= PAYS_FROM_WIDTH:
+        return None
+    return (f"int4 on a model {d_model} wide: under {PAYS_FROM_WIDTH} wide it was measured no faster than int8 (the "
+            "opus-mt layout, 512 wide: 0.96x int8's step at batch 1, 1.20x at batch 16) and further from float32; "
+            "--quantize int8 is the better choice unless the smaller file is the point (docs/exporting.md, "
+            "\"int8 or int4?\")")
 
 
 def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
