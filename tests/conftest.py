@@ -1,7 +1,11 @@
 """Shared fixtures: one tiny checkpoint and its export for the whole session (exports take ~10 s)."""
 
+import fcntl
 import functools
+import os
+import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -136,6 +140,28 @@ def reuse_identical_graph_exports(tmp_path_factory):
     patch.undo()
 
 
+def built_once(tmp_path_factory, name: str, leaf: str, build: Callable[[Path], None]) -> Path:
+    """`<a folder of its own>/<leaf>` as `build(path)` writes it, built once per test run: under xdist the first
+    worker to ask builds it while the other waits on a lock (it would spend the same time building its own), and
+    each worker gets a copy of its own, as it got a build of its own before (tests may write into it)."""
+    own = tmp_path_factory.mktemp(name) / leaf
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        build(own)
+        return own
+    root = tmp_path_factory.getbasetemp().parent / "built-once"  # this run's, shared by its workers
+    root.mkdir(exist_ok=True)
+    done = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_dir():
+            stage = root / f".{name}.partial"
+            shutil.rmtree(stage, ignore_errors=True)  # a build of this run that failed
+            build(stage)
+            stage.rename(done)
+    shutil.copytree(done, own)
+    return own
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny") / "model.pt"
@@ -172,9 +198,8 @@ def bundled_export(tmp_path_factory) -> Path:
     """The bundled model, exported and validated once."""
     if not (BUNDLED / "model.pt").exists():
         pytest.skip("the bundled model is not trained yet")
-    out = tmp_path_factory.mktemp("bundled") / "model_onnx"
-    export_model(load_checkpoint(BUNDLED / "model.pt"), out)
-    return out
+    return built_once(tmp_path_factory, "bundled", "model_onnx",
+                      lambda out: export_model(load_checkpoint(BUNDLED / "model.pt"), out))
 
 
 @pytest.fixture(scope="session")
@@ -220,10 +245,11 @@ def whisper_export(tmp_path_factory) -> Path:
     from helpers import run_cli_ok
     from whisper_fixtures import Layout, speech_folder
 
-    base = tmp_path_factory.mktemp("whisper")
-    run_cli_ok(speech_folder(base / "model", Layout(2, 2, 80, True, 200)), "-o", base / "onnx", "--no-validate",
-               "--static-slots", 64)
-    return base / "onnx"
+    def build(out: Path) -> None:
+        model = tmp_path_factory.mktemp("whisper-model") / "model"
+        run_cli_ok(speech_folder(model, Layout(2, 2, 80, True, 200)), "-o", out, "--no-validate", "--static-slots", 64)
+
+    return built_once(tmp_path_factory, "whisper", "onnx", build)
 
 
 @pytest.fixture(scope="session")
@@ -235,7 +261,7 @@ def digits_export(tmp_path_factory) -> Path:
     pytest.importorskip("transformers")
     from helpers import run_cli_ok
 
-    out = tmp_path_factory.mktemp("digits") / "onnx"
-    run_cli_ok(Path(__file__).resolve().parents[1] / "models" / "whisper-digits", "-o", out, "--no-validate",
-               "--static-slots", 64)
+    out = built_once(tmp_path_factory, "digits", "onnx", lambda out: run_cli_ok(
+        Path(__file__).resolve().parents[1] / "models" / "whisper-digits", "-o", out, "--no-validate",
+        "--static-slots", 64))
     return out
