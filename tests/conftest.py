@@ -86,12 +86,10 @@ def reuse_identical_graph_exports(tmp_path_factory):
     """torch.onnx.export of the same weights, config, graph spec and opset writes the same file, and the
     suite exports the same few models dozens of times (every variant, server and runtime test starts
     from the float32 graphs; the variants are applied afterwards). The first export of each graph is
-    kept for the session and copied for the others: the exporter's own checks still run on every
+    kept for the run (both xdist workers) and copied for the others: the exporter's own checks still run on every
     first export, and whole minutes of CI go. TFM_EXPORT_TEST_EXPORT_CACHE=0 turns it off."""
     import hashlib
     import json
-    import os
-    import shutil
 
     import torch
 
