@@ -120,9 +120,6 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
                           options={"static_slots": slots})
     requested(options)  # an impossible mix of variants fails before any work
     options = _family_defaults(options, checkpoint)
-    advice = width_advice(checkpoint.config.d_model) if options.quantize == "int4" else None
-    if advice:
-        log.warning("%s", advice)
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
     calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
     if calibration is not None:
@@ -131,6 +128,9 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     # Before any long work: refuse an OUT that holds user files, prove its parent is writable.
     target = prepare_output_dir(out_dir, options.force,
                                 _inputs(checkpoint) + [options.eval_file, options.calibration_file])
+    advice = width_advice(checkpoint.config.d_model) if options.quantize == "int4" else None
+    if advice:  # after the input checks: a refused command prints its one line alone
+        log.warning("%s", advice)
     stage = Stages(on_stage)
     # A variant's quality is measured against its own float32 graphs, copied aside before the transforms.
     compare = options.is_variant and options.validate and (eval_set is not None or bool(checkpoint.samples))

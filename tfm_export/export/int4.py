@@ -143,7 +143,7 @@ def width_advice(d_model: int) -> str | None:
     if d_model >= PAYS_FROM_WIDTH:
         return None
     return (f"int4 on a model {d_model} wide: under {PAYS_FROM_WIDTH} wide it was measured no faster than int8 (the "
-            "opus-mt layout, 512 wide: 0.96x int8's step at batch 1, 1.20x at batch 16) and further from float32; "
+            "opus-mt layout, 512 wide: 0.96x int8's step at batch 1, 1.20x at batch 16) and mostly further from float32; "
             "--quantize int8 is the better choice unless the smaller file is the point (docs/exporting.md, "
             "\"int8 or int4?\")")
 
