@@ -50,6 +50,23 @@ def test_validate_command_finds_the_checkpoint_and_stores_the_report(exported):
     assert "validation passed" in result.output
 
 
+def test_validate_finds_the_model_at_its_recorded_path_unless_it_changed(exported, tmp_path):
+    """An export written away from its checkpoint is compared with the checkpoint at the path its manifest
+    records (source.origin), while the weights there are the ones exported (their sha256); changed since, the
+    model is named and not compared: the runtime checks alone run, exit 0."""
+    folder, _ = exported
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy2(folder / "model.pt", checkpoint)
+    run_cli_ok(checkpoint, "-o", tmp_path / "elsewhere" / "out", "--no-validate")
+    result = run_cli_ok("validate", tmp_path / "elsewhere" / "out")
+    assert "greedy tokens: equal" in result.output and "validation passed" in result.output
+    run_cli_ok("init", tmp_path / "other.pt", "--seed", "99")
+    shutil.copy2(tmp_path / "other.pt", checkpoint)  # retrained in place, say
+    result = run_cli_ok("validate", tmp_path / "elsewhere" / "out")
+    assert "has changed since" in result.output and str(checkpoint) in result.output
+    assert "runtime checks passed" in result.output and "validation passed" not in result.output
+
+
 def test_validate_reports_a_different_model(exported, tmp_path):
     folder, _ = exported
     assert run_cli("init", tmp_path / "other.pt", "--seed", "99").exit_code == 0

@@ -245,8 +245,8 @@ def _echo_detected(checkpoint: Any) -> None:
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--model", "model_path", type=click.Path(path_type=Path),
               help="The checkpoint (or Hugging Face folder or Hub id) the folder was exported from, to compare "
-                   "with eager (default: the one the manifest names, when it sits next to the folder or in the "
-                   "Hugging Face cache and PyTorch is installed).")
+                   "with eager (default: the one the manifest names, when it sits next to the folder, at its recorded "
+                   "path with the same weights, or in the Hugging Face cache, and PyTorch is installed).")
 @click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
 @hub_options
 @import_options
@@ -294,15 +294,17 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, revisio
 
 
 def _recorded_checkpoint(folder: Path, manifest: Any) -> Path | None:
-    """The checkpoint next to FOLDER, or None (saying why only the runtime checks ran)."""
+    """The model FOLDER was exported from (its Hub snapshot in the cache, its local path with the same weights,
+    or a checkpoint next to FOLDER), or None (saying why only the runtime checks ran)."""
     if missing_modules("export"):
         why = "PyTorch is not installed (pip install 'tfm-export[export]', then pass --model MODEL.pt)"
     else:
         from ..export.validate import recorded_checkpoint
-        from ..importers.hub import cached_snapshot
+        from ..importers.hub import cached_snapshot, unchanged_local_origin
 
         try:
-            return cached_snapshot(manifest.source) or recorded_checkpoint(folder, manifest)
+            return (cached_snapshot(manifest.source) or unchanged_local_origin(manifest.source)
+                    or recorded_checkpoint(folder, manifest))
         except ValidationError as exc:
             why = exc.render(cli_option)
     click.echo(f"{folder}: runtime checks passed; not compared with the eager model: {why}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import CheckpointError, ConfigError, first_line, shorten
+from ..errors import CheckpointError, ConfigError, ValidationError, first_line, shorten
 from .hf_folder import PICKLE, PICKLE_INDEX, SAFETENSORS, SAFETENSORS_INDEX, index_shards, read_json, weight_files
 
 log = logging.getLogger(__name__)
@@ -230,3 +230,17 @@ def cached_snapshot(source: dict[str, Any]) -> Path | None:
         return None
     found = try_to_load_from_cache(origin["hub"], "config.json", revision=origin["commit"])
     return Path(found).parent if isinstance(found, str) else None
+
+
+def unchanged_local_origin(source: dict[str, Any]) -> Path | None:
+    """The local checkpoint or folder an export was made from, when it is still where the manifest says; a
+    ValidationError when its weights changed since (their sha256 differ from the recorded ones)."""
+    origin = source.get("origin") or {}
+    path = Path(origin["path"]) if origin.get("path") and not origin.get("hub") else None
+    if path is None or not path.exists() or not origin.get("sha256"):
+        return None
+    if local_origin(path)["sha256"] != origin["sha256"]:
+        raise ValidationError(f"{path}, the model this folder was exported from, has changed since (its weights' "
+                              "sha256 differ from the manifest's); pass {model} to compare with a model anyway",
+                              options={"model": None})
+    return path
