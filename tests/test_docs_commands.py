@@ -34,8 +34,10 @@ def test_tested_commands_run(tmp_path):
     """All blocks of all pages in one script, in page order: later pages may use what earlier ones export."""
     (tmp_path / "models").symlink_to(ROOT / "models")
     script = "\n".join(block for page in PAGES for block in blocks_of(page))
-    # Background jobs (a server) end with the script, whatever happens.
-    prelude = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    # Background jobs (a server) end with the script, whatever happens; a request the server refuses (an HTTP
+    # error status) fails the script, as a command's exit status does (curl itself exits 0 on a 4xx).
+    prelude = ("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+               'curl() { command curl --fail-with-body "$@"; }\n')
     bin_dir = Path(sys.executable).parent  # tfm-export and python of this environment first
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(["bash", "-c", prelude + script], cwd=tmp_path, env=env, capture_output=True,
