@@ -211,6 +211,7 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert len(result.output.strip().splitlines()) == 1 and "bad.wav" in result.output
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--language", "klingon"])
     assert result.exit_code != 0 and "klingon" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "its languages are en, de, fr, es, given" in result.output  # the model's own (a fixture of four)
 
 
 def test_english_only_model(tmp_path):

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError, ManifestError
+from ..errors import InputError, ManifestError, shorten
 from ..files import read_json_object
 
 TASKS = ("translate", "transcribe")  # transformers' TASK_IDS
@@ -144,9 +144,10 @@ def language_id(settings: WhisperSettings, language: str) -> int:
     token = (text if text in settings.lang_to_id else f"<|{TO_LANGUAGE_CODE[text]}|>" if text in TO_LANGUAGE_CODE
              else f"<|{text}|>" if text in LANGUAGES else None)
     if token is None or token not in settings.lang_to_id:
-        raise InputError("{language} is not a language of this Whisper model; its languages are "
-                         "WhisperSettings.languages() (lang_to_id of generation_config.json), given as a code "
-                         '("de"), an English name ("german") or a token ("<|de|>")', options={"language": language})
+        codes = shorten([t.strip("<|>") for t in settings.languages()], 12)
+        raise InputError(f"{{language}} is not a language of this Whisper model; its languages are {codes}, given "
+                         'as a code ("de"), an English name ("german") or a token ("<|de|>")',
+                         options={"language": language})
     return settings.lang_to_id[token]
 
 
