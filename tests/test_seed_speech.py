@@ -146,7 +146,7 @@ def test_token_export_refuses_a_features_file(tmp_path):
 
 
 def test_python_api_refuses_ids_for_a_frames_export(export):
-    with pytest.raises(InputError, match=r"reads float arrays \(frames, 80\) of input_frames"):
+    with pytest.raises(InputError, match=r"reads float features \(input_frames: \(frames, 80\) a source\), not token ids"):
         open_export(export, device="cpu").generate_ids([[3, 4, 5]])
 
 

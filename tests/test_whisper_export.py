@@ -160,8 +160,10 @@ def test_wrong_features_are_one_input_error(exported, bad):
     given = {"ids": [[1, 2, 3]], "shape": x[:, :, :-2], "dtype": x.astype(np.int64), "nan": np.full_like(x, np.nan),
              "empty": x[:0]}[bad]
     runtime = open_export(out, device="cpu")
-    with pytest.raises(InputError, match="input_features"):
+    with pytest.raises(InputError, match="input_features") as raised:
         runtime.generate_ids(given, max_new_tokens=2)
+    if bad == "ids":  # text encoded, given to a speech export: said so, with what to do instead
+        assert "not token ids or text" in str(raised.value) and "tfm-export transcribe" in str(raised.value)
 
 
 def test_features_config_fields_are_checked():

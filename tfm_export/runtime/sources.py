@@ -113,10 +113,25 @@ def _frames(row: Any, n: int, n_feats: int, want: str, max_len: int) -> np.ndarr
 
 def float_source(sources: Any, declared: Any, max_len: int) -> np.ndarray:
     """A float encoder input by its declaration (a TensorSpec): frames when its length is free (src_len),
-    padded here; else whole feature windows of the fixed shape."""
+    padded here; else whole feature windows of the fixed shape. Token ids (text encoded) are refused first:
+    the usual mistake, whose shape alone would say little."""
+    if _token_ids(sources):
+        shape = ", ".join("frames" if axis == "src_len" else str(axis) for axis in declared.shape[1:])
+        raise InputError(f"this export's encoder reads float features ({declared.name}: ({shape}) a source), not "
+                         "token ids or text; pass those (a Whisper export transcribes audio: `tfm-export transcribe "
+                         "FOLDER AUDIO`)")
     if "src_len" in declared.shape:
         return frame_batch(sources, declared, max_len)
     return feature_batch(sources, declared)
+
+
+def _token_ids(sources: Any) -> bool:
+    """Whether `sources` are rows of integers (token ids, or text encoded), not float features."""
+    try:
+        rows = list(sources)
+        return bool(rows) and all(np.asarray(row).dtype.kind in "iu" for row in rows)
+    except (TypeError, ValueError):  # not rows, or ragged ones
+        return False
 
 
 def read_feature_file(path: str | os.PathLike, declared: Any) -> list[np.ndarray]:
