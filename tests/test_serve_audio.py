@@ -211,7 +211,8 @@ BAD = {  # name -> (form fields, file part, status, what the error names)
     "format": ({"response_format": "xml"}, "short", 422, "response_format"),
     "word timestamps": ({"timestamp_granularities[]": "word"}, "short", 422, "word timestamps are not supported"),
     "stream srt": ({"stream": "true", "response_format": "srt"}, "short", 422, "stream"),
-    "language": ({"language": "klingon"}, "short", 422, "language"),
+    "language": ({"language": "klingon"}, "short", 422,  # the field with its value, and the model's languages
+                 "language 'klingon' is not a language of this Whisper model; its languages are en, de, fr, es,"),
     "too long": ({}, "too_long", 413, "max-audio-seconds"),
 }
 

@@ -282,11 +282,11 @@ def check_beams(config: GenerationConfig, bounds: Limits, settings: ServeSetting
     for name in ("num_beams", "num_return_sequences"):
         value = getattr(config, name)
         if value > settings.max_beams:
-            raise InputError(f"{{{name}}} {value} exceeds this server's limit of {settings.max_beams} rows per "
+            raise InputError(f"{{{name}}} exceeds this server's limit of {settings.max_beams} rows per "
                              f"source (max_beams, a server setting: tfm-export serve --max-beams)",
                              options={name: value})
     if config.num_beams > bounds.max_beams:
-        raise InputError(f"{{num_beams}} {config.num_beams} is too many for a vocabulary of {vocab} ids: beam "
+        raise InputError(f"{{num_beams}} is too many for a vocabulary of {vocab} ids: beam "
                          f"search picks 2 x num_beams candidates per step; use at most {bounds.max_beams}",
                          options={"num_beams": config.num_beams})
 

@@ -38,11 +38,16 @@ STATUS = {QueueFull: (429, True, "limit"), Closed: (503, True, "limit"), LimitEr
           DecodeFailed: (500, False, "limit")}
 
 
+def request_field(key: str, value: Any = None) -> str:
+    """How an answer names an option: the request's field, with the value it was given (`language 'xx'`)."""
+    return key if value is None else f"{key} {value!r}"
+
+
 def failure_from(exc: TfmExportError) -> HTTPFailure:
     """A library error as JSON naming the option or limit by its request/settings name."""
     status, retry, named = STATUS.get(type(exc), (422, False, "field"))
     extra = {named: next(iter(exc.options))} if exc.options else {}
-    return HTTPFailure(status, exc.render(lambda key, value=None: key),
+    return HTTPFailure(status, exc.render(request_field),
                        {"Retry-After": RETRY_AFTER_S} if retry else None, **extra)
 
 
