@@ -279,7 +279,8 @@ def test_the_encoder_can_be_int8(tmp_path, caplog):
     decoder 4-bit; recorded in the manifest, validated. The fixture is 64 wide: the export advises int8."""
     out = tmp_path / "out"
     run_cli_ok(hf_fixtures.trained_folder(FAMILY), "-o", out, "--quantize", "int4", "--int4-encoder", "int8")
-    advice = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "int4 on a model" in r.getMessage()]
+    advice = [r.getMessage() for r in caplog.records
+              if r.levelname == "WARNING" and "int4 on a model" in r.getMessage()]
     assert advice == [width_advice(64)] and "--quantize int8 is the better choice" in advice[0]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["variant"]["int4"]["encoder"] == "int8"

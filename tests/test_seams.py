@@ -136,7 +136,8 @@ def test_the_encoder_input_is_read_from_the_manifest(tiny_export, tmp_path):
     features = manifest.replace(graphs={**manifest.graphs, "encoder": dataclasses.replace(encoder, spec=spec)})
     model = open_export(out, verify=False, manifest=renamed)
     model.manifest = features  # (opening checks the declaration against the graph: this one is a speech encoder's)
-    with pytest.raises(InputError, match=r"reads float features \(source_tokens: \(n_mels, frames\) a source\), not token ids"):
+    refused = r"reads float features \(source_tokens: \(n_mels, frames\) a source\), not token ids"
+    with pytest.raises(InputError, match=refused):
         model.generate_ids(sources, 8)
 
 

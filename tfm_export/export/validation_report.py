@@ -68,12 +68,12 @@ def _default_verdict(default: dict[str, Any], mode: str | None) -> str:
     numeric = default.get("logits")
     logits = f"its logits within {numeric['max_abs']:.2e} of eager's" if numeric else ""
     if default["equal"]:
-        return f"equal to the {default['reference']} on {default['sources']} sources" + (f"; {logits}" if logits else "")
+        return f"equal to the {default['reference']} on {default['sources']} sources" + (logits and f"; {logits}")
     reported = mode in ("agreement", "tolerance")
     note = f" ({mode}: reported, not failed)" if reported else ""
     if default["mismatched_rows"]:
         verdict = "differs" if reported else "DIFFERS"
         return (f"{verdict} from the {default['reference']} on rows {default['mismatched_rows']}{note}"
-                + (f"; {logits}" if logits else ""))
+                + (logits and f"; {logits}"))
     return (f"the same tokens as the {default['reference']} on {default['sources']} sources; its logits up to "
             f"{numeric['max_abs']:.2e} from eager's, beyond the tolerance{note}")
