@@ -167,6 +167,17 @@ def test_gated_missing_and_unsupported_repos_fail_in_one_line(use_hub, hub):
     assert hub.requests == []
 
 
+def test_options_that_cannot_work_are_refused_before_a_download(use_hub, hub, tmp_path):
+    """An impossible mix of variants, or an eval file that is not there, is refused before the model is looked
+    up: a user would otherwise download gigabytes to learn that --dtype float16 and --quantize int4 clash."""
+    hub.requests.clear()
+    one_line_error(run_cli(REPO, "--quantize", "int4", "--dtype", "float16"), "cannot be combined")
+    one_line_error(run_cli(REPO, "--int4-method", "gptq"), "apply to --quantize int4 only")
+    (tmp_path / "empty.tsv").write_text("")
+    one_line_error(run_cli(REPO, "--eval-file", "empty.tsv"), "empty.tsv")
+    assert hub.requests == [] and not (tmp_path / "hf" / "hub").exists()
+
+
 def test_no_network_says_how_to_use_the_cache(use_hub):
     use_hub(endpoint=f"http://127.0.0.1:{free_port()}")
     one_line_error(run_cli(REPO), "cannot download", "HF_HUB_OFFLINE=1")

@@ -171,7 +171,7 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
                                    "--max-quality-drop and --calibration-file")
         _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
         return
-    from ..export.exporter import ExportOptions, default_out_dir, export_model
+    from ..export.exporter import ExportOptions, check_options, default_out_dir, export_model
     from ..export.validation_report import format_report
     from ..importers import load_model
     from ..files import check_output_dir
@@ -179,11 +179,6 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     # A Hub id's default output is NAME_onnx/ here, never beside the snapshot inside the Hugging Face cache.
     default = default_out_dir(model) if model.exists() else Path(f"{model.name}_onnx")
     out = out or default
-    check_output_dir(out, force, [model])  # before downloading or loading: never lose a user's file, fail fast
-    resolved = resolve_model_arg(model, revision, token)
-    click.echo(f"exporting {model} -> {out}", err=True)
-    checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
-    _echo_detected(checkpoint)
     options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
                             quantize=quantize, int4=int4, dtype=dtype,
                             static_cache=cuda_graph or static_slots is not None,
@@ -191,6 +186,13 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
                             eval_file=str(eval_file) if eval_file else None,
                             max_quality_drop=max_quality_drop,
                             calibration_file=str(calibration_file) if calibration_file else None)
+    # Before downloading or loading: never lose a user's file, and refuse what the options alone rule out.
+    check_output_dir(out, force, [model])
+    check_options(options)
+    resolved = resolve_model_arg(model, revision, token)
+    click.echo(f"exporting {model} -> {out}", err=True)
+    checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
+    _echo_detected(checkpoint)
     try:
         with StageDisplay() as show:
             manifest = export_model(checkpoint, out, options, on_stage=show)

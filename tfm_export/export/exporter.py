@@ -109,16 +109,25 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, 
     return external_files(path)
 
 
+def check_options(options: ExportOptions) -> None:
+    """ExportError for what is wrong with `options` alone (the opset, an impossible mix of variants, an unreadable
+    --eval-file or --calibration-file): the CLI checks these before it downloads or loads a model."""
+    check_opset(options.opset)
+    requested(options)
+    for path in (options.eval_file, options.calibration_file):
+        if path:
+            read_eval_file(path)
+
+
 def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    check_opset(options.opset)
+    check_options(options)  # an impossible mix of variants fails before any work
     slots = options.static_slots
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
                           options={"static_slots": slots})
-    requested(options)  # an impossible mix of variants fails before any work
     options = _family_defaults(options, checkpoint)
     eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
     calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
