@@ -31,9 +31,9 @@ from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 from tfm_export.errors import InputError, ManifestError
 from tfm_export.runtime.decoding import run
 from tfm_export.runtime.generation import GenerationConfig
-from tfm_export.runtime.whisper import (WhisperSettings, detect_language, init_tokens, language_id, language_probs,
-                                        max_new_tokens, prompt_prefix, suppress, suppress_at_begin,
-                                        timestamp_rules, whisper_process)
+from tfm_export.runtime.whisper import WhisperSettings, init_tokens, language_id, max_new_tokens, prompt_prefix
+from tfm_export.runtime.whisper_logits import (detect_language, language_probs, suppress, suppress_at_begin,
+                                               timestamp_rules, whisper_process)
 from tfm_export.runtime.whisper_longform import (Fallback, Segment, Window, cache_runner, compression_ratio, offsets,
                                                  split_segments, transcribe, window_config, window_decoder,
                                                  window_prompt)

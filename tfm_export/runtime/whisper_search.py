@@ -8,7 +8,7 @@ detected one (transformers' detect_language, which also runs on <|startoftranscr
 no initial prompt precedes it; else run `LanguageDetector` first), and each row's <|nospeech|>
 probability is kept. From the first generated position on, ids are chosen from the logits after the
 generic processors (runtime.processors.process, on the whole decoder input as transformers') and
-Whisper's (runtime.whisper.whisper_process):
+Whisper's (runtime.whisper_logits.whisper_process):
 
 - `WhisperPicker`: greedy or seeded sampling (runtime.sampling), rows = batch * num_return_sequences;
   a row's `avg_logprob` is transformers' `_retrieve_avg_logprobs` (EOS counted).
@@ -29,8 +29,8 @@ from .decoding import StepView
 from .generation import GenerationConfig
 from .processors import log_softmax, process
 from .sampling import row_generators, sample, warp
-from .whisper import (WhisperSettings, decoder_prompt, detect_language, init_tokens, needs_detection,
-                      no_speech_prob, whisper_process)
+from .whisper import WhisperSettings, decoder_prompt, init_tokens, needs_detection
+from .whisper_logits import detect_language, no_speech_prob, whisper_process
 
 DETECT = -1  # a prompt's language slot that the first step fills (detect_language)
 
