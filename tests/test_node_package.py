@@ -81,7 +81,9 @@ const dims: readonly number[] = (await model.run([[5, 9]])).logits.dims;
 console.log(outputs.logits.data, dims, decoding.runtimeGraphs(model.manifest).decoder, model.manifest.source?.decoder);
 const heard: Transcription = await transcribe('whisper_onnx', 'talk.wav', { language: 'de', task: 'translate', numBeams: 2 });
 const said: string = (await model.transcribe(new Float32Array(16000), { maxNewTokens: 20, timestamps: true })).text;
-console.log(heard.ids, heard.language, heard.segments[0].end, said, typeof decoding.decodeFeatures);
+const quiet: number | null = heard.segments[0].no_speech_prob;
+console.log(heard.ids, heard.language, heard.segments[0].end, heard.segments[0].tokens.length, quiet, said,
+            typeof decoding.decodeFeatures);
 """
 BAD = ["await translate(model, '4718');", "await generateIds(model, [['7']]);",
        "const n: number = model.manifest.samples;", "await openExport('x', { verfy: true });",

@@ -35,7 +35,8 @@ def web_dir(tmp_path) -> Path:
     (tmp_path / "runtimes" / "node" / "node_modules").mkdir(parents=True)
     (tmp_path / "runtimes" / "node" / "greedy.mjs").write_text("export {};")
     (tmp_path / "runtimes" / "node" / "node_modules" / "x.js").write_text("no")
-    for lib, dist, name in (("fft.js", "lib", "fft.js"), ("wavefile", "dist", "wavefile.js")):  # Whisper's CommonJS
+    for lib, dist, name in (("fft.js", "lib", "fft.js"), ("wavefile", "dist", "wavefile.js"),  # Whisper's libraries
+                            ("pako", "dist", "pako.esm.mjs")):
         (tmp_path / "runtimes" / "node" / "node_modules" / lib / dist).mkdir(parents=True)
         (tmp_path / "runtimes" / "node" / "node_modules" / lib / dist / name).write_text("module.exports = 1;")
         (tmp_path / "runtimes" / "node" / "node_modules" / lib / "package.json").write_text("{}")
@@ -78,6 +79,7 @@ def test_binds_loopback_by_default(server):
     ("/tokenizers/tokenizers.min.mjs", "text/javascript"),
     ("/npm/fft.js/fft.js", "text/javascript"),
     ("/npm/wavefile/wavefile.js", "text/javascript"),
+    ("/npm/pako/pako.esm.mjs", "text/javascript"),
     ("/export/manifest.json", "application/json"),
     ("/export/decoder.onnx", "application/octet-stream"),
 ])
@@ -123,7 +125,7 @@ def test_the_wheel_bundles_every_module_the_page_imports():
                 missing = set(re.findall(pattern, text)) - set(BUNDLES[folder].files)
                 assert not missing, (file, folder, missing)
     index = (ROOT / "runtimes" / "web" / "index.html").read_text()
-    assert '"fft.js": "/fft-shim.mjs", "wavefile": "/wavefile-shim.mjs"' in index
+    assert '"fft.js": "/fft-shim.mjs", "wavefile": "/wavefile-shim.mjs", "pako": "/npm/pako/pako.esm.mjs"' in index
 
 
 def test_serves_the_export_tokenizer_json(tiny_export, web_dir, tmp_path):

@@ -35,9 +35,11 @@ BUNDLES = {
                                           # Whisper transcription (the page's speech section)
                                           "speech.mjs", "features.mjs", "spectrum.mjs", "audio.mjs", "whisper.mjs",
                                           "longform.mjs")),
-    # The CommonJS libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
+    # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
     "wavefile": Bundle("wavefile", "runtimes/node/node_modules/wavefile/dist", ("wavefile.js",), optional=True),
+    # zlib's deflate (longform.mjs's compression ratio), an ES module: imported as it is, no shim
+    "pako": Bundle("pako", "runtimes/node/node_modules/pako/dist", ("pako.esm.mjs",), optional=True),
     # The page's tokenizer.json reader (@huggingface/tokenizers, from `npm ci` in runtimes/web).
     "tokenizers": Bundle("tokenizers", "runtimes/web/node_modules/@huggingface/tokenizers/dist",
                          ("tokenizers.min.mjs",), optional=True),

@@ -167,9 +167,29 @@ export interface Transcription {
   /** The language code of the prompt (given or detected), e.g. 'en'. */
   language: string | null;
   /** With timestamps: the model's segments (seconds); else one, the whole recording. */
-  segments: Array<{ start: number; end: number; text: string }>;
+  segments: Segment[];
   /** The generated token ids (without the prompt and EOS; every window's, timestamps included). */
   ids: number[];
+}
+
+/** A segment as Python's (OpenAI's verbose_json, less its id); the window fields are its window's. */
+export interface Segment {
+  /** The window's start in mel frames (10 ms) from the recording's start. */
+  seek: number;
+  /** Seconds from the recording's start. */
+  start: number;
+  end: number;
+  text: string;
+  /** The segment's ids, timestamp tokens included. */
+  tokens: number[];
+  /** The window's decoding temperature (0: the Node runtime decodes at temperature 0 only). */
+  temperature: number;
+  /** The window's mean log-probability per generated token, EOS counted (null: nothing generated). */
+  avg_logprob: number | null;
+  /** Raw bytes / zlib bytes of the window's ids (transformers' compression ratio). */
+  compression_ratio: number;
+  /** P(<|nospeech|>) at <|startoftranscript|> (null: the model has no such token). */
+  no_speech_prob: number | null;
 }
 
 export interface OpenOptions {

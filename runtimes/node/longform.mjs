@@ -4,7 +4,8 @@
 // for it). Each window: decode it from `seek` (frames of 10 ms; the features zero-padded to one
 // window), cut its ids into segments at each pair of timestamp tokens, and move seek to the last
 // pair's time, or a whole window when the ids end with a lone timestamp or have no pair.
-// No globals beyond ECMAScript: a page can import it.
+// No globals beyond ECMAScript: a page can import it (pako through its import map).
+import { deflate } from 'pako';
 
 export const TIME_PRECISION = 0.02; // seconds per timestamp token
 const FEATURE_PRECISION = 0.01; // seconds per mel frame
@@ -42,6 +43,18 @@ export function splitSegments(ids, timestampBegin, timeOffset, windowFrames) {
   return { segments: [{ start: timeOffset, end: timeOffset + endPos * TIME_PRECISION, tokens: ids }], advance: windowFrames };
 }
 
+/**
+ * transformers' `_retrieve_compression_ratio` (Python's compression_ratio): raw bytes / zlib bytes of the ids,
+ * each little-endian in trunc(log2(vocabSize) / 8) + 1 bytes. pako, zlib's port, compresses byte for byte as
+ * Python's zlib does at its default level; Node's own zlib (Chromium's fork) does not.
+ */
+export function compressionRatio(ids, vocabSize) {
+  const width = Math.trunc(Math.log2(vocabSize) / 8) + 1;
+  const raw = new Uint8Array(ids.length * width);
+  ids.forEach((id, i) => { for (let b = 0; b < width; b++) raw[i * width + b] = Math.floor(id / 256 ** b) % 256; });
+  return raw.length / deflate(raw).length;
+}
+
 /** Frames [seek, seek + frames) of (nMels x total) features as one (nMels x windowFrames) window, zero-padded. */
 function featureWindow(features, nMels, total, seek, frames, windowFrames) {
   const out = new Float32Array(nMels * windowFrames); // zeros: transformers pads the window with 0.0
@@ -50,25 +63,33 @@ function featureWindow(features, nMels, total, seek, frames, windowFrames) {
 }
 
 /**
- * One recording's (nMels x total) features -> { ids, segments } (Python's whisper_longform.transcribe at
- * temperature 0, no conditioning): `decodeWindow(window, prompt)` -> the window's generated ids (EOS
- * removed), or null for a window skipped as silence; `prompt(windowIndex)` the forced decoder input of each window.
+ * One recording's (nMels x total) features -> { ids, segments, windows } (Python's whisper_longform.transcribe
+ * at temperature 0, no conditioning): `decodeWindow(window, prompt)` -> the window's { ids (EOS removed),
+ * ended, avgLogprob, noSpeechProb, skip } (skip: silence, the folder's no-speech test); `prompt(windowIndex)`
+ * the forced decoder input of each window. Each window's { seek, temperature, avg_logprob, compression_ratio,
+ * no_speech_prob, skipped } is in `windows` and on its segments (`window`), as Python's.
  */
-export async function transcribeWindows(features, { nMels, total, windowFrames, timestampBegin }, prompt, decodeWindow) {
+export async function transcribeWindows(features, { nMels, total, windowFrames, timestampBegin, vocabSize, eosId },
+  prompt, decodeWindow) {
   const segments = [];
+  const windows = [];
   let seek = 0;
   for (let index = 0; seek < total; index++) {
     const offset = (seek * TIME_PRECISION) / INPUT_STRIDE;
     const frames = Math.min(total - seek, windowFrames);
     const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
-    const ids = await decodeWindow(window, prompt(index));
-    if (ids === null) { // silence (the folder's no-speech test): no segment, the next window
+    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, prompt(index));
+    const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
+      compression_ratio: compressionRatio(ended ? [...ids, eosId] : ids, vocabSize), no_speech_prob: noSpeechProb,
+      skipped: skip };
+    windows.push(measured);
+    if (skip) { // no segment, the next window
       seek += frames;
       continue;
     }
     const cut = splitSegments(ids, timestampBegin, offset, frames);
     seek += cut.advance > 0 ? cut.advance : frames; // a pair at <|0.00|> would decode the same window forever
-    segments.push(...cut.segments);
+    segments.push(...cut.segments.map((s) => ({ ...s, window: measured })));
   }
-  return { ids: segments.flatMap((s) => s.tokens), segments };
+  return { ids: segments.flatMap((s) => s.tokens), segments, windows };
 }

@@ -72,22 +72,24 @@ function checkTimestamps(settings, long) {
   }
 }
 
-/** A window decoder: its generated ids (EOS removed), or [] for a window the folder's silence test skips. */
+/** A window decoder: the window's best row (whisper.mjs's windowRow), `skip` when the folder's silence test
+ * (logprob_threshold with no_speech_threshold, both set) finds it silent. */
 function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected }) {
-  const silence = [settings.logprob_threshold, settings.no_speech_threshold];
-  const scored = silence.every((v) => v !== undefined && v !== null); // the test reads the mean log-probability
+  const [logprob, noSpeech] = [settings.logprob_threshold, settings.no_speech_threshold];
+  const silenceTest = [logprob, noSpeech].every((v) => v !== undefined && v !== null);
   return async (window, prompt) => {
     const steps = maxNewTokens(settings, prompt.length, max, model.manifest.config.max_len);
-    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped, { scored });
-    const [[best]] = await decodeFeatures(ort, model, [window], strategy);
+    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped);
+    await decodeFeatures(ort, model, [window], strategy);
     if (prompt.includes(DETECT)) onDetected(strategy.prompt);
-    const skip = scored && strategy.avgLogprob() < silence[0] && strategy.noSpeechProb > silence[1];
-    return skip ? null : best.ids;
+    const row = strategy.windowRow();
+    return { ...row, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
   };
 }
 
 /**
- * One recording -> { text, language, segments: [{ start, end, text }], ids } as Python's
+ * One recording -> { text, language, segments: [{ seek, start, end, text, tokens, temperature, avg_logprob,
+ * compression_ratio, no_speech_prob }], ids } as Python's
  * `open_export(OUT).transcribe(audio, ...)`. `audio`: a WAV file's bytes or float32 samples at the
  * model's rate; options: language (a code "de", a name "german", a token "<|de|>"; default: detected),
  * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams,
@@ -105,14 +107,23 @@ export async function transcribe(ort, model, audio, options = {}) {
   const decodeWindow = windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected: (p) => { init = p; } });
   const begin = stamped ? settings.no_timestamps_token_id + 1 : Infinity; // the timestamp tokens' first id
   const out = await transcribeWindows(features, { nMels: config.nMels, total, windowFrames: config.nbMaxFrames,
-    timestampBegin: begin }, () => init, decodeWindow);
+    timestampBegin: begin, vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id },
+  () => init, decodeWindow);
   const textOf = (ids) => {
     const kept = ids.filter((t) => t < begin);
     return model.tokenizer ? model.tokenizer.decode(kept) : kept.join(' ');
   };
   const round = (x) => Math.round(x * 1000) / 1000;
-  const segments = stamped ? out.segments : [{ start: 0, end: seconds, tokens: out.ids }];
+  const segments = stamped ? out.segments : [{ start: 0, end: seconds, tokens: out.ids, window: out.windows[0] }];
   const code = languageCode(settings, init[1]) ?? (Object.keys(settings.lang_to_id ?? {}).length ? null : 'en');
   return { text: textOf(out.ids), language: code,
-    segments: segments.map((s) => ({ start: round(s.start), end: round(s.end), text: textOf(s.tokens) })), ids: out.ids };
+    segments: segments.map((s) => segmentFields(s, textOf(s.tokens), round)), ids: out.ids };
+}
+
+/** A segment as Python's segment_fields (OpenAI's verbose_json, less its id): times, text, its ids (timestamps
+ * included) and its window's seek, temperature, avg_logprob, compression_ratio and no_speech_prob. */
+function segmentFields({ start, end, tokens, window }, text, round) {
+  const { seek, temperature, avg_logprob, compression_ratio, no_speech_prob } = window;
+  return { seek, start: round(start), end: round(end), text, tokens, temperature, avg_logprob, compression_ratio,
+    no_speech_prob };
 }

@@ -222,7 +222,7 @@ export function detectLanguage(logits, settings) {
  * generated position on, search.mjs's TokenPicker (greedy) or BeamSearch chooses, with the prompt
  * as the rows' history and Whisper's processors after the generic ones. `config`: decoding options
  * (options.mjs's generationConfig), numBeams > 1 for beam search. `scored: false`: greedy keeps no
- * score (avgLogprob is NaN), for a folder without the silence test, the one reader of it.
+ * score (avgLogprob is NaN), for a caller that reads no avg_logprob (transcribe reports it on every segment).
  */
 export class WhisperStrategy {
   constructor(prompt, steps, settings, config, timestamps = false, { scored = true } = {}) {
@@ -262,20 +262,34 @@ export class WhisperStrategy {
     this.prompt = this.prompt.map((t) => (t === DETECT ? found : t));
   }
 
+  /** The best hypothesis' generated ids as decoded: EOS last when it ended with one. */
+  decoded() {
+    const { inner } = this;
+    if (!inner) return [];
+    if (inner instanceof BeamSearch) return inner.slots[0][0].ids;
+    const row = inner.out[0];
+    const eos = row.indexOf(this.settings.eos_token_id);
+    return eos >= 0 ? row.slice(0, eos + 1) : row;
+  }
+
   /**
    * The best hypothesis' mean log-probability per generated token, EOS counted (Python's WhisperRow
    * avg_logprob: greedy sums log_softmax of the processed scores; beam search undoes the length penalty).
    */
   avgLogprob() {
-    const { inner } = this;
-    if (!inner) return NaN;
-    if (inner instanceof BeamSearch) {
-      const { ids, score } = inner.slots[0][0];
-      return ids.length ? (score * ids.length ** this.config.lengthPenalty) / ids.length : NaN;
-    }
-    const row = inner.out[0];
-    const n = row.includes(this.settings.eos_token_id) ? row.indexOf(this.settings.eos_token_id) + 1 : row.length;
-    return n && this.scored ? inner.scores[0] / n : NaN;
+    const n = this.decoded().length;
+    if (!n) return NaN;
+    if (this.inner instanceof BeamSearch) return (this.inner.slots[0][0].score * n ** this.config.lengthPenalty) / n;
+    return this.scored ? this.inner.scores[0] / n : NaN;
+  }
+
+  /** The window's best row as longform.mjs reads it (Python's WhisperRow): ids without EOS, whether it ended
+   * with EOS, avgLogprob (NaN: none) and noSpeechProb (null for a model without <|nospeech|>). */
+  windowRow() {
+    const decoded = this.decoded();
+    const ended = decoded.length > 0 && decoded.at(-1) === this.settings.eos_token_id;
+    return { ids: ended ? decoded.slice(0, -1) : [...decoded], ended, avgLogprob: this.avgLogprob(),
+      noSpeechProb: this.noSpeechProb ?? null };
   }
 
   /** search.mjs's strategy for the generated tokens, with the prompt as history and Whisper's processors. */

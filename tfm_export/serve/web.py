@@ -7,11 +7,12 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
     /tokenizers/ runtimes/web/node_modules/@huggingface/tokenizers/dist/ (top-level files only): the
                  tokenizer.json library that /lib/tokenizers.mjs imports (index.html's import map)
-    /npm/fft.js/, /npm/wavefile/
-                 runtimes/node/node_modules/fft.js/lib/ and wavefile/dist/ (top-level files only): the
-                 CommonJS libraries of Whisper transcription (/lib/features.mjs, /lib/audio.mjs), which
-                 the page's shims (fft-shim.mjs, wavefile-shim.mjs) load; optional (text exports need
-                 neither: without them the page says so when it opens a Whisper export)
+    /npm/fft.js/, /npm/wavefile/, /npm/pako/
+                 runtimes/node/node_modules/fft.js/lib/, wavefile/dist/ and pako/dist/ (top-level files
+                 only): the libraries of Whisper transcription (/lib/features.mjs, /lib/audio.mjs,
+                 /lib/longform.mjs); the CommonJS two through the page's shims (fft-shim.mjs,
+                 wavefile-shim.mjs), pako's ES module directly; optional (text exports need none: without
+                 them the page says so when it opens a Whisper export)
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
 
 Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or
@@ -39,7 +40,8 @@ TOKENIZERS_DIST = Path("node_modules", "@huggingface", "tokenizers", "dist")  # 
 NO_COPY = "this install has no copy; run `npm ci` in a checkout's runtimes/web and pass it as --web-dir"
 # Node's copies of the speech libraries (runtimes/node's package-lock.json pins them): one version for both
 SPEECH_DISTS = {"/npm/fft.js/": ("fft", Path("node_modules", "fft.js", "lib")),
-                "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist"))}
+                "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist")),
+                "/npm/pako/": ("pako", Path("node_modules", "pako", "dist"))}
 # mounts that serve only their folder's top-level files (not node_modules/)
 FLAT = ("/", "/lib/", "/tokenizers/", *SPEECH_DISTS)
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",

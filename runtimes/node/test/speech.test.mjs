@@ -9,7 +9,7 @@ import wavefile from 'wavefile';
 import { decodeWav, resample } from '../audio.mjs';
 import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
-import { splitSegments } from '../longform.mjs';
+import { compressionRatio, splitSegments } from '../longform.mjs';
 import { transcribe } from '../speech.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, whisperSettings } from '../whisper.mjs';
 
@@ -148,5 +148,13 @@ describe('long form', () => {
     const paired = splitSegments([BEGIN, 7, BEGIN + 50, BEGIN + 50], BEGIN, 0, 400);
     assert.deepEqual([paired.segments.length, paired.advance], [1, 100]);
     assert.deepEqual(splitSegments([7, 8], BEGIN, 0, 400), { segments: [{ start: 0, end: 4, tokens: [7, 8] }], advance: 400 });
+  });
+
+  test('a window\'s compression ratio is Python\'s (zlib through pako; ids of 2 or 3 bytes by the vocabulary)', () => {
+    // tfm_export.runtime.whisper_longform.compression_ratio of the same ids
+    const range = Array.from({ length: 100 }, (_, i) => i);
+    assert.equal(compressionRatio(Array(20).fill([50258, 50259, 50359]).flat(), 51865), 7.0588235294117645);
+    assert.equal(compressionRatio([7, 8, 9, 300, 301], 532), 0.5555555555555556);
+    assert.equal(compressionRatio(range, 51865), 1.3793103448275863);
   });
 });

@@ -6,7 +6,8 @@
 // loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
 // error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
 // { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps },
-// expected: { text, language, segments, ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
+// expected: { text, language, segments (their exact fields), measures (each segment's avg_logprob,
+// compression_ratio, no_speech_prob), ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -77,7 +78,12 @@ test('a WAV file chosen or dropped is transcribed exactly like the Python runtim
     const got = await transcript(page, () => (how === 'drop' ? drop(page, file) : page.setInputFiles('#audio-file', file)));
     const what = `${how} ${path.basename(file)} ${JSON.stringify(options)}`;
     assert.deepEqual(got.ids, want.ids, what);
-    assert.deepEqual([got.text, got.language, got.segments], [want.text, want.language, want.segments], what);
+    const exact = got.segments.map(({ seek, start, end, text, tokens, temperature }) => ({ seek, start, end, text, tokens, temperature }));
+    assert.deepEqual([got.text, got.language, exact], [want.text, want.language, want.segments], what);
+    want.measures.forEach((measures, i) => Object.entries(measures).forEach(([name, value]) => { // within 1e-4
+      const mine = got.segments[i][name];
+      assert.ok(value === null ? mine === null : Math.abs(mine - value) <= 1e-4, `${what}: ${name} ${mine} vs ${value}`);
+    }));
     assert.equal(got.source, 'file');
     assert.match(await page.textContent('#status'), new RegExp(`^${path.basename(file)}: [\\d.]+ s transcribed in \\d+ ms`));
     assert.equal((await page.textContent('#transcripts tr:first-child td.out')).includes(want.segments[0].text.trim()), true);
