@@ -88,7 +88,11 @@ CASES = {
     "translate": lambda language: ({"language": language, "task": "translate"}, {"language": language, "task": "translate"}),
     "timestamps": lambda language: ({"timestamps": True}, {"timestamps": True}),
     "beam2-timestamps": lambda language: ({"timestamps": True, "numBeams": 2}, {"timestamps": True, "num_beams": 2}),
+    # an initial prompt with the language given, and detected (on the first window alone, before the prompted decode)
+    "prompt": lambda language: ({"language": language, "prompt": PROMPT}, {"language": language, "prompt": PROMPT}),
+    "prompt-detect": lambda language: ({"prompt": PROMPT, "timestamps": True}, {"prompt": PROMPT, "timestamps": True}),
 }
+PROMPT = "drei sieben"  # the fixture never saw a prompt: it changes what it hears, which the test needs
 LONG = {"en-greedy": ("en", 1), "de-beam2": ("de", 2)}  # recordings of several windows: (language, beams)
 # The silence test as a folder may set it (generation_config.json), at values that skip some windows of
 # SILENT_RECORDING on this fixture (its <|nospeech|> probabilities are tiny: it never saw silence in training).
@@ -183,6 +187,7 @@ def long_runs(export, silence_export, recordings) -> dict[str, tuple[Path, Path,
     runs = {name: (export, recordings[name], {"language": language, "numBeams": beams},
                    {"language": language, "num_beams": beams}) for name, (language, beams) in LONG.items()}
     runs["silent"] = (silence_export, recordings["silent"], {}, {})
+    runs["prompted"] = (export, recordings["de-beam2"], {"prompt": PROMPT}, {"prompt": PROMPT})  # language detected
     return runs
 
 
@@ -214,6 +219,7 @@ def test_features_equal_python_on_speech(export, utterances, formats, node_side)
 @pytest.mark.parametrize("case", list(CASES))
 def test_node_transcribes_like_python(export, utterances, node_side, case):
     runtime = open_export(export, device="cpu")
+    changed = []
     for name, spoken, path in runs_of(utterances):
         if name != case:
             continue
@@ -224,9 +230,11 @@ def test_node_transcribes_like_python(export, utterances, node_side, case):
         assert (got["text"], got["language"]) == (want["text"], want["language"]), (case, spoken)
         assert_same_transcript(got, want, (case, spoken))
         assert all(s["avg_logprob"] < 0 and s["compression_ratio"] > 0 for s in got["segments"]), got
+        changed.append(want["ids"] != runtime.transcribe(str(path), **{k: v for k, v in theirs.items() if k != "prompt"})["ids"])
+    assert any(changed) or not case.startswith("prompt"), "the prompt changed no transcription: the case tests nothing"
 
 
-@pytest.mark.parametrize("name", [*LONG, "silent"])
+@pytest.mark.parametrize("name", [*LONG, "silent", "prompted"])
 def test_long_recordings_are_transcribed_like_python(export, silence_export, recordings, node_side, name):
     """Several windows, seeking on the model's timestamps: Python's ids and segments; "silent": the
     folder's silence test skips windows (so the result differs from the export without it) as in Python."""
@@ -234,14 +242,15 @@ def test_long_recordings_are_transcribed_like_python(export, silence_export, rec
     want = open_export(folder, device="cpu").transcribe(str(path), **theirs)
     got = node_side[(str(folder), str(path), json.dumps(mine))]
     assert_same_transcript(got, want, name)
-    if name == "silent":
+    if name in ("silent", "prompted"):  # the folder's silence test, the prompt: each changes the result
         assert want["ids"] != open_export(export, device="cpu").transcribe(str(path))["ids"]
     else:
         assert len(want["segments"]) >= 4 and want["segments"][-1]["start"] > 8.0
 
 
 def test_the_cli_prints_the_text(export, utterances):
-    """`cli.mjs transcribe OUT a.wav b.wav --num-beams 2 --language de`: Python's texts, one a line; --json the ids."""
+    """`cli.mjs transcribe OUT a.wav b.wav --num-beams 2 --language de`: Python's texts, one a line; --json the ids
+    (--task translate, --prompt)."""
     runtime = open_export(export, device="cpu")
     files = [path for s, path in utterances if s.language == "de"][:2]
     done = node(NODE / "cli.mjs", "transcribe", export, *files, "--num-beams", "2", "--language", "de")
@@ -251,6 +260,9 @@ def test_the_cli_prints_the_text(export, utterances):
     done = node(NODE / "cli.mjs", "transcribe", export, files[0], "--task", "translate", "--language", "de", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["ids"] == runtime.transcribe(str(files[0]), language="de", task="translate")["ids"]
+    done = node(NODE / "cli.mjs", "transcribe", export, files[1], "--prompt", PROMPT, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ids"] == runtime.transcribe(str(files[1]), prompt=PROMPT)["ids"]
 
 
 def test_a_recording_at_another_rate_is_resampled(export, utterances, tmp_path):

@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 
 export const USAGE = 'usage: cli.mjs transcribe EXPORT_DIR FILE.wav [FILE.wav ...] [--language CODE] ' +
-  '[--task transcribe|translate] [--timestamps] [--num-beams N] [--max-new-tokens N] [--json]';
+  '[--task transcribe|translate] [--timestamps] [--num-beams N] [--prompt TEXT] [--max-new-tokens N] [--json]';
 
 /** A positive integer flag's value, or one line. */
 function integer(flag, text) {
@@ -23,7 +23,7 @@ export async function transcribeCommand(args) {
     ({ values, positionals } = parseArgs({
       args, allowPositionals: true,
       options: { language: { type: 'string' }, task: { type: 'string' }, 'num-beams': { type: 'string' },
-        'max-new-tokens': { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
+        'max-new-tokens': { type: 'string' }, prompt: { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' } },
     }));
   } catch (err) {
@@ -36,7 +36,7 @@ export async function transcribeCommand(args) {
   let model = null;
   try {
     const options = { language: values.language, task: values.task ?? 'transcribe', timestamps: values.timestamps ?? false,
-      numBeams: integer('num-beams', values['num-beams']) ?? 1, maxNewTokens: integer('max-new-tokens', values['max-new-tokens']) };
+      numBeams: integer('num-beams', values['num-beams']) ?? 1, prompt: values.prompt ?? null, maxNewTokens: integer('max-new-tokens', values['max-new-tokens']) };
     const { openExport } = await import('./translate.mjs'); // onnxruntime-node: loaded only when decoding
     model = await openExport(exportDir);
     for (const file of files) {

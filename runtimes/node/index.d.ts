@@ -153,6 +153,9 @@ export interface TranscribeOptions {
   timestamps?: boolean;
   /** Beam search when > 1 (default 1: greedy). */
   numBeams?: number;
+  /** An initial prompt before every window: text the transcript is conditioned on (spellings, names), or its
+   * token ids (Python's `prompt`). */
+  prompt?: string | number[] | null;
   /** Most generated tokens per window (default: up to the folder's max_length). */
   maxNewTokens?: number | null;
   /** Longer recordings are refused (default 3600; null: no limit). */

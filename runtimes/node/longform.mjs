@@ -56,7 +56,7 @@ export function compressionRatio(ids, vocabSize) {
 }
 
 /** Frames [seek, seek + frames) of (nMels x total) features as one (nMels x windowFrames) window, zero-padded. */
-function featureWindow(features, nMels, total, seek, frames, windowFrames) {
+export function featureWindow(features, nMels, total, seek, frames, windowFrames) {
   const out = new Float32Array(nMels * windowFrames); // zeros: transformers pads the window with 0.0
   for (let m = 0; m < nMels; m++) out.set(features.subarray(m * total + seek, m * total + seek + frames), m * windowFrames);
   return out;

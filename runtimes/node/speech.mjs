@@ -9,17 +9,18 @@
 // 4. greedy or beam search in each window through decoding.mjs's driver with Whisper's processors;
 //    long audio always decodes with timestamps (and seeks on them), as Python and transformers do.
 // The folder's silence test (logprob_threshold with no_speech_threshold) skips a window as Python's
-// does. Not ported: condition_on_prev_tokens (refused in one line for long audio), an initial prompt,
+// does. Not ported: condition_on_prev_tokens (refused in one line for long audio),
 // temperature fallback (Python decodes at temperature 0 only too). The result is Python's: { text,
 // language, segments, ids }. No Node APIs: the browser page can import it (translate.mjs reads files
 // and passes their bytes).
 import { readWav } from './audio.mjs';
 import { decodeFeatures, generationConfig } from './decoding.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from './features.mjs';
-import { transcribeWindows } from './longform.mjs';
-import { DETECT, WhisperStrategy, initTokens, languageCode, maxNewTokens, whisperSettings } from './whisper.mjs';
+import { featureWindow, transcribeWindows } from './longform.mjs';
+import { DETECT, LanguageDetector, WhisperStrategy, initTokens, languageCode, maxNewTokens, promptPrefix,
+  whisperSettings } from './whisper.mjs';
 
-const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'maxNewTokens', 'maxSeconds', 'label'];
+const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'maxSeconds', 'label'];
 const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
 
 /** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
@@ -72,6 +73,27 @@ function checkTimestamps(settings, long) {
   }
 }
 
+/**
+ * An initial prompt as Python's `_prompt_ids` (transformers' get_prompt_ids): <|startofprev|>, then the tokens
+ * of " " + the text (or the ids given); [] for none or blank text.
+ */
+function promptIds(model, settings, prompt) {
+  if (prompt === undefined || prompt === null || (typeof prompt === 'string' && !prompt.trim())) return [];
+  if (Array.isArray(prompt) && prompt.every(Number.isInteger)) return promptPrefix(settings, prompt);
+  if (typeof prompt !== 'string') throw new Error(`prompt must be text or an array of token ids, got ${JSON.stringify(prompt)}`);
+  if (!model.tokenizer) throw new Error('this export has no tokenizer: give the prompt as token ids');
+  return promptPrefix(settings, model.tokenizer.encode(` ${prompt.trim()}`).filter((t) => t !== settings.eos_token_id));
+}
+
+/** The init tokens with a language to detect detected on the first window alone, as Python does for a prompted
+ * decode (the prompt comes before <|startoftranscript|>, where an unprompted decode detects by itself). */
+async function detectFirst(ort, model, settings, init, { features, nMels, total, windowFrames }) {
+  const detector = new LanguageDetector(settings);
+  const first = featureWindow(features, nMels, total, 0, Math.min(total, windowFrames), windowFrames);
+  await decodeFeatures(ort, model, [first], detector);
+  return init.map((t) => (t === DETECT ? detector.found : t));
+}
+
 /** A window decoder: the window's best row (whisper.mjs's windowRow), `skip` when the folder's silence test
  * (logprob_threshold with no_speech_threshold, both set) finds it silent. */
 function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected }) {
@@ -92,23 +114,31 @@ function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetecte
  * compression_ratio, no_speech_prob }], ids } as Python's
  * `open_export(OUT).transcribe(audio, ...)`. `audio`: a WAV file's bytes or float32 samples at the
  * model's rate; options: language (a code "de", a name "german", a token "<|de|>"; default: detected),
- * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams,
+ * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams, prompt (an initial
+ * prompt before every window: text the transcript is conditioned on, or its token ids),
  * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors).
  */
 export async function transcribe(ort, model, audio, options = {}) {
   const settings = whisperSettings(model.manifest);
   const config = featureConfig(model.manifest);
-  const { language, task, numBeams, timestamps = false, maxNewTokens: max = null, ...read } = speechOptions(settings, options);
+  const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null, ...read } =
+    speechOptions(settings, options);
   const decoding = generationConfig(null, { numBeams }); // Python's fresh GenerationConfig: not the folder's defaults
   const { features, total, long, seconds } = recordingFeatures(audio, config, read);
   const stamped = Boolean(timestamps) || long;
   if (stamped) checkTimestamps(settings, long);
   let init = initTokens(settings, language, task, stamped);
+  const prefix = promptIds(model, settings, prompt);
+  const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
+  if (prefix.length && init.includes(DETECT)) init = await detectFirst(ort, model, settings, init, layout);
   const decodeWindow = windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected: (p) => { init = p; } });
-  const begin = stamped ? settings.no_timestamps_token_id + 1 : Infinity; // the timestamp tokens' first id
-  const out = await transcribeWindows(features, { nMels: config.nMels, total, windowFrames: config.nbMaxFrames,
-    timestampBegin: begin, vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id },
-  () => init, decodeWindow);
+  // The timestamp tokens' first id. As in Python and transformers, the ids a model emits from there on cut segments,
+  // move seek and stay out of the text even when no timestamps were asked (the rules that place them are off then).
+  const nts = settings.no_timestamps_token_id;
+  const begin = nts === undefined || nts === null ? Infinity : nts + 1;
+  const out = await transcribeWindows(features, { ...layout, timestampBegin: begin,
+    vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id }, () => [...prefix, ...init],
+  decodeWindow);
   const textOf = (ids) => {
     const kept = ids.filter((t) => t < begin);
     return model.tokenizer ? model.tokenizer.decode(kept) : kept.join(' ');

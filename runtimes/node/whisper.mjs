@@ -113,6 +113,18 @@ export function initTokens(settings, language, task, timestamps = false) {
 }
 
 /**
+ * An initial prompt's ids as transformers' tokenizer `get_prompt_ids` gives them (Python's prompt_prefix):
+ * <|startofprev|> first. They go before the init tokens of every window.
+ */
+export function promptPrefix(settings, ids) {
+  const prev = settings.prev_sot_token_id;
+  if (prev === undefined || prev === null) {
+    throw new Error('this Whisper model has no <|startofprev|> (prev_sot_token_id): it takes no prompt');
+  }
+  return ids[0] === prev ? [...ids] : [prev, ...ids];
+}
+
+/**
  * How many tokens a window may generate after a `promptLength` prompt (Python's max_new_tokens,
  * transformers' `_set_max_new_tokens_and_length`).
  */
@@ -213,6 +225,29 @@ export function detectLanguage(logits, settings) {
   const ids = Object.values(settings.lang_to_id ?? {}).sort((a, b) => a - b);
   if (!ids.length) throw new Error('this Whisper model is English-only: there is no language to detect');
   return ids[argmax(ids.map((id) => logits[id]))];
+}
+
+/**
+ * One step on <|startoftranscript|> alone: the language it detects (`found`), as Python's LanguageDetector and
+ * transformers' detect_language. A decode without an initial prompt detects at its own first step
+ * (WhisperStrategy's DETECT slot); one with a prompt feeds the prompt first, so it detects here, beforehand.
+ */
+export class LanguageDetector {
+  constructor(settings) {
+    Object.assign(this, { settings, rows: 1, reads: 'logits', bosId: settings.decoder_start_token_id, finished: false });
+    this.found = null;
+  }
+
+  advance(state) {
+    const { data, vocab } = state.logits();
+    this.found = detectLanguage(data.subarray(0, vocab), this.settings);
+    this.finished = true;
+    return { ids: [this.bosId], beamIdx: null };
+  }
+
+  results() {
+    return [[{ ids: [], score: 0 }]];
+  }
 }
 
 /**

@@ -11,7 +11,7 @@ import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
 import { compressionRatio, splitSegments } from '../longform.mjs';
 import { transcribe } from '../speech.mjs';
-import { DETECT, initTokens, languageId, maxNewTokens, whisperSettings } from '../whisper.mjs';
+import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../whisper.mjs';
 
 const { WaveFile } = wavefile;
 // models/whisper-digits/generation_config.json's Whisper keys, as an export's manifest keeps them
@@ -134,6 +134,18 @@ describe('whisper', () => {
     const stampless = { manifest: { ...model.manifest, speech: { ...SPEECH, no_timestamps_token_id: undefined } } };
     await assert.rejects(transcribe({}, stampless, new Float32Array(16000), { timestamps: true }),
       /^Error: this Whisper model has no timestamp tokens/);
+    await assert.rejects(transcribe({}, model, new Float32Array(16000), { prompt: { text: 'seven' } }),
+      /^Error: prompt must be text or an array of token ids/);
+    await assert.rejects(transcribe({}, model, new Float32Array(16000), { prompt: 'seven' }),
+      /^Error: this export has no tokenizer: give the prompt as token ids/);
+    const unprompted = { manifest: { ...model.manifest, speech: { ...SPEECH, prev_sot_token_id: null } } };
+    await assert.rejects(transcribe({}, unprompted, new Float32Array(16000), { prompt: [7] }),
+      /^Error: this Whisper model has no <\|startofprev\|>/);
+  });
+
+  test('an initial prompt is <|startofprev|> and its ids (Python\'s prompt_prefix)', () => {
+    assert.deepEqual(promptPrefix(settings, [7, 8]), [328, 7, 8]);
+    assert.deepEqual(promptPrefix(settings, [328, 7]), [328, 7]);
   });
 });
 
