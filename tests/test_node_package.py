@@ -43,7 +43,7 @@ import * as decoding from 'tfm-export-node/decoding';
 import { connect, ServerError, type ServerClient } from 'tfm-export-node';
 import { serverSentEvents } from 'tfm-export-node/client';
 import { languages, run, type LanguageCodes } from 'tfm-export-node';
-import { transcribe, type Transcription } from 'tfm-export-node';
+import { toSrt, toVtt, transcribe, type Transcription } from 'tfm-export-node';
 import { languageOptions, makeTokenizer as makeHfTokenizer, tokenizerFiles } from 'tfm-export-node/tokenizers';
 const model: ExportedModel = await openExport('model_onnx', { verify: false, sessionOptions: { intraOpNumThreads: 1 } });
 const texts: string[] = await translate(model, ['4718'], { maxNewTokens: 20 });
@@ -82,6 +82,7 @@ console.log(outputs.logits.data, dims, decoding.runtimeGraphs(model.manifest).de
 const heard: Transcription = await transcribe('whisper_onnx', 'talk.wav', { language: 'de', task: 'translate', numBeams: 2 });
 const said: string = (await model.transcribe(new Float32Array(16000), { maxNewTokens: 20, timestamps: true })).text;
 const quiet: number | null = heard.segments[0].no_speech_prob;
+const cues: string = toSrt(heard.segments) + toVtt([{ start: 0, end: 1, text: 'x' }]);
 console.log(heard.ids, heard.language, heard.segments[0].end, heard.segments[0].tokens.length, quiet, said,
             typeof decoding.decodeFeatures);
 """
@@ -115,6 +116,7 @@ def app(tmp_path_factory) -> Path:
         ["README.md", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
          "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
          "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "spectrum.mjs", "speech.mjs",
+         "subtitles.mjs",
          "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs", "whisper.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')

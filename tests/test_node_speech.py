@@ -31,6 +31,7 @@ from helpers import run_cli_ok  # noqa: E402
 from tfm_export.audio import load_audio, log_mel  # noqa: E402
 from tfm_export.audio.features import FeatureConfig  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.runtime.speech import to_srt, to_vtt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "runtimes" / "node"
@@ -263,6 +264,18 @@ def test_the_cli_prints_the_text(export, utterances):
     done = node(NODE / "cli.mjs", "transcribe", export, files[1], "--prompt", PROMPT, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["ids"] == runtime.transcribe(str(files[1]), prompt=PROMPT)["ids"]
+
+
+@pytest.mark.parametrize("fmt, writer", [("srt", to_srt), ("vtt", to_vtt)])
+def test_the_cli_writes_python_s_subtitles(export, recordings, fmt, writer):
+    """`cli.mjs transcribe OUT long.wav short.wav --format srt|vtt`: Python's subtitles (`tfm-export transcribe
+    --format`), byte for byte: a recording of several windows and segments, then one of a single window."""
+    runtime = open_export(export, device="cpu")
+    files = [recordings["en-greedy"], recordings["silent"]]
+    done = node(NODE / "cli.mjs", "transcribe", export, *files, "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    want = "".join(writer(runtime.transcribe(str(f))["segments"]) for f in files)
+    assert done.stdout == want and want.count(" --> ") >= 5
 
 
 def test_a_recording_at_another_rate_is_resampled(export, utterances, tmp_path):

@@ -314,6 +314,12 @@ export function translate(exportDirOrModel: string | ExportedModel, texts: strin
 export function transcribe(exportDirOrModel: string | ExportedModel, audio: AudioInput,
   opts?: TranscribeOptions): Promise<Transcription>;
 
+/** A transcription's segments as SubRip subtitles (Python's `to_srt`: `tfm-export transcribe --format srt`). */
+export function toSrt(segments: Array<Pick<Segment, 'start' | 'end' | 'text'>>): string;
+
+/** A transcription's segments as WebVTT subtitles (Python's `to_vtt`: `tfm-export transcribe --format vtt`). */
+export function toVtt(segments: Array<Pick<Segment, 'start' | 'end' | 'text'>>): string;
+
 /** The language codes the export takes (reads only manifest.json for a folder path). */
 export function languages(exportDirOrModel: string | ExportedModel): Promise<LanguageCodes>;
 

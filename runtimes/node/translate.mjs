@@ -26,6 +26,7 @@ import * as speech from './speech.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './tokenizers.mjs';
 
 export { connect, ServerError } from './client.mjs';
+export { toSrt, toVtt } from './subtitles.mjs';
 
 async function sha256(file) {
   const hash = createHash('sha256');

@@ -10,6 +10,7 @@ import { decodeWav, resample } from '../audio.mjs';
 import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
 import { compressionRatio, splitSegments } from '../longform.mjs';
+import { toSrt, toVtt } from '../subtitles.mjs';
 import { transcribe } from '../speech.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../whisper.mjs';
 
@@ -160,6 +161,12 @@ describe('long form', () => {
     const paired = splitSegments([BEGIN, 7, BEGIN + 50, BEGIN + 50], BEGIN, 0, 400);
     assert.deepEqual([paired.segments.length, paired.advance], [1, 100]);
     assert.deepEqual(splitSegments([7, 8], BEGIN, 0, 400), { segments: [{ start: 0, end: 4, tokens: [7, 8] }], advance: 400 });
+  });
+
+  test('subtitles are Python\'s to_srt / to_vtt: hours, minutes, milliseconds, negative times as 0', () => {
+    const segments = [{ start: -0.01, end: 1.5, text: ' seven ' }, { start: 3723.004, end: 3723.9, text: 'nine' }];
+    assert.equal(toSrt(segments), '1\n00:00:00,000 --> 00:00:01,500\nseven\n\n2\n01:02:03,004 --> 01:02:03,900\nnine\n\n');
+    assert.equal(toVtt(segments.slice(1)), 'WEBVTT\n\n01:02:03.004 --> 01:02:03.900\nnine\n\n');
   });
 
   test('a window\'s compression ratio is Python\'s (zlib through pako; ids of 2 or 3 bytes by the vocabulary)', () => {
