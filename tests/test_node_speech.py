@@ -183,22 +183,32 @@ def silence_export(export, tmp_path_factory) -> Path:
     return with_speech(export, tmp_path_factory.mktemp("silence") / "onnx", **SILENCE_TEST)
 
 
-def long_runs(export, silence_export, recordings) -> dict[str, tuple[Path, Path, dict, dict]]:
+@pytest.fixture(scope="module")
+def conditioned_export(export, tmp_path_factory) -> Path:
+    """The export as a folder that conditions each window on the text before it (generation_config.json)."""
+    return with_speech(export, tmp_path_factory.mktemp("conditioned") / "onnx", condition_on_prev_tokens=True)
+
+
+def long_runs(export, silence_export, conditioned_export, recordings) -> dict[str, tuple[Path, Path, dict, dict]]:
     """name -> (export, file, Node's options, Python's) of the recordings over one window."""
     runs = {name: (export, recordings[name], {"language": language, "numBeams": beams},
                    {"language": language, "num_beams": beams}) for name, (language, beams) in LONG.items()}
     runs["silent"] = (silence_export, recordings["silent"], {}, {})
     runs["prompted"] = (export, recordings["de-beam2"], {"prompt": PROMPT}, {"prompt": PROMPT})  # language detected
+    # each window after the previous ones' text: greedy, and beam search after an initial prompt
+    runs["conditioned"] = (conditioned_export, recordings["en-greedy"], {"language": "en"}, {"language": "en"})
+    runs["conditioned-prompt"] = (conditioned_export, recordings["de-beam2"], {"prompt": PROMPT, "numBeams": 2},
+                                  {"prompt": PROMPT, "num_beams": 2})
     return runs
 
 
 @pytest.fixture(scope="module")
-def node_side(export, silence_export, utterances, formats, recordings, tmp_path_factory):
+def node_side(export, silence_export, conditioned_export, utterances, formats, recordings, tmp_path_factory):
     """One Node process: the features of every file (FILE.f32) and a transcription per run."""
     runs = [{"dir": str(export), "file": str(path), "options": CASES[case](s.language)[0]}
             for case, s, path in runs_of(utterances)]
     runs += [{"dir": str(d), "file": str(f), "options": mine} for d, f, mine, _ in
-             long_runs(export, silence_export, recordings).values()]
+             long_runs(export, silence_export, conditioned_export, recordings).values()]
     job = {"export": str(export), "features": [str(p) for _, p in utterances] + [str(p) for p in formats],
            "runs": runs}
     script = tmp_path_factory.mktemp("node") / "speech.mjs"
@@ -235,16 +245,22 @@ def test_node_transcribes_like_python(export, utterances, node_side, case):
     assert any(changed) or not case.startswith("prompt"), "the prompt changed no transcription: the case tests nothing"
 
 
-@pytest.mark.parametrize("name", [*LONG, "silent", "prompted"])
-def test_long_recordings_are_transcribed_like_python(export, silence_export, recordings, node_side, name):
+# a long run -> the options that give another result on the plain export (no silence test, no conditioning)
+UNLIKE = {"silent": {}, "prompted": {}, "conditioned": {"language": "en"},
+          "conditioned-prompt": {"prompt": PROMPT, "num_beams": 2}}
+
+
+@pytest.mark.parametrize("name", [*LONG, *UNLIKE])
+def test_long_recordings_are_transcribed_like_python(export, silence_export, conditioned_export, recordings, node_side,
+                                                     name):
     """Several windows, seeking on the model's timestamps: Python's ids and segments; "silent": the
     folder's silence test skips windows (so the result differs from the export without it) as in Python."""
-    folder, path, mine, theirs = long_runs(export, silence_export, recordings)[name]
+    folder, path, mine, theirs = long_runs(export, silence_export, conditioned_export, recordings)[name]
     want = open_export(folder, device="cpu").transcribe(str(path), **theirs)
     got = node_side[(str(folder), str(path), json.dumps(mine))]
     assert_same_transcript(got, want, name)
-    if name in ("silent", "prompted"):  # the folder's silence test, the prompt: each changes the result
-        assert want["ids"] != open_export(export, device="cpu").transcribe(str(path))["ids"]
+    if name in UNLIKE:  # the folder's silence test, the prompt, the conditioning: each changes the result
+        assert want["ids"] != open_export(export, device="cpu").transcribe(str(path), **UNLIKE[name])["ids"]
     else:
         assert len(want["segments"]) >= 4 and want["segments"][-1]["start"] > 8.0
 
@@ -302,11 +318,9 @@ def test_bad_input_is_one_line(export, utterances, recordings, tmp_path):
     text = tmp_path / "notes.wav"
     text.write_text("not audio\n")
     wav = utterances[0][1]
-    conditioning = with_speech(export, tmp_path / "conditioning", condition_on_prev_tokens=True)
     cases = {  # arguments -> the error line's start
         (export, text): f"error: {text} is not a WAV file; convert it",
         (export, tmp_path / "missing.wav"): f"error: {tmp_path / 'missing.wav'}: no such file",
-        (conditioning, recordings["en-greedy"]): "error: this folder conditions each window on the text before it",
         (with_speech(export, tmp_path / "older"), wav): "error: this export has no Whisper decoding settings",
         (export, wav, "--language", "xx"): 'error: language "xx" is not a language of this Whisper model',
         (export, wav, "--task", "summarise"): 'error: task must be one of transcribe, translate',

@@ -1,9 +1,9 @@
 // Whisper's timestamps -> segments, and the window-by-window loop of long recordings: the port of
 // tfm_export/runtime/whisper_longform.py (transformers' `_retrieve_segment` and long-form generate)
-// for temperature 0 without conditioning on the previous text (speech.mjs refuses the folders that ask
-// for it). Each window: decode it from `seek` (frames of 10 ms; the features zero-padded to one
-// window), cut its ids into segments at each pair of timestamp tokens, and move seek to the last
-// pair's time, or a whole window when the ids end with a lone timestamp or have no pair.
+// for temperature 0. Each window: decode it from `seek` (frames of 10 ms; the features zero-padded to one
+// window) after its prompt (`windowPrompt`: the initial prompt, or with condition_on_prev_tokens the text
+// of the segments before it), cut its ids into segments at each pair of timestamp tokens, and move seek
+// to the last pair's time, or a whole window when the ids end with a lone timestamp or have no pair.
 // No globals beyond ECMAScript: a page can import it (pako through its import map).
 import { deflate } from 'pako';
 
@@ -55,6 +55,30 @@ export function compressionRatio(ids, vocabSize) {
   return raw.length / deflate(raw).length;
 }
 
+/**
+ * The segments' ids for conditioning (Python's previous_text, transformers' `_pad_to_max_length` with
+ * skip_ending_double_timestamps): a segment ending in two timestamps loses its last; the last `cutOff` ids.
+ */
+export function previousText(segments, timestampBegin, cutOff) {
+  const ids = segments.flatMap(({ tokens: t }) => (t.length > 2 && t.at(-2) >= timestampBegin ? t.slice(0, -1) : t));
+  return cutOff > 0 ? ids.slice(-cutOff) : ids;
+}
+
+/**
+ * A window's forced decoder input (Python's window_prompt for "first-segment" prompts, transformers'
+ * `_prepare_decoder_input_ids`): with `condition` and segments before it, <|startofprev|>, their text
+ * (`history`: the initial prompt's segment first, without <|startofprev|>) and the init tokens; else the
+ * initial prompt's ids (`promptIds`, <|startofprev|> first) and the init tokens.
+ */
+export function windowPrompt(settings, init, history, condition, promptIds, maxTargetPositions) {
+  if (!condition || !history.length) return [...promptIds, ...init];
+  let prev = settings.prev_sot_token_id;
+  if ((prev === undefined || prev === null) && (settings.suppress_tokens ?? []).length >= 2) prev = settings.suppress_tokens.at(-2);
+  const head = prev === undefined || prev === null ? [] : [prev];
+  const begin = settings.no_timestamps_token_id + 1;
+  return [...head, ...previousText(history, begin, Math.floor(maxTargetPositions / 2) - 1), ...init];
+}
+
 /** Frames [seek, seek + frames) of (nMels x total) features as one (nMels x windowFrames) window, zero-padded. */
 export function featureWindow(features, nMels, total, seek, frames, windowFrames) {
   const out = new Float32Array(nMels * windowFrames); // zeros: transformers pads the window with 0.0
@@ -64,21 +88,21 @@ export function featureWindow(features, nMels, total, seek, frames, windowFrames
 
 /**
  * One recording's (nMels x total) features -> { ids, segments, windows } (Python's whisper_longform.transcribe
- * at temperature 0, no conditioning): `decodeWindow(window, prompt)` -> the window's { ids (EOS removed),
- * ended, avgLogprob, noSpeechProb, skip } (skip: silence, the folder's no-speech test); `prompt(windowIndex)`
- * the forced decoder input of each window. Each window's { seek, temperature, avg_logprob, compression_ratio,
- * no_speech_prob, skipped } is in `windows` and on its segments (`window`), as Python's.
+ * at temperature 0): `decodeWindow(window, prompt)` -> the window's { ids (EOS removed), ended, avgLogprob,
+ * noSpeechProb, skip } (skip: silence, the folder's no-speech test); `prompt(segments)` the forced decoder
+ * input of the next window, given the segments so far. Each window's { seek, temperature, avg_logprob,
+ * compression_ratio, no_speech_prob, skipped } is in `windows` and on its segments (`window`), as Python's.
  */
 export async function transcribeWindows(features, { nMels, total, windowFrames, timestampBegin, vocabSize, eosId },
   prompt, decodeWindow) {
   const segments = [];
   const windows = [];
   let seek = 0;
-  for (let index = 0; seek < total; index++) {
+  while (seek < total) {
     const offset = (seek * TIME_PRECISION) / INPUT_STRIDE;
     const frames = Math.min(total - seek, windowFrames);
     const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
-    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, prompt(index));
+    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, prompt(segments));
     const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
       compression_ratio: compressionRatio(ended ? [...ids, eosId] : ids, vocabSize), no_speech_prob: noSpeechProb,
       skipped: skip };

@@ -9,14 +9,14 @@
 // 4. greedy or beam search in each window through decoding.mjs's driver with Whisper's processors;
 //    long audio always decodes with timestamps (and seeks on them), as Python and transformers do.
 // The folder's silence test (logprob_threshold with no_speech_threshold) skips a window as Python's
-// does. Not ported: condition_on_prev_tokens (refused in one line for long audio),
+// does, and a folder's condition_on_prev_tokens conditions each window on the text before it. Not ported:
 // temperature fallback (Python decodes at temperature 0 only too). The result is Python's: { text,
 // language, segments, ids }. No Node APIs: the browser page can import it (translate.mjs reads files
 // and passes their bytes).
 import { readWav } from './audio.mjs';
 import { decodeFeatures, generationConfig } from './decoding.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from './features.mjs';
-import { featureWindow, transcribeWindows } from './longform.mjs';
+import { featureWindow, transcribeWindows, windowPrompt } from './longform.mjs';
 import { DETECT, LanguageDetector, WhisperStrategy, initTokens, languageCode, maxNewTokens, promptPrefix,
   whisperSettings } from './whisper.mjs';
 
@@ -61,15 +61,11 @@ function recordingFeatures(audio, config, { label = 'the audio', maxSeconds = DE
   return { features, total: features.length / config.nMels, long, seconds };
 }
 
-/** Python's refusals before decoding with timestamps: a model without them, conditioning on earlier windows. */
+/** Python's refusal before decoding with timestamps: a model without them. */
 function checkTimestamps(settings, long) {
   if (settings.no_timestamps_token_id === undefined || settings.no_timestamps_token_id === null) {
     throw new Error(`this Whisper model has no timestamp tokens (no_timestamps_token_id): ${long
       ? 'it cannot transcribe audio over one window' : 'it takes no timestamps'}`);
-  }
-  if (long && settings.condition_on_prev_tokens) {
-    throw new Error('this folder conditions each window on the text before it (condition_on_prev_tokens), which ' +
-      'the Node runtime does not do yet; transcribe long recordings with the Python runtime (tfm-export transcribe)');
   }
 }
 
@@ -129,6 +125,10 @@ export async function transcribe(ort, model, audio, options = {}) {
   if (stamped) checkTimestamps(settings, long);
   let init = initTokens(settings, language, task, stamped);
   const prefix = promptIds(model, settings, prompt);
+  const promptSegment = prefix.length ? [{ tokens: prefix.slice(1) }] : []; // the text conditioning starts from
+  const condition = Boolean(settings.condition_on_prev_tokens);
+  const promptFor = (segments) => windowPrompt(settings, init, [...promptSegment, ...segments], condition, prefix,
+    model.manifest.config.max_len);
   const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
   if (prefix.length && init.includes(DETECT)) init = await detectFirst(ort, model, settings, init, layout);
   const decodeWindow = windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected: (p) => { init = p; } });
@@ -137,8 +137,7 @@ export async function transcribe(ort, model, audio, options = {}) {
   const nts = settings.no_timestamps_token_id;
   const begin = nts === undefined || nts === null ? Infinity : nts + 1;
   const out = await transcribeWindows(features, { ...layout, timestampBegin: begin,
-    vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id }, () => [...prefix, ...init],
-  decodeWindow);
+    vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id }, promptFor, decodeWindow);
   const textOf = (ids) => {
     const kept = ids.filter((t) => t < begin);
     return model.tokenizer ? model.tokenizer.decode(kept) : kept.join(' ');
