@@ -9,7 +9,7 @@ import wavefile from 'wavefile';
 import { decodeWav, resample } from '../audio.mjs';
 import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
-import { compressionRatio, splitSegments } from '../longform.mjs';
+import { compressionRatio, previousText, splitSegments, windowPrompt } from '../longform.mjs';
 import { toSrt, toVtt } from '../subtitles.mjs';
 import { transcribe } from '../speech.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../whisper.mjs';
@@ -161,6 +161,17 @@ describe('long form', () => {
     const paired = splitSegments([BEGIN, 7, BEGIN + 50, BEGIN + 50], BEGIN, 0, 400);
     assert.deepEqual([paired.segments.length, paired.advance], [1, 100]);
     assert.deepEqual(splitSegments([7, 8], BEGIN, 0, 400), { segments: [{ start: 0, end: 4, tokens: [7, 8] }], advance: 400 });
+  });
+
+  test('a conditioned window\'s prompt is <|startofprev|>, the text before it (Python\'s window_prompt), the init tokens', () => {
+    const settings = whisperSettings({ features: {}, speech: SPEECH });
+    const segments = [{ tokens: [BEGIN, 7, BEGIN + 9, BEGIN + 9] }, { tokens: [BEGIN + 10, 8, BEGIN + 20] }];
+    assert.deepEqual(previousText(segments, BEGIN, 0), [BEGIN, 7, BEGIN + 9, BEGIN + 10, 8, BEGIN + 20]);
+    assert.deepEqual(previousText(segments, BEGIN, 2), [8, BEGIN + 20]);
+    const init = [322, 324, 326];
+    assert.deepEqual(windowPrompt(settings, init, segments, true, [], 8), [328, BEGIN + 10, 8, BEGIN + 20, ...init]); // 8 / 2 - 1 ids
+    assert.deepEqual(windowPrompt(settings, init, segments, false, [328, 5], 8), [328, 5, ...init]);
+    assert.deepEqual(windowPrompt(settings, init, [], true, [328, 5], 8), [328, 5, ...init]);
   });
 
   test('subtitles are Python\'s to_srt / to_vtt: hours, minutes, milliseconds, negative times as 0', () => {
