@@ -3,7 +3,7 @@ r"""Whisper in Node and in the browser: runtimes/node and the page vs transforme
     PYTHONPATH=$PWD .venv/bin/python benchmarks/js_speech.py [--layout base] [--vocab 51865] [--new-tokens 64] \
         [--seconds 20] [--repeat 5] [--threads 1] [--modes node-ours,node-tjs,browser-ours,browser-tjs] \
         [--no-check] [--tjs /work/tjs] [--optimum-python /work/optimum-venv/bin/python] \
-        [--chromium /usr/bin/chromium] [--work DIR] [--json OUT.json]
+        [--chromium /usr/bin/chromium] [--before-tree DIR] [--work DIR] [--json OUT.json]
 
 transformers.js is a benchmark-only package, installed in a folder of its own (--tjs; never in runtimes/):
 
@@ -26,6 +26,9 @@ given, task transcribe, greedy, no timestamps, one window:
   browser-tjs   transformers.js' web build in a page of its own (js_speech_page.mjs), on the page's
                 onnxruntime-web (the same files: build and version), 1 WASM thread; the same Optimum export
                 (both: js_speech_browser.mjs, one Chromium)
+  node-before   node-ours with the runtimes/node of --before-tree (an earlier checkout), on the same export: a
+                change's cost or gain (x ours: its time over node-ours'); without a -tjs mode no Optimum venv
+                nor transformers.js is needed
 Every mode is timed inside its process around the transcription of the samples: log-mel features, encoder,
 decoder steps, the text. The model's load (opening the export or the pipeline; in the browser, from navigation
 until ready) is timed once and reported apart. Each mode runs once as a warm-up, then each repeat runs every mode
@@ -65,7 +68,7 @@ from whisper_speed import RATE, exported, long_recording, random_folder  # noqa:
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 TOOL = "tfm-export benchmarks/js_speech.py"
-MODES = ("node-ours", "node-tjs", "browser-ours", "browser-tjs")
+MODES = ("node-ours", "node-tjs", "browser-ours", "browser-tjs", "node-before")
 PAUSE = 0.3  # seconds of rest before each timed call
 CHECK_SECONDS = 3.5  # the trained fixture's file: inside its 4 s window
 NOTES = [
@@ -105,8 +108,11 @@ def headline_folder(layout: str, folder: Path, vocab: int, new_tokens: int) -> P
     return folder
 
 
-def tjs_export(folder: Path, out: Path, python: Path) -> Path:
-    """optimum_whisper_tjs.py's transformers.js folder of `folder` (reused when there)."""
+def tjs_export(folder: Path, out: Path, python: Path, modes: str) -> Path | None:
+    """optimum_whisper_tjs.py's transformers.js folder of `folder` (reused when there); None when no mode of
+    `modes` runs transformers.js (no Optimum venv needed then)."""
+    if not any(mode.endswith("-tjs") for mode in modes.split(",")):
+        return None
     done = subprocess.run([str(python), str(HERE / "optimum_whisper_tjs.py"), str(folder), str(out)],
                           capture_output=True, text=True)
     if done.returncode:
@@ -154,9 +160,11 @@ def open_modes(modes: list[str], ours: Path, tjs: Path, args: argparse.Namespace
     """({mode: ask(request)}, {mode: load seconds}, the workers): the Node processes and one browser process."""
     node = ["node", str(HERE / "js_speech_node.mjs")]
     calls, loads, workers = {}, {}, []
-    for mode, side, folder in (("node-ours", "ours", ours), ("node-tjs", "tjs", tjs)):
+    before = ["node", str(Path(args.before_tree or ".") / "benchmarks" / "js_speech_node.mjs")]
+    for mode, side, folder, script in (("node-ours", "ours", ours, node), ("node-tjs", "tjs", tjs, node),
+                                       ("node-before", "ours", ours, before)):
         if mode in modes:
-            worker = Worker([*node, side, str(folder), "--threads", str(args.threads), "--tjs", str(args.tjs)])
+            worker = Worker([*script, side, str(folder), "--threads", str(args.threads), "--tjs", str(args.tjs)])
             workers.append(worker)
             calls[mode], loads[mode] = worker.ask, worker.ready["load_s"]
     if any(m.startswith("browser-") for m in modes):
@@ -250,10 +258,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=20.0, help="the headline's file (capped to its window)")
     p.add_argument("--repeat", type=int, default=5, help="timed rounds of every mode (after a warm-up)")
     p.add_argument("--threads", type=int, default=1, help="Node's intra-op threads, both sides")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES[:4]), help="comma-separated, of " + ", ".join(MODES))
     p.add_argument("--no-check", action="store_true", help="skip the trained fixture")
     p.add_argument("--tjs", type=Path, default=Path("/work/tjs"), help="where @huggingface/transformers is installed")
     p.add_argument("--optimum-python", type=Path, default=Path("/work/optimum-venv/bin/python"))
+    p.add_argument("--before-tree", type=Path, help="node-before's checkout (e.g. `git worktree add B COMMIT`, its "
+                   "runtimes/node/node_modules installed): its runtimes/node on the same export, against node-ours")
     p.add_argument("--chromium", default=os.environ.get("CHROMIUM", "/usr/bin/chromium"))
     p.add_argument("--work", type=Path, help="keep folders, exports and recordings here (reused)")
     p.add_argument("--json", type=Path, help="write the report here")
@@ -269,13 +279,14 @@ def models(args: argparse.Namespace, work: Path) -> list[tuple]:
         window = json.loads((folder / "preprocessor_config.json").read_text())["chunk_length"]
         wav, seconds = recording(min(args.seconds, window - 0.5), work)
         out.append((f"random {args.layout}", exported(folder, folder.with_name(folder.name + "-ours"), None),
-                    tjs_export(folder, folder.with_name(folder.name + "-tjs"), args.optimum_python), wav, seconds,
+                    tjs_export(folder, folder.with_name(folder.name + "-tjs"), args.optimum_python, args.modes), wav,
+                    seconds,
                     args.new_tokens))
     if not args.no_check:
         fixture = ROOT / "models" / "whisper-digits"
         wav, seconds = recording(CHECK_SECONDS, work)
         out.append(("whisper-digits (trained)", exported(fixture, work / "digits-ours", None),
-                    tjs_export(fixture, work / "digits-tjs", args.optimum_python), wav, seconds, None))
+                    tjs_export(fixture, work / "digits-tjs", args.optimum_python, args.modes), wav, seconds, None))
     return out
 
 
