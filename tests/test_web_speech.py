@@ -4,9 +4,10 @@ runtimes/web/test/speech.test.mjs drives headless Chromium on `tfm-export serve-
 fixture (models/whisper-digits, exported once, --no-validate: tests/test_whisper_trained.py validates it).
 Held-out utterances are spoken by espeak-ng (models/whisper-digits/speech.py) and written as 16 kHz WAV
 files. A file chosen with the page's file input (language detected), one dropped on it (German given,
-beam search, timestamps) and a dropped 16 kHz FLAC file (decoded by the browser, losslessly) must give
-`open_export(out).transcribe(samples, ...)`'s ids, text, language and segments: the page runs Node's
-speech.mjs, whose WAV reading and features are Node's.
+beam search, timestamps) and a dropped 16 kHz FLAC file (decoded by the browser, losslessly; with an
+initial prompt) must give `open_export(out).transcribe(samples, ...)`'s ids, text, language and segments,
+and offer Python's subtitles (`to_srt`) for download: the page runs Node's speech.mjs, whose WAV reading
+and features are Node's.
 
 The microphone is Chromium's fake capture device playing a WAV file (the utterance between 0.4 s of
 silence) in a loop, recorded for the file's length. Its samples pass Chromium's capture and two
@@ -35,6 +36,7 @@ from helpers import run_cli_ok  # noqa: E402
 from test_node_speech import EXACT, MEASURES  # noqa: E402
 from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.runtime.speech import to_srt  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
@@ -52,7 +54,7 @@ PAD = 0.4  # seconds of silence around the microphone's utterance
 FILES = [("input", "wav", {}, {}),
          ("drop", "wav", {"language": "de", "numBeams": 2, "timestamps": True},
           {"language": "de", "num_beams": 2, "timestamps": True}),
-         ("drop", "flac", {"language": "en"}, {"language": "en"})]
+         ("drop", "flac", {"language": "en", "prompt": "drei sieben"}, {"language": "en", "prompt": "drei sieben"})]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def for_the_page(result: dict) -> dict:
     """Python's `transcribe` result as the page's test compares it: segments with the EXACT fields (equal), and
     each segment's MEASURES apart (within 1e-4: the browser's float32 logits are summed in another order)."""
     return {**result, "segments": [{k: s[k] for k in EXACT} for s in result["segments"]],
-            "measures": [{k: s[k] for k in MEASURES} for s in result["segments"]]}
+            "measures": [{k: s[k] for k in MEASURES} for s in result["segments"]], "srt": to_srt(result["segments"])}
 
 
 def test_the_page_transcribes_like_python(export, tmp_path):

@@ -3,11 +3,13 @@
 // /lib/speech.mjs, Node's transcribe (features.mjs's log-mel features, whisper.mjs's prompt and rules,
 // longform.mjs's windows): one implementation, so a 16 kHz WAV file gives Python's ids and text.
 // app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
+// The latest transcript's subtitles can be downloaded (#speech-srt, subtitles.mjs: Python's --format srt).
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
 import { featureConfig } from '/lib/features.mjs';
 import { audioSamples, transcribe } from '/lib/speech.mjs';
+import { toSrt } from '/lib/subtitles.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/whisper.mjs';
 
 const $ = (id) => document.getElementById(id);
@@ -17,7 +19,17 @@ function speechOptions() {
   const options = { numBeams: Number($('speech-beams').value), timestamps: $('speech-timestamps').checked };
   if ($('speech-lang').value) options.language = $('speech-lang').value;
   if ($('speech-task').value === 'translate') options.task = 'translate';
+  if ($('speech-prompt').value.trim()) options.prompt = $('speech-prompt').value;
   return options;
+}
+
+/** The download link of the latest transcript's subtitles (`tfm-export transcribe --format srt`'s file). */
+function offerSubtitles(name, segments) {
+  const link = $('speech-srt');
+  if (link.href) URL.revokeObjectURL(link.href);
+  link.href = URL.createObjectURL(new Blob([toSrt(segments)], { type: 'application/x-subrip' }));
+  link.download = `${name.replace(/\.[^.]*$/, '')}.srt`;
+  link.hidden = false;
 }
 
 /** A transcripts row: the recording, its text (timed segments with timestamps), language, length, time taken. */
@@ -60,6 +72,7 @@ function transcriber(ort, model, samplingRate, setStatus) {
       const ms = performance.now() - start;
       const row = { name, source, ...result, seconds, ms };
       addTranscript(row, options.timestamps);
+      offerSubtitles(name, result.segments);
       setStatus(`${name}: ${seconds.toFixed(1)} s transcribed in ${Math.round(ms)} ms ` +
         `(${options.numBeams > 1 ? `beam search, ${options.numBeams} beams` : 'greedy'}; WASM, 1 thread)`);
       window.tfmTranscript = row;

@@ -28,10 +28,11 @@ let context;
 const openPage = (problems) => openPageAt(context, url, problems);
 
 /** The form set to `options` (Node's names, as speech.mjs takes them). */
-async function setOptions(page, { language = '', numBeams = 1, timestamps = false }) {
+async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '' }) {
   await page.selectOption('#speech-lang', language);
   await page.fill('#speech-beams', String(numBeams));
   await page.setChecked('#speech-timestamps', timestamps);
+  await page.fill('#speech-prompt', prompt);
 }
 
 /** Waits for the transcript (or the error line) that `action` starts. */
@@ -87,6 +88,9 @@ test('a WAV file chosen or dropped is transcribed exactly like the Python runtim
     assert.equal(got.source, 'file');
     assert.match(await page.textContent('#status'), new RegExp(`^${path.basename(file)}: [\\d.]+ s transcribed in \\d+ ms`));
     assert.equal((await page.textContent('#transcripts tr:first-child td.out')).includes(want.segments[0].text.trim()), true);
+    const srt = await page.evaluate(async () => (await fetch(document.querySelector('#speech-srt').href)).text());
+    assert.equal(srt, want.srt, `${what}: the subtitles offered`);
+    assert.equal(await page.getAttribute('#speech-srt', 'download'), `${path.basename(file).replace(/\.[^.]*$/, '')}.srt`);
   }
   mkdirSync(path.join(here, '..', 'test-output'), { recursive: true });
   await page.screenshot({ path: path.join(here, '..', 'test-output', 'speech.png'), fullPage: true });
