@@ -294,6 +294,20 @@ def test_the_cli_writes_python_s_subtitles(export, recordings, fmt, writer):
     assert done.stdout == want and want.count(" --> ") >= 5
 
 
+def test_languages_are_python_s(export):
+    """`cli.mjs OUT --languages` prints Python's `tfm-export languages OUT` lines for a Whisper export (the spoken
+    codes, the translation into English), and `languages(OUT)` carries them."""
+    done = node(NODE / "cli.mjs", export, "--languages")
+    assert done.returncode == 0, done.stderr
+    want = run_cli_ok("languages", export).output
+    assert done.stdout == want and want.startswith("spoken (2): en de"), (done.stdout, want)
+    script = "const m = await import(process.argv[1]); console.log(JSON.stringify(await m.languages(process.argv[2])));"
+    done = subprocess.run(["node", "--input-type=module", "-e", script, (NODE / "translate.mjs").as_uri(), str(export)],
+                          capture_output=True, text=True, timeout=60)
+    got, theirs = json.loads(done.stdout), json.loads(run_cli_ok("languages", export, "--json").output)
+    assert (got["spoken"], got["translateInto"]) == (theirs["spoken"], theirs["translate_into"]) == (["en", "de"], "en")
+
+
 def test_a_recording_at_another_rate_is_resampled(export, utterances, tmp_path):
     """espeak-ng's own 22.05 kHz: wavefile's sinc in Node, soxr in Python: the same words."""
     spoken = utterances[3][0]

@@ -212,6 +212,13 @@ def test_cli(whisper, speech_wav, tmp_path):
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--language", "klingon"])
     assert result.exit_code != 0 and "klingon" in result.output and len(result.output.strip().splitlines()) == 1
     assert "its languages are en, de, fr, es, given" in result.output  # the model's own (a fixture of four)
+    # `languages` lists what --language takes, and that --task translate writes English
+    result = runner.invoke(cli, ["languages", str(out)])
+    assert result.exit_code == 0 and result.output.splitlines() == [
+        "spoken (4): en de fr es (transcribe --language CODE; default: detected)",
+        "translates into: en (transcribe --task translate)"], result.output
+    result = runner.invoke(cli, ["languages", str(out), "--json"])
+    assert json.loads(result.output) == {"spoken": ["en", "de", "fr", "es"], "translate_into": "en"}
 
 
 def test_english_only_model(tmp_path):
@@ -226,3 +233,6 @@ def test_english_only_model(tmp_path):
         runtime.transcribe(synthetic(1.0), task="translate")
     with pytest.raises(InputError, match="English-only"):
         runtime.transcribe(synthetic(1.0), language="de")
+    result = CliRunner().invoke(cli, ["languages", str(out), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output) == {"spoken": [], "translate_into": None}
+    assert "English only" in CliRunner().invoke(cli, ["languages", str(out)]).output

@@ -112,6 +112,15 @@ function openRemote(url, apiKey, ids) {
 async function printLanguages(exportDir) {
   const { languages } = await import('./translate.mjs');
   const codes = await languages(exportDir);
+  if (codes.spoken) { // a Whisper export
+    if (!codes.spoken.length) {
+      console.log('spoken: English only (an English-only Whisper model: no --language, no --task translate)');
+      return;
+    }
+    console.log(`spoken (${codes.spoken.length}): ${codes.spoken.join(' ')} (transcribe --language CODE; default: detected)`);
+    if (codes.translateInto) console.log(`translates into: ${codes.translateInto} (transcribe --task translate)`);
+    return;
+  }
   if (!codes.source.length && !codes.target.length) {
     console.log('this model takes no language codes (it translates one pair, or its tokenizer marks none)');
     return;

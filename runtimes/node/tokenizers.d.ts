@@ -25,6 +25,10 @@ export interface LanguageCodes {
   source: string[];
   target: string[];
   sourceDefault: string | null;
+  /** A Whisper export: the spoken languages' codes transcribe's `language` takes ([] for an English-only model). */
+  spoken?: string[];
+  /** A Whisper export: 'en' when it translates speech into English (task 'translate'), else null. */
+  translateInto?: string | null;
 }
 
 /** A tokenizer's languages from the manifest's `tokenizer.languages`. */

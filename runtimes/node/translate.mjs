@@ -23,6 +23,7 @@ import * as ort from 'onnxruntime-node';
 import * as decoding from './decoding.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './decoding.mjs';
 import * as speech from './speech.mjs';
+import { speechLanguages, whisperSettings } from './whisper.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './tokenizers.mjs';
 
 export { connect, ServerError } from './client.mjs';
@@ -104,7 +105,7 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
   model.stream = (source, opts) => decoding.stream(ort, model, source, opts);
   model.run = (idLists) => run(model, idLists);
   model.transcribe = (audio, opts) => transcribe(model, audio, opts);
-  model.languages = () => languageCodes(manifest.tokenizer);
+  model.languages = () => exportLanguages(manifest);
   return model;
 }
 
@@ -175,11 +176,18 @@ export async function transcribe(exportDirOrModel, audio, opts = {}) {
 
 /**
  * The language codes the export takes (Python's `tfm-export languages --json`): { source, target,
- * sourceDefault }; empty lists for a model without language tokens. Reads only manifest.json.
+ * sourceDefault }; empty lists for a model without language tokens. A Whisper export adds `spoken` (the
+ * codes transcribe's `language` takes) and `translateInto` ('en', or null). Reads only manifest.json.
  */
 export async function languages(exportDirOrModel) {
   const manifest = typeof exportDirOrModel === 'string' ? await readManifest(exportDirOrModel) : exportDirOrModel.manifest;
-  return languageCodes(manifest.tokenizer);
+  return exportLanguages(manifest);
+}
+
+/** languageCodes of the manifest's tokenizer, with a Whisper export's speechLanguages. */
+function exportLanguages(manifest) {
+  const codes = languageCodes(manifest.tokenizer);
+  return manifest.speech && manifest.features ? { ...codes, ...speechLanguages(whisperSettings(manifest)) } : codes;
 }
 
 /**

@@ -52,6 +52,15 @@ export function whisperLanguages(settings) {
   return Object.keys(map).sort((a, b) => map[a] - map[b]).map((token) => token.replace(/^<\|(.*)\|>$/, '$1'));
 }
 
+/**
+ * What Python's `tfm-export languages` lists for a Whisper export: { spoken: the codes `language` takes ([] for an
+ * English-only model), translateInto: 'en' when the model translates speech into English, else null }.
+ */
+export function speechLanguages(settings) {
+  const spoken = whisperLanguages(settings);
+  return { spoken, translateInto: spoken.length && 'translate' in (settings.task_to_id ?? {}) ? 'en' : null };
+}
+
 /** The token id of `language`: a code ("de"), an English name or alias ("german"), or the token ("<|de|>"). */
 export function languageId(settings, language) {
   const map = settings.lang_to_id ?? {};

@@ -87,6 +87,15 @@ class WhisperSettings:
         """The model's language tokens ("<|en|>", ...), in id order."""
         return sorted(self.lang_to_id or {}, key=lambda k: (self.lang_to_id or {})[k])
 
+    def language_codes(self) -> list[str]:
+        """The model's language codes ("en", ...), in id order: what `transcribe --language` takes; [] for an
+        English-only model."""
+        return [token.strip("<|>") for token in self.languages()]
+
+    def translates(self) -> bool:
+        """Whether the model translates speech into English (a multilingual model with the translate task)."""
+        return bool(self.lang_to_id) and "translate" in (self.task_to_id or {})
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         for key in ("suppress_tokens", "begin_suppress_tokens"):
@@ -134,7 +143,7 @@ def language_id(settings: WhisperSettings, language: str) -> int:
     token = (text if text in settings.lang_to_id else f"<|{TO_LANGUAGE_CODE[text]}|>" if text in TO_LANGUAGE_CODE
              else f"<|{text}|>" if text in LANGUAGES else None)
     if token is None or token not in settings.lang_to_id:
-        codes = shorten([t.strip("<|>") for t in settings.languages()], 12)
+        codes = shorten(settings.language_codes(), 12)
         raise InputError(f"{{language}} is not a language of this Whisper model; its languages are {codes}, given "
                          'as a code ("de"), an English name ("german") or a token ("<|de|>")',
                          options={"language": language})
