@@ -48,6 +48,22 @@ def test_generate_refuses_standard_input_that_is_not_text(tiny_export):
     assert result.exit_code == 1 and "standard input is not UTF-8 text" in result.output
 
 
+def test_a_reader_that_leaves_stops_the_command_quietly(tiny_export, tmp_path):
+    """`tfm-export generate OUT --input big.txt | head -1`: the reader closes the pipe; the command stops with a
+    shell's status for SIGPIPE (141) and no 'Error: Broken pipe' line (it printed one before)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "many.txt").write_text("5 9 13\n" * 2000)
+    command = [sys.executable, "-m", "tfm_export", "generate", str(tiny_export), "--input", str(tmp_path / "many.txt"),
+               "--input-format", "ids", "--max-new-tokens", "3", "--batch-size", "4"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip(), proc.stderr.read()
+    proc.stdout.close()  # as `head -1` does
+    assert proc.wait(timeout=300) == 141
+    assert "Error" not in proc.stderr.read()
+
+
 def test_generate_missing_folder(tmp_path):
     result = run_cli("generate", tmp_path / "nothing", "--ids", "5")
     assert result.exit_code == 1 and "export folder not found" in result.output

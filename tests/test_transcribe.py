@@ -212,6 +212,17 @@ def test_cli(whisper, speech_wav, tmp_path):
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--language", "klingon"])
     assert result.exit_code != 0 and "klingon" in result.output and len(result.output.strip().splitlines()) == 1
     assert "its languages are en, de, fr, es, given" in result.output  # the model's own (a fixture of four)
+    # --output-dir: each recording's transcript in DIR/NAME.FORMAT, what stdout gets without it; nothing replaced
+    args = ["transcribe", str(out), str(speech_wav), "--format", "vtt", "--language", "de", "--max-new-tokens", str(NEW)]
+    printed = runner.invoke(cli, args).output
+    result = runner.invoke(cli, [*args, "--output-dir", str(tmp_path / "subs")])
+    assert result.exit_code == 0 and (tmp_path / "subs" / f"{speech_wav.stem}.vtt").read_text() == printed
+    assert sorted(p.name for p in (tmp_path / "subs").iterdir()) == [f"{speech_wav.stem}.vtt"]  # no leftovers
+    result = runner.invoke(cli, [*args, "--output-dir", str(tmp_path / "subs")])
+    assert result.exit_code == 1 and "exists; tfm-export writes new files only" in result.output
+    assert (tmp_path / "subs" / f"{speech_wav.stem}.vtt").read_text() == printed
+    result = runner.invoke(cli, [*args[:3], str(speech_wav), "--json", "--output-dir", str(tmp_path / "twice")])
+    assert result.exit_code == 1 and "two inputs would write" in result.output and not (tmp_path / "twice").exists()
     # `languages` lists what --language takes, and that --task translate writes English
     result = runner.invoke(cli, ["languages", str(out)])
     assert result.exit_code == 0 and result.output.splitlines() == [

@@ -18,7 +18,8 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from collections import Counter
+from typing import Callable, Iterable, Sequence
 
 from .errors import OutputError, TfmExportError
 from .manifest import MANIFEST_NAME, export_files, sha256_file
@@ -228,6 +229,26 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]
         if isinstance(exc, OSError):
             raise OutputError(os_error_message(exc, path)) from None
         raise
+
+
+def output_files(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, suffix: str) -> list[Path]:
+    """FOLDER/NAME.SUFFIX for each input file (its name without its own suffix): an OutputError, before any work,
+    when two inputs would share a name, a file is there already (tfm-export writes new files only here: it cannot
+    tell its own transcripts from a user's), or FOLDER cannot be made or written."""
+    folder = Path(folder)
+    paths = [folder / f"{Path(name).stem}.{suffix}" for name in inputs]
+    twice = sorted(p.name for p, n in Counter(paths).items() if n > 1)
+    if twice:
+        raise OutputError(f"two inputs would write {folder / twice[0]}; rename one, or write them to separate folders")
+    there = [p for p in paths if p.exists() or p.is_symlink()]
+    if there:
+        more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
+        raise OutputError(f"{there[0]} exists{more}; tfm-export writes new files only: choose another folder")
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        raise OutputError(f"cannot create {folder}: {existing} is not a folder")
+    _check_writable(folder, existing)
+    return paths
 
 
 def _remove_prefixed(folder: Path, prefix: str) -> None:

@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import logging
 import os
+import sys
 from typing import Any, Callable
 
 import click
@@ -74,6 +75,9 @@ def library_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except TfmExportError as exc:
             raise click.ClickException(exc.render(cli_option)) from None
+        except BrokenPipeError:  # the reader left (`| head`): stop quietly, as other command-line tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            sys.exit(141)  # 128 + SIGPIPE, a shell's status for it
         except OSError as exc:  # reading or writing a user's file: the reason, not a traceback
             where = f": {exc.filename}" if exc.filename else ""
             raise click.ClickException(f"{exc.strerror or exc}{where}") from None

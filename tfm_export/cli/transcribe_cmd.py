@@ -3,7 +3,6 @@ model exported with a filterbank (runtime.frames_speech); runtime.transcribe pic
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -33,27 +32,32 @@ from .common import library_errors, main_group, ort_thread_options
               show_default=True, help="txt: the text; srt/vtt: subtitles from the segments; json: as --json.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per file: file, text, language, segments [{start, end, text, ...}], ids.")
+@click.option("--output-dir", type=click.Path(path_type=Path), default=None,
+              help="Write each recording's transcript to DIR/NAME.FORMAT (talk.wav -> DIR/talk.srt) instead of "
+                   "printing it; existing files are never replaced (checked before any work).")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors
 def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
-                       out_format: str, as_json: bool, device: str, threads: int | None, spin: bool) -> None:
+                       out_format: str, as_json: bool, output_dir: Path | None, device: str, threads: int | None,
+                       spin: bool) -> None:
     """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG) with the speech export in FOLDER: Whisper,
     or a frames model whose manifest names its filterbank (Whisper-only options are refused for it)."""
+    from ..files import output_files, write_file_atomically
     from ..runtime import RuntimeOptions, open_export
-    from ..runtime.speech import to_srt, to_vtt
+    from ..runtime.speech import TRANSCRIPT_FORMATS
 
+    fmt = "json" if as_json else out_format
+    targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
-    for path in audio:
+    for path, target in zip(audio, targets):
         result = model.transcribe(str(path), language=language, task=task, timestamps=timestamps,
                                   num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
                                   max_new_tokens=max_new_tokens)
-        if as_json or out_format == "json":
-            click.echo(json.dumps({"file": str(path), **result}, ensure_ascii=False))
-        elif out_format == "srt":
-            click.echo(to_srt(result["segments"]), nl=False)
-        elif out_format == "vtt":
-            click.echo(to_vtt(result["segments"]), nl=False)
-        else:
-            click.echo(result["text"].strip())
+        text = TRANSCRIPT_FORMATS[fmt](result, str(path))
+        if target is None:
+            click.echo(text, nl=False)
+            continue
+        write_file_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        click.echo(f"wrote {target}", err=True)

@@ -26,6 +26,7 @@ condition_on_prev_tokens) apply when the folder sets them. Sampling fallback tem
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Callable, Sequence
@@ -43,7 +44,8 @@ from .whisper_search import LanguageDetector
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
 
-__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "segment_fields", "speech_settings", "to_srt", "to_vtt", "transcribe"]
+__all__ = ["DEFAULT_MAX_SECONDS", "TRANSCRIPT_FORMATS", "read_samples", "segment_fields", "speech_settings", "to_srt",
+           "to_vtt", "transcribe"]
 
 
 def speech_settings(model: Any) -> tuple[WhisperSettings, FeatureConfig]:
@@ -204,3 +206,12 @@ def to_vtt(segments: Sequence[dict[str, Any]]) -> str:
     """WebVTT: the header, then cues `HH:MM:SS.mmm --> HH:MM:SS.mmm` and their text."""
     return "WEBVTT\n\n" + "".join(f"{_clock(s['start'], '.')} --> {_clock(s['end'], '.')}\n{s['text'].strip()}\n\n"
                                   for s in segments)
+
+
+# `tfm-export transcribe --format` -> one recording's `transcribe` result (and its file's name) as that file's text
+TRANSCRIPT_FORMATS: dict[str, Callable[[dict[str, Any], str], str]] = {
+    "txt": lambda result, file: result["text"].strip() + "\n",
+    "srt": lambda result, file: to_srt(result["segments"]),
+    "vtt": lambda result, file: to_vtt(result["segments"]),
+    "json": lambda result, file: json.dumps({"file": file, **result}, ensure_ascii=False) + "\n",
+}
