@@ -241,7 +241,8 @@ def test_node_transcribes_like_python(export, utterances, node_side, case):
         assert (got["text"], got["language"]) == (want["text"], want["language"]), (case, spoken)
         assert_same_transcript(got, want, (case, spoken))
         assert all(s["avg_logprob"] < 0 and s["compression_ratio"] > 0 for s in got["segments"]), got
-        changed.append(want["ids"] != runtime.transcribe(str(path), **{k: v for k, v in theirs.items() if k != "prompt"})["ids"])
+        unprompted = {k: v for k, v in theirs.items() if k != "prompt"}
+        changed.append(want["ids"] != runtime.transcribe(str(path), **unprompted)["ids"])
     assert any(changed) or not case.startswith("prompt"), "the prompt changed no transcription: the case tests nothing"
 
 
@@ -283,15 +284,24 @@ def test_the_cli_prints_the_text(export, utterances):
 
 
 @pytest.mark.parametrize("fmt, writer", [("srt", to_srt), ("vtt", to_vtt)])
-def test_the_cli_writes_python_s_subtitles(export, recordings, fmt, writer):
+def test_the_cli_writes_python_s_subtitles(export, recordings, fmt, writer, tmp_path):
     """`cli.mjs transcribe OUT long.wav short.wav --format srt|vtt`: Python's subtitles (`tfm-export transcribe
-    --format`), byte for byte: a recording of several windows and segments, then one of a single window."""
+    --format`), byte for byte: a recording of several windows and segments, then one of a single window; with
+    --output-dir DIR, one file each (DIR/NAME.srt), as Python's --output-dir writes them, none replaced."""
     runtime = open_export(export, device="cpu")
     files = [recordings["en-greedy"], recordings["silent"]]
     done = node(NODE / "cli.mjs", "transcribe", export, *files, "--format", fmt)
     assert done.returncode == 0, done.stderr
-    want = "".join(writer(runtime.transcribe(str(f))["segments"]) for f in files)
-    assert done.stdout == want and want.count(" --> ") >= 5
+    want = [writer(runtime.transcribe(str(f))["segments"]) for f in files]
+    assert done.stdout == "".join(want) and want[0].count(" --> ") >= 4
+    for _ in range(2):  # the second time the files are there: refused, kept
+        done = node(NODE / "cli.mjs", "transcribe", export, *files, "--format", fmt, "--output-dir", tmp_path / "subs")
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {tmp_path / 'subs' / files[0].stem}.{fmt} exists")
+    run_cli_ok("transcribe", export, *files, "--format", fmt, "--output-dir", tmp_path / "python")
+    for f, text in zip(files, want):
+        name = f"{f.stem}.{fmt}"
+        assert (tmp_path / "subs" / name).read_text() == (tmp_path / "python" / name).read_text() == text
+    assert sorted(p.name for p in (tmp_path / "subs").iterdir()) == sorted(f"{f.stem}.{fmt}" for f in files)
 
 
 def test_languages_are_python_s(export):

@@ -213,7 +213,8 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert result.exit_code != 0 and "klingon" in result.output and len(result.output.strip().splitlines()) == 1
     assert "its languages are en, de, fr, es, given" in result.output  # the model's own (a fixture of four)
     # --output-dir: each recording's transcript in DIR/NAME.FORMAT, what stdout gets without it; nothing replaced
-    args = ["transcribe", str(out), str(speech_wav), "--format", "vtt", "--language", "de", "--max-new-tokens", str(NEW)]
+    args = ["transcribe", str(out), str(speech_wav), "--format", "vtt", "--language", "de", "--max-new-tokens",
+            str(NEW)]
     printed = runner.invoke(cli, args).output
     result = runner.invoke(cli, [*args, "--output-dir", str(tmp_path / "subs")])
     assert result.exit_code == 0 and (tmp_path / "subs" / f"{speech_wav.stem}.vtt").read_text() == printed

@@ -72,9 +72,11 @@ export function previousText(segments, timestampBegin, cutOff) {
  */
 export function windowPrompt(settings, init, history, condition, promptIds, maxTargetPositions) {
   if (!condition || !history.length) return [...promptIds, ...init];
-  let prev = settings.prev_sot_token_id;
-  if ((prev === undefined || prev === null) && (settings.suppress_tokens ?? []).length >= 2) prev = settings.suppress_tokens.at(-2);
-  const head = prev === undefined || prev === null ? [] : [prev];
+  const given = (v) => v !== undefined && v !== null;
+  const suppressed = settings.suppress_tokens ?? [];
+  const prev = given(settings.prev_sot_token_id) ? settings.prev_sot_token_id
+    : suppressed.length >= 2 ? suppressed.at(-2) : null; // transformers' fallback for older folders
+  const head = given(prev) ? [prev] : [];
   const begin = settings.no_timestamps_token_id + 1;
   return [...head, ...previousText(history, begin, Math.floor(maxTargetPositions / 2) - 1), ...init];
 }

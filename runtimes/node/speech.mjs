@@ -76,7 +76,9 @@ function checkTimestamps(settings, long) {
 function promptIds(model, settings, prompt) {
   if (prompt === undefined || prompt === null || (typeof prompt === 'string' && !prompt.trim())) return [];
   if (Array.isArray(prompt) && prompt.every(Number.isInteger)) return promptPrefix(settings, prompt);
-  if (typeof prompt !== 'string') throw new Error(`prompt must be text or an array of token ids, got ${JSON.stringify(prompt)}`);
+  if (typeof prompt !== 'string') {
+    throw new Error(`prompt must be text or an array of token ids, got ${JSON.stringify(prompt)}`);
+  }
   if (!model.tokenizer) throw new Error('this export has no tokenizer: give the prompt as token ids');
   return promptPrefix(settings, model.tokenizer.encode(` ${prompt.trim()}`).filter((t) => t !== settings.eos_token_id));
 }
