@@ -109,6 +109,36 @@ def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[in
     return prompt_prefix(settings, ids)
 
 
+def _language_and_task(settings: WhisperSettings, language: str | None, task: str | None
+                        ) -> tuple[str | None, str | None]:
+    """`language` and `task` checked: an unknown task, or a language or translation asked of an English-only model
+    (transformers takes neither for it: both become None), is an InputError."""
+    if task is not None and task not in TASKS:
+        raise InputError(f"{{task}} must be one of {', '.join(TASKS)}", options={"task": task})
+    if settings.lang_to_id:
+        return language, task
+    if task == "translate":
+        raise InputError("this Whisper model is English-only: it cannot translate; leave out {task}",
+                         options={"task": task})
+    if language is not None and language.lower().strip("<|>") not in ("en", "english"):
+        raise InputError("this Whisper model is English-only: it takes no {language}", options={"language": language})
+    return None, None
+
+
+def _features(samples: np.ndarray, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(the recording's features, its first window): up to one window of audio padded to it (n_mels, window);
+    longer audio unpadded (n_mels, frames), its first window cut out and padded like a short one."""
+    window = config.nb_max_frames
+    if len(samples) > config.n_samples:
+        features = log_mel_spectrogram(samples, config)  # long-form
+    else:
+        features = log_mel(samples, config)
+    first = features[:, :window]
+    if first.shape[1] < window:
+        first = np.pad(first, ((0, 0), (0, window - first.shape[1])))
+    return features, first
+
+
 def transcribe(model: Any, audio: Any, language: str | None = None, task: str | None = "transcribe",
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
@@ -121,26 +151,11 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     decodes each window, the language detection's included (default: the export's own caches, one window at
     a time; a server passes its in-flight window batch, serve.windows)."""
     settings, features_config = speech_settings(model)
-    if task is not None and task not in TASKS:
-        raise InputError(f"{{task}} must be one of {', '.join(TASKS)}", options={"task": task})
-    if not settings.lang_to_id:  # English-only: transformers takes no language or task for it
-        if task == "translate":
-            raise InputError("this Whisper model is English-only: it cannot translate; leave out {task}",
-                             options={"task": task})
-        if language is not None and language.lower().strip("<|>") not in ("en", "english"):
-            raise InputError("this Whisper model is English-only: it takes no {language}",
-                             options={"language": language})
-        language = task = None
+    language, task = _language_and_task(settings, language, task)
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
-    if len(samples) > features_config.n_samples:
-        features = log_mel_spectrogram(samples, features_config)  # (n_mels, frames): long-form, unpadded
-    else:
-        features = log_mel(samples, features_config)  # (n_mels, window): padded to one window
+    features, first = _features(samples, features_config)
     config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens)
-    first = features[:, :window]
-    if first.shape[1] < window:
-        first = np.pad(first, ((0, 0), (0, window - first.shape[1])))
     detected = None
     if needs_detection(settings, language, task):
         detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
