@@ -5,9 +5,10 @@ strings never trained on) are spoken by espeak-ng as tests/test_whisper_trained.
 as WAV files with soundfile. Node's log-mel features (runtimes/node/features.mjs, fft.js) are within 1e-4
 of Python's (tfm_export/audio/features.py) on that speech, in 16-bit mono, 24-bit stereo (mixed to mono)
 and float WAV files, and Node's `transcribe` gives Python's `transcribe` ids, text, language and segments
-in every decoding mode it has (language given or detected, greedy and beam search, translation,
-timestamps), on recordings of several windows (long form: seeking on the model's timestamps) and with
-the folder's silence test skipping windows; the CLI prints the same text. A recording at espeak-ng's own
+(every field; the window measures within 1e-4) in every decoding mode it has (language given or detected,
+greedy and beam search, translation, timestamps, an initial prompt), on recordings of several windows (long
+form: seeking on the model's timestamps), with the folder's silence test skipping windows and with its
+condition_on_prev_tokens; the CLI prints the same text, subtitles and languages. A recording at espeak-ng's own
 22.05 kHz is resampled (wavefile's sinc, Python's soxr) and still transcribed to the same text; bad input
 is one error line and exit 1.
 """
