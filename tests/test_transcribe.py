@@ -173,6 +173,9 @@ def test_bad_inputs_are_one_input_error(whisper, tmp_path):
         runtime.transcribe(synthetic(1.0), task="summarize")
     with pytest.raises(InputError, match="max_seconds"):
         runtime.transcribe(synthetic(3.0), max_seconds=1.0)
+    vocab = runtime.config.tgt_vocab_size
+    with pytest.raises(InputError, match=f"prompt.* id {vocab} is out of range for the model's vocabulary of {vocab}"):
+        runtime.transcribe(synthetic(1.0), prompt=[5, vocab])  # not ONNX Runtime's Gather error
 
 
 def test_text_export_is_not_a_speech_model():

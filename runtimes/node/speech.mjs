@@ -75,7 +75,12 @@ function checkTimestamps(settings, long) {
  */
 function promptIds(model, settings, prompt) {
   if (prompt === undefined || prompt === null || (typeof prompt === 'string' && !prompt.trim())) return [];
-  if (Array.isArray(prompt) && prompt.every(Number.isInteger)) return promptPrefix(settings, prompt);
+  if (Array.isArray(prompt) && prompt.every(Number.isInteger)) {
+    const vocab = model.manifest.config.tgt_vocab_size;
+    const bad = prompt.find((t) => t < 0 || t >= vocab);
+    if (bad !== undefined) throw new Error(`prompt id ${bad} is out of range for the model's vocabulary of ${vocab} ids`);
+    return promptPrefix(settings, prompt);
+  }
   if (typeof prompt !== 'string') {
     throw new Error(`prompt must be text or an array of token ids, got ${JSON.stringify(prompt)}`);
   }

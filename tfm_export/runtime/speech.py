@@ -106,6 +106,11 @@ def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[in
         ids = [t for t in ids if t != settings.eos_token_id]
     else:
         ids = [int(t) for t in prompt]
+        vocab = model.config.tgt_vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise InputError(f"{{prompt}} id {bad[0]} is out of range for the model's vocabulary of {vocab} ids",
+                             options={"prompt": None})
     return prompt_prefix(settings, ids)
 
 

@@ -139,6 +139,9 @@ describe('whisper', () => {
       /^Error: prompt must be text or an array of token ids/);
     await assert.rejects(transcribe({}, model, new Float32Array(16000), { prompt: 'seven' }),
       /^Error: this export has no tokenizer: give the prompt as token ids/);
+    const sized = { manifest: { ...model.manifest, config: { max_len: 64, tgt_vocab_size: 532 } } };
+    await assert.rejects(transcribe({}, sized, new Float32Array(16000), { prompt: [5, 532] }),
+      /^Error: prompt id 532 is out of range for the model's vocabulary of 532 ids/);
     const unprompted = { manifest: { ...model.manifest, speech: { ...SPEECH, prev_sot_token_id: null } } };
     await assert.rejects(transcribe({}, unprompted, new Float32Array(16000), { prompt: [7] }),
       /^Error: this Whisper model has no <\|startofprev\|>/);
