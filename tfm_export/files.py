@@ -212,10 +212,7 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]
         if path.is_symlink() or not test(path):
             raise OutputError(f"{path} exists and is not {what or 'a file tfm-export wrote'}; tfm-export replaces "
                               f"only its own files: choose another name")
-    existing = _nearest_existing(path.parent)
-    if not existing.is_dir():
-        raise OutputError(f"cannot create {path}: {existing} is not a folder")
-    _check_writable(path, existing)
+    _check_creatable(path, path.parent)
     prefix = f".{path.name}.{uuid.uuid4().hex[:8]}"
     created: tuple[Path, ...] = ()
     try:
@@ -244,11 +241,17 @@ def output_files(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     if there:
         more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
         raise OutputError(f"{there[0]} exists{more}; tfm-export writes new files only: choose another folder")
+    _check_creatable(folder, folder)
+    return paths
+
+
+def _check_creatable(out: Path, folder: Path) -> None:
+    """OutputError unless `folder` (where `out` goes) exists as a writable folder or can be made: its nearest
+    existing ancestor must be a folder we can write in."""
     existing = _nearest_existing(folder)
     if not existing.is_dir():
-        raise OutputError(f"cannot create {folder}: {existing} is not a folder")
-    _check_writable(folder, existing)
-    return paths
+        raise OutputError(f"cannot create {out}: {existing} is not a folder")
+    _check_writable(out, existing)
 
 
 def _remove_prefixed(folder: Path, prefix: str) -> None:

@@ -109,28 +109,27 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, 
     return external_files(path)
 
 
-def check_options(options: ExportOptions) -> None:
+def check_options(options: ExportOptions) -> tuple[EvalSet | None, list[str] | None]:
     """ExportError for what is wrong with `options` alone (the opset, an impossible mix of variants, an unreadable
-    --eval-file or --calibration-file): the CLI checks these before it downloads or loads a model."""
+    --eval-file or --calibration-file): the CLI checks these before it downloads or loads a model. Returns what
+    the two files hold: the eval set and the calibration sources (None where not given)."""
     check_opset(options.opset)
     requested(options)
-    for path in (options.eval_file, options.calibration_file):
-        if path:
-            read_eval_file(path)
+    eval_set = read_eval_file(options.eval_file) if options.eval_file else None
+    calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
+    return eval_set, calibration
 
 
 def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    check_options(options)  # an impossible mix of variants fails before any work
+    eval_set, calibration = check_options(options)  # an impossible mix of variants or a bad file: before any work
     slots = options.static_slots
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
         raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
                           options={"static_slots": slots})
     options = _family_defaults(options, checkpoint)
-    eval_set = read_eval_file(options.eval_file) if options.eval_file else None  # a bad file fails first
-    calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
     if calibration is not None:
         check_calibration(checkpoint)
     _check_quality_options(options, eval_set, checkpoint)
