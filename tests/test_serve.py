@@ -39,12 +39,12 @@ def varied_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
 def server(static_export):
     settings = ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, max_queue=256), max_texts=4)
     with serving(settings) as (url, engine):
-        yield url, engine
+        yield url, engine, static_export
 
 
 def test_concurrent_clients_get_exactly_the_serial_tokens(server, serial):
     """8 clients x 100 requests of varied lengths and budgets through in-flight batching."""
-    url, engine = server
+    url, engine, _ = server
     work = [varied_requests(100, seed) for seed in range(8)]
 
     def client(requests):
@@ -155,6 +155,8 @@ def test_healthz_and_docs(server):
     assert httpx.get(f"{server[0]}/healthz").json()["status"] == "ok"
     assert "/v1/translate" in httpx.get(f"{server[0]}/openapi.json").json()["paths"]
     assert httpx.get(f"{server[0]}/docs").status_code == 200
+    listed = httpx.get(f"{server[0]}/v1/models").json()  # OpenAI's model list: the one export served
+    assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == [Path(server[2]).resolve().name]
 
 
 def test_a_full_queue_answers_429_with_retry_after(static_export, serial):
@@ -230,6 +232,7 @@ def test_api_key(static_export):
         wrong = httpx.post(f"{url}/v1/translate", json=body, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"] == "Bearer"
         assert httpx.get(f"{url}/metrics").status_code == 401
+        assert httpx.get(f"{url}/v1/models").status_code == 401
         right = httpx.post(f"{url}/v1/translate", json=body, headers={"Authorization": "Bearer s3cret"})
         assert right.status_code == 200
         assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no key

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -297,7 +298,8 @@ def test_the_upload_is_spooled_and_always_removed(server, recordings, spool):
 
 def test_the_schema_documents_the_audio_routes(server, recordings):
     schema = httpx.get(f"{server}/openapi.json").json()
-    assert set(schema["paths"]) == {"/healthz", "/metrics", "/v1/audio/transcriptions", "/v1/audio/translations"}
+    assert set(schema["paths"]) == {"/healthz", "/metrics", "/v1/models", "/v1/models/{model}",
+                                    "/v1/audio/transcriptions", "/v1/audio/translations"}
     form = schema["paths"]["/v1/audio/transcriptions"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert form["schema"]["required"] == ["file", "model"]
     assert set(form["schema"]["properties"]["response_format"]["enum"]) == set(TIMESTAMPED)
@@ -313,6 +315,20 @@ def test_the_schema_documents_the_audio_routes(server, recordings):
     jsonschema.validate(verbose.json(), answer)
     assert "stream" not in schema["paths"]["/v1/audio/translations"]["post"]["requestBody"]["content"][
         "multipart/form-data"]["schema"]["properties"]
+
+
+def test_clients_list_the_served_model(client, whisper_export):
+    """OpenAI's clients (and the UIs built on them) list the models first: the one served is the export folder's
+    name, retrievable by it; another name is a 404 naming it. Transcription still takes any model name."""
+    name = Path(whisper_export).resolve().name
+    models = client.models.list()
+    assert [(m.id, m.object, m.owned_by) for m in models.data] == [(name, "model", "tfm-export")]
+    assert models.data[0].created == int((Path(whisper_export) / "manifest.json").stat().st_mtime)
+    assert client.models.retrieve(name).id == name
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("whisper-1")
+    answer = missing.value.response.json()
+    assert answer == {"error": f"no model 'whisper-1': this server serves {name!r}", "field": "model"}
 
 
 def test_a_text_export_refuses_the_audio_routes(chars_export, recordings):

@@ -93,7 +93,8 @@ def empty_texts_translate_to_empty_texts(ctx, response, case):
                 raise AssertionError(f"the empty text was translated into {{translated!r}}")
     return None
 """
-OPERATIONS = {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics"}
+OPERATIONS = {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics",
+              "GET /v1/models", "GET /v1/models/{model}"}
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@
                         "max_new_tokens"?, "stream"?, decoding options (serve.schemas.TranslateRequest)
     POST /translate     LibreTranslate's API (serve.libretranslate), with GET /languages
     POST /v1/audio/transcriptions, /v1/audio/translations   OpenAI's audio API (serve.audio)
+    GET  /v1/models     OpenAI's model list: the one export served (serve.model_list)
     GET  /healthz       {"status": "ok", ...}
     GET  /metrics       Prometheus text format (serve.metrics)
 
@@ -40,6 +41,7 @@ from .guard import Guard
 from .libretranslate import add_libretranslate
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .model_list import add_model_list
 from .schemas import (ACCEPTED, REQUEST_ONLY, STREAM_EVENT, Health, TranslateRequest, TranslateResponse,
                       error_responses)
 from .translation import HTTPFailure, collect, failure_from, results, stream, submit
@@ -112,6 +114,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         """Prometheus text format."""
         return Response(state["metrics"].render(), media_type=CONTENT_TYPE)
 
+    add_model_list(app, settings)
     speech = engine.model.manifest.features is not None
     if speech:
         add_audio(app, settings, state)

@@ -11,7 +11,7 @@ json {"text", "usage"}; text the text; verbose_json {"task", "language", "durati
 (runtime.speech.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
 with timestamps (segments with their times), json and text without. Where this differs from OpenAI's service:
 
-- `model` may be any name: a server serves one export.
+- `model` may be any name: a server serves one export (GET /v1/models lists it by its folder's name, serve.model_list).
 - `temperature` must be 0: transcription is greedy (no sampling, no temperature fallback).
 - verbose_json segments carry OpenAI's fields (id, seek, start, end, text, tokens, temperature,
   avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of

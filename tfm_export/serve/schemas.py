@@ -125,6 +125,7 @@ ERRORS = {
     400: "The body is not a JSON object (or, for /translate, a form) or a parameter is missing or bad.",
     401: "Missing or wrong API key: send `Authorization: Bearer KEY`.",
     403: "Missing or wrong API key: send `api_key` or `Authorization: Bearer KEY`.",
+    404: "No model of that name (GET /v1/models/{model}): the answer names the one served.",
     413: "Over a size limit (`limit` names it): sources per request (max_texts), tokens per source (max_len, "
          "max_src_len), decoder rows per request (max_rows: sources x beams or samples).",
     422: "A bad or unknown field (`field`/`fields` name it; any value the schema refuses but a size limit's, "
