@@ -91,6 +91,10 @@ CASES = {
     "truncated checkpoint": (["{p}/truncated.pt"], "truncated or corrupt"),
     "random checkpoint": (["{p}/binary.txt"], "not a PyTorch checkpoint"),
     "code pickle": (["{p}/module.pt"], "needs code to load"),
+    "a file of a Hugging Face folder": (["{p}/hfmodel/config.json", "-o", "{p}/new"],
+                                        "is a file of the Hugging Face folder {p}/hfmodel; pass the folder"),
+    "options the checkpoint contradicts": (["{p}/proj/model.pt", "-o", "{p}/new", "--bos-id", "999"],
+                                           "--bos-id 999 does not apply: this tfm-export checkpoint's config sets"),
     "misspelled command": (["genrate", "{e}", "--ids", "5"], "no such command 'genrate'; did you mean 'generate'?"),
     # init.
     "init existing": (["init", "{p}/proj/model.pt"], "exists"),
@@ -119,6 +123,9 @@ CASES = {
     "missing export": (["generate", "{p}/nothing", "--ids", "5"], "export folder not found"),
     "a checkpoint for an export": (["generate", "{p}/truncated.pt", "--ids", "5"], "is a model, not an export"),
     "a model folder for an export": (["serve", "{p}/hfmodel"], "export it first"),
+    "a manifest for its export": (["generate", "{e}/manifest.json", "--ids", "5"], "manifest; pass its folder, {e}"),
+    "transcribe a text export": (["transcribe", "{e}", "{p}/binary.txt"], "decode text with `tfm-export generate`"),
+    "run a seq2seq export": (["run", "{e}", "--ids", "5"], "decode with `tfm-export generate`"),
     # bench, serve-web.
     "bench repeat 0": (["bench", "{e}", "--repeat", "0"], "x>=1"),
     "bench threads -1": (["bench", "{e}", "--threads", "-1"], "between 1 and"),
@@ -154,6 +161,7 @@ def test_bad_input_fails_cleanly(case, project, tiny_export):
     args = [a.replace("{p}", str(project)).replace("{e}", str(tiny_export)) for a in args]
     roots = (project, tiny_export)
     before = snapshot(*roots)
+    fragment = fragment.replace("{p}", str(project)).replace("{e}", str(tiny_export))
     assert_clean_failure(run_cli(*args), before, roots, fragment)
 
 

@@ -337,3 +337,13 @@ def test_a_text_export_refuses_the_audio_routes(chars_export, recordings):
         assert response.status_code == 400 and "text model" in response.json()["error"]
         assert "/v1/audio/transcriptions" not in httpx.get(f"{url}/openapi.json").json()["paths"]
         assert httpx.post(f"{url}/v1/translate", json={"texts": ["12"]}).status_code == 200
+
+
+def test_the_request_level_note_names_this_models_slots(whisper_export):
+    """Serving without decoder_static.onnx says how to re-export for in-flight windows: with this model's
+    max_target_positions (a hint of Whisper's 448 was refused by the export of a smaller model)."""
+    from tfm_export.manifest import load_manifest
+    from tfm_export.serve.module_exports import auto_request_note
+
+    slots = load_manifest(Path(whisper_export)).config.max_len
+    assert slots != 448 and f"--static-slots {slots} (this model's" in auto_request_note(str(whisper_export), True)

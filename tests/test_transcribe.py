@@ -227,6 +227,9 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert (tmp_path / "subs" / f"{speech_wav.stem}.vtt").read_text() == printed
     result = runner.invoke(cli, [*args[:3], str(speech_wav), "--json", "--output-dir", str(tmp_path / "twice")])
     assert result.exit_code == 1 and "two inputs would write" in result.output and not (tmp_path / "twice").exists()
+    # every recording is checked before the first transcript is written: a missing one leaves nothing behind
+    result = runner.invoke(cli, [*args, str(tmp_path / "nofile.wav"), "--output-dir", str(tmp_path / "some")])
+    assert result.exit_code == 1 and "nofile.wav: no such file" in result.output and not (tmp_path / "some").exists()
     # `languages` lists what --language takes, and that --task translate writes English
     result = runner.invoke(cli, ["languages", str(out)])
     assert result.exit_code == 0 and result.output.splitlines() == [

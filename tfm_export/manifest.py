@@ -244,6 +244,8 @@ def read_manifest_data(folder: str | os.PathLike) -> dict[str, Any]:
     """The raw JSON of an export folder's manifest (ManifestError when it is missing or not JSON)."""
     folder = Path(folder)
     path = folder / MANIFEST_NAME
+    if folder.name == MANIFEST_NAME and folder.is_file():  # the manifest given for its folder
+        raise ManifestError(f"{folder} is the export's manifest; pass its folder, {folder.parent}")
     # A model (a checkpoint file, a Hugging Face folder) given where its export belongs: say how to make one.
     if folder.is_file() or (folder.is_dir() and not path.exists() and (folder / "config.json").is_file()):
         raise ManifestError(f"{folder} is a model, not an export folder; export it first (`tfm-export {folder} "

@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from .features import (FeatureConfig, feature_window, feature_windows, load_feature_config, log_mel, log_mel_batch,
                        log_mel_spectrogram, mel_filters, pad_or_trim)
 
-IO_NAMES = ("load_audio", "resample", "DEFAULT_MAX_SECONDS")
+IO_NAMES = ("load_audio", "resample", "check_files", "DEFAULT_MAX_SECONDS")
 
 __all__ = ["FeatureConfig", "feature_window", "feature_windows", "load_feature_config", "log_mel", "log_mel_batch",
            "log_mel_spectrogram", "mel_filters", "pad_or_trim", *IO_NAMES]

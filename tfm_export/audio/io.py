@@ -13,7 +13,7 @@ import contextlib
 import io
 import os
 from pathlib import Path
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterator, Sequence, Union
 
 import numpy as np
 import soundfile
@@ -64,14 +64,26 @@ def open_audio(source: AudioSource, label: str) -> Iterator[soundfile.SoundFile]
             yield reader
 
 
-def binary_file(source: AudioSource, label: str) -> BinaryIO:
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return io.BytesIO(bytes(source))
-    path = Path(source)
+def check_file(path: Path, label: str) -> None:
+    """InputError unless `path` is a file (what can be told before reading it)."""
     if not path.exists():
         raise InputError(f"{label}: no such file; check the path")
     if path.is_dir():
         raise InputError(f"{label} is a folder; pass an audio file ({FORMATS})")
+
+
+def check_files(paths: Sequence[str | os.PathLike]) -> None:
+    """Every recording of a batch checked before the first is decoded: a missing one fails the command before
+    any transcript is written (transcribe --output-dir)."""
+    for path in paths:
+        check_file(Path(path), str(path))
+
+
+def binary_file(source: AudioSource, label: str) -> BinaryIO:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BytesIO(bytes(source))
+    path = Path(source)
+    check_file(path, label)
     try:
         # through its descriptor: a file object named by its descriptor gives soundfile no suffix to go by
         return open(os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0)), "rb")

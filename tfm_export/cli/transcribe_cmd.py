@@ -48,7 +48,10 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     from ..runtime import RuntimeOptions, open_export
     from ..runtime.speech import TRANSCRIPT_FORMATS
 
+    from ..audio import check_files
+
     fmt = "json" if as_json else out_format
+    check_files(audio)  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
     for path, target in zip(audio, targets):

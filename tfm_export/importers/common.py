@@ -27,6 +27,20 @@ def require(options: dict[str, Any], name: str, what: str) -> Any:
     return value
 
 
+# Import options that describe the model -> the TransformerConfig field each one sets.
+CONFIG_FIELDS = {"heads": "n_heads", "src_pad_id": "src_pad_id", "tgt_pad_id": "tgt_pad_id", "bos_id": "bos_id",
+                 "eos_id": "eos_id", "norm_first": "norm_first", "activation": "activation", "max_len": "max_len"}
+
+
+def check_agrees(options: dict[str, Any], config: Any, what: str) -> None:
+    """Refuse options that would describe a model whose config is already known (a tfm-export checkpoint
+    carries its own): ignored, they would silently export something else than the user asked for."""
+    for name, field_name in CONFIG_FIELDS.items():
+        given, ours = options.get(name), getattr(config, field_name)
+        if given is not None and given != ours:
+            raise ConfigError(f"{{{name}}} does not apply: this {what}'s config sets {ours!r}", options={name: given})
+
+
 def check_fixed(options: dict[str, Any], fixed: dict[str, Any], layout: str) -> None:
     """Refuse options that contradict what a layout's code fixes (e.g. --norm-first for a post-LN model)."""
     for name, value in fixed.items():

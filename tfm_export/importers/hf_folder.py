@@ -151,11 +151,9 @@ def single_id(value: int | list[int], what: str = "EOS") -> int:
 def apply_options(config: Any, options: dict[str, Any], layout: str, table: str, unbounded: bool = False) -> Any:
     """A shorter --max-len is allowed (a smaller exported table; any length where no table bounds it,
     `unbounded`: T5); other options must agree with config.json."""
-    from .common import max_len_for_table
+    from .common import CONFIG_FIELDS, max_len_for_table
 
-    ours = {"heads": config.n_heads, "src_pad_id": config.src_pad_id, "tgt_pad_id": config.tgt_pad_id,
-            "bos_id": config.bos_id, "eos_id": config.eos_id, "norm_first": config.norm_first,
-            "activation": config.activation}
+    ours = {name: getattr(config, field_name) for name, field_name in CONFIG_FIELDS.items() if name != "max_len"}
     for name, value in options.items():
         if value is None or name == "max_len":
             continue

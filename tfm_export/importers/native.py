@@ -10,6 +10,7 @@ from ..config import TransformerConfig
 from ..errors import ConfigError
 from ..model.checkpoint import FIT_HINT, FORMAT, Checkpoint, checkpoint_from
 from ..model.transformer import Transformer
+from .common import check_agrees
 from .source import Source
 
 
@@ -24,6 +25,11 @@ class NativeImporter:
         return isinstance(data, Transformer) or (isinstance(data, dict) and data.get("format") == FORMAT)
 
     def load(self, source: Source, options: dict[str, Any]) -> Checkpoint:
+        checkpoint = self._load(source, options)
+        check_agrees(options, checkpoint.config, "tfm-export checkpoint")
+        return checkpoint
+
+    def _load(self, source: Source, options: dict[str, Any]) -> Checkpoint:
         data, path = source.data, str(source.path)
         if isinstance(data, Transformer):  # unpickled with --trust-pickle
             return Checkpoint(config=data.config, state_dict=data.state_dict(), path=path,

@@ -133,6 +133,8 @@ def read_file(path: str | os.PathLike) -> Any:
     if not head:
         raise CheckpointError(f"{path} is empty; re-save the checkpoint")
     if not head.startswith(b"PK") and head[:1] != b"\x80":
+        if (path.parent / "config.json").is_file():  # a file of a Hugging Face folder (weights, config)
+            raise CheckpointError(f"{path} is a file of the Hugging Face folder {path.parent}; pass the folder")
         raise CheckpointError(f"{path} is not a PyTorch checkpoint (expected a file written by torch.save)")
     try:
         with warnings.catch_warnings():  # random bytes after b"\x80" read as an odd pickle protocol

@@ -107,7 +107,7 @@ class ExportedModel(GenerateMixin):
         """An encoder-only export's outputs (numpy arrays by name) for token-id sources, padded into one
         batch (runtime.nocache.run_encoder)."""
         if "decoder" in self.manifest.graphs or self.nocache is not None:
-            raise InputError("this export has a decoder; use generate/translate (`tfm-export generate`), "
+            raise InputError("this export has a decoder; decode with `tfm-export generate` (model.translate), "
                              "not run")
         return run_encoder(self.encoder, self.manifest, self.source_input(sources))
 

@@ -54,7 +54,7 @@ def speech_settings(model: Any) -> tuple[WhisperSettings, FeatureConfig]:
     manifest = model.manifest
     if manifest.features is None:
         raise InputError("this export is not a speech model (its encoder reads token ids); transcribe needs a "
-                         "Whisper export: use generate or translate for text")
+                         "Whisper export; decode text with `tfm-export generate` (model.translate)")
     if manifest.speech is None:
         raise InputError("this export has no Whisper decoding settings (the manifest's speech, kept by exports "
                          "from this version on); export the Whisper folder again to transcribe with it")

@@ -22,6 +22,6 @@ def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:
     transcriber = TRANSCRIBERS.get(model.config.source)
     if transcriber is None:
         raise InputError(f"this export is not a speech model (its encoder reads {model.manifest.encoder_input.name}, "
-                         f"token ids); transcribe needs a Whisper export or a frames model: use generate or "
-                         f"translate for text")
+                         f"token ids); transcribe needs a Whisper export or a frames model; decode text with "
+                         f"`tfm-export generate` (model.translate)")
     return transcriber(model, audio, **options)

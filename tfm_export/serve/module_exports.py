@@ -64,9 +64,12 @@ def check_servable(folder: str, batching: str) -> None:
 
 # ... and for a Whisper export (serve.windows needs the static decoder's rows for its windows)
 SPEECH_REQUEST_NOTE = ("{folder} has no decoder_static.onnx: each window decodes alone on its recording's worker; "
-                       "for in-flight batching of windows re-export with --static-slots 448 (Whisper's "
+                       "for in-flight batching of windows re-export with --static-slots {slots} (this model's "
                        "max_target_positions: a window's prompt and tokens)")
 
 
 def auto_request_note(folder: str, speech: bool = False) -> str:
-    return (SPEECH_REQUEST_NOTE if speech else AUTO_REQUEST_NOTES[folder_kind(folder)]).format(folder=folder)
+    manifest = load_manifest(Path(folder), verify_hashes=False)
+    if speech:
+        return SPEECH_REQUEST_NOTE.format(folder=folder, slots=manifest.config.max_len)
+    return AUTO_REQUEST_NOTES[export_kind(manifest)].format(folder=folder)
