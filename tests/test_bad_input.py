@@ -73,7 +73,11 @@ CASES = {
     "out has user files": (["{p}/proj/model.pt", "-o", "{p}/other", "--force"], "not a tfm-export export (a.txt)"),
     "out has user files, no force": (["{p}/proj/model.pt", "-o", "{p}/other"], "not a tfm-export export"),
     "demo into user files": (["demo", "--model", "{p}/proj/model.pt", "--out", "{p}/other"],
-                             "not a tfm-export export (a.txt)"),
+                             "not a tfm-export export (a.txt); choose another --out folder"),  # demo has no -o
+    "demo held-out without pairs": (["demo", "--model", "{p}/proj/model.pt", "--heldout", "{p}/proj/notes.txt",
+                                     "--out", "{p}/d2"], "notes.txt has no source<TAB>expected lines"),
+    "demo binary held-out": (["demo", "--model", "{p}/proj/model.pt", "--heldout", "{p}/binary.txt",
+                              "--out", "{p}/d2"], "binary.txt is not UTF-8 text"),
     "demo into the input": (["demo", "--model", "{p}/proj/model.pt", "--out", "{p}/proj"], "holds the input"),
     "export without force": (["{p}/proj/model.pt", "-o", "{p}/export"], "already exists"),
     "an export as the model": (["{e}", "-o", "{p}/again"], "is an export already"),
@@ -163,6 +167,28 @@ def test_bad_input_fails_cleanly(case, project, tiny_export):
     before = snapshot(*roots)
     fragment = fragment.replace("{p}", str(project)).replace("{e}", str(tiny_export))
     assert_clean_failure(run_cli(*args), before, roots, fragment)
+
+
+def test_demo_checks_its_model_before_naming_the_output(project):
+    """A missing --model is the one line: no "1. export ... -> demo_out/..." first, no demo_out/."""
+    before = snapshot(project)
+    result = run_cli("demo", "--model", "nofile.pt")
+    assert_clean_failure(result, before, (project,), "checkpoint not found: nofile.pt")
+    assert result.output.strip().splitlines() == ["Error: checkpoint not found: nofile.pt; check the path"]
+
+
+def test_a_line_the_tokenizer_cannot_encode_is_named_by_its_file_and_line(chars_export, tmp_path):
+    """generate --input encodes every line before decoding any: a bad one is named by the file's own line number
+    (blank lines count); a byte order mark (Windows editors write one) is not part of the first line."""
+    path = tmp_path / "mixed.txt"
+    path.write_bytes("\ufeff12\n\nabc\n34\n".encode())
+    result = run_cli("generate", chars_export, "--input", path, "--max-new-tokens", 3)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == f"Error: {path} line 3: cannot encode 'abc' in 'abc': the model knows only " \
+                                    "the characters ' 0123456789'"
+    path.write_bytes("\ufeff12\n\n34\n".encode())
+    result = run_cli_ok("generate", chars_export, "--input", path, "--max-new-tokens", 3)
+    assert [line.split("\t")[0] for line in result.output.splitlines() if "\t" in line] == ["12", "34"]
 
 
 def test_a_file_named_like_a_command_still_exports(project):

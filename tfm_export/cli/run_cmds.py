@@ -10,36 +10,51 @@ from typing import Any, Iterator
 
 import click
 
+from ..errors import InputError
 from .common import library_errors, main_group, ort_thread_options, parse_int_list
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
-             features: tuple[Path, ...]) -> tuple[str, list[Any]]:
+             features: tuple[Path, ...]) -> tuple[str, list[Any], list[str]]:
+    """(kind, sources, a label per source for messages: "source N", or "FILE line N" for --input)."""
     given = sum(bool(x) for x in (text, ids, input_file, features))
     if given != 1:
         raise click.UsageError("give exactly one of --text, --ids, --input (- for standard input) or --features")
     if features:  # read once the export says what its encoder takes (_feature_sources)
-        return "features", list(features)
-    if text:
-        kind, sources = "text", list(text)
-    elif ids:
-        kind, sources = "ids", [parse_int_list(i, "--ids") for i in ids]
+        return "features", list(features), []
+    if text or ids:
+        kind = "text" if text else "ids"
+        sources = list(text) if text else [parse_int_list(i, "--ids") for i in ids]
+        labels = [f"source {n}" for n in range(1, len(sources) + 1)]
     else:
-        lines = [ln for ln in _read_text(input_file).splitlines() if ln.strip()]
-        kind = input_format
-        sources = [parse_int_list(ln, f"line of {input_file}") for ln in lines] if kind == "ids" else lines
+        where = "standard input" if str(input_file) == "-" else str(input_file)
+        numbered = [(n, ln) for n, ln in enumerate(_read_text(input_file).splitlines(), 1) if ln.strip()]
+        kind, labels = input_format, [f"{where} line {n}" for n, _ in numbered]
+        sources = [parse_int_list(ln, label) if kind == "ids" else ln for label, (_, ln) in zip(labels, numbered)]
     # One rule for text and ids: an empty source has nothing to translate.
-    empty = next((n for n, s in enumerate(sources, 1) if not s), None)
+    empty = next((label for label, s in zip(labels, sources) if not s), None)
     if empty is not None:
-        raise click.ClickException(f"source {empty} is empty; give at least one character or token id")
-    return kind, sources
+        raise click.ClickException(f"{empty} is empty; give at least one character or token id")
+    return kind, sources, labels
+
+
+def _encode(model: Any, texts: list[str], labels: list[str], source_lang: str | None, target_lang: str | None
+            ) -> list[list[int]]:
+    """Every text encoded before any is decoded; a text the tokenizer cannot encode is named by its label."""
+    encoded = []
+    for label, text in zip(labels, texts):
+        try:
+            encoded.append(model.encode(text, source_lang, target_lang))
+        except InputError as exc:
+            raise type(exc)(f"{label}: {exc.template}", exc.options) from None
+    return encoded
 
 
 def _read_text(path: Path) -> str:
     try:
         if str(path) == "-":
-            return sys.stdin.buffer.read().decode("utf-8")
-        return path.read_text(encoding="utf-8")
+            return sys.stdin.buffer.read().decode("utf-8-sig")
+        return path.read_text(encoding="utf-8-sig")  # -sig: a byte order mark (Windows editors) is not text
     except UnicodeDecodeError as exc:
         where = "standard input" if str(path) == "-" else path
         raise click.ClickException(f"{where} is not UTF-8 text (byte {exc.start}); pass a text file, one "
@@ -176,7 +191,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
-    kind, sources = _sources(text, ids, input_file, input_format, features)
+    kind, sources, labels = _sources(text, ids, input_file, input_format, features)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
     has_tokenizer = bool(model.manifest.tokenizer)
@@ -184,7 +199,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         decoding = {**model.language_options(target_lang), **decoding}
     config = generation_config(model, decoding, greedy)
     if kind == "text":
-        encoded = [model.encode(s, source_lang, target_lang) for s in sources]
+        encoded = _encode(model, sources, labels, source_lang, target_lang)
     elif kind == "features":
         sources, encoded = _feature_sources(model, sources)
     else:
