@@ -89,6 +89,7 @@ CASES = {
     "out parent is a file": (["{p}/proj/model.pt", "-o", "{p}/proj/notes.txt/out"], "notes.txt is not a folder"),
     "opset too new": (["{p}/proj/model.pt", "-o", "{p}/new", "--opset", "99"], "17<=x<=25"),
     "opset too old": (["{p}/proj/model.pt", "-o", "{p}/new", "--opset", "16"], "17<=x<=25"),
+    "negative atol": (["{p}/proj/model.pt", "-o", "{p}/new", "--atol", "-1"], "x>0"),
     # Checkpoints.
     "missing checkpoint": (["{p}/nothing.pt"], "checkpoint not found"),
     "empty checkpoint": (["{p}/empty.pt"], "is empty"),

@@ -101,6 +101,11 @@ def test_bad_quality_options_are_one_line(tmp_path, eval_file):
     bad = tmp_path / "three.tsv"
     bad.write_text("1\teins\n2\tzwei\textra\n")
     cases.append((["--quantize", "int8", "--eval-file", str(bad)], "three.tsv, line 2"))
+    # an --eval-file that would be ignored is refused: unvalidated, or sources only for a float32 export
+    cases.append((["--eval-file", str(eval_file), "--no-validate"], "--eval-file is scored by the validation"))
+    sources = tmp_path / "sources.txt"
+    sources.write_text("1\n2\n")
+    cases.append((["--eval-file", str(sources)], "--eval-file sources.txt has sources only: a float32 export"))
     for flags, message in cases:
         result = run_cli(model, "-o", str(tmp_path / "out"), *flags)
         assert result.exit_code != 0 and message in result.output, (flags, result.output)

@@ -110,7 +110,7 @@ OPSETS = click.IntRange(17, 25)
               help="Output folder (default: MODEL_onnx/ next to the checkpoint).")
 @click.option("--opset", type=OPSETS, default=18, show_default=True,
               help=f"ONNX opset version ({OPSETS.min}..{OPSETS.max}).")
-@click.option("--atol", type=float, default=1e-4, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True,
               help="Validation tolerance: max abs difference between ORT and eager outputs.")
 @click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
 @click.option("--force", is_flag=True,

@@ -174,6 +174,13 @@ def _family_defaults(options: ExportOptions, checkpoint: Checkpoint) -> ExportOp
 
 
 def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, checkpoint: Checkpoint) -> None:
+    """Refuse quality options that would be ignored: nothing silently goes unscored."""
+    if eval_set is not None and not options.validate:
+        raise ConfigError("{eval_file} is scored by the validation: drop --no-validate", options={"eval_file": None})
+    if eval_set is not None and eval_set.references is None and not options.is_variant:
+        raise ConfigError(f"{{eval_file}} {eval_set.origin} has sources only: a float32 export is scored against "
+                          f"references (add source<TAB>reference lines), its variants (--quantize, --dtype float16, "
+                          f"--optimize) against float32 too", options={"eval_file": None})
     if options.max_quality_drop is None:
         return
     if not options.is_variant:
