@@ -90,3 +90,12 @@ def test_float16_keeps_accuracy_within_one_point(bundled_export, tmp_path):
     assert float16 >= float32 - 0.01, f"float16 {float16:.3f} vs float32 {float32:.3f}"
     static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))
     assert static.translate(sources[:20]) == [t for _, t in HELDOUT[:20]]
+
+
+def test_demo_points_at_a_readme_section_that_exists():
+    """demo's last line sends the user to README's section of this name, to its 'deploy with' table."""
+    from tfm_export.cli.demo_cmd import README_SECTION
+
+    readme = (BUNDLED.parents[1] / "README.md").read_text()
+    sections = {part.split("\n", 1)[0].strip(): part for part in readme.split("\n## ")[1:]}
+    assert "| deploy with |" in sections[README_SECTION]

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -121,3 +122,47 @@ def test_bench_model_may_be_a_hugging_face_folder(trained_export):
     result = run_cli_ok("bench", trained_export("marian"), "--model", hf_fixtures.trained_folder("marian"),
                         "--batch", "1", "--src-len", "4", "--new-tokens", "3", "--repeat", "1")
     assert " eager " in result.output and " ort " in result.output
+
+
+@pytest.mark.parametrize("flag, name, message", [
+    ("--json", "notes.json", "notes.json exists and is not a tfm-export bench report"),
+    ("--plot", "chart.png", "--plot needs matplotlib: pip install 'tfm-export[plot]'")])
+def test_bench_refuses_its_outputs_before_measuring(tiny_export, tmp_path, monkeypatch, flag, name, message):
+    """A --json file the tool did not write, or --plot without matplotlib: one line before the run."""
+    import tfm_export.bench.bench as bench
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails, installed or not
+    monkeypatch.setattr(bench, "run_benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
+    (tmp_path / "notes.json").write_text('{"my": "data"}')
+    result = run_cli("bench", tiny_export, flag, tmp_path / name, "--batch", "1", "--repeat", "1")
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert result.output.count("\n") == 1 and "measuring" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]
+    assert (tmp_path / "notes.json").read_text() == '{"my": "data"}'
+
+
+def test_bench_table_shows_no_encoder_time_for_a_backend_without_one(tiny_export, monkeypatch):
+    """CTranslate2 times its encoder inside the first step: its encoder_ms is `-` (JSON null), not 0.00."""
+    from tfm_export.bench import bench
+    from tfm_export.bench.report import format_table
+
+    class Joined:  # a CT2Runner stand-in (ctranslate2 need not be installed): ORT with the encoder unseparated
+        separate_encoder = False
+
+        def __init__(self):
+            self.ort = open_export(tiny_export, device="cpu")
+            self.config = self.ort.config
+
+        def generate_ids(self, sources, max_new_tokens=None, stop_at_eos=True, timings=None, config=None):
+            ids = self.ort.generate_ids(sources, max_new_tokens, stop_at_eos, timings, config)
+            if timings is not None:
+                timings.encoder_s = 0.0  # what CT2Runner records
+            return ids
+
+    monkeypatch.setitem(bench.BACKENDS, "ctranslate2", lambda ctx, device: Joined())
+    settings = bench.BenchSettings(batches=(1,), src_len=4, new_tokens=3, repeat=1, warmup=0, threads=1)
+    report = bench.run_benchmark(None, tiny_export, settings)
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rows["ctranslate2"]["encoder_ms"] is None and rows["ort"]["encoder_ms"] > 0
+    table = {line.split()[0]: line.split() for line in format_table(report).splitlines()}
+    assert table["ctranslate2"][3] == "-" and table["ort"][3] != "-"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402
 from tfm_export.serve.engine import ServeSettings, check_bind, open_engine  # noqa: E402
+from tfm_export.serve.server import run_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "models" / "num2words-de" / "model.pt"
@@ -248,6 +250,21 @@ def test_cli_needs_the_static_decoder_only_for_inflight_batching(tiny_export):
     assert "serving" not in result.output and len(result.output.strip().splitlines()) == 1
     result = run_cli("serve", tiny_export, "--host", "0.0.0.0")
     assert result.exit_code == 1 and "--api-key" in result.output
+
+
+def test_cli_refuses_a_taken_port_in_one_line_before_opening_the_model(tiny_export, tmp_path):
+    """A port another process listens on: one line naming it, exit 1, before the batching notice
+    (uvicorn's own failure was its log line and exit 3, after the model loaded)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("serve", tiny_export, "--port", port)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip() == f"Error: port {port} on 127.0.0.1 is in use; pick another --port"
+        settings = ServeSettings(str(tmp_path / "no-export"))  # the port is checked before the folder is read
+        with pytest.raises(InputError, match=f"port {port} on 127.0.0.1 is in use"):
+            run_server(settings, "127.0.0.1", port)
 
 
 @pytest.mark.parametrize("export, kind, notice", [("tiny_export", "request-level", True),

@@ -4,6 +4,7 @@ import http.client
 import json
 import re
 import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -166,3 +167,13 @@ def test_cli_help_and_errors(tiny_export, tmp_path):
     assert result.exit_code == 0 and "--port" in result.output and "--host" in result.output
     result = run_cli("serve-web", tiny_export, "--web-dir", tmp_path)
     assert result.exit_code == 1 and "has no index.html" in result.output
+
+
+def test_cli_refuses_a_taken_port_in_one_line(tiny_export, web_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("serve-web", tiny_export, "--web-dir", web_dir, "--port", port)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: port {port} on 127.0.0.1 is in use; pick another --port"

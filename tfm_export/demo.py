@@ -6,15 +6,20 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import InputError
+
 
 def read_heldout(path: str | os.PathLike, limit: int | None = None) -> list[tuple[str, str]]:
-    """`source<TAB>expected` lines (a model card's held-out set)."""
-    pairs = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if "\t" in line:
-            source, expected = line.split("\t", 1)
-            pairs.append((source, expected))
-    return pairs[:limit]
+    """`source<TAB>expected` lines (a model card's held-out set); InputError when there are none (a wrong
+    file, found before the demo exports rather than after)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text; pass a file of source<TAB>expected lines") from None
+    lines = [line.partition("\t") for line in text.splitlines() if "\t" in line]
+    if not lines:
+        raise InputError(f"{path} has no source<TAB>expected lines")
+    return [(source, expected) for source, _, expected in lines][:limit]
 
 
 def compare_samples(runtime: Any, eager: Any, texts: Sequence[str], expected: Sequence[str | None]

@@ -195,6 +195,20 @@ def prepare_output_dir(out: str | os.PathLike, force: bool = False,
     return OutputDir(out, tmp, created, force)
 
 
+def check_file_target(path: str | os.PathLike, ours: tuple[str, Callable[[Path], bool]] | None = None) -> None:
+    """What write_file_atomically refuses, checked on its own: a caller that writes only after minutes of work
+    (a bench report) asks first. An existing file is replaced only when `ours` = (what, test) says so."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path} is a folder; give a file name")
+    if path.exists() or path.is_symlink():
+        what, test = ours or ("", lambda _: False)
+        if path.is_symlink() or not test(path):
+            raise OutputError(f"{path} exists and is not {what or 'a file tfm-export wrote'}; tfm-export replaces "
+                              f"only its own files: choose another name")
+    _check_creatable(path, path.parent)
+
+
 def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None],
                           ours: tuple[str, Callable[[Path], bool]] | None = None) -> None:
     """`write(tmp)` to a temporary file beside `path` (parents created), then rename it to `path`.
@@ -205,14 +219,7 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]
     OSErrors become one-line OutputErrors.
     """
     path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"{path} is a folder; give a file name")
-    if path.exists() or path.is_symlink():
-        what, test = ours or ("", lambda _: False)
-        if path.is_symlink() or not test(path):
-            raise OutputError(f"{path} exists and is not {what or 'a file tfm-export wrote'}; tfm-export replaces "
-                              f"only its own files: choose another name")
-    _check_creatable(path, path.parent)
+    check_file_target(path, ours)
     prefix = f".{path.name}.{uuid.uuid4().hex[:8]}"
     created: tuple[Path, ...] = ()
     try:

@@ -206,7 +206,8 @@ def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]
             timings[name].append(t)
         if ctx.progress:
             ctx.progress(f"{device} b{batch}: repeat {i + 1}/{s.repeat} ({len(runners)} backends)")
-    return [_row(name, device, batch, s, timings[name], mem) for name, (_, _, mem) in runners.items()]
+    return [_row(name, device, batch, s, timings[name], mem, getattr(runner, "separate_encoder", True))
+            for name, (runner, _, mem) in runners.items()]
 
 
 def _row_name(backend: str, s: BenchSettings) -> str:
@@ -225,12 +226,15 @@ def _sources(runner: Any, batch: int, s: BenchSettings) -> list[list[int]]:
 
 
 def _row(name: str, device: str, batch: int, s: BenchSettings, runs: list[DecodeTimings],
-         mem_mb: float) -> dict[str, Any]:
+         mem_mb: float, separate_encoder: bool = True) -> dict[str, Any]:
+    """One table row; encoder_ms is None (the table's `-`) for a backend that times the encoder
+    within its first step (CTranslate2), not a measured 0."""
     later = sorted(step for t in runs for step in t.steps_s[1:])
     totals = [t.encoder_s + sum(t.steps_s) for t in runs]
+    encoder_ms = 1e3 * statistics.median(t.encoder_s for t in runs) if separate_encoder else None
     return {
         "backend": name, "device": device, "batch": batch, "src_len": s.src_len, "new_tokens": s.new_tokens,
-        "encoder_ms": 1e3 * statistics.median(t.encoder_s for t in runs),
+        "encoder_ms": encoder_ms,
         "first_step_ms": 1e3 * statistics.median(t.steps_s[0] for t in runs),
         "per_token_ms_p50": 1e3 * _quantile(later, 0.5),
         "per_token_ms_p90": 1e3 * _quantile(later, 0.9),

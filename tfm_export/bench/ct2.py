@@ -117,6 +117,8 @@ def _ffn(spec: Any, ffn: Any, norm: Any) -> None:
 class CT2Runner:
     """The benchmark Runner protocol over a ctranslate2.Translator."""
 
+    separate_encoder = False  # its encoder runs inside translate_batch: bench shows no encoder_ms for it
+
     def __init__(self, model: Transformer, device: str = "cpu", compute_type: str = "float32",
                  threads: int | None = None):
         import ctranslate2

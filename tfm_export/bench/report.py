@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..files import write_file_atomically
+from ..files import check_file_target, write_file_atomically
 
 REPORT_KEYS = ("machine", "settings", "rows")  # what makes a JSON file a bench report
 
@@ -30,8 +30,17 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
-    """Per-token p50 by backend, device and batch, as a bar chart (needs matplotlib)."""
+def check_outputs(json_file: str | os.PathLike | None, plot_file: str | os.PathLike | None) -> None:
+    """Before measuring (minutes): refuse what writing the report or the chart would refuse after it."""
+    if json_file is not None:
+        check_file_target(json_file, REPORT)
+    if plot_file is not None:
+        _pyplot()
+        check_file_target(plot_file)  # a chart never replaces a file
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot drawing to files (Agg), or the one line saying how to install it."""
     try:
         import matplotlib
 
@@ -39,6 +48,12 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'tfm-export[plot]'") from None
+    return plt
+
+
+def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
+    """Per-token p50 by backend, device and batch, as a bar chart (needs matplotlib)."""
+    plt = _pyplot()
     rows = report["rows"]
     labels = [f"{r['backend']}\n{r['device']} b{r['batch']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.5))
@@ -52,8 +67,7 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> None:
 def write_report(report: dict[str, Any], path: str | os.PathLike) -> None:
     """The report as JSON at `path` (atomically; replaces only an earlier bench report)."""
     text = json.dumps(report, indent=2) + "\n"
-    write_file_atomically(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"),
-                          ("a tfm-export bench report", is_report))
+    write_file_atomically(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"), REPORT)
 
 
 def is_report(path: Path) -> bool:
@@ -63,3 +77,6 @@ def is_report(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and all(key in data for key in REPORT_KEYS)
+
+
+REPORT = ("a tfm-export bench report", is_report)  # the existing files a report may replace

@@ -41,11 +41,12 @@ def bench_command(target: Path, model_path: Path | None, device: str, batch: str
     export folder)."""
     requires_extra("export", "bench")
     from ..bench.bench import BenchSettings, bench_target, run_benchmark
-    from ..bench.report import format_table, plot, write_report
+    from ..bench.report import check_outputs, format_table, plot, write_report
 
     batches = tuple(parse_int_list(batch, "--batch"))
     if not batches or min(batches) < 1:
         raise click.BadParameter(f"--batch must be sizes of at least 1, got {batch!r}")
+    check_outputs(json_file, plot_file)  # before a Hub download and the run, not after them
     settings = BenchSettings(devices=tuple(d.strip() for d in device.split(",") if d.strip()),
                              batches=batches, src_len=src_len,
                              new_tokens=new_tokens, repeat=repeat, warmup=warmup, threads=threads,

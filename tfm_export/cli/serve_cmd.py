@@ -88,6 +88,7 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     from ..serve.engine import ServeSettings, check_batching, check_bind, is_speech, resolve_batching
     from ..serve.module_exports import auto_request_note
     from ..serve.server import run_server
+    from ..serve.web import check_port
 
     if folder is None and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
@@ -104,6 +105,8 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
         click.echo(f"wrote {write_config}; edit replicas there, then `serve deploy {write_config}`", err=True)
         return
     check_bind(host, api_key)
+    if not use_ray:  # Ray may be serving this port already (RAY_ADDRESS); its proxy binds it, not us
+        check_port(host, port)  # before the batching notice and the model: one line, not uvicorn's
     settings = check_batching(resolve_batching(settings))  # before binding; Ray's replicas get the same choice
     if batching == "auto" and settings.batching == "request":
         click.echo(auto_request_note(str(folder), is_speech(settings.folder)), err=True)

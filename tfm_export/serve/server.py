@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from .app import create_app
 from .engine import ServeSettings, check_bind, open_engine, resolve_batching
+from .web import check_port
 
 
 def run_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8080,
@@ -19,6 +20,7 @@ def run_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 808
     import uvicorn
 
     check_bind(host, settings.api_key)
+    check_port(host, port)  # uvicorn's own failure is a log line and exit 3, after the model loaded
     settings = resolve_batching(settings)
     engine = open_engine(settings)  # before binding: a bad folder fails fast, with one line
     config = uvicorn.Config(create_app(settings, engine), host=host, port=port, log_level="warning",

@@ -21,11 +21,13 @@ the checkout's folders); with it, from that runtimes/web folder and its ../node.
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.server
 import ipaddress
 import logging
 import os
+import socket
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -141,4 +143,32 @@ def make_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: in
     try:
         return http.server.ThreadingHTTPServer((host, port), functools.partial(Handler, mounts=mounts))
     except OSError as exc:
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port") from None
+        raise listen_error(host, port, exc) from None
+
+
+def listen_error(host: str, port: int, exc: OSError) -> InputError:
+    """One line for a port that cannot be bound: a taken one said plainly, anything else with its reason."""
+    if exc.errno == errno.EADDRINUSE:
+        return InputError(f"port {port} on {host} is in use; pick another --port")
+    return InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port")
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind every address of host:port as asyncio's create_server (uvicorn) will, then let go: a taken port
+    is one line before a model loads, not uvicorn's log line and exit 3 after it. (Another process may
+    still take the port in between; uvicorn's own error covers that rare case.)"""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InputError(f"cannot resolve --host {host} ({exc.strerror}); pass an address such as 127.0.0.1") \
+            from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            if os.name == "posix":  # as asyncio does: a port in TIME_WAIT is free to a server, not in use
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):  # asyncio binds v4 and v6 apart
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise listen_error(host, port, exc) from None
