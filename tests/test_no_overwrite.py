@@ -37,6 +37,19 @@ def test_replacing_a_previous_export_removes_only_its_files(tiny_export, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_unreadable_manifest_is_named_and_nothing_is_replaced(tiny_export, tmp_path):
+    """A damaged manifest no longer says which files are the export's: refused, naming the manifest (not
+    "files that are not a tfm-export export", which sent users looking for files they had added)."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_export, out)
+    with open(out / "manifest.json", "a") as manifest:
+        manifest.write("appended")
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(OutputError, match=r"out/manifest.json cannot be read as a tfm-export manifest"):
+        prepare_output_dir(out, force=True)
+    assert sorted(p.name for p in out.iterdir()) == before and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def replace_with_force(out):
     """Replace the export at `out` (a new one holding new.txt); the hidden folders kept beside it."""
     target = prepare_output_dir(out, force=True)

@@ -90,7 +90,11 @@ def _previous_export(out: Path, force: bool) -> dict[str, str | None]:
     entries = sorted(out.iterdir())
     if not entries:
         return {}  # an empty folder: nothing to lose
-    listing = export_files(out) or {}
+    listing = export_files(out)
+    if listing is None and (out / MANIFEST_NAME).is_file():  # an export's folder, but its list of files is lost
+        raise OutputError(f"{out / MANIFEST_NAME} cannot be read as a tfm-export manifest, so the export's files "
+                          f"cannot be told from others; choose another -o folder (or remove {out} yourself)")
+    listing = listing or {}
     foreign = [p.name for p in entries if p.name not in listing or p.is_symlink() or not p.is_file()]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f", ... (+{len(foreign) - 5} more)" if len(foreign) > 5 else "")
