@@ -131,6 +131,9 @@ CASES = {
     "a manifest for its export": (["generate", "{e}/manifest.json", "--ids", "5"], "manifest; pass its folder, {e}"),
     "transcribe a text export": (["transcribe", "{e}", "{p}/binary.txt"], "decode text with `tfm-export generate`"),
     "run a seq2seq export": (["run", "{e}", "--ids", "5"], "decode with `tfm-export generate`"),
+    "stream and json": (["generate", "{e}", "--ids", "5", "--stream", "--json"], "--stream prints text"),
+    "json and srt": (["transcribe", "{e}", "{p}/binary.txt", "--json", "--format", "srt"],
+                     "--json is --format json; pick it or --format srt"),
     # bench, serve-web.
     "bench repeat 0": (["bench", "{e}", "--repeat", "0"], "x>=1"),
     "bench threads -1": (["bench", "{e}", "--threads", "-1"], "between 1 and"),

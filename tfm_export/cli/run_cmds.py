@@ -191,6 +191,9 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
+    if stream and as_json:  # one of them would be ignored
+        raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
+                               "done; pick one")
     kind, sources, labels = _sources(text, ids, input_file, input_format, features)
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)

@@ -50,6 +50,8 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
 
     from ..audio import check_files
 
+    if as_json and out_format not in ("txt", "json"):  # --json is --format json: the other would be ignored
+        raise click.UsageError(f"--json is --format json; pick it or --format {out_format}")
     fmt = "json" if as_json else out_format
     check_files(audio)  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
