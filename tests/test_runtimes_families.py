@@ -472,6 +472,12 @@ def test_node_cli_takes_language_codes(trained_export):
     assert done.stdout.splitlines() == want
     bad = subprocess.run([*cli_js, "--target-lang", "xx_YY", inputs[0]], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stderr.startswith("error: unknown target language 'xx_YY'; this model knows ")
+    # a code that begins one of the model's (de for de_DE) is answered with those, in both runtimes alike
+    short = target.split("_")[0]
+    bad = subprocess.run([*cli_js, "--target-lang", short, inputs[0]], capture_output=True, text=True, timeout=300)
+    python = run_cli("generate", folder, "--target-lang", short, "--text", inputs[0]).output.strip()
+    assert python.startswith(f"Error: unknown target language {short!r}; did you mean {target}")
+    assert bad.returncode == 1 and bad.stderr == f"error: {python.removeprefix('Error: ')}\n"
 
 
 @pytest.mark.parametrize("family", [MULTILINGUAL, "marian"])

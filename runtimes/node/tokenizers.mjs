@@ -43,11 +43,19 @@ export function makeLanguages(data) {
     }
   }
 
+  // As Python's text.languages.suggest: the codes that begin with the unknown one, or the first 40.
+  function suggest(code, codes) {
+    const close = code ? codes.filter((c) => c.toLowerCase().startsWith(String(code).toLowerCase())) : [];
+    if (close.length) {
+      return `did you mean ${close.slice(0, 8).join(', ')}? (this model knows ${codes.length} codes; ` +
+        '`tfm-export languages FOLDER` lists them)';
+    }
+    return `this model knows ${codes.slice(0, 40).join(', ')}${codes.length > 40 ? ', ...' : ''}`;
+  }
+
   function check(code, tokens, side) {
     if (!Object.hasOwn(tokens, code)) {
-      const codes = Object.keys(tokens).sort();
-      const shown = codes.slice(0, 40).join(', ') + (codes.length > 40 ? ', ...' : '');
-      throw new Error(`unknown ${side} language ${repr(code)}; this model knows ${shown}`);
+      throw new Error(`unknown ${side} language ${repr(code)}; ${suggest(code, Object.keys(tokens).sort())}`);
     }
     return tokens[code];
   }

@@ -77,8 +77,7 @@ class Languages:
     @staticmethod
     def _check(code: str, known: dict[str, str], side: str) -> str:
         if code not in known:
-            shown = ", ".join(sorted(known)[:40]) + (", ..." if len(known) > 40 else "")
-            raise InputError(f"unknown {side} language {code!r}; this model knows {shown}",
+            raise InputError(f"unknown {side} language {code!r}; {suggest(code, sorted(known))}",
                              options={f"{side}_lang": code})
         return code
 
@@ -101,3 +100,13 @@ class Languages:
         pair = data.get("pair")
         return cls(dict(data.get("source") or {}), dict(data.get("target") or {}), data.get("source_default"),
                    bool(data.get("target_on_source")), tuple(pair) if pair else None)
+
+
+def suggest(code: str, codes: list[str]) -> str:
+    """What to say of an unknown code: the model's codes that begin with it ("de" -> deu_Latn, de_DE), or its
+    first 40 codes. The Node runtime says the same (runtimes/node/tokenizers.mjs)."""
+    close = [c for c in codes if c.lower().startswith(code.lower())] if code else []
+    if close:
+        return (f"did you mean {', '.join(close[:8])}? (this model knows {len(codes)} codes; "
+                f"`tfm-export languages FOLDER` lists them)")
+    return "this model knows " + ", ".join(codes[:40]) + (", ..." if len(codes) > 40 else "")
