@@ -107,13 +107,30 @@ def check_threads(ctx: click.Context, param: click.Parameter, value: int | None)
         raise click.BadParameter(str(exc)) from None
 
 
+THREADS_HELP = "Intra-op threads for ONNX Runtime; default: ONNX Runtime's (one per physical core)."
+# The commands whose --threads sets more than ONNX Runtime's threads (bench.bench: torch.set_num_threads and
+# CTranslate2's intra_threads too), and its help there.
+THREADS_HELP_BY_COMMAND = {
+    "bench": "Intra-op threads for each backend measured (ONNX Runtime, eager PyTorch, CTranslate2); "
+             "default: each library's own.",
+}
+
+
+class ThreadsOption(click.Option):
+    """--threads, whose help names what the command it belongs to runs (known once help is shown)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = THREADS_HELP_BY_COMMAND.get(ctx.command.name or "", THREADS_HELP)
+        return super().get_help_record(ctx)
+
+
 def ort_thread_options(fn: Callable[..., Any] | None = None, spin: bool = True) -> Any:
     """--threads and --spin/--no-spin, shared by the commands that run ONNX Runtime (`spin`: its default)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = click.option("--spin/--no-spin", default=spin, show_default=True,
                           help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
-        return click.option("--threads", type=int, default=None, callback=check_threads,
-                            help="Intra-op threads for ONNX Runtime (and PyTorch in bench); default: all cores.")(fn)
+        return click.option("--threads", cls=ThreadsOption, type=int, default=None, callback=check_threads,
+                            help=THREADS_HELP)(fn)
     return decorate(fn) if fn is not None else decorate
 
 

@@ -13,8 +13,24 @@ from .common import cli_option, hub_options, library_errors, main_group, missing
 from .progress import StageDisplay
 from ..export.int4 import Int4Settings
 
-def import_options(fn):
-    """The options shared by every command that loads a checkpoint of any layout."""
+def import_options(fn=None, records: bool = True):
+    """The options shared by every command that loads a checkpoint of any layout (`records`: the command
+    writes the checkpoint's front end into the manifest, as export does; validate only loads the model)."""
+    if fn is None:
+        return lambda fn: import_options(fn, records)
+    frontends = ("kaldi-fbank (Kaldi's filterbank, n_feats bins; the speech_tutorial layout's default) "
+                 "or none (the frames come from the caller: generate --features).")
+    if records:
+        frontend_help = ("A frames model's front end, recorded in the manifest so that `transcribe` reads audio: "
+                         + frontends)
+        fbank_help = ("A filterbank field over torchaudio.compliance.kaldi.fbank's defaults (repeatable), e.g. "
+                      "sample_scale=32768 (Kaldi's 16-bit samples), frame_shift_ms=10, normalize=mean_var "
+                      "(docs/speech.md lists them).")
+    else:  # validate compares the graphs on frames and keeps the manifest's front end as export wrote it
+        frontend_help = ("A frames model's front end, as given to export; only checked against the model here "
+                         f"(validate compares frames and leaves the manifest's front end as it is): {frontends}")
+        fbank_help = ("A filterbank field (repeatable) as given to export, e.g. sample_scale=32768; only checked "
+                      "against the model here (docs/speech.md lists them).")
     options = [
         click.option("--layout", default=None,
                      help="Checkpoint layout (default: detected from the key names), e.g. tfm-export, "
@@ -31,14 +47,8 @@ def import_options(fn):
         click.option("--activation", type=click.Choice(["relu", "gelu", "silu"]),
                      help="Feed-forward activation of an nn.Transformer model."),
         click.option("--max-len", type=int, help="Longest sequence, when the weights do not fix it."),
-        click.option("--frontend", type=click.Choice(["kaldi-fbank", "none"]), default=None,
-                     help="A frames model's front end, recorded in the manifest so that `transcribe` reads audio: "
-                          "kaldi-fbank (Kaldi's filterbank, n_feats bins; the speech_tutorial layout's default) "
-                          "or none (the frames come from the caller: generate --features)."),
-        click.option("--fbank", multiple=True, metavar="KEY=VALUE", callback=parse_fbank,
-                     help="A filterbank field over torchaudio.compliance.kaldi.fbank's defaults (repeatable), e.g. "
-                          "sample_scale=32768 (Kaldi's 16-bit samples), frame_shift_ms=10, normalize=mean_var "
-                          "(docs/speech.md lists them)."),
+        click.option("--frontend", type=click.Choice(["kaldi-fbank", "none"]), default=None, help=frontend_help),
+        click.option("--fbank", multiple=True, metavar="KEY=VALUE", callback=parse_fbank, help=fbank_help),
         click.option("--trust-pickle", is_flag=True,
                      help="Load a whole pickled module (runs code from the file: only for files you trust)."),
     ]
@@ -251,7 +261,7 @@ def _echo_detected(checkpoint: Any) -> None:
                    "path with the same weights, or in the Hugging Face cache, and PyTorch is installed).")
 @click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
 @hub_options
-@import_options
+@import_options(records=False)
 @library_errors
 def validate_command(folder: Path, model_path: Path | None, atol: float, revision: str | None, token: str | None,
                      **load_opts: Any) -> None:

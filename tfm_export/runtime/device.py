@@ -103,6 +103,14 @@ class RuntimeOptions:
         return opts
 
 
+class NoUsableGpu(DeviceError):
+    """CUDA was asked for, but ONNX Runtime can use no GPU here; `reason` says why, without advice."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class Device:
     """Where sessions run: an ORT provider list plus the OrtValue device for IOBinding."""
@@ -135,8 +143,8 @@ def parse_device(spec: str) -> Device:
     if kind[0] == "cpu":
         return Device("cpu", ("CPUExecutionProvider",), "cpu", 0)
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        raise DeviceError("CUDA requested but this onnxruntime has no CUDA provider; install "
-                          "onnxruntime-gpu or use --device cpu")
+        raise NoUsableGpu("CUDA requested but this onnxruntime has no CUDA provider; install "
+                          "onnxruntime-gpu or use --device cpu", "this onnxruntime has no CUDA provider")
     index = kind[1]
     providers = (("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider")
     return Device(f"cuda:{index}", providers, "cuda", index)
@@ -151,8 +159,9 @@ def create_session(path: Path, device: Device, options: RuntimeOptions) -> ort.I
         session = ort.InferenceSession(str(path), options.session_options(),
                                        providers=session_providers(device, options))
     if device.ort_type == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
-        raise DeviceError(f"CUDA requested but ONNX Runtime could not use GPU {device.index} (no GPU, driver "
-                          f"or CUDA libraries found); use --device cpu")
+        raise NoUsableGpu(f"CUDA requested but ONNX Runtime could not use GPU {device.index} (no GPU, driver "
+                          f"or CUDA libraries found); use --device cpu",
+                          f"GPU {device.index}: no GPU, driver or CUDA libraries found")
     return session
 
 
@@ -170,8 +179,9 @@ def open_sessions(paths: dict[str, Path], device: str, options: RuntimeOptions
     if device.strip().lower() == "auto":
         try:
             return open_sessions(paths, "cuda", options)
-        except DeviceError as exc:
-            log.info("device auto: using CPU (%s)", exc)
+        except NoUsableGpu as exc:
+            # Nobody asked for CUDA: say why it was passed over, not the advice meant for --device cuda.
+            log.info("device auto: using CPU (no GPU ONNX Runtime can use: %s)", exc.reason)
             return open_sessions(paths, "cpu", options)
     chosen = parse_device(device)
     return chosen, {name: create_session(p, chosen, options) for name, p in paths.items()}
