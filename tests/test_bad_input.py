@@ -181,6 +181,17 @@ def test_demo_checks_its_model_before_naming_the_output(project):
     assert result.output.strip().splitlines() == ["Error: checkpoint not found: nofile.pt; check the path"]
 
 
+def test_usage_errors_are_one_line_naming_the_help(tiny_export):
+    """Click's usage errors (a bad value, an unknown option, a missing argument) are one line, as every other
+    error, with where the command's help is; exit code 2."""
+    for args, message in ((["generate", tiny_export, "--bogus"], "Error: No such option '--bogus'."),
+                          (["generate"], "Error: Missing argument 'FOLDER'."),
+                          (["generate", tiny_export], "Error: give exactly one of --text")):
+        result = run_cli(*args)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert result.output.startswith(message) and "(see `" in result.output and "generate --help`)" in result.output
+
+
 def test_a_line_the_tokenizer_cannot_encode_is_named_by_its_file_and_line(chars_export, tmp_path):
     """generate --input encodes every line before decoding any: a bad one is named by the file's own line number
     (blank lines count); a byte order mark (Windows editors write one) is not part of the first line."""

@@ -15,8 +15,34 @@ import click
 from ..errors import TfmExportError
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error as one line, as every other error of the CLI (Click prints the usage and a hint above it):
+    what is wrong, and where the command's help is. Exit code 2, Click's for usage errors."""
+
+    def show(self, file: Any = None) -> None:
+        where = f" (see `{self.ctx.command_path} --help`)" if self.ctx is not None else ""
+        click.echo(f"Error: {self.format_message()}{where}", err=True)
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    return exc if isinstance(exc, OneLineUsageError) else OneLineUsageError(exc.format_message(), exc.ctx)
+
+
 class RoutingGroup(click.Group):
-    """A group where an unknown first word that looks like a path means `export PATH`."""
+    """A group where an unknown first word that looks like a path means `export PATH`; usage errors of the
+    group and its commands are one line (OneLineUsageError)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's options (parsed here) or its own checks
+            raise _one_line(exc) from None
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
