@@ -201,6 +201,9 @@ def test_a_line_the_tokenizer_cannot_encode_is_named_by_its_file_and_line(chars_
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip() == f"Error: {path} line 3: cannot encode 'abc' in 'abc': the model knows only " \
                                     "the characters ' 0123456789'"
+    path.write_bytes(b"\n \n")  # no line with text: said so, exit 0 (a pipeline with nothing to translate)
+    result = run_cli_ok("generate", chars_export, "--input", path)
+    assert result.output == f"{path} has no sources (no line with text): nothing to decode\n"
     path.write_bytes("\ufeff12\n\n34\n".encode())
     result = run_cli_ok("generate", chars_export, "--input", path, "--max-new-tokens", 3)
     assert [line.split("\t")[0] for line in result.output.splitlines() if "\t" in line] == ["12", "34"]

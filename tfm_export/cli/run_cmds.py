@@ -195,6 +195,10 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
                                "done; pick one")
     kind, sources, labels = _sources(text, ids, input_file, input_format, features)
+    if not sources:  # an empty --input (a pipeline with nothing to say): nothing to decode, and said so
+        click.echo(f"{'standard input' if str(input_file) == '-' else input_file} has no sources (no line with "
+                   f"text): nothing to decode", err=True)
+        return
     options = RuntimeOptions(intra_op_threads=threads, spin_wait=spin, cuda_graph=cuda_graph)
     model = open_export(folder, device, options)
     has_tokenizer = bool(model.manifest.tokenizer)
