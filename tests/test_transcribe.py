@@ -227,6 +227,11 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert (tmp_path / "subs" / f"{speech_wav.stem}.vtt").read_text() == printed
     result = runner.invoke(cli, [*args[:3], str(speech_wav), "--json", "--output-dir", str(tmp_path / "twice")])
     assert result.exit_code == 1 and "two inputs would write" in result.output and not (tmp_path / "twice").exists()
+    # - reads a recording from standard input (ffmpeg ... | tfm-export transcribe FOLDER -), once, with no file name
+    result = runner.invoke(cli, [*args[:2], "-", *args[3:]], input=speech_wav.read_bytes())
+    assert result.exit_code == 0 and result.output == printed
+    result = runner.invoke(cli, [*args, "-", "--output-dir", str(tmp_path / "piped")], input=b"")
+    assert result.exit_code == 2 and "standard input) has no name" in result.output
     # every recording is checked before the first transcript is written: a missing one leaves nothing behind
     result = runner.invoke(cli, [*args, str(tmp_path / "nofile.wav"), "--output-dir", str(tmp_path / "some")])
     assert result.exit_code == 1 and "nofile.wav: no such file" in result.output and not (tmp_path / "some").exists()

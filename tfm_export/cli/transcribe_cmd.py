@@ -3,6 +3,7 @@ model exported with a filterbank (runtime.frames_speech); runtime.transcribe pic
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ from .common import library_errors, main_group, ort_thread_options
 
 @main_group.command("transcribe")
 @click.argument("folder", type=click.Path(path_type=Path))
-@click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("audio", nargs=-1, required=True, type=click.Path(allow_dash=True, path_type=Path))
 @click.option("--language", default=None,
               help="Whisper: the spoken language, a code (de), an English name (german) or a token (<|de|>); "
                    "default: detected from the first 30 s.")
@@ -42,8 +43,9 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
                        out_format: str, as_json: bool, output_dir: Path | None, device: str, threads: int | None,
                        spin: bool) -> None:
-    """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG) with the speech export in FOLDER: Whisper,
-    or a frames model whose manifest names its filterbank (Whisper-only options are refused for it)."""
+    """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG; - reads one from standard input) with the
+    speech export in FOLDER: Whisper, or a frames model whose manifest names its filterbank (Whisper-only options
+    are refused for it)."""
     from ..files import output_files, write_file_atomically
     from ..runtime import RuntimeOptions, open_export
     from ..runtime.speech import TRANSCRIPT_FORMATS
@@ -53,11 +55,13 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     if as_json and out_format not in ("txt", "json"):  # --json is --format json: the other would be ignored
         raise click.UsageError(f"--json is --format json; pick it or --format {out_format}")
     fmt = "json" if as_json else out_format
-    check_files(audio)  # every input before the first transcript is written
+    _check_stdin(audio, output_dir)
+    check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
     for path, target in zip(audio, targets):
-        result = model.transcribe(str(path), language=language, task=task, timestamps=timestamps,
+        source = sys.stdin.buffer.read() if str(path) == "-" else str(path)  # - : a recording piped in
+        result = model.transcribe(source, language=language, task=task, timestamps=timestamps,
                                   num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
                                   max_new_tokens=max_new_tokens)
         text = TRANSCRIPT_FORMATS[fmt](result, str(path))
@@ -66,3 +70,13 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
             continue
         write_file_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         click.echo(f"wrote {target}", err=True)
+
+
+def _check_stdin(audio: tuple[Path, ...], output_dir: Path | None) -> None:
+    """`-` (a recording on standard input, e.g. from ffmpeg) is read once, and has no name to write a file by."""
+    piped = sum(str(path) == "-" for path in audio)
+    if piped > 1:
+        raise click.UsageError("- (standard input) is given more than once; it holds one recording")
+    if piped and output_dir is not None:
+        raise click.UsageError("--output-dir names each transcript after its recording, and - (standard input) has "
+                               "no name; redirect the output instead (> talk.srt)")
