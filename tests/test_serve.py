@@ -25,6 +25,7 @@ from tfm_export.model.checkpoint import load_checkpoint  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig, Job  # noqa: E402
 from tfm_export.serve.engine import ServeSettings, check_bind, open_engine  # noqa: E402
+from tfm_export.serve.guard import body_limit  # noqa: E402
 from tfm_export.serve.server import run_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,6 +160,27 @@ def test_healthz_and_docs(server):
     assert httpx.get(f"{server[0]}/docs").status_code == 200
     listed = httpx.get(f"{server[0]}/v1/models").json()  # OpenAI's model list: the one export served
     assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == [Path(server[2]).resolve().name]
+
+
+def test_a_body_larger_than_any_valid_request_is_refused_unread(server):
+    """A body over max_texts sources of the longest length (serve.guard.body_limit) is a 413 naming the limit,
+    declared or chunked (no Content-Length), never read into a 30 MB JSON parse; LibreTranslate's route 400."""
+    url, engine, _ = server
+    limit = body_limit(4, engine.model.config.max_len)  # the fixture's max_texts
+    huge = json.dumps({"texts": ["1" * (limit + 1)]}).encode()
+    answer = httpx.post(f"{url}/v1/translate", content=huge, headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["limit"] == "max_body_bytes"
+    assert f"over this server's limit of {limit}" in answer.json()["error"]
+
+    def chunks():
+        for start in range(0, len(huge), 65536):
+            yield huge[start:start + 65536]
+    answer = httpx.post(f"{url}/v1/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["limit"] == "max_body_bytes", answer.text
+    form = httpx.post(f"{url}/translate", content=b"q=" + b"1" * (limit + 1),
+                      headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 400 and form.json()["limit"] == "max_body_bytes"
+    assert httpx.post(f"{url}/v1/translate", json={"ids": [[5, 6]], "max_new_tokens": 2}).status_code == 200
 
 
 def test_a_full_queue_answers_429_with_retry_after(static_export, serial):

@@ -44,7 +44,7 @@ fail-on = true
 [warnings.low_valid_rate]
 threshold = 0.9
 """
-SIZE_LIMITS = ("max_texts", "max_len", "max_src_len", "max_rows")  # the limits a 413 may name (docs/serving.md)
+SIZE_LIMITS = ("max_texts", "max_len", "max_src_len", "max_rows", "max_body_bytes")  # the limits a 413 may name (docs/serving.md)
 # Checks of this server's own, run by schemathesis with its built-in ones on every case of every phase.
 HOOKS = f"""
 import json

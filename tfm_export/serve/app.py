@@ -36,8 +36,8 @@ from ..errors import TfmExportError
 from .audio import add_audio
 from .contract import install_openapi
 from .cors import add_cors
-from .engine import ServeSettings, open_engine, prepare_sources
-from .guard import Guard
+from .engine import ServeSettings, limits, open_engine, prepare_sources
+from .guard import BodyTooLarge, Guard, body_limit
 from .libretranslate import add_libretranslate
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -177,6 +177,8 @@ def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, 
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:  # unknown paths, methods (Allow)
+        if isinstance(exc, BodyTooLarge):  # a chunked body past the limit (serve.guard)
+            return JSONResponse({"error": exc.detail, "limit": "max_body_bytes"}, exc.status_code)
         return JSONResponse({"error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code,
                             exc.headers)
 
@@ -184,4 +186,6 @@ def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, 
         if "metrics" in state:  # made when the lifespan starts
             state["metrics"].requests.labels(str(status)).inc()
 
-    app.add_middleware(Guard, api_key=settings.api_key, count=count)
+    bounds = limits(state["engine"].model, settings)
+    app.add_middleware(Guard, api_key=settings.api_key, count=count,
+                       max_body=body_limit(bounds.max_texts, bounds.src_len))

@@ -127,7 +127,8 @@ ERRORS = {
     403: "Missing or wrong API key: send `api_key` or `Authorization: Bearer KEY`.",
     404: "No model of that name (GET /v1/models/{model}): the answer names the one served.",
     413: "Over a size limit (`limit` names it): sources per request (max_texts), tokens per source (max_len, "
-         "max_src_len), decoder rows per request (max_rows: sources x beams or samples).",
+         "max_src_len), decoder rows per request (max_rows: sources x beams or samples), the body's bytes "
+         "(max_body_bytes: what max_texts sources of the longest length can need).",
     422: "A bad or unknown field (`field`/`fields` name it; any value the schema refuses but a size limit's, "
          "e.g. num_beams above its maximum), or a text the tokenizer cannot encode.",
     429: "The queue is full; retry after `Retry-After` seconds.",
