@@ -210,7 +210,8 @@ BAD = {  # name -> (form fields, file part, status, what the error names)
     "unknown field": ({"speed": "2"}, "short", 422, "speed"),
     "temperature": ({"temperature": "0.5"}, "short", 422, "temperature"),
     "format": ({"response_format": "xml"}, "short", 422, "response_format"),
-    "word timestamps": ({"timestamp_granularities[]": "word"}, "short", 422, "word timestamps are not supported"),
+    "word timestamps in json": ({"timestamp_granularities[]": "word"}, "short", 422,
+                                "word timestamps come with response_format verbose_json"),
     "stream srt": ({"stream": "true", "response_format": "srt"}, "short", 422, "stream"),
     "language": ({"language": "klingon"}, "short", 422,  # the field with its value, and the model's languages
                  "language 'klingon' is not a language of this Whisper model; its languages are en, de, fr, es,"),
@@ -315,6 +316,18 @@ def test_the_schema_documents_the_audio_routes(server, recordings):
     jsonschema.validate(verbose.json(), answer)
     assert "stream" not in schema["paths"]["/v1/audio/translations"]["post"]["requestBody"]["content"][
         "multipart/form-data"]["schema"]["properties"]
+
+
+def test_word_timestamps_equal_transcribe(client, direct, recordings):
+    """timestamp_granularities[]=word: OpenAI's top-level `words`, each transcribe's word (its alignment.onnx)."""
+    for name in ("window", "long"):
+        with open(recordings[name], "rb") as audio:
+            got = client.audio.transcriptions.create(file=audio, model="whisper-1", response_format="verbose_json",
+                                                     timestamp_granularities=["word", "segment"])
+        want = direct.transcribe(str(recordings[name]), timestamps=True, word_timestamps=True)
+        assert [(w.word, w.start, w.end) for w in got.words] == \
+            [(w["word"], w["start"], w["end"]) for w in want["words"]]
+        assert got.words and got.text == want["text"]
 
 
 def test_clients_list_the_served_model(client, whisper_export):

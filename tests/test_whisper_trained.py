@@ -166,6 +166,37 @@ def test_segments_carry_transformers_window_measures(trained, heldout, language)
             assert np.allclose([s[name] for s in segments], [s[name] for s in theirs], rtol=0, atol=1e-4), name
 
 
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_word_timestamps_are_transformers_token_timestamps(trained, heldout, language):
+    """Held-out utterances: the words are transformers' (its tokenizer's _combine_tokens_into_words), each starting
+    at transformers' token timestamp of its first token (generate(return_token_timestamps=True) with the audio's
+    attention mask, on the same features) and ending where the next starts, inside the recording."""
+    from transformers.models.whisper.tokenization_whisper import _combine_tokens_into_words
+
+    _, runtime, model = trained
+    tokenizer = transformers.WhisperTokenizer.from_pretrained(str(FOLDER))
+    checked = 0
+    for spoken, samples in [(s, x) for s, x in heldout if s.language == language][::6]:
+        result = runtime.transcribe(samples, language=language, word_timestamps=True)
+        features = torch.from_numpy(reference_features(model, samples)[None])
+        mask = torch.zeros(features.shape[0], features.shape[-1], dtype=torch.long)
+        mask[:, : -(-len(samples) // 160)] = 1  # the feature extractor's attention mask: the audio's frames
+        with torch.no_grad():
+            out = model.generate(features, attention_mask=mask, return_token_timestamps=True, language=language,
+                                 task="transcribe")
+        ids, stamps = out["sequences"][0].tolist(), out["token_timestamps"][0].tolist()
+        assert result["ids"] == [t for t in ids if t < model.generation_config.eos_token_id]
+        texts, _, indices = _combine_tokens_into_words(tokenizer, result["ids"], "english")
+        words = result["words"]
+        assert [w["word"] for w in words] == texts and "".join(texts) == result["text"]
+        assert [w["start"] for w in words] == [round(stamps[group[0]], 2) for group in indices], spoken
+        assert [w["end"] for w in words[:-1]] == [w["start"] for w in words[1:]]
+        assert words[-1]["start"] <= words[-1]["end"] <= len(samples) / RATE + 0.02
+        assert result["segments"][0]["words"] == words
+        checked += 1
+    assert checked >= 8
+
+
 @pytest.fixture(scope="module")
 def eval_file(heldout, tmp_path_factory):
     """The held-out set as `tfm-export --eval-file` takes it: WAV files and their words."""

@@ -102,7 +102,8 @@ def whisper_folder(layout: "str | Layout", folder: Path, seed: int = 0, d_model:
     model.generation_config = transformers.GenerationConfig(
         decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot, max_length=64,
         suppress_tokens=[tok.convert_tokens_to_ids("<|nospeech|>")], begin_suppress_tokens=[eot],
-        no_timestamps_token_id=tok.convert_tokens_to_ids("<|notimestamps|>"), is_multilingual=shape.multilingual)
+        no_timestamps_token_id=tok.convert_tokens_to_ids("<|notimestamps|>"), is_multilingual=shape.multilingual,
+        alignment_heads=[[shape.decoder_layers - 1, 0], [shape.decoder_layers - 1, heads - 1]])  # as published
     model.save_pretrained(folder)
     seconds = shape.source_positions * 2 // 100  # 100 frames a second (hop 160 at 16 kHz)
     extractor = transformers.WhisperFeatureExtractor(feature_size=shape.n_mels, chunk_length=seconds)

@@ -97,11 +97,16 @@ class TransformerConfig:
     # (up to max_len) and a padded frame is all NaN (the runtime pads from each source's length), which the
     # mask reads as token sources' src_pad_id. src_vocab_size and src_pad_id then name no embedding.
     n_feats: int = 0  # values per frame with a frames source; 0 otherwise
+    # (decoder layer, head) pairs whose cross-attention follows the audio in time (Whisper's generation_config
+    # alignment_heads): with any, the export has alignment.onnx, whose weights time each token (word timestamps).
+    alignment_heads: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         act = ACTIVATION_ALIASES.get(self.activation, self.activation)
         object.__setattr__(self, "activation", act)
         object.__setattr__(self, "suppress_ids", tuple(int(i) for i in self.suppress_ids))
+        object.__setattr__(self, "alignment_heads", tuple((int(layer), int(head)) for layer, head in
+                                                          self.alignment_heads))
         self._validate()
 
     @property
@@ -178,6 +183,10 @@ class TransformerConfig:
             if not 0 <= value < vocab:
                 raise ValueError(f"config.{name} ({value}) is out of range for a vocabulary "
                                  f"of {vocab} ids")
+        for layer, head in self.alignment_heads:
+            if not (0 <= layer < self.n_decoder_layers and 0 <= head < self.n_heads):
+                raise ValueError(f"config.alignment_heads has ({layer}, {head}), not a head of the "
+                                 f"{self.n_decoder_layers} x {self.n_heads} decoder layers and heads")
         for value in self.suppress_ids:
             if not 0 <= value < self.tgt_vocab_size:
                 raise ValueError(f"config.suppress_ids has {value}, out of range for "
@@ -187,6 +196,7 @@ class TransformerConfig:
         """A JSON-ready dict (the form stored in checkpoints and manifests)."""
         data = dataclasses.asdict(self)
         data["suppress_ids"] = list(self.suppress_ids)
+        data["alignment_heads"] = [list(pair) for pair in self.alignment_heads]
         return data
 
     @classmethod

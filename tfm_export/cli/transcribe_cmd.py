@@ -21,6 +21,9 @@ from .common import library_errors, main_group, ort_thread_options
               help="Whisper: transcribe (text in the spoken language) or translate (English text).")
 @click.option("--timestamps", is_flag=True,
               help="Whisper: predict timestamps, segments with their times (long audio always decodes with them).")
+@click.option("--word-timestamps", is_flag=True,
+              help="Whisper: time each word (its alignment heads' cross-attention, as transformers' "
+                   "return_token_timestamps): `words` [{word, start, end}] in --json, per segment and in all.")
 @click.option("--num-beams", type=click.IntRange(min=1), default=1, show_default=True,
               help="Beam search with this many beams (Whisper: in each 30 s window; 1: greedy).")
 @click.option("--prompt", default=None,
@@ -40,6 +43,7 @@ from .common import library_errors, main_group, ort_thread_options
 @ort_thread_options
 @library_errors
 def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
+                       word_timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
                        out_format: str, as_json: bool, output_dir: Path | None, device: str, threads: int | None,
                        spin: bool) -> None:
@@ -48,13 +52,14 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     are refused for it)."""
     from ..files import output_files, write_file_atomically
     from ..runtime import RuntimeOptions, open_export
-    from ..runtime.speech import TRANSCRIPT_FORMATS
-
     from ..audio import check_files
+    from ..runtime.speech import TRANSCRIPT_FORMATS
 
     if as_json and out_format not in ("txt", "json"):  # --json is --format json: the other would be ignored
         raise click.UsageError(f"--json is --format json; pick it or --format {out_format}")
     fmt = "json" if as_json else out_format
+    if word_timestamps and fmt != "json":  # the words would be computed and not shown
+        raise click.UsageError(f"--word-timestamps shows in --json (or --format json), not in --format {fmt}")
     _check_stdin(audio, output_dir)
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
@@ -62,6 +67,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     for path, target in zip(audio, targets):
         source = sys.stdin.buffer.read() if str(path) == "-" else str(path)  # - : a recording piped in
         result = model.transcribe(source, language=language, task=task, timestamps=timestamps,
+                                  word_timestamps=word_timestamps,
                                   num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
                                   max_new_tokens=max_new_tokens)
         text = TRANSCRIPT_FORMATS[fmt](result, str(path))

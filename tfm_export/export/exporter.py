@@ -37,7 +37,7 @@ from .quality import EvalSet, check_drop, default_eval_set, measure_quality, rea
 from .variants import int4_settings, requested, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
 from .shared import StageCallback, Stages, check_opset, needs_external_data, quiet_exporter, versions
-from .specs import EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, encoder_input
+from .specs import ALIGNMENT_NAME, EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, alignment_spec, encoder_input
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +301,9 @@ def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str,
             and not config.relative_buckets)
     wanted = {"decoder_static": options.static_cache, "decoder_rows": rows}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
-    return {**GRAPH_SPECS, **extra}
+    # Whisper's alignment heads: the graph that times tokens for word timestamps (runtime.alignment)
+    aligned = {ALIGNMENT_NAME: alignment_spec} if config.alignment_heads else {}
+    return {**GRAPH_SPECS, **extra, **aligned}
 
 
 def _copy_tokenizer_files(checkpoint: Checkpoint, folder: Path) -> tuple[dict[str, Any] | None, list[str]]:

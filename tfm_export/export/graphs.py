@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.kv_cache import CachePolicy, RowCache, SlotCache
-from ..model.attention import KV
+from ..model.attention import KV, scaled_queries
 from ..model.transformer import Transformer
 from .specs import EXAMPLE_SIZES, GraphSpec
 
@@ -88,8 +88,44 @@ class RowsDecoderGraph(DecoderGraph):
         return self.step(input_ids, src_mask, caches, RowCache.at(cache_len))
 
 
+class AlignmentGraph(nn.Module):
+    """(input_ids (batch, tgt_len), src_mask, cross...) -> the cross-attention weights of config.alignment_heads
+    (batch, heads, tgt_len, src_len): the decoder over whole sequences (an empty past), each alignment layer's
+    weights recomputed from its cross-attention's inputs by a forward hook (the model's code stays as it is; the
+    layers after the last alignment layer and the head feed no output, and the exporter drops them)."""
+
+    n_named_args = 2  # input_ids, src_mask; the cross keys/values come as *varargs
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, src_mask: Tensor, *cross: Tensor) -> tuple[Tensor]:
+        weights: dict[int, Tensor] = {}
+        layers = sorted({layer for layer, _ in self.model.config.alignment_heads})
+
+        def keep(index: int):
+            def hook(module: nn.Module, args: tuple[Tensor, ...], _out: Tensor) -> None:
+                x, key, _value, allowed = args[:4]
+                q = module.split_heads(scaled_queries(module.q_proj(x), module.scale))  # (b, heads, tgt_len, hd)
+                scores = torch.matmul(q, key.transpose(-1, -2))  # (batch, heads, tgt_len, src_len)
+                scores = scores + torch.where(allowed, 0.0, torch.finfo(scores.dtype).min)
+                weights[index] = torch.softmax(scores.float(), dim=-1)
+            return hook
+
+        handles = [self.model.decoder_layers[i].cross_attn.register_forward_hook(keep(i)) for i in layers]
+        try:
+            empty = self.model.empty_cache(input_ids.shape[0], input_ids.device, cross[0].dtype)
+            self.model.decode(input_ids, src_mask, _pairs(cross), empty, last_only=True)
+        finally:
+            for handle in handles:
+                handle.remove()
+        heads = [weights[layer][:, head] for layer, head in self.model.config.alignment_heads]
+        return (torch.stack(heads, dim=1),)  # (batch, heads, tgt_len, src_len)
+
+
 GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph,
-                 "decoder_rows": RowsDecoderGraph}
+                 "decoder_rows": RowsDecoderGraph, "alignment": AlignmentGraph}
 
 _DTYPES = {"int64": torch.int64, "bool": torch.bool, "float32": torch.float32, "float16": torch.float16}
 

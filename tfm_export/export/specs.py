@@ -94,6 +94,23 @@ def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
 GRAPH_SPECS = {"encoder": encoder_spec, "decoder": decoder_spec}
 
 
+ALIGNMENT_NAME = "alignment"
+
+
+def alignment_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
+    """The decoder over whole token sequences (no cache) -> the cross-attention weights of config.alignment_heads,
+    (batch, heads, tgt_len, src_len) float32: what times each token in the audio (Whisper's word timestamps,
+    runtime.alignment). Row t is the attention while input_ids[t] is read, softmaxed over every source position."""
+    h, d, layers, src_len = config.n_heads, config.head_dim, range(config.n_decoder_layers), config.src_len or "src_len"
+    inputs = [TensorSpec("input_ids", "int64", ("batch", "tgt_len")),
+              TensorSpec("src_mask", "bool", ("batch", src_len))]
+    for i in layers:
+        inputs += _kv(cross_names(i), h, src_len, d, dtype)
+    heads = len(config.alignment_heads)
+    outputs = [TensorSpec(ALIGNMENT_NAME, "float32", ("batch", heads, "tgt_len", src_len))]
+    return GraphSpec(ALIGNMENT_NAME, "alignment.onnx", tuple(inputs), tuple(outputs))
+
+
 def static_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: int | None = None) -> GraphSpec:
     """One step of the decoder over a pre-allocated cache of `slots` slots (default max_len; for CUDA
     graphs and in-flight batching). Fewer slots than max_len bound the tokens a row can generate, and
@@ -132,4 +149,4 @@ def rows_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: 
 
 # Graphs exported only on request (ExportOptions.static_cache / --cuda-graph / --static-slots).
 EXTRA_GRAPH_SPECS = {"decoder_static": static_decoder_spec, "decoder_rows": rows_decoder_spec}
-ALL_GRAPH_SPECS = {**GRAPH_SPECS, **EXTRA_GRAPH_SPECS}
+ALL_GRAPH_SPECS = {**GRAPH_SPECS, **EXTRA_GRAPH_SPECS, ALIGNMENT_NAME: alignment_spec}

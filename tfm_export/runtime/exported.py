@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
@@ -47,7 +48,7 @@ class ExportedModel(GenerateMixin):
 
     def __init__(self, folder: Path, manifest: Manifest, device: Device,
                  sessions: dict[str, ort.InferenceSession], static: StaticCache | None = None,
-                 static_search: bool = True):
+                 static_search: bool = True, options: RuntimeOptions | None = None):
         """`static`: the static-cache decoder, when opened with it (else every decode grows its cache);
         `static_search`: beam search and sampling use it too (RuntimeOptions.static_search)."""
         self.folder, self.manifest, self.device = folder, manifest, device
@@ -60,6 +61,7 @@ class ExportedModel(GenerateMixin):
             self.encoder, self.decoder, device, self.config, manifest.cache_dtype, manifest.cross_per_source,
             manifest.encoder_input.name)
         self.static_cache, self.static_search = static, static_search
+        self.options, self._extra_sessions, self._extra_lock = options or RuntimeOptions(), {}, threading.Lock()
         if static is not None and static.capture:
             # CUDA graphs: a capture fails while another thread runs on the GPU, so this model's calls on
             # the growing cache wait for those on the static one and the other way round (docs/deploying.md).
@@ -81,6 +83,15 @@ class ExportedModel(GenerateMixin):
         if static is not None and (config.is_greedy or (self.static_search and steps <= static.slots)):
             return static
         return self.growing
+
+    def extra_session(self, name: str) -> ort.InferenceSession:
+        """A graph the decode loops do not run (alignment.onnx), opened on first use with this model's device
+        and options."""
+        with self._extra_lock:  # a server's workers may ask at once: one session
+            if name not in self._extra_sessions:
+                path = self.folder / self.manifest.graphs[name].file
+                self._extra_sessions[name] = open_sessions({name: path}, self.device.name, self.options)[1][name]
+            return self._extra_sessions[name]
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -157,4 +168,4 @@ def open_export(folder: str | os.PathLike, device: str = "auto", options: Runtim
     static = None
     if uses_static_decoder(options, chosen, manifest):
         static = open_static(folder, manifest, chosen, options, sessions["encoder"])
-    return ExportedModel(folder, manifest, chosen, sessions, static, options.static_search)
+    return ExportedModel(folder, manifest, chosen, sessions, static, options.static_search, options)

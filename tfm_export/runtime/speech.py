@@ -40,6 +40,7 @@ from .whisper import WhisperSettings, init_tokens, needs_detection, prompt_prefi
 from .whisper_longform import (Fallback, Segment, WindowRunner, cache_runner, transcribe as transcribe_features,
                                window_decoder)
 from .whisper_search import LanguageDetector
+from .whisper_words import add_words, alignment_session
 
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
@@ -147,16 +148,20 @@ def _features(samples: np.ndarray, config: FeatureConfig) -> tuple[np.ndarray, n
 def transcribe(model: Any, audio: Any, language: str | None = None, task: str | None = "transcribe",
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
-               on_text: Callable[[str], None] | None = None, runner: WindowRunner | None = None) -> dict[str, Any]:
+               on_text: Callable[[str], None] | None = None, runner: WindowRunner | None = None,
+               word_timestamps: bool = False) -> dict[str, Any]:
     """One recording -> {"text", "language", "segments", "ids"} (the module docstring; each segment's fields:
     `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
     `max_new_tokens`: per window (None: up to the folder's max_length); `on_text`: called after each
     window with the text so far (streaming; an exception it raises stops the transcription); `runner`: what
     decodes each window, the language detection's included (default: the export's own caches, one window at
-    a time; a server passes its in-flight window batch, serve.windows)."""
+    a time; a server passes its in-flight window batch, serve.windows); `word_timestamps`: each segment's
+    `words` [{word, start, end}] and all of them as `words` (runtime.whisper_words)."""
     settings, features_config = speech_settings(model)
     language, task = _language_and_task(settings, language, task)
+    if word_timestamps:
+        alignment_session(model)  # an export without alignment.onnx: refused before any decoding
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
     features, first = _features(samples, features_config)
@@ -188,9 +193,16 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     language_token = init[1] if len(init) > 1 and init[1] in (settings.lang_to_id or {}).values() else None
     seconds = len(samples) / features_config.sampling_rate
     segments = out.segments if stamped else [Segment(0.0, seconds, out.ids, out.windows[0])]  # one window
-    return {"text": text_of(out.ids), "language": _language_code(settings, language_token) or
-            ("en" if not settings.lang_to_id else None),
-            "segments": [segment_fields(s, text_of(s.tokens)) for s in segments], "ids": list(out.ids)}
+    code = _language_code(settings, language_token) or ("en" if not settings.lang_to_id else None)
+    result = {"text": text_of(out.ids), "language": code,
+              "segments": [segment_fields(s, text_of(s.tokens)) for s in segments], "ids": list(out.ids)}
+    if word_timestamps:
+        audio_frames = min(features.shape[-1], -(-len(samples) // features_config.hop_length))
+        found = add_words(model, settings, features, segments, out.windows, window, audio_frames, code)
+        for fields, segment_words in zip(result["segments"], found):
+            fields["words"] = segment_words
+        result["words"] = [word for segment_words in found for word in segment_words]
+    return result
 
 
 def segment_fields(segment: Segment, text: str) -> dict[str, Any]:

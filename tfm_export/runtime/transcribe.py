@@ -24,4 +24,7 @@ def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:
         raise InputError(f"this export is not a speech model (its encoder reads {model.manifest.encoder_input.name}, "
                          f"token ids); transcribe needs a Whisper export or a frames model; decode text with "
                          f"`tfm-export generate` (model.translate)")
+    if model.config.source != "features" and options.pop("word_timestamps", False):
+        raise InputError("word timestamps need a Whisper export (its alignment heads time the tokens); this "
+                         "frames model has none")
     return transcriber(model, audio, **options)

@@ -58,6 +58,8 @@ class Window:
     compression_ratio: float  # `compression_ratio` of its ids, EOS included
     no_speech_prob: float | None  # P(<|nospeech|>) at <|startoftranscript|>
     skipped: bool = False  # silence: no segments
+    prompt: tuple[int, ...] = ()  # the decoder's forced input (runtime.whisper_words times the tokens after it)
+    ids: tuple[int, ...] = ()  # the ids it generated, EOS included when it ended
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,8 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
                                max_target_positions)
         for temperature in fallback.temperatures:
             ids, avg, no_speech = _read(decode_window(window, prompt, temperature), eos)
-            decoded = Window(seek, temperature, avg, compression_ratio(ids, vocab_size), no_speech)
+            decoded = Window(seek, temperature, avg, compression_ratio(ids, vocab_size), no_speech, prompt=tuple(prompt),
+                             ids=tuple(ids))
             needs, skip = fallback.judge(decoded)
             if ids and ids[-1] == eos:
                 ids = ids[:-1]

@@ -17,7 +17,8 @@ with timestamps (segments with their times), json and text without. Where this d
   avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of
   the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
   OpenAI's service for the same text; temperature is always 0.
-- no word timestamps: `timestamp_granularities[]=word` is a 422 naming the option.
+- `timestamp_granularities[]=word` (verbose_json): `words` [{word, start, end}] as OpenAI's, timed by the export's
+  alignment.onnx (runtime.whisper_words: transformers' token timestamps); an export without it is a 422.
 - `stream=true` (transcriptions, json or text): server-sent events, one `transcript.text.delta` per 30 s
   window as it is decoded, then `transcript.text.done` with the whole text.
 - errors are this server's `{"error": one line, "field"|"limit"}` (serve.app); a recording the decoder
@@ -72,9 +73,9 @@ class TranscriptionForm(TranslationForm):
 
     language: str = Field("", description="The spoken language (ISO-639-1, e.g. de); default: detected "
                                           "from the first window.")
-    timestamp_granularities: list[Literal["segment"]] = Field(
-        [], alias="timestamp_granularities[]", description="segment only (segments come with every "
-                                                             "verbose_json answer); word is not supported.")
+    timestamp_granularities: list[Literal["segment", "word"]] = Field(
+        [], alias="timestamp_granularities[]", description="word: `words` with their times (verbose_json); "
+                                                             "segments come with every verbose_json answer.")
     stream: bool = Field(False, description="Server-sent events: transcript.text.delta per window, then "
                                             "transcript.text.done (response_format json or text).")
 
@@ -82,8 +83,7 @@ class TranscriptionForm(TranslationForm):
 # The forms' fields that are lists, as OpenAI's clients send them: the name with [] once per value.
 LISTS = {"timestamp_granularities[]"}
 # A refused value of these fields is something OpenAI's service does and this server does not: say so
-NOT_DONE = {"timestamp_granularities[]": "word timestamps are not supported, only segment (every verbose_json "
-                                         "answer has its segments)"}
+NOT_DONE: dict[str, str] = {}
 
 
 def form_fields(fields: dict[str, list[str]], form: type[BaseModel]) -> BaseModel:
@@ -132,9 +132,13 @@ def failure_of(exc: BaseException, settings: ServeSettings) -> HTTPFailure:
 def verbose(done: Done, task: str) -> dict[str, Any]:
     result = done.result
     language = LANGUAGES.get(result["language"] or "", result["language"])  # OpenAI names it: "german"
-    return {"task": task, "language": language, "duration": round(done.seconds, 3), "text": result["text"],
-            "segments": [{"id": n, **segment} for n, segment in enumerate(result["segments"])],
-            "usage": {"type": "duration", "seconds": round(done.seconds, 3)}}
+    answer = {"task": task, "language": language, "duration": round(done.seconds, 3), "text": result["text"],
+              "segments": [{"id": n, **{k: v for k, v in segment.items() if k != "words"}}
+                           for n, segment in enumerate(result["segments"])],
+              "usage": {"type": "duration", "seconds": round(done.seconds, 3)}}
+    if "words" in result:  # asked for (timestamp_granularities[]=word): OpenAI's top-level list
+        answer["words"] = result["words"]
+    return answer
 
 
 # response_format -> the answer, given the finished transcription and the task
@@ -172,7 +176,10 @@ SEGMENT = {"type": "object", "required": ["id", "seek", "start", "end", "text", 
 JSON_ANSWER = {"type": "object", "required": ["text"], "properties": {
     "text": {"type": "string"}, "usage": {"type": "object"}, "task": {"type": "string"},
     "language": {"type": "string"}, "duration": NUMBER,
-    "segments": {"type": "array", "items": SEGMENT, "description": "verbose_json only."}}}
+    "segments": {"type": "array", "items": SEGMENT, "description": "verbose_json only."},
+    "words": {"type": "array", "description": "verbose_json with timestamp_granularities[]=word only.",
+              "items": {"type": "object", "required": ["word", "start", "end"], "properties": {
+                  "word": {"type": "string"}, "start": NUMBER, "end": NUMBER}}}}}
 ANSWERS = {"description": "json and verbose_json: JSON; text, srt, vtt: text; stream: server-sent events.",
            "content": {"application/json": {"schema": JSON_ANSWER},
                        "text/plain": {"schema": {"type": "string"}},
@@ -197,12 +204,20 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
                 got = f" (got a file as {upload.file_field})" if upload.file_field else ""
                 raise HTTPFailure(422, f"file: send the recording as the form's `file` field{got}", field="file")
             stream = getattr(form, "stream", False)
+            words = "word" in getattr(form, "timestamp_granularities", [])
+            if words and form.response_format != "verbose_json":  # OpenAI's rule: only verbose_json has words
+                raise HTTPFailure(422, "timestamp_granularities[]: word timestamps come with response_format "
+                                       f"verbose_json, not {form.response_format}", field="timestamp_granularities[]")
+            if words and "alignment" not in engine.model.manifest.graphs:
+                raise HTTPFailure(422, "timestamp_granularities[]: this export has no alignment.onnx for word "
+                                       "timestamps (export the Whisper folder again)",
+                                  field="timestamp_granularities[]")
             if stream and form.response_format not in STREAMED:
                 raise HTTPFailure(422, f"stream: a stream carries text; use response_format json or text, not "
                                        f"{form.response_format}", field="stream")
             recording = Recording(str(upload.path), f"the uploaded file {upload.filename!r}",
                                   getattr(form, "language", "") or None, task, form.response_format in TIMESTAMPED,
-                                  form.prompt or None)
+                                  form.prompt or None, words)
             if stream:
                 return await streamed(recording, transcriber, state, settings)
             done = await finished(recording, transcriber, request, settings)

@@ -70,7 +70,8 @@ class WhisperLayout:
                 eos_id=single_id(first(generation.get("eos_token_id"), hf["eos_token_id"])),
                 scale_embeddings=bool(hf["scale_embedding"]), final_norm=True, tie_output=True, output_bias=False,
                 suppress_ids=banned_ids(generation), source="features", n_mels=hf["num_mel_bins"],
-                n_frames=2 * hf["max_source_positions"], encoder_positions="learned", key_bias=False)
+                n_frames=2 * hf["max_source_positions"], encoder_positions="learned", key_bias=False,
+                alignment_heads=tuple(tuple(pair) for pair in generation.get("alignment_heads") or ()))
         except ValueError as exc:
             raise ConfigError(f"config.json does not describe a usable model: {exc}") from None
         return config, {"src": TOKENS, "tgt": TOKENS, "out": TOKENS}
