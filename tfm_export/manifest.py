@@ -240,6 +240,11 @@ def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> Path:
     return path
 
 
+def manifest_time(folder: str | os.PathLike) -> float:
+    """When the export in `folder` was written: its manifest's modification time (Unix seconds)."""
+    return (Path(folder) / MANIFEST_NAME).stat().st_mtime
+
+
 def read_manifest_data(folder: str | os.PathLike) -> dict[str, Any]:
     """The raw JSON of an export folder's manifest (ManifestError when it is missing or not JSON)."""
     folder = Path(folder)

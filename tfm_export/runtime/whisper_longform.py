@@ -58,8 +58,9 @@ class Window:
     compression_ratio: float  # `compression_ratio` of its ids, EOS included
     no_speech_prob: float | None  # P(<|nospeech|>) at <|startoftranscript|>
     skipped: bool = False  # silence: no segments
-    prompt: tuple[int, ...] = ()  # the decoder's forced input (runtime.whisper_words times the tokens after it)
-    ids: tuple[int, ...] = ()  # the ids it generated, EOS included when it ended
+    # What it read and generated, for word timestamps (runtime.whisper_words), not part of what it measured:
+    prompt: tuple[int, ...] = field(default=(), compare=False)  # the decoder's forced input
+    ids: tuple[int, ...] = field(default=(), compare=False)  # the ids it generated, EOS included when it ended
 
 
 @dataclass(frozen=True)

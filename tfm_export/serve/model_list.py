@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi import Path as PathParameter
 from pydantic import BaseModel, Field
 
+from ..manifest import manifest_time
 from .engine import ServeSettings
 from .schemas import error_responses
 from .translation import HTTPFailure
@@ -40,8 +41,7 @@ class ModelList(BaseModel):
 
 def served_model(folder: str) -> ModelCard:
     """The card of the export in `folder`: its name, and its manifest's time as the creation time."""
-    path = Path(folder).resolve()
-    return ModelCard(id=path.name, created=int((path / "manifest.json").stat().st_mtime))
+    return ModelCard(id=Path(folder).resolve().name, created=int(manifest_time(folder)))
 
 
 def add_model_list(app: FastAPI, settings: ServeSettings) -> None:
