@@ -113,7 +113,8 @@ def app(tmp_path_factory) -> Path:
     packed = tmp_path_factory.mktemp("pack")
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(
-        ["README.md", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
+        ["README.md", "alignment.mjs", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts",
+         "client.mjs",
          "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
          "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "spectrum.mjs", "speech.mjs",
          "subtitles.mjs",

@@ -56,7 +56,9 @@ def assert_same_transcript(got: dict, want: dict, what: object = None) -> None:
     """Node's `transcribe` result is Python's: ids, text, language and each segment's fields (OpenAI's
     verbose_json), the window measures within 1e-4 (None where Python's is None)."""
     assert {k: v for k, v in got.items() if k != "segments"} == {k: v for k, v in want.items() if k != "segments"}, what
-    assert [set(s) for s in got["segments"]] == [{*EXACT, *MEASURES}] * len(want["segments"]), what
+    words = {"words"} if "words" in want else set()  # word timestamps asked: each segment's words, equal
+    assert [set(s) for s in got["segments"]] == [{*EXACT, *MEASURES, *words}] * len(want["segments"]), what
+    assert [s.get("words") for s in got["segments"]] == [s.get("words") for s in want["segments"]], what
     assert [[s[f] for f in EXACT] for s in got["segments"]] == [[s[f] for f in EXACT] for s in want["segments"]], what
     for name in MEASURES:
         mine, theirs = ([s[name] for s in r["segments"]] for r in (got, want))
@@ -93,6 +95,9 @@ CASES = {
     # an initial prompt with the language given, and detected (on the first window alone, before the prompted decode)
     "prompt": lambda language: ({"language": language, "prompt": PROMPT}, {"language": language, "prompt": PROMPT}),
     "prompt-detect": lambda language: ({"prompt": PROMPT, "timestamps": True}, {"prompt": PROMPT, "timestamps": True}),
+    # word timestamps (alignment.onnx, the dynamic time warping): Python's words, start and end, to the digit
+    "words": lambda language: ({"language": language, "wordTimestamps": True},
+                               {"language": language, "word_timestamps": True}),
 }
 PROMPT = "drei sieben"  # the fixture never saw a prompt: it changes what it hears, which the test needs
 LONG = {"en-greedy": ("en", 1), "de-beam2": ("de", 2)}  # recordings of several windows: (language, beams)
@@ -200,6 +205,8 @@ def long_runs(export, silence_export, conditioned_export, recordings) -> dict[st
     runs["conditioned"] = (conditioned_export, recordings["en-greedy"], {"language": "en"}, {"language": "en"})
     runs["conditioned-prompt"] = (conditioned_export, recordings["de-beam2"], {"prompt": PROMPT, "numBeams": 2},
                                   {"prompt": PROMPT, "num_beams": 2})
+    runs["words"] = (export, recordings["en-greedy"], {"language": "en", "wordTimestamps": True},  # each window timed
+                     {"language": "en", "word_timestamps": True})
     return runs
 
 
@@ -252,7 +259,7 @@ UNLIKE = {"silent": {}, "prompted": {}, "conditioned": {"language": "en"},
           "conditioned-prompt": {"prompt": PROMPT, "num_beams": 2}}
 
 
-@pytest.mark.parametrize("name", [*LONG, *UNLIKE])
+@pytest.mark.parametrize("name", [*LONG, *UNLIKE, "words"])
 def test_long_recordings_are_transcribed_like_python(export, silence_export, conditioned_export, recordings, node_side,
                                                      name):
     """Several windows, seeking on the model's timestamps: Python's ids and segments; "silent": the
@@ -265,6 +272,7 @@ def test_long_recordings_are_transcribed_like_python(export, silence_export, con
         assert want["ids"] != open_export(export, device="cpu").transcribe(str(path), **UNLIKE[name])["ids"]
     else:
         assert len(want["segments"]) >= 4 and want["segments"][-1]["start"] > 8.0
+        assert name != "words" or len(want["words"]) >= 20
 
 
 def test_the_cli_prints_the_text(export, utterances):

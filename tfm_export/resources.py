@@ -34,7 +34,7 @@ BUNDLES = {
                                           "tokenizers.mjs", "charsmap.mjs", "sentencepiece.mjs", "marian.mjs",
                                           # Whisper transcription (the page's speech section)
                                           "speech.mjs", "features.mjs", "spectrum.mjs", "audio.mjs", "whisper.mjs",
-                                          "longform.mjs", "subtitles.mjs")),
+                                          "longform.mjs", "subtitles.mjs", "alignment.mjs")),
     # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
     "wavefile": Bundle("wavefile", "runtimes/node/node_modules/wavefile/dist", ("wavefile.js",), optional=True),

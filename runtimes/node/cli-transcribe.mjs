@@ -13,7 +13,7 @@ const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments
 
 export const USAGE = 'usage: cli.mjs transcribe EXPORT_DIR FILE.wav [FILE.wav ...] [--language CODE] ' +
   '[--task transcribe|translate] [--timestamps] [--num-beams N] [--prompt TEXT] [--max-new-tokens N] ' +
-  '[--format txt|srt|vtt|json] [--json] [--output-dir DIR]';
+  '[--format txt|srt|vtt|json] [--json] [--word-timestamps] [--output-dir DIR]';
 
 /** A positive integer flag's value, or one line. */
 function integer(flag, text) {
@@ -49,7 +49,7 @@ async function writeNew(target, text) {
 function transcribeOptions(values) {
   return { language: values.language, task: values.task ?? 'transcribe', timestamps: values.timestamps ?? false,
     numBeams: integer('num-beams', values['num-beams']) ?? 1, prompt: values.prompt ?? null,
-    maxNewTokens: integer('max-new-tokens', values['max-new-tokens']) };
+    maxNewTokens: integer('max-new-tokens', values['max-new-tokens']), wordTimestamps: values['word-timestamps'] ?? false };
 }
 
 /** Runs the command on `args` (after `transcribe`); the process's exit code. */
@@ -62,6 +62,7 @@ export async function transcribeCommand(args) {
       options: { language: { type: 'string' }, task: { type: 'string' }, 'num-beams': { type: 'string' },
         'max-new-tokens': { type: 'string' }, prompt: { type: 'string' }, format: { type: 'string' },
         'output-dir': { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
+        'word-timestamps': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' } },
     }));
   } catch (err) {
@@ -75,6 +76,10 @@ export async function transcribeCommand(args) {
   const format = FORMATS[ext];
   if (!format) {
     console.error(`error: --format takes ${Object.keys(FORMATS).join(', ')}, got ${JSON.stringify(values.format)}\n${USAGE}`);
+    return 2;
+  }
+  if (values['word-timestamps'] && ext !== 'json') { // Python's rule: the words would be computed and not shown
+    console.error(`error: --word-timestamps shows in --json (or --format json), not in --format ${ext}\n${USAGE}`);
     return 2;
   }
   let model = null;

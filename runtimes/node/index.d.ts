@@ -162,6 +162,16 @@ export interface TranscribeOptions {
   maxSeconds?: number | null;
   /** Names the audio in error messages (default: its path). */
   label?: string;
+  /** Time each word (the export's alignment.onnx, as Python's word_timestamps): `words` in the result and in each
+   * segment. */
+  wordTimestamps?: boolean;
+}
+
+/** A word and its times in seconds (Python's `words`). */
+export interface Word {
+  word: string;
+  start: number;
+  end: number;
 }
 
 /** One recording's transcription, as Python's `transcribe`. */
@@ -173,6 +183,8 @@ export interface Transcription {
   segments: Segment[];
   /** The generated token ids (without the prompt and EOS; every window's, timestamps included). */
   ids: number[];
+  /** With wordTimestamps: every segment's words, in order. */
+  words?: Word[];
 }
 
 /** A segment as Python's (OpenAI's verbose_json, less its id); the window fields are its window's. */
@@ -193,6 +205,8 @@ export interface Segment {
   compression_ratio: number;
   /** P(<|nospeech|>) at <|startoftranscript|> (null: the model has no such token). */
   no_speech_prob: number | null;
+  /** With wordTimestamps: its words. */
+  words?: Word[];
 }
 
 export interface OpenOptions {

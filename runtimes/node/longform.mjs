@@ -104,10 +104,13 @@ export async function transcribeWindows(features, { nMels, total, windowFrames, 
     const offset = (seek * TIME_PRECISION) / INPUT_STRIDE;
     const frames = Math.min(total - seek, windowFrames);
     const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
-    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, prompt(segments));
+    const forced = prompt(segments);
+    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, forced);
+    const generated = ended ? [...ids, eosId] : ids;
     const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
-      compression_ratio: compressionRatio(ended ? [...ids, eosId] : ids, vocabSize), no_speech_prob: noSpeechProb,
-      skipped: skip };
+      compression_ratio: compressionRatio(generated, vocabSize), no_speech_prob: noSpeechProb, skipped: skip };
+    // what it read and generated, for word timestamps (alignment.mjs), as Python's Window.prompt and ids
+    Object.defineProperties(measured, { prompt: { value: forced }, ids: { value: generated } });
     windows.push(measured);
     if (skip) { // no segment, the next window
       seek += frames;

@@ -17,10 +17,12 @@ import { readWav } from './audio.mjs';
 import { decodeFeatures, generationConfig } from './decoding.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from './features.mjs';
 import { featureWindow, transcribeWindows, windowPrompt } from './longform.mjs';
+import { addWords, tokenTimes } from './alignment.mjs';
 import { DETECT, LanguageDetector, WhisperStrategy, initTokens, languageCode, maxNewTokens, promptPrefix,
   whisperSettings } from './whisper.mjs';
 
-const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'maxSeconds', 'label'];
+const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'maxSeconds',
+  'label'];
 const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
 
 /** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
@@ -58,7 +60,8 @@ function recordingFeatures(audio, config, { label = 'the audio', maxSeconds = DE
   }
   const long = samples.length > config.nSamples;
   const features = long ? logMelSpectrogram(samples, config) : logMel(samples, config);
-  return { features, total: features.length / config.nMels, long, seconds };
+  return { features, total: features.length / config.nMels, long, seconds,
+    frames: Math.ceil(samples.length / config.hopLength) }; // the audio's own frames (the alignment's crop)
 }
 
 /** Python's refusal before decoding with timestamps: a model without them. */
@@ -124,10 +127,11 @@ function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetecte
 export async function transcribe(ort, model, audio, options = {}) {
   const settings = whisperSettings(model.manifest);
   const config = featureConfig(model.manifest);
-  const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null, ...read } =
-    speechOptions(settings, options);
+  const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null,
+    wordTimestamps = false, ...read } = speechOptions(settings, options);
+  const alignment = wordTimestamps ? await alignmentSession(model) : null; // refused before any decoding
   const decoding = generationConfig(null, { numBeams }); // Python's fresh GenerationConfig: not the folder's defaults
-  const { features, total, long, seconds } = recordingFeatures(audio, config, read);
+  const { features, total, long, seconds, frames } = recordingFeatures(audio, config, read);
   const stamped = Boolean(timestamps) || long;
   if (stamped) checkTimestamps(settings, long);
   let init = initTokens(settings, language, task, stamped);
@@ -152,8 +156,45 @@ export async function transcribe(ort, model, audio, options = {}) {
   const round = (x) => Math.round(x * 1000) / 1000;
   const segments = stamped ? out.segments : [{ start: 0, end: seconds, tokens: out.ids, window: out.windows[0] }];
   const code = languageCode(settings, init[1]) ?? (Object.keys(settings.lang_to_id ?? {}).length ? null : 'en');
-  return { text: textOf(out.ids), language: code,
+  const result = { text: textOf(out.ids), language: code,
     segments: segments.map((s) => segmentFields(s, textOf(s.tokens), round)), ids: out.ids };
+  if (alignment) {
+    const found = await addWords({ segments, windows: out.windows, windowFrames: layout.windowFrames,
+      audioFrames: Math.min(total, frames), decode: (ids) => model.tokenizer.decode(ids), eosId: settings.eos_token_id,
+      language: code }, (window, crop) => timeWindow(ort, model, alignment, layout, window, crop));
+    result.segments.forEach((s, n) => { s.words = found[n]; });
+    result.words = found.flat();
+  }
+  return result;
+}
+
+/** The export's alignment.onnx session (opened once), or the one error saying why there is none. */
+async function alignmentSession(model) {
+  if (!model.manifest.graphs.alignment || !model.extraSession) {
+    throw new Error('this export has no alignment.onnx, which word timestamps need: export the Whisper folder again ' +
+      'with this version (its generation_config.json must name alignment_heads)');
+  }
+  return model.extraSession('alignment');
+}
+
+/** The times of a window's generated ids (Python's whisper_words.window_times, from the window's start). */
+async function timeWindow(ort, model, session, layout, window, crop) {
+  const { features, nMels, total, windowFrames } = layout;
+  const part = featureWindow(features, nMels, total, window.seek, Math.min(total - window.seek, windowFrames),
+    windowFrames);
+  const encoded = await model.encoder.run({ [model.encoder.inputNames[0]]: new ort.Tensor('float32', part,
+    [1, nMels, windowFrames]) });
+  const ids = [...window.prompt, ...window.ids.slice(0, -1)];
+  const feeds = { ...encoded, input_ids: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]) };
+  const out = await session.run(Object.fromEntries(session.inputNames.map((name) => [name, feeds[name]])));
+  const [, heads, rows, cols] = out.alignment.dims;
+  const skip = window.prompt.length * cols; // the prompt's rows, per head
+  const kept = new Float32Array(heads * (rows - window.prompt.length) * cols);
+  for (let h = 0; h < heads; h++) {
+    kept.set(out.alignment.data.subarray(h * rows * cols + skip, (h + 1) * rows * cols),
+      h * (rows - window.prompt.length) * cols);
+  }
+  return tokenTimes(kept, heads, rows - window.prompt.length, cols, crop);
 }
 
 /** A segment as Python's segment_fields (OpenAI's verbose_json, less its id): times, text, its ids (timestamps

@@ -98,7 +98,21 @@ export async function openExport(exportDir, { verify = true, sessionOptions = {}
     }
     model[role] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
   }
-  model.release = async () => { for (const [role] of graphs) await model[role].release(); };
+  const extra = {}; // graphs the decode loops do not run (alignment.onnx), opened and checked on first use
+  model.extraSession = async (name) => {
+    if (!extra[name]) {
+      for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
+        const full = path.join(exportDir, file);
+        if (verify && (await sha256(full)) !== expected) throw new Error(`${full} ${CHANGED}`);
+      }
+      extra[name] = await ort.InferenceSession.create(path.join(exportDir, manifest.graphs[name].file), options);
+    }
+    return extra[name];
+  };
+  model.release = async () => {
+    for (const [role] of graphs) await model[role].release();
+    for (const session of Object.values(extra)) await session.release();
+  };
   model.generateIds = (idLists, opts) => generateIds(model, idLists, opts);
   model.generate = (idLists, opts) => generate(model, idLists, opts);
   model.translate = (texts, opts) => translate(model, texts, opts);

@@ -11,6 +11,7 @@ import { decodeFeatures } from '../decoding.mjs';
 import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
 import { compressionRatio, previousText, splitSegments, windowPrompt } from '../longform.mjs';
 import { toSrt, toVtt } from '../subtitles.mjs';
+import { dtw, medianFilter, words } from '../alignment.mjs';
 import { transcribe } from '../speech.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../whisper.mjs';
 
@@ -189,5 +190,20 @@ describe('long form', () => {
     assert.equal(compressionRatio(Array(20).fill([50258, 50259, 50359]).flat(), 51865), 7.0588235294117645);
     assert.equal(compressionRatio([7, 8, 9, 300, 301], 532), 0.5555555555555556);
     assert.equal(compressionRatio(range, 51865), 1.3793103448275863);
+  });
+
+  test('word timestamps: Python\'s dynamic time warping (ties to a time step) and word grouping', async () => {
+    // tfm_export.runtime.alignment.dtw and words of the same inputs
+    assert.deepEqual(dtw([[0, 1, 1, 2], [1, 0, 1, 1], [2, 1, 1, 0]].map((r) => Float64Array.from(r))),
+      [[0, 1, 2, 2], [0, 1, 2, 3]]);
+    assert.deepEqual(dtw([[1, 1, 1], [1, 1, 1]].map((r) => Float64Array.from(r))), [[0, 1, 1], [0, 1, 2]]);
+    assert.deepEqual(Array.from(medianFilter(Float32Array.from([5, 1, 9, 3, 7, 2, 8, 4]), 3)), [1, 5, 3, 7, 3, 7, 4, 8]);
+    const vocab = { 1: ' three', 2: ',', 3: ' (', 4: 'one', 5: ')', 6: ' four' };
+    const decode = (ids) => ids.map((i) => vocab[i]).join('');
+    assert.deepEqual(words(decode, [1, 2, 3, 4, 5, 6], [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 100), [
+      { word: ' three,', start: 0, end: 0.2 }, { word: ' (one)', start: 0.2, end: 0.5 }, { word: ' four', start: 0.5, end: 0.6 }]);
+    const model = { manifest: { ...TEXT_MANIFEST, features: { chunk_length: 4 }, speech: SPEECH } };
+    await assert.rejects(transcribe({}, model, new Float32Array(16000), { wordTimestamps: true }),
+      /^Error: this export has no alignment.onnx, which word timestamps need/);
   });
 });
