@@ -46,7 +46,7 @@ def _encode(model: Any, texts: list[str], labels: list[str], source_lang: str | 
         try:
             encoded.append(model.encode(text, source_lang, target_lang))
         except InputError as exc:
-            raise type(exc)(f"{label}: {exc.template}", exc.options) from None
+            raise InputError(f"{label}: {exc.template}", exc.options) from None
     return encoded
 
 
