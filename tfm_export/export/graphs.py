@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from ..model.kv_cache import CachePolicy, RowCache, SlotCache
 from ..model.attention import KV, scaled_queries
 from ..model.transformer import Transformer
-from .specs import EXAMPLE_SIZES, GraphSpec
+from .specs import ALIGNMENT_NAME, EXAMPLE_SIZES, GraphSpec
 
 
 def _pairs(flat: tuple[Tensor, ...]) -> list[KV]:
@@ -125,7 +125,7 @@ class AlignmentGraph(nn.Module):
 
 
 GRAPH_MODULES = {"encoder": EncoderGraph, "decoder": DecoderGraph, "decoder_static": StaticDecoderGraph,
-                 "decoder_rows": RowsDecoderGraph, "alignment": AlignmentGraph}
+                 "decoder_rows": RowsDecoderGraph, ALIGNMENT_NAME: AlignmentGraph}
 
 _DTYPES = {"int64": torch.int64, "bool": torch.bool, "float32": torch.float32, "float16": torch.float16}
 

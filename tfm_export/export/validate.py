@@ -18,6 +18,7 @@ from ..errors import ValidationError, shorten
 from .decoding_checks import checking_options, compare_default, compare_greedy, decoding_sources, default_decoding
 from .validation_report import failure_message
 from .graphs import AlignmentGraph, DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
+from .specs import ALIGNMENT_NAME
 from ..manifest import Manifest, load_manifest
 from ..runtime.static import static_slots
 from ..model.transformer import Transformer
@@ -175,9 +176,9 @@ def _walk_grid(stats: dict[str, "_Stat"], sessions: dict[str, ort.InferenceSessi
                 continue
             args = _decoder_inputs(model, cross, past_len, tgt_len, gen)
             check("decoder", DecoderGraph(model), args)
-            if past_len == 0 and "alignment" in sessions:  # whole sequences: its ids and the encoder's outputs
+            if past_len == 0 and ALIGNMENT_NAME in sessions:  # whole sequences: its ids and the encoder's outputs
                 n = 2 * model.config.n_decoder_layers
-                check("alignment", AlignmentGraph(model), (args[0], args[1], *args[2 + n:]))
+                check(ALIGNMENT_NAME, AlignmentGraph(model), (args[0], args[1], *args[2 + n:]))
             if "decoder_static" in manifest.graphs and tgt_len == 1 and past_len < slots:
                 args = _static_inputs(model, args, gen, slots)  # drawn in every pass, checked in its own
                 for name in [n for n in SLOT_GRAPH_MODULES if n in sessions]:  # the same inputs

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import AudioTooLong, TfmExportError
 from ..runtime.speech import to_srt, to_vtt
 from ..runtime.whisper import LANGUAGES
+from ..runtime.whisper_words import GRAPH as ALIGNMENT
 from .engine import ServeSettings, audio_workers
 from .schemas import error_responses
 from .transcriber import Cancelled, Done, Recording, Transcriber
@@ -208,7 +209,7 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
             if words and form.response_format != "verbose_json":  # OpenAI's rule: only verbose_json has words
                 raise HTTPFailure(422, "timestamp_granularities[]: word timestamps come with response_format "
                                        f"verbose_json, not {form.response_format}", field="timestamp_granularities[]")
-            if words and "alignment" not in engine.model.manifest.graphs:
+            if words and ALIGNMENT not in engine.model.manifest.graphs:
                 raise HTTPFailure(422, "timestamp_granularities[]: this export has no alignment.onnx for word "
                                        "timestamps (export the Whisper folder again)",
                                   field="timestamp_granularities[]")
