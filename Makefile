@@ -1,5 +1,5 @@
 # Two commands: `make demo` and `make test`. Each creates .venv when missing. (`make options` after editing a
-# decoding option in tfm_export/runtime/generation.py.)
+# decoding option in tfm_export/runtime/options/generation.py.)
 # .venv gets the `export` extra (PyTorch: the demo exports); `make test` adds the `test` extra. A plain
 # `pip install .` is the runtime-only install (no PyTorch), see README "Deploy".
 PYTHON ?= python3
@@ -54,11 +54,11 @@ test-long: $(VENV)/.installed-test runtimes-npm
 test-gpu: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m gpu -rP tests/test_gpu.py tests/test_runtime.py tests/test_variants.py
 
-# Rewrite what is generated from runtime/generation.py's option declarations (GenerationConfig): the Node
+# Rewrite what is generated from runtime/options/generation.py's option declarations (GenerationConfig): the Node
 # runtime's options.mjs and index.d.ts regions and the manifest schema's `generation` section.
 # tests/test_options_schema.py fails while one is stale.
 options: $(VENV)/.installed
-	$(PY) -m tfm_export.runtime.options_codegen
+	$(PY) -m tools.options_codegen
 
 clean:
 	rm -rf $(VENV) demo_out

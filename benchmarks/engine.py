@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from load import workload
-from tfm_export.runtime.generation import GREEDY
+from tfm_export.runtime.options.generation import GREEDY
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 

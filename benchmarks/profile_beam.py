@@ -4,7 +4,7 @@
         [--threads 2] [--repeat 3]
 
 Decodes random sources of 32 tokens (EOS banned until the last step, as `tfm-export bench`) with the
-candidates picked on the device (runtime.head) and, interleaved in the same process, on the host
+candidates picked on the device (runtime.states.head) and, interleaved in the same process, on the host
 (the logits cross; what runtimes without the head do), and prints the median ms per step of each
 part ("host advance" includes its merge; the step includes the encoder's share). Figures in
 BENCHMARKS.md ("Beam search").
@@ -59,7 +59,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"device head": [], "host": []}
     for i in range(args.repeat + 1):  # the first round warms up
         for mode in runs:
-            # Without the device head the strategy takes the logits to the host (runtime.beam.BeamSearch.advance).
+            # Without the device head the strategy takes the logits to the host (runtime.decode.beam.BeamSearch.advance).
             cache.GrowingState.device_top = mode == "device head"
             spent.clear()
             start = time.perf_counter()

@@ -168,7 +168,7 @@ class WhisperDecoder:
     def __init__(self, model_dir: Path, compute_type: str, runner: Any, base: Path):
         import ctranslate2
 
-        from tfm_export.runtime.speech import speech_settings
+        from tfm_export.runtime.speech.whisper import speech_settings
 
         self.model = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type=compute_type,
                                                 inter_threads=1)
@@ -179,8 +179,8 @@ class WhisperDecoder:
         import ctranslate2
 
         from tfm_export.audio.features import log_mel
-        from tfm_export.runtime.speech import read_samples
-        from tfm_export.runtime.whisper import init_tokens
+        from tfm_export.runtime.speech.whisper import read_samples
+        from tfm_export.runtime.speech.prompt import init_tokens
 
         if decoding.get("num_beams", 1) != 1:
             raise ValueError("the Whisper rows decode greedily")

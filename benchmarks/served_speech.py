@@ -179,7 +179,7 @@ def profile(export: Path, threads: int, batch: int, rec: Path) -> dict[str, floa
     """One window's encoder run, and one decoder step at batch 1 and `batch` (ms), the export's sessions alone;
     the ids a window of `rec` decodes."""
     from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
-    from tfm_export.runtime.decoding import DecodeTimings
+    from tfm_export.runtime.decode.loop import DecodeTimings
 
     model = open_export(export, "cpu", RuntimeOptions(intra_op_threads=threads))
     x = np.random.default_rng(0).standard_normal((batch, model.config.n_mels, model.config.n_frames), np.float32)

@@ -503,7 +503,7 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
 def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int) -> float | None:
     """The export's log-mel features of the whole recording, timed alone (median of `repeats`)."""
     from tfm_export.audio.features import log_mel_spectrogram
-    from tfm_export.runtime.speech import speech_settings
+    from tfm_export.runtime.speech.whisper import speech_settings
 
     ours = next((b for b in backends.values() if isinstance(b, Ours)), None)
     if ours is None:

@@ -8,7 +8,7 @@ pauses) is transcribed long-form (language en, timestamps) by each export on CPU
 once with word_timestamps=True, in an order that alternates per repeat. Layouts: `digits` (the trained fixture,
 models/whisper-digits: 4 s windows, its real decoding) and `base` (a random-weight folder of openai/whisper-base's
 layout, 30 s windows, whisper_speed.random_folder; at most 32 new tokens a window so that its random tokens
-decode as long in both runs). The extra time is the alignment (runtime.whisper_words.window_times: each window
+decode as long in both runs). The extra time is the alignment (runtime.speech.words.window_times: each window
 encoded again, its tokens through alignment.onnx, and the dynamic time warping, timed apart); the table gives the
 median seconds of each and the median of the paired ratios words / plain.
 """
@@ -26,8 +26,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from whisper_speed import exported, long_recording, random_folder  # noqa: E402
 
-import tfm_export.runtime.alignment as alignment  # noqa: E402
-import tfm_export.runtime.whisper_words as whisper_words  # noqa: E402
+import tfm_export.runtime.speech.alignment as alignment  # noqa: E402
+import tfm_export.runtime.speech.words as whisper_words  # noqa: E402
 from tfm_export.runtime import RuntimeOptions, open_export  # noqa: E402
 
 FIXTURE = ROOT / "models" / "whisper-digits"

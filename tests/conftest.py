@@ -26,7 +26,7 @@ def has_cuda_gpu() -> bool:
 
     from tfm_export.errors import DeviceError
     from tfm_export.runtime.device import parse_device
-    from tfm_export.runtime.reorder import gather_model, helper_session
+    from tfm_export.runtime.states.reorder import gather_model, helper_session
 
     ort.set_default_logger_severity(4)  # a missing GPU is the answer, not an error to print
     try:  # the runtime's own device parser and smallest graph; ORT falls back to CPU when CUDA cannot start

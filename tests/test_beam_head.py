@@ -1,4 +1,4 @@
-"""Beam search's device-side top-k (runtime.head): the host path's candidates, transformers' hypotheses."""
+"""Beam search's device-side top-k (runtime.states.head): the host path's candidates, transformers' hypotheses."""
 
 import numpy as np
 import onnxruntime as ort
@@ -6,11 +6,11 @@ import pytest
 
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.runtime import cache, open_export
-from tfm_export.runtime.beam import top_k
+from tfm_export.runtime.decode.beam import top_k
 from tfm_export.runtime.device import parse_device
-from tfm_export.runtime.generation import GenerationConfig
-from tfm_export.runtime.head import BeamHead
-from tfm_export.runtime.processors import bias_array, bias_key, log_softmax, process, process_top
+from tfm_export.runtime.options.generation import GenerationConfig
+from tfm_export.runtime.states.head import BeamHead
+from tfm_export.runtime.decode.processors import bias_array, bias_key, log_softmax, process, process_top
 
 EOS = 2
 

@@ -146,7 +146,7 @@ def test_generation_settings(tmp_path, caplog):
     ignored = ckpt.meta["generation"]["not_reproduced"]
     assert set(ignored) == {"bad_words_ids (phrases)"}
     assert "bad_words_ids (phrases)=[[8, 9]] is not reproduced" in caplog.text
-    # no_repeat_ngram_size is reproduced (runtime.processors): it becomes the export's default decoding.
+    # no_repeat_ngram_size is reproduced (runtime.decode.processors): it becomes the export's default decoding.
     # As published: 4 beams, max_length 512 (capped to the 64 positions), forced EOS.
     assert ckpt.meta["generation_defaults"] == {"no_repeat_ngram_size": 3, "num_beams": 4, "max_new_tokens": 64,
                                                 "forced_eos": True, "renormalize_logits": True}

@@ -1,5 +1,5 @@
-"""Decoding options are declared once, as GenerationConfig's fields (runtime.generation, with
-runtime.option_spec.option); every other list of them is derived or generated from OPTIONS. These fail
+"""Decoding options are declared once, as GenerationConfig's fields (runtime.options.generation, with
+runtime.options.spec.option); every other list of them is derived or generated from OPTIONS. These fail
 when a generated file is stale (`make options`) or when a surface's list drifts from the declarations."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from tfm_export.cli import cli
 from tfm_export.cli.common import CLI_FLAGS, CLI_VALUES
 from tfm_export.errors import InputError
 from tfm_export.importers import hf_generation
-from tfm_export.runtime import options_codegen
-from tfm_export.runtime.generation import CHECKS, OPTIONS, RULES, GenerationConfig
-from tfm_export.runtime.option_spec import camel
+from tools import options_codegen
+from tfm_export.runtime.options.generation import CHECKS, OPTIONS, RULES, GenerationConfig
+from tfm_export.runtime.options.spec import camel
 from tfm_export.serve.schemas import ACCEPTED, REQUEST_ONLY, TranslateRequest
 
 ROOT = Path(__file__).resolve().parents[1]

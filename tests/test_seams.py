@@ -142,11 +142,11 @@ def test_the_encoder_input_is_read_from_the_manifest(tiny_export, tmp_path):
 
 
 def test_one_decode_loop_steps_a_decoder():
-    """Loops that step a decoder: the direct calls' driver (runtime.decoding.decode) and the in-flight
+    """Loops that step a decoder: the direct calls' driver (runtime.decode.loop.decode) and the in-flight
     scheduler (runtime.inflight.InflightRows.step); no other module calls a state's step."""
     stepping = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
                       if re.search(r"(state|rows)\.step\(", p.read_text()))
-    assert stepping == ["runtime/decoding.py", "runtime/inflight.py"]
+    assert stepping == ["runtime/decode/loop.py", "runtime/inflight.py"]
     private = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
                if re.search(r"\._(search_cache|batch|allocate|spec)\b", p.read_text())]
     assert private == []

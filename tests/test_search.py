@@ -17,9 +17,9 @@ from tfm_export.model.checkpoint import Checkpoint
 from tfm_export.model.eager import EagerModel
 from tfm_export.model.presets import init_model
 from tfm_export.runtime import GREEDY, open_export
-from tfm_export.runtime.beam import top_k
-from tfm_export.runtime.generation import GenerationConfig
-from tfm_export.runtime.sampling import SplitMix64, row_generators, warp
+from tfm_export.runtime.decode.beam import top_k
+from tfm_export.runtime.options.generation import GenerationConfig
+from tfm_export.runtime.decode.sampling import SplitMix64, row_generators, warp
 
 SOURCES = [[5, 9, 13, 7, 22, 31, 8], [40], [3, 3, 60, 12], [17, 18]]
 
@@ -85,7 +85,7 @@ def test_host_gather_equals_the_reorder_graph():
     import onnxruntime as ort
 
     from tfm_export.runtime.device import parse_device
-    from tfm_export.runtime.reorder import gather_model, helper_session, host_gather
+    from tfm_export.runtime.states.reorder import gather_model, helper_session, host_gather
 
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((4, 2, 3, 5)).astype(np.float32), rng.random((4, 7)) < 0.5]
@@ -239,7 +239,7 @@ def test_manifest_generation_section_sets_defaults_and_old_exports_load(eos_mode
                             meta={"generation_defaults": {"num_beams": 3, "length_penalty": 0.8}})
     export_model(checkpoint, out, ExportOptions(validate=False))
     runtime = open_export(out, device="cpu")
-    assert (runtime.generation.num_beams, runtime.generation.length_penalty) == (3, 0.8)
+    assert (runtime.options.generation.num_beams, runtime.options.generation.length_penalty) == (3, 0.8)
     assert runtime.generate_ids(SOURCES, 8) == [r[0].ids for r in runtime.generate(SOURCES, num_beams=3,
                                                                                     length_penalty=0.8,
                                                                                     max_new_tokens=8)]

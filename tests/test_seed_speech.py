@@ -174,11 +174,11 @@ def test_unmappable_variants_are_one_line(state_dict_file, tmp_path, change, mes
 
 
 def test_cuda_graph_buckets_pad_frames_as_the_runtime_does(export):
-    """Capturing on CUDA pads sources to a bucket of lengths (runtime.static): frames with NaN, the padding the
+    """Capturing on CUDA pads sources to a bucket of lengths (runtime.states.static): frames with NaN, the padding the
     encoder masks (not the token padding id). The bucketing alone, on any machine."""
     from types import SimpleNamespace
 
-    from tfm_export.runtime.static import SRC_BUCKET, StaticCache
+    from tfm_export.runtime.states.static import SRC_BUCKET, StaticCache
 
     config = load_manifest(export).config
     src = np.zeros((2, 3, ss.FBANK_DIM), np.float32)

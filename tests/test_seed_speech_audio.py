@@ -31,7 +31,7 @@ from tfm_export.filterbank import Filterbank
 from tfm_export.importers import load_any
 from tfm_export.manifest import load_manifest
 from tfm_export.runtime import open_export
-from tfm_export.runtime.frames_speech import audio_frames
+from tfm_export.runtime.speech.frames import audio_frames
 
 ESPEAK = shutil.which("espeak-ng")
 pytestmark = pytest.mark.skipif(ESPEAK is None, reason="espeak-ng is not installed (make test installs it as root)")

@@ -22,7 +22,7 @@ from helpers import server_process, serving  # noqa: E402
 from test_serve import scrape  # noqa: E402
 
 from tfm_export.runtime import open_export  # noqa: E402
-from tfm_export.runtime.speech import to_srt, to_vtt  # noqa: E402
+from tfm_export.runtime.speech.whisper import to_srt, to_vtt  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 from tfm_export.serve.upload import SPOOL_PREFIX  # noqa: E402
 

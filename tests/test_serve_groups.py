@@ -72,7 +72,7 @@ def test_every_strategy_decodes_in_the_batch_like_a_direct_call(static_export, m
 
 
 def test_beam_groups_pick_on_the_device_unless_a_processor_needs_whole_rows(static_export):
-    """Beam groups share head runs (runtime.head over their rows, one run per bias): the logits reach
+    """Beam groups share head runs (runtime.states.head over their rows, one run per bias): the logits reach
     the host only for a group whose processors read whole rows, and every answer equals a direct call."""
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=16, max_queue=64)))
     runs, host = [], []
@@ -114,7 +114,7 @@ def test_device_reorder_gathers_into_the_other_cache_set(static_export, monkeypa
     every row into the other cache set on the device and flips the parity. On CPU the OrtValues wrap
     host arrays, so the same path runs here with the host view switched off; answers equal direct calls."""
     from tfm_export.runtime import rows as rows_module
-    from tfm_export.runtime.row_batch import RowBatch
+    from tfm_export.runtime.states.rows import RowBatch
 
     made = []
 

@@ -90,7 +90,7 @@ def test_a_job_cancelled_while_it_waits_encoded_never_decodes(static_export, ser
 
 
 def test_beam_jobs_taken_by_the_joiner_go_to_the_search_lane(static_export):
-    from tfm_export.runtime.generation import GenerationConfig
+    from tfm_export.runtime.options.generation import GenerationConfig
 
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=2)))
     model = open_export(static_export, "cpu")

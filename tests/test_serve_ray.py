@@ -221,7 +221,7 @@ MEASURES = ("avg_logprob", "compression_ratio", "no_speech_prob")  # within 1e-4
 
 def assert_equal(got: dict, want: dict, response_format: str) -> None:
     """A server's json or verbose_json answer is `transcribe`'s result: its text, and segments with their ids."""
-    from tfm_export.runtime.whisper import LANGUAGES
+    from tfm_export.runtime.speech.prompt import LANGUAGES
 
     assert want["text"].strip() and got["text"] == want["text"]
     if response_format == "json":

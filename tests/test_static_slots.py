@@ -11,8 +11,8 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.manifest import load_manifest
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.runtime.row_batch import RowBatch
-from tfm_export.runtime.static import static_slots
+from tfm_export.runtime.states.rows import RowBatch
+from tfm_export.runtime.states.static import static_slots
 from tfm_export.serve.batcher import EngineConfig, Job
 from tfm_export.serve.engine import ServeSettings, open_engine
 
@@ -71,7 +71,7 @@ def test_in_flight_rows_attend_over_the_widest_bound_source_only(slots_export):
     """HostRows spans the longest source it holds (rounded up to 16): it grows when a long source joins,
     shrinks when it leaves, and the other rows' tokens do not change."""
     from tfm_export.runtime.sources import source_batch
-    from tfm_export.runtime.rows import open_rows
+    from tfm_export.runtime.states.host_rows import open_rows
 
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
     cfg, long, short = model.config, list(range(4, 44)), SOURCES[2]
@@ -100,7 +100,7 @@ def test_in_flight_rows_step_only_up_to_the_last_bound_row(slots_export):
     """A step runs the bound rows' prefix of the batch (rounded up to ROW_BUCKET), not every row: a
     row bound past the others widens it, its leaving narrows it, and each row's tokens equal serial."""
     from tfm_export.runtime.sources import source_batch
-    from tfm_export.runtime.rows import ROW_BUCKET, open_rows
+    from tfm_export.runtime.states.host_rows import ROW_BUCKET, open_rows
 
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
     cfg, batch, high = model.config, 3 * ROW_BUCKET, 2 * ROW_BUCKET + 1  # high: a row in the last bucket
@@ -133,7 +133,7 @@ def test_in_flight_rows_write_the_cache_in_place_through_one_fused_node_per_laye
     import onnx
 
     from tfm_export.runtime.sources import source_batch
-    from tfm_export.runtime.rows import HostRows, open_rows
+    from tfm_export.runtime.states.host_rows import HostRows, open_rows
 
     graph = onnx.load(str(slots_export / "decoder_rows.onnx")).graph
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
@@ -212,7 +212,7 @@ def test_an_export_from_before_the_fused_rows_falls_back_to_static_rows(slots_ex
     import dataclasses
     import logging
 
-    from tfm_export.runtime.rows import HostRows, open_rows
+    from tfm_export.runtime.states.host_rows import HostRows, open_rows
 
     model = open_export(slots_export, "cpu", RuntimeOptions(cuda_graph=True))
     manifest = model.cache.manifest
@@ -221,7 +221,7 @@ def test_an_export_from_before_the_fused_rows_falls_back_to_static_rows(slots_ex
     old = dataclasses.replace(entry, spec=dataclasses.replace(entry.spec, outputs=old_outputs))
     monkeypatch.setattr(model.cache, "manifest", dataclasses.replace(manifest, graphs={**manifest.graphs,
                                                                                        "decoder_rows": old}))
-    with caplog.at_level(logging.WARNING, logger="tfm_export.runtime.rows"):
+    with caplog.at_level(logging.WARNING, logger="tfm_export.runtime.states.host_rows"):
         rows = open_rows(model.cache, 2, 16)
     assert isinstance(rows, RowBatch) and not isinstance(rows, HostRows)
     assert "re-export it for the fused in-place rows" in caplog.text

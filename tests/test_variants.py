@@ -20,8 +20,8 @@ from tfm_export.export.graphs import DecoderGraph, EncoderGraph, StaticDecoderGr
 from tfm_export.model.presets import init_model
 from tfm_export.runtime import Device, RuntimeOptions, open_export
 from tfm_export.runtime.device import session_providers
-from tfm_export.runtime.cache import GrowingCache
-from tfm_export.runtime.static import StaticCache, cuda_graph_device
+from tfm_export.runtime.states.growing import GrowingCache
+from tfm_export.runtime.states.static import StaticCache, cuda_graph_device
 
 from conftest import has_cuda_gpu
 from helpers import run_cli, run_cli_ok
@@ -81,7 +81,7 @@ def test_optimized_static_export_has_fused_in_flight_rows(tiny_checkpoint, tiny_
     """--optimize --cuda-graph keeps decoder_rows.onnx (the server's in-flight rows on CPU), fused like
     the others, and its rows decode like the plain export; int8 keeps decoder_static alone, and the
     runtime checks report (not fail) its rows, whose activation scales span the batch."""
-    from tfm_export.runtime.rows import open_rows
+    from tfm_export.runtime.states.host_rows import open_rows
     from tfm_export.runtime.verify import greedy_in_rows
     from tfm_export.runtime.verify import format_verification, verify_export
 
@@ -269,7 +269,7 @@ def test_static_cache_export_is_validated_and_decodes_the_same(static32, tiny_ex
 
 
 def test_static_decoder_keeps_a_bounded_number_of_buffer_sets(static32):
-    from tfm_export.runtime.static import MAX_SLOT_SETS
+    from tfm_export.runtime.states.static import MAX_SLOT_SETS
 
     out = static32[0]
     static = open_export(out, device="cpu", options=RuntimeOptions(cuda_graph=True))

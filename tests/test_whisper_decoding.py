@@ -1,4 +1,4 @@
-"""Whisper decoding (runtime.whisper, whisper_search, whisper_longform) against transformers' own code.
+"""Whisper decoding (runtime.speech.prompt, whisper_search, whisper_longform) against transformers' own code.
 
 Everything is built from dicts on a small made-up vocabulary laid out as Whisper's (text, EOS, SOT,
 languages, tasks, <|startoftranscript|>... <|notimestamps|>, then the timestamps); nothing is downloaded.
@@ -29,15 +29,15 @@ from transformers.models.whisper.generation_whisper import WhisperGenerationMixi
 from transformers.models.whisper.tokenization_whisper import WhisperTokenizer
 
 from tfm_export.errors import InputError, ManifestError
-from tfm_export.runtime.decoding import run
-from tfm_export.runtime.generation import GenerationConfig
-from tfm_export.runtime.whisper import WhisperSettings, init_tokens, language_id, max_new_tokens, prompt_prefix
-from tfm_export.runtime.whisper_logits import (detect_language, language_probs, suppress, suppress_at_begin,
-                                               timestamp_rules, whisper_process)
-from tfm_export.runtime.whisper_longform import (Fallback, Segment, Window, cache_runner, compression_ratio, offsets,
-                                                 split_segments, transcribe, window_config, window_decoder,
-                                                 window_prompt)
-from tfm_export.runtime.whisper_search import LanguageDetector, prompts_for, whisper_strategy
+from tfm_export.runtime.decode.loop import run
+from tfm_export.runtime.options.generation import GenerationConfig
+from tfm_export.runtime.speech.prompt import WhisperSettings, init_tokens, language_id, max_new_tokens, prompt_prefix
+from tfm_export.runtime.speech.rules import (detect_language, language_probs, suppress, suppress_at_begin,
+                                             timestamp_rules, whisper_process)
+from tfm_export.runtime.speech.longform import (Fallback, Segment, Window, cache_runner, compression_ratio, offsets,
+                                                split_segments, transcribe, window_config, window_decoder,
+                                                window_prompt)
+from tfm_export.runtime.speech.search import LanguageDetector, prompts_for, whisper_strategy
 from whisper_fixtures import generate_segments
 
 EOS, SOT, TRANSLATE, TRANSCRIBE, PREV, NOSPEECH, NTS = 50, 51, 57, 58, 60, 61, 62
@@ -490,7 +490,7 @@ GENERATE_CASES = [  # (language, task, timestamps, num_beams, bias of the EOS lo
 
 @pytest.mark.parametrize("language,task,timestamps,beams,eos_bias,prompt", GENERATE_CASES)
 def test_strategies_equal_generate(tiny_whisper, language, task, timestamps, beams, eos_bias, prompt):
-    """Our strategies stepped through runtime.decoding.run equal generate's single window token for token
+    """Our strategies stepped through runtime.decode.loop.run equal generate's single window token for token
     (force_unique_generate_call: the first window's whole decoder ids), its detected language, and, greedy,
     its average log-probability (`_retrieve_avg_logprobs` on generate's scores) and <|nospeech|> probability."""
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""Word timestamps (runtime.alignment, runtime.whisper_words): the pieces against transformers' own functions, the
+"""Word timestamps (runtime.speech.alignment, runtime.speech.words): the pieces against transformers' own functions, the
 CLI's --word-timestamps, and the refusals. Parity of the times on real speech: tests/test_whisper_trained.py."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from transformers.models.whisper.tokenization_whisper import _combine_tokens_int
 from helpers import run_cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
-from tfm_export.runtime.alignment import dtw, median_filter, token_times, words  # noqa: E402
+from tfm_export.runtime.speech.alignment import dtw, median_filter, token_times, words  # noqa: E402
 
 DIGITS = "models/whisper-digits"  # a published-style tokenizer (byte-level BPE, Whisper's special tokens)
 

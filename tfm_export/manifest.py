@@ -127,7 +127,7 @@ class Manifest:
 
     config: TransformerConfig
     # encoder, decoder, and decoder_static when exported; a module export (export.module_export): encoder and
-    # decoder_nocache (no cache: the whole prefix each step), or encoder alone (runtime.nocache)
+    # decoder_nocache (no cache: the whole prefix each step), or encoder alone (runtime.states.nocache)
     graphs: dict[str, GraphEntry]
     variant: Variant = Variant()
     tokenizer: dict[str, Any] | None = None  # text.tokenizer's dict form
@@ -135,7 +135,7 @@ class Manifest:
     source: dict[str, Any] = field(default_factory=dict)  # checkpoint file name, layout, options
     created_by: dict[str, str | None] = field(default_factory=dict)  # package versions
     validation: dict[str, Any] | None = None  # export.validate's report
-    # Default decoding settings (runtime.generation.GenerationConfig fields, e.g. a Marian folder's
+    # Default decoding settings (runtime.options.generation.GenerationConfig fields, e.g. a Marian folder's
     # num_beams); None: greedy. Absent from exports made before it (the schema allows both).
     generation: dict[str, Any] | None = None
     # Files copied beside the graphs (a tokenizer's models) -> sha256, so that replacing the export
@@ -145,7 +145,7 @@ class Manifest:
     # preprocessor_config.json as audio.features.FeatureConfig.to_dict() writes it. None: a token encoder.
     features: dict[str, Any] | None = None
     # How a speech model decodes (Whisper): generation_config.json's Whisper keys as
-    # runtime.whisper.WhisperSettings.to_dict() writes them (prompt tokens, languages, timestamp rules).
+    # runtime.speech.prompt.WhisperSettings.to_dict() writes them (prompt tokens, languages, timestamp rules).
     # None: not a speech model, or an export made before it.
     speech: dict[str, Any] | None = None
     # How a frames encoder's frames are computed from audio (filterbank.Filterbank: Kaldi's filterbank),

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..errors import ConfigError
 from ..model.transformer import Transformer
 from ..runtime.exported import DecodeTimings
-from ..runtime.generation import GenerationConfig
+from ..runtime.options.generation import GenerationConfig
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 

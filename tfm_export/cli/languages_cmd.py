@@ -44,7 +44,7 @@ def languages_command(folder: Path, as_json: bool) -> None:
 
 def _speech_languages(speech: dict, as_json: bool) -> None:
     """A Whisper export's languages: {"spoken": codes, "translate_into": "en" or null} with --json."""
-    from ..runtime.whisper import WhisperSettings
+    from ..runtime.speech.prompt import WhisperSettings
 
     settings = WhisperSettings.from_dict(speech)
     spoken, translates = settings.language_codes(), settings.translates()

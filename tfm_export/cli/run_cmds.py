@@ -91,7 +91,7 @@ WORDS = {"true": True, "false": False}  # a boolean option with choices (early_s
 
 
 class GenerateCommand(click.Command):
-    """`generate`: its decoding flags are made from runtime.generation.OPTIONS when first needed (parsing,
+    """`generate`: its decoding flags are made from runtime.options.generation.OPTIONS when first needed (parsing,
     --help), so that the other commands start without importing the runtime (numpy, onnxruntime)."""
 
     decoding_added = False
@@ -105,8 +105,8 @@ class GenerateCommand(click.Command):
 
 def decoding_flags() -> list[click.Option]:
     """A flag per decoding option that the CLI takes (GenerationConfig; unset: the export's defaults)."""
-    from ..runtime.generation import OPTIONS
-    from ..runtime.option_spec import render_help
+    from ..runtime.options.generation import OPTIONS
+    from ..runtime.options.spec import render_help
 
     flags = {o.name: o.cli or o.name for o in OPTIONS}  # how help texts name other options
     return [_flag(o, render_help(o.help, flags.__getitem__)) for o in OPTIONS if o.cli]
@@ -130,7 +130,7 @@ def _flag(option: Any, help: str) -> click.Option:
 def generation_config(model: Any, options: dict[str, Any], greedy: bool) -> Any:
     """Click's values -> the GenerationConfig to decode with (None values: the export's default, or
     plain greedy's with --greedy)."""
-    from ..runtime.generation import GREEDY, OPTIONS
+    from ..runtime.options.generation import GREEDY, OPTIONS
 
     config = model.generation_config(GREEDY if greedy else None, **options)
     # A sampling flag without sampling would be ignored without a word (transformers only warns): refuse it.
@@ -227,7 +227,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
 def _decode(model: Any, sources: list[list[int]], config: Any) -> list[list[Any]]:
     """Hypotheses per source; plain greedy keeps the fast loop (CUDA graphs), which gives ids without scores."""
     if config.is_greedy:
-        from ..runtime.generation import Hypothesis
+        from ..runtime.options.generation import Hypothesis
 
         return [[Hypothesis(ids, float("nan"))] for ids in model.generate_ids(sources, config=config)]
     return model.generate(sources, config)

@@ -1,5 +1,5 @@
-"""`tfm-export transcribe FOLDER AUDIO...`: speech to text with a Whisper export (runtime.speech) or a frames
-model exported with a filterbank (runtime.frames_speech); runtime.transcribe picks by the manifest."""
+"""`tfm-export transcribe FOLDER AUDIO...`: speech to text with a Whisper export (runtime.speech.whisper) or a frames
+model exported with a filterbank (runtime.speech.frames); runtime.speech.transcribe picks by the manifest."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     from ..files import output_files, write_file_atomically
     from ..runtime import RuntimeOptions, open_export
     from ..audio import check_files
-    from ..runtime.speech import TRANSCRIPT_FORMATS
+    from ..runtime.speech.whisper import TRANSCRIPT_FORMATS
 
     if as_json and out_format not in ("txt", "json"):  # --json is --format json: the other would be ignored
         raise click.UsageError(f"--json is --format json; pick it or --format {out_format}")

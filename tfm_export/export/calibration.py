@@ -124,7 +124,7 @@ def _encoder_linears(model: Transformer, source: torch.Tensor) -> set[str]:
 def _decoded(model: Transformer, checkpoint: Checkpoint, sources: Sequence[str]) -> list[tuple[Any, Any]]:
     """(source ids (1, src_len), decoder inputs (1, 1 + output length)) of each source, its output greedy."""
     from ..model.eager import EagerModel
-    from ..runtime.generation import GenerationConfig
+    from ..runtime.options.generation import GenerationConfig
 
     eager = EagerModel(model, "cpu", checkpoint.tokenizer, checkpoint.meta.get("tokenizer_folder"),
                        GenerationConfig.from_dict(checkpoint.meta.get("generation_defaults")))

@@ -1,11 +1,11 @@
 """Validation's decoding checks: the export's tokens against eager PyTorch's on the same sources.
 
 Two comparisons, each asking for its decoding by name (never the export's defaults by accident):
-- greedy: the runtime's plain greedy ids (runtime.generation.GREEDY) against eager greedy decoding,
+- greedy: the runtime's plain greedy ids (runtime.options.generation.GREEDY) against eager greedy decoding,
   and with a static-cache decoder, its rows against the growing cache's;
 - default: when the export's `generation` section decodes otherwise (a Marian folder's 4 beams, say),
   the runtime's default decoding against an eager reference of the same settings: the plain beam
-  search oracle (model.beam_oracle, which shares no code with runtime.beam) for beam search, the
+  search oracle (model.beam_oracle, which shares no code with runtime.decode.beam) for beam search, the
   eager runner of the same search loop for sampling and greedy with processors.
 
 Beam search compares in two halves, because it is chaotic where hypotheses score alike (a random
@@ -32,7 +32,7 @@ from ..model.generate import greedy_decode
 from ..model.transformer import Transformer
 from ..runtime import GREEDY, GenerationConfig, RuntimeOptions, open_export
 from ..runtime.sources import float_source
-from ..runtime.static import static_slots
+from ..runtime.states.static import static_slots
 from .specs import encoder_input
 
 GREEDY_SOURCES = 16
@@ -121,7 +121,7 @@ def _same_hypotheses(got: list[Any], want: list[Any]) -> bool:
 
 
 class _Recording:
-    """A runtime.decoding.Observer recording each row's logits by (source, prefix): the oracle decides on
+    """A runtime.decode.loop.Observer recording each row's logits by (source, prefix): the oracle decides on
     them. A source's beams share their first prefixes: one copy each."""
 
     def __init__(self, expand: int):

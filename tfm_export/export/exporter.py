@@ -301,7 +301,7 @@ def _graph_specs(options: ExportOptions, config: TransformerConfig) -> dict[str,
             and not config.relative_buckets)
     wanted = {"decoder_static": options.static_cache, "decoder_rows": rows}
     extra = {k: functools.partial(v, slots=options.static_slots) for k, v in EXTRA_GRAPH_SPECS.items() if wanted[k]}
-    # Whisper's alignment heads: the graph that times tokens for word timestamps (runtime.alignment)
+    # Whisper's alignment heads: the graph that times tokens for word timestamps (runtime.speech.alignment)
     aligned = {ALIGNMENT_NAME: alignment_spec} if config.alignment_heads else {}
     return {**GRAPH_SPECS, **extra, **aligned}
 

@@ -11,7 +11,7 @@ exported from the live module instead. The user passes the module and
 
 plus the special ids and sizes. Both graphs are traced by torch.onnx (dynamo) with dynamic batch and
 lengths; the decoder graph has no cache: it reads the whole prefix every step, as `decode` does
-(runtime.nocache runs it through the one decode driver). Validation compares ONNX Runtime with the
+(runtime.states.nocache runs it through the one decode driver). Validation compares ONNX Runtime with the
 callables in eager mode (outputs over a grid of shapes; greedy and beam tokens through the same
 strategies), then the folder is written atomically with its manifest. The CLI reaches this with
 `tfm-export MODEL.pt --trust-pickle --adapter package.module:object` (`load_adapter`).
@@ -161,7 +161,7 @@ def export_module(module: nn.Module, encode: Encode, decode: Decode | None = Non
 def _config(graphs: Graphs, src_vocab: int, tgt_vocab: int | None, max_len: int, bos: int | None, eos: int | None,
             src_pad: int, tgt_pad: int | None) -> TransformerConfig:
     """The manifest's config: the vocabulary sizes, max_len and special ids describe the model; the
-    architecture fields only say the width of the memory (runtime.nocache reads none of them)."""
+    architecture fields only say the width of the memory (runtime.states.nocache reads none of them)."""
     if graphs.decoder is not None:
         gen = torch.Generator().manual_seed(1)
         src, mask = graphs.example_source(2, 3, gen, src_vocab)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..config import TransformerConfig
 from ..errors import ConfigError, ExportError, first_line
 from ..manifest import GraphSpec, TensorSpec
-from ..runtime.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
+from ..runtime.states.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
 
 Encode = Callable[[nn.Module, Tensor, Tensor], Any]  # (model, src_ids, src_mask) -> memory / outputs
 Decode = Callable[[nn.Module, Tensor, Tensor, Tensor], Tensor]  # (model, tgt_ids, memory, src_mask) -> logits

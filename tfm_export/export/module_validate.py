@@ -16,8 +16,8 @@ from ..config import TransformerConfig
 from ..errors import ValidationError
 from ..manifest import Manifest
 from ..runtime.api import GenerateMixin
-from ..runtime.generation import GenerationConfig
-from ..runtime.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
+from ..runtime.options.generation import GenerationConfig
+from ..runtime.states.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
 from ..runtime.sources import source_batch
 from .module_graphs import Decode, DecoderGraph, Encode, EncoderGraph, Graphs
 
@@ -136,7 +136,7 @@ def validate_module(folder: Path, manifest: Manifest, graphs: Graphs, atol: floa
 
 
 class _AlongThePaths:
-    """A runtime.decoding.Observer of the ONNX decode: each step, the callables' logits for the same prefixes
+    """A runtime.decode.loop.Observer of the ONNX decode: each step, the callables' logits for the same prefixes
     (row r of source r // beams) against ORT's; `worst` is the largest difference."""
 
     def __init__(self, eager: EagerModule, sources: Sequence[Sequence[int]], beams: int):

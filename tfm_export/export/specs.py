@@ -100,7 +100,7 @@ ALIGNMENT_NAME = "alignment"
 def alignment_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
     """The decoder over whole token sequences (no cache) -> the cross-attention weights of config.alignment_heads,
     (batch, heads, tgt_len, src_len) float32: what times each token in the audio (Whisper's word timestamps,
-    runtime.alignment). Row t is the attention while input_ids[t] is read, softmaxed over every source position."""
+    runtime.speech.alignment). Row t is the attention while input_ids[t] is read, softmaxed over every source position."""
     h, d, layers, src_len = config.n_heads, config.head_dim, range(config.n_decoder_layers), config.src_len or "src_len"
     inputs = [TensorSpec("input_ids", "int64", ("batch", "tgt_len")),
               TensorSpec("src_mask", "bool", ("batch", src_len))]
@@ -140,7 +140,7 @@ def static_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots
 def rows_decoder_spec(config: TransformerConfig, dtype: str = "float32", slots: int | None = None) -> GraphSpec:
     """decoder_static's step through ONNX Runtime's fused GroupQueryAttention (kv_cache.RowCache): the
     same inputs and outputs, but `present.*` may be bound to its `past.*` memory, and then the step
-    writes slot cache_len[b] in place (runtime.rows: in-flight batching on CPU, where copying the
+    writes slot cache_len[b] in place (runtime.states.host_rows: in-flight batching on CPU, where copying the
     cache into a second buffer every step cost a third of the step). Unbound, the slots after
     cache_len[b] of `present.*` are unspecified."""
     static = static_decoder_spec(config, dtype, slots)

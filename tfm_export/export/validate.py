@@ -20,7 +20,7 @@ from .validation_report import failure_message
 from .graphs import AlignmentGraph, DecoderGraph, EncoderGraph, RowsDecoderGraph, StaticDecoderGraph
 from .specs import ALIGNMENT_NAME
 from ..manifest import Manifest, load_manifest
-from ..runtime.static import static_slots
+from ..runtime.states.static import static_slots
 from ..model.transformer import Transformer
 
 log = logging.getLogger(__name__)

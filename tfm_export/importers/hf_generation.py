@@ -31,15 +31,15 @@ UNSUPPORTED_GENERATION = {
     "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
     "num_beam_groups": 1, "diversity_penalty": 0.0, "constraints": None, "force_words_ids": None,
 }
-# transformers' defaults where they differ from runtime.generation.GenerationConfig's (its top_k 0 is off).
+# transformers' defaults where they differ from runtime.options.generation.GenerationConfig's (its top_k 0 is off).
 TRANSFORMERS_DEFAULTS = {"top_k": 50}
 
 
 def reproduced() -> tuple[tuple[str, ...], dict[str, Any]]:
-    """The settings of transformers' GenerationConfig that runtime.generation.GenerationConfig reproduces
+    """The settings of transformers' GenerationConfig that runtime.options.generation.GenerationConfig reproduces
     under the same names (each option declares it: `transformers=`); they become the export's default
     decoding. The sampling ones count only with do_sample (-> transformers' default when unset)."""
-    from ..runtime.generation import OPTIONS
+    from ..runtime.options.generation import OPTIONS
 
     always = tuple(o.name for o in OPTIONS if o.transformers == "always")
     sampling = {o.name: TRANSFORMERS_DEFAULTS.get(o.name, o.default) for o in OPTIONS if o.transformers == "sampling"}
@@ -80,7 +80,7 @@ def generation_report(generation: dict[str, Any], eos_id: int | None = None,
 def generation_defaults(generation: dict[str, Any], max_len: int, eos_id: int) -> dict[str, Any]:
     """The reproduced settings that the folder sets, in our names (see the module docstring); lengths
     are capped to what the model's `max_len` positions hold."""
-    from ..runtime.generation import GenerationConfig
+    from ..runtime.options.generation import GenerationConfig
 
     always, sampling = reproduced()
     given = {**generation, **_lengths(generation)}

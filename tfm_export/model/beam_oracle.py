@@ -1,10 +1,10 @@
-"""A plain eager beam search: the slow oracle that runtime.beam (and an export's default decoding) is
+"""A plain eager beam search: the slow oracle that runtime.decode.beam (and an export's default decoding) is
 checked against.
 
 One source at a time, no KV cache (the whole target prefix goes through the decoder every step),
-Python lists for beams and hypotheses, and the rules of transformers' beam search (runtime.beam's
+Python lists for beams and hypotheses, and the rules of transformers' beam search (runtime.decode.beam's
 docstring) written one by one. The logits processors (min_new_tokens, forced BOS/EOS, repetition
-penalty, n-gram bans, bans) are runtime.processors' `process`, tested on their own against
+penalty, n-gram bans, bans) are runtime.decode.processors' `process`, tested on their own against
 transformers'; everything after them (candidates, finished slots, stopping) is written here again.
 
 `given(source, prefix)` may supply the logits of a prefix (another runner's, recorded as it
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..runtime.generation import GenerationConfig, Hypothesis
-from ..runtime.processors import log_softmax, process
+from ..runtime.options.generation import GenerationConfig, Hypothesis
+from ..runtime.decode.processors import log_softmax, process
 from .transformer import Transformer
 
 NEG = -1e9  # transformers' offset for excluded candidates and empty slots

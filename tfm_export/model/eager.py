@@ -11,9 +11,9 @@ import torch
 
 from .checkpoint import Checkpoint
 from ..runtime.api import GenerateMixin
-from ..runtime.decoding import DecoderCache
+from ..runtime.decode.loop import DecoderCache
 from ..runtime.device import device_kind
-from ..runtime.generation import GenerationConfig
+from ..runtime.options.generation import GenerationConfig
 from ..runtime.sources import float_source, source_batch
 from ..errors import DeviceError
 from .generate import EagerCache

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..runtime.decoding import DecodeTimings, run
+from ..runtime.decode.loop import DecodeTimings, run
 from ..runtime.sources import resolve_max_new_tokens, trim
-from ..runtime.strategies import Greedy
+from ..runtime.decode.strategies import Greedy
 from ..errors import InputError
 from .transformer import Transformer
 
@@ -23,7 +23,7 @@ def check_ids(ids: Tensor, vocab_size: int, what: str) -> None:
 
 
 class EagerCache:
-    """The eager model's growing KV cache as a runtime.decoding.DecoderCache (on the model's device)."""
+    """The eager model's growing KV cache as a runtime.decode.loop.DecoderCache (on the model's device)."""
 
     lock = nullcontext()  # each call keeps its own cache
 
@@ -37,7 +37,7 @@ class EagerCache:
 
 
 class EagerState:
-    """A runtime.decoding.DecoderState on PyTorch: the strategies read the logits on the host (no device head)."""
+    """A runtime.decode.loop.DecoderState on PyTorch: the strategies read the logits on the host (no device head)."""
 
     device_top = False
 
@@ -81,7 +81,7 @@ def greedy_decode(model: Transformer, source: Tensor, max_new_tokens: int | None
 
     Rows stop at EOS (`stop_at_eos`); the batch stops when every row has. With
     `stop_at_eos=False` every row gets exactly `max_new_tokens` ids (benchmarks, which pass `timings`).
-    The loop and its bookkeeping are the ONNX runtime's (runtime.decoding.decode with its Greedy strategy).
+    The loop and its bookkeeping are the ONNX runtime's (runtime.decode.loop.decode with its Greedy strategy).
     """
     cfg = model.config
     if cfg.source != "tokens":  # float features or frames, checked by the runners (runtime.sources)

@@ -3,7 +3,7 @@
 `row_attention` is a torch custom op so that the exporter can write it as ONNX Runtime's fused
 `com.microsoft.GroupQueryAttention` (export.contrib): that kernel writes each row's new key/value
 into slot `cache_len[b]` of the cache *in place* when the runtime binds the present cache to the
-past cache's memory (runtime.rows.HostRows), and attends only over the slots each row has filled.
+past cache's memory (runtime.states.host_rows.HostRows), and attends only over the slots each row has filled.
 Written as plain ONNX ops, the same step either copies the whole cache every step (decoder_static:
 a third of a step on CPU) or runs about ten small ops per layer (transformer-base, batch 16: a
 fifth of the step, against under a tenth fused).

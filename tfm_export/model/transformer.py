@@ -173,7 +173,7 @@ class Transformer(nn.Module):
     def project(self, hidden: Tensor) -> Tensor:
         """Output logits (..., tgt_vocab), as the model computes them: banned ids are not masked here.
 
-        The ban belongs after the log-softmax (runtime.processors, as transformers' bad_words_ids):
+        The ban belongs after the log-softmax (runtime.decode.processors, as transformers' bad_words_ids):
         masked here, every beam score would leave out the banned ids' probability mass, and a
         repetition penalty would scale log-probabilities that transformers does not see."""
         # A MatMul with the weight transposed once (constant-folded at export), not nn.Linear: on the

@@ -10,7 +10,7 @@
 
 from .device import Device, RuntimeOptions, parse_device
 from .exported import DecodeTimings, ExportedModel, open_export
-from .generation import GREEDY, GenerationConfig, Hypothesis
+from .options.generation import GREEDY, GenerationConfig, Hypothesis
 
 __all__ = ["DecodeTimings", "Device", "ExportedModel", "GREEDY", "GenerationConfig", "Hypothesis", "RuntimeOptions",
            "open_export", "parse_device"]

@@ -2,8 +2,8 @@
 
 A runner (runtime.exported.ExportedModel, model.eager.EagerModel) provides its config, default
 `generation` settings, tokenizer, `source_input` (ids -> its encoder input) and `cache_for` (the
-runtime.decoding.DecoderCache a decode runs on); this mixin turns options into a GenerationConfig,
-picks the strategy (runtime.strategies) and runs the one driver (runtime.decoding.decode). Torch-free.
+runtime.decode.loop.DecoderCache a decode runs on); this mixin turns options into a GenerationConfig,
+picks the strategy (runtime.decode.strategies) and runs the one driver (runtime.decode.loop.decode). Torch-free.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
-from .decoding import DecodeTimings, DecoderCache, Observer, decode, run
-from .generation import GenerationConfig, Hypothesis
+from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
+from .options.generation import GenerationConfig, Hypothesis
 from .sources import resolve_max_new_tokens, trim
-from .strategies import Greedy, strategy_for
+from .decode.strategies import Greedy, strategy_for
 
 
 class GenerateMixin:
@@ -58,7 +58,7 @@ class GenerateMixin:
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
         these sources are the rows from row_offset on of a larger call, whose samples they reproduce
         (a server decoding one source of a request alone). `observer` watches every step
-        (runtime.decoding.Observer: export validation records the logits)."""
+        (runtime.decode.loop.Observer: export validation records the logits)."""
         config = self.generation_config(config, **options)
         src, steps = self.source_input(sources), self.steps_for(config)
         strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)

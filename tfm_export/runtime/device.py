@@ -53,7 +53,7 @@ class RuntimeOptions:
     # With the static-cache decoder: beam search and sampling use it too when their tokens fit its slots
     # (on CUDA their steps replay CUDA graphs as well). The server turns it off: its decode thread replays
     # the in-flight rows' graphs while its search lane decodes, and a new capture forbids any other
-    # thread's GPU work (runtime.row_batch.RowBatch.capture).
+    # thread's GPU work (runtime.states.rows.RowBatch.capture).
     static_search: bool = True
     # Idle intra-op threads spin for work between ops: fastest on dedicated cores, but on a shared or
     # oversubscribed machine the spinning steals the cores the other threads need (see BENCHMARKS.md).

@@ -1,8 +1,8 @@
 """Decoding an export folder on ONNX Runtime, with the KV cache kept on the device.
 
-Every decode runs under the one driver of runtime.decoding on the cache chosen when the folder is
-opened: the growing cache of decoder.onnx (runtime.cache), or the static one of decoder_static.onnx,
-replayed as CUDA graphs on CUDA (runtime.static). With the static cache, beam search and sampling use
+Every decode runs under the one driver of runtime.decode.loop on the cache chosen when the folder is
+opened: the growing cache of decoder.onnx (runtime.states.growing), or the static one of decoder_static.onnx,
+replayed as CUDA graphs on CUDA (runtime.states.static). With the static cache, beam search and sampling use
 it too when their tokens fit its slots (RuntimeOptions.static_search), else the growing cache; both
 reorder beam rows on the device. The methods (generate, generate_ids, translate, stream) are
 runtime.api's. Torch-free.
@@ -24,15 +24,15 @@ from ..config import TransformerConfig
 from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from .checks import check_sessions
-from .cache import GrowingCache
-from .nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
+from .states.growing import GrowingCache
+from .states.nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
 from .api import GenerateMixin
-from .decoding import DecodeTimings, DecoderCache
-from .generation import GenerationConfig
+from .decode.loop import DecodeTimings, DecoderCache
+from .options.generation import GenerationConfig
 from .sources import feature_batch, float_source, source_batch  # feature_batch: re-exported (its former home)
 from .device import Device, RuntimeOptions, open_sessions
-from .static import GRAPH_NAME as STATIC_GRAPH
-from .static import StaticCache, open_static
+from .states.static import GRAPH_NAME as STATIC_GRAPH
+from .states.static import StaticCache, open_static
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class ExportedModel(GenerateMixin):
         self.folder, self.manifest, self.device = folder, manifest, device
         self.config: TransformerConfig = manifest.config
         self.encoder, self.decoder = sessions["encoder"], sessions.get("decoder")
-        # A module export (runtime.nocache): a decoder without a cache, or none (encoder-only).
+        # A module export (runtime.states.nocache): a decoder without a cache, or none (encoder-only).
         self.nocache = (NoCacheCache(self.encoder, sessions[runtime_graphs(manifest)[1]], manifest)
                         if is_module_export(manifest) and len(sessions) > 1 else None)
         self.growing = None if is_module_export(manifest) else GrowingCache(
@@ -116,7 +116,7 @@ class ExportedModel(GenerateMixin):
 
     def run(self, sources: Sequence[Sequence[int]]) -> dict[str, Any]:
         """An encoder-only export's outputs (numpy arrays by name) for token-id sources, padded into one
-        batch (runtime.nocache.run_encoder)."""
+        batch (runtime.states.nocache.run_encoder)."""
         if "decoder" in self.manifest.graphs or self.nocache is not None:
             raise InputError("this export has a decoder; decode with `tfm-export generate` (model.translate), "
                              "not run")
@@ -127,11 +127,11 @@ class ExportedModel(GenerateMixin):
                    max_seconds: float | None = 3600.0, max_new_tokens: int | None = None,
                    on_text: Any = None, **options: Any) -> dict[str, Any]:
         """A speech export: speech (a path, bytes or float32 samples at 16 kHz) -> {text, language,
-        segments, ids}. Whisper: window by window (runtime.speech.transcribe; `on_text`: the text so far
-        after each); a frames model: its filterbank's frames, decoded whole (runtime.frames_speech, which
+        segments, ids}. Whisper: window by window (runtime.speech.whisper.transcribe; `on_text`: the text so far
+        after each); a frames model: its filterbank's frames, decoded whole (runtime.speech.frames, which
         refuses language, task other than transcribe, timestamps and prompt). `options`: the transcription's
-        own (runtime.speech.transcribe's `runner`)."""
-        from .transcribe import transcribe
+        own (runtime.speech.whisper.transcribe's `runner`)."""
+        from .speech.transcribe import transcribe
 
         return transcribe(self, audio, language=language, task=task, timestamps=timestamps, num_beams=num_beams,
                           prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens, on_text=on_text,

@@ -3,8 +3,8 @@
 The scheduler's half of continuous batching (serve.batcher.InflightBatcher adds the threads, the
 queue and the jobs): a group is one request's rows, one for greedy decoding and one sample, k for a
 beam search of k beams (or k samples of one source), and every row of every group takes the same
-decoder step of one runtime.row_batch.Rows. Each group decides its next ids with the strategy a
-direct call of its request would use (runtime.strategies.strategy_for, one source: `Greedy` on the
+decoder step of one runtime.states.rows.Rows. Each group decides its next ids with the strategy a
+direct call of its request would use (runtime.decode.strategies.strategy_for, one source: `Greedy` on the
 graph's own argmax, `TokenPicker`, `BeamSearch`), reading its rows of the step through `GroupView`;
 a beam group's cache rows are then gathered in its beams' order, one gather for every group.
 
@@ -26,12 +26,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import TransformerConfig
-from .beam import BeamSearch
-from .decoding import moved
-from .generation import GenerationConfig, Hypothesis
-from .processors import BiasKey
-from .row_batch import Rows
-from .strategies import Greedy, Picker, TokenPicker, strategy_for
+from .decode.beam import BeamSearch
+from .decode.loop import moved
+from .options.generation import GenerationConfig, Hypothesis
+from .decode.processors import BiasKey
+from .states.rows import Rows
+from .decode.strategies import Greedy, Picker, TokenPicker, strategy_for
 
 Top = tuple[np.ndarray, np.ndarray]  # a group's rows' best log-probabilities and their ids
 
@@ -102,7 +102,7 @@ class StepOutputs:
 
 @dataclass
 class GroupView:
-    """A runtime.decoding.StepView of one group's rows."""
+    """A runtime.decode.loop.StepView of one group's rows."""
 
     outputs: StepOutputs
     group: RowGroup

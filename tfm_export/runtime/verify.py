@@ -20,10 +20,10 @@ from ..errors import ValidationError
 from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
-from .generation import GREEDY
+from .options.generation import GREEDY
 from .inflight import decode_in_flight
-from .rows import open_rows
-from .static import StaticCache, static_slots
+from .states.host_rows import open_rows
+from .states.static import StaticCache, static_slots
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
 
 def greedy_in_rows(cache: StaticCache, src: np.ndarray, steps: int) -> list[list[int]]:
     """Greedy ids of `src` (the encoder input of a batch: ExportedModel.source_input) decoded as the server's
-    in-flight rows (runtime.rows.open_rows, stepped by runtime.inflight's loop), trimmed at EOS: how an
+    in-flight rows (runtime.states.host_rows.open_rows, stepped by runtime.inflight's loop), trimmed at EOS: how an
     export's checks prove that they decode like decoder.onnx."""
     rows = open_rows(cache, src.shape[0], cache.config.src_len or src.shape[1])
     return decode_in_flight(rows, src, steps, GREEDY, cache.config)

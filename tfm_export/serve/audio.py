@@ -5,10 +5,10 @@ for api.openai.com) work unchanged:
                                     temperature?, timestamp_granularities[]?, stream?
     POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?
 
-Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech):
+Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech.whisper):
 json {"text", "usage"}; text the text; verbose_json {"task", "language", "duration", "text", "segments":
 [{"id", "seek", "start", "end", "text", "tokens", ...}]}; srt and vtt the segments as subtitles
-(runtime.speech.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
+(runtime.speech.whisper.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
 with timestamps (segments with their times), json and text without. Where this differs from OpenAI's service:
 
 - `model` may be any name: a server serves one export (GET /v1/models lists it by its folder's name, serve.model_list).
@@ -18,7 +18,7 @@ with timestamps (segments with their times), json and text without. Where this d
   the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
   OpenAI's service for the same text; temperature is always 0.
 - `timestamp_granularities[]=word` (verbose_json): `words` [{word, start, end}] as OpenAI's, timed by the export's
-  alignment.onnx (runtime.whisper_words: transformers' token timestamps); an export without it is a 422.
+  alignment.onnx (runtime.speech.words: transformers' token timestamps); an export without it is a 422.
 - `stream=true` (transcriptions, json or text): server-sent events, one `transcript.text.delta` per 30 s
   window as it is decoded, then `transcript.text.done` with the whole text.
 - errors are this server's `{"error": one line, "field"|"limit"}` (serve.app); a recording the decoder
@@ -41,9 +41,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import AudioTooLong, TfmExportError
-from ..runtime.speech import to_srt, to_vtt
-from ..runtime.whisper import LANGUAGES
-from ..runtime.whisper_words import GRAPH as ALIGNMENT
+from ..runtime.speech.whisper import to_srt, to_vtt
+from ..runtime.speech.prompt import LANGUAGES
+from ..runtime.speech.words import GRAPH as ALIGNMENT
 from .engine import ServeSettings, audio_workers
 from .schemas import error_responses
 from .transcriber import Cancelled, Done, Recording, Transcriber
@@ -161,7 +161,7 @@ ERRORS = {"s400": "The body is not a multipart/form-data form with one file.",
           "s413": "The upload is over --max-upload-mb or the recording over --max-audio-seconds (`limit` names it).",
           "s422": "A bad or unknown field (`field`/`fields` name it), or a file the decoder cannot read (`file`)."}
 NUMBER, MAYBE_NUMBER = {"type": "number"}, {"type": ["number", "null"]}
-# A verbose_json segment: OpenAI's fields, with openai-whisper's values (runtime.speech.segment_fields)
+# A verbose_json segment: OpenAI's fields, with openai-whisper's values (runtime.speech.whisper.segment_fields)
 SEGMENT = {"type": "object", "required": ["id", "seek", "start", "end", "text", "tokens", "temperature",
                                           "avg_logprob", "compression_ratio", "no_speech_prob"], "properties": {
     "id": {"type": "integer"},

@@ -5,7 +5,7 @@ the runner's `generate` of the job's request decoded directly (`Job.row`: the so
 request, which seeds its sampling generators as in a direct call).
 
 - `InflightBatcher`: one running batch of `max_batch` rows over the static-cache decoder
-  (runtime.rows.open_rows). Each job takes a group of rows (runtime.inflight, which steps them): one
+  (runtime.states.host_rows.open_rows). Each job takes a group of rows (runtime.inflight, which steps them): one
   for greedy decoding and one sample, k for a beam search of k beams or k samples, whose strategies
   all share one decoder step; a beam group's cache rows are gathered in its beams' order. Between
   two steps, waiting jobs are encoded into free rows and join at the next step; while the next job
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, TfmExportError
-from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
+from ..runtime.options.generation import GREEDY, GenerationConfig, Hypothesis
 from ..runtime.inflight import InflightRows, RowGroup, group_width
 from ..runtime.sources import source_batch
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
@@ -47,7 +47,7 @@ class InflightBatcher(Engine):
     name = "inflight"
 
     def __init__(self, model: Any, config: EngineConfig = EngineConfig()):
-        from ..runtime.rows import open_rows, side_encoder
+        from ..runtime.states.host_rows import open_rows, side_encoder
 
         static = model.static_cache
         if static is None:
@@ -67,7 +67,7 @@ class InflightBatcher(Engine):
 
     @property
     def rows(self) -> Any:
-        """The decoder rows (runtime.row_batch.Rows) the groups are bound in."""
+        """The decoder rows (runtime.states.rows.Rows) the groups are bound in."""
         return self.batch.rows
 
     @rows.setter
@@ -86,7 +86,7 @@ class InflightBatcher(Engine):
     def start(self) -> "Engine":
         super().start()
         # The helpers start once the decode thread has captured its CUDA graphs: a capture fails if
-        # another thread of the process uses the GPU meanwhile (runtime.row_batch.RowBatch.capture).
+        # another thread of the process uses the GPU meanwhile (runtime.states.rows.RowBatch.capture).
         self._prepared.wait()
         self.lane.start()
         self.joiner.start()

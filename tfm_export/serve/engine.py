@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import InputError
-from ..runtime.generation import GenerationConfig
+from ..runtime.options.generation import GenerationConfig
 from .batcher import ENGINES, EngineConfig, RequestBatcher
 from .windows import WindowBatcher
 from .web import is_loopback
@@ -85,7 +85,7 @@ class ServeSettings:
 def has_static_decoder(folder: str) -> bool:
     """The export has decoder_static.onnx (made with --cuda-graph or --static-slots): in-flight batching."""
     from ..manifest import load_manifest
-    from ..runtime.static import GRAPH_NAME
+    from ..runtime.states.static import GRAPH_NAME
 
     return GRAPH_NAME in load_manifest(Path(folder), verify_hashes=False).graphs
 
@@ -114,7 +114,7 @@ def audio_workers(settings: ServeSettings) -> int:
 
 def check_batching(settings: ServeSettings) -> ServeSettings:
     """`settings`, when the export has what its batching needs (InputError naming the fix otherwise)."""
-    from ..runtime.static import GRAPH_NAME
+    from ..runtime.states.static import GRAPH_NAME
     from .module_exports import check_servable
 
     check_servable(settings.folder, settings.batching)  # a module export: encoder-only, no in-flight rows

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import InputError, TfmExportError
-from ..runtime.generation import GREEDY, GenerationConfig, Hypothesis
+from ..runtime.options.generation import GREEDY, GenerationConfig, Hypothesis
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ decode thread did it between two steps (transformer-base, 2 CPU cores: ~10 ms a 
 row advanced). While every row is busy, the `Joiner` takes the next jobs from its engine's queue and
 encodes each on its own thread, into a session with half the decoder's threads, while the rows
 step; when a row frees, the decode loop only copies the ready encoder outputs into it
-(runtime.row_batch.RowBatch.write). ORT releases the GIL while it runs, so the two threads overlap.
+(runtime.states.rows.RowBatch.write). ORT releases the GIL while it runs, so the two threads overlap.
 
 It stays at most AHEAD jobs ahead (a job it holds is out of the queue but not yet decoding), and it
 takes nothing while the next job fits the free rows (a beam search takes one row per beam): then

@@ -1,9 +1,9 @@
-"""What a server makes of the exports of a user's own module (export.module_export, runtime.nocache).
+"""What a server makes of the exports of a user's own module (export.module_export, runtime.states.nocache).
 
 A module export with a decoder (`decoder_nocache.onnx`: no KV cache, the whole prefix every step) is
 served with request-level batching (serve.batcher.RequestBatcher): requests that come within
 --window-ms are decoded together by `generate_ids` (greedy) or `generate` (beam search, sampling), i.e.
-through the one decode driver on runtime.nocache's state, so a served answer is the direct call's.
+through the one decode driver on runtime.states.nocache's state, so a served answer is the direct call's.
 In-flight batching is not offered: its rows are the static KV-cache rows of decoder_static.onnx, which
 such a decoder has no counterpart of (a row joining mid-batch would need its own prefix length).
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..manifest import Manifest, load_manifest
-from ..runtime.nocache import GRAPH_NAME, is_module_export
+from ..runtime.states.nocache import GRAPH_NAME, is_module_export
 
 NATIVE, NOCACHE, ENCODER_ONLY = "native", "nocache", "encoder-only"
 

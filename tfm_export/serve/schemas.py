@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from ..runtime.generation import OPTIONS
-from ..runtime.option_spec import BOUNDS, render_help
+from ..runtime.options.generation import OPTIONS
+from ..runtime.options.spec import BOUNDS, render_help
 
 
 def integral(value: Any) -> Any:
@@ -59,7 +59,7 @@ def option_field(option: Any) -> tuple[Any, Any]:
 
 
 # The request body: RequestFields, then the decoding options the server takes, as GenerationConfig
-# declares them (runtime.generation: same names, meanings and checks).
+# declares them (runtime.options.generation: same names, meanings and checks).
 TranslateRequest = create_model("TranslateRequest", __base__=RequestFields, __doc__=RequestFields.__doc__,
                                 **{o.name: option_field(o) for o in OPTIONS if o.serve})
 

@@ -1,8 +1,8 @@
 """Whole transcriptions off the event loop: a bounded pool of worker threads beside the decode engine.
 
 A recording is transcribed window by window, each window's start depending on the last one's timestamps
-(runtime.whisper_longform), so a recording runs on a worker thread here from start to end
-(runtime.speech.transcribe), `workers` recordings at once, `max_queue` more waiting; beyond that a 429
+(runtime.speech.longform), so a recording runs on a worker thread here from start to end
+(runtime.speech.whisper.transcribe), `workers` recordings at once, `max_queue` more waiting; beyond that a 429
 (QueueFull). Its windows are decoded by the server's in-flight window batch when the export has its
 static-cache decoder (serve.windows: the windows of all running recordings share each decoder step),
 else each alone on the worker (the growing cache's calls share nothing). Each window's text can be handed
@@ -28,7 +28,7 @@ __all__ = ["Cancelled", "Done", "Recording", "Transcriber"]
 
 @dataclass(frozen=True)
 class Recording:
-    """One recording to transcribe: runtime.speech.transcribe's arguments."""
+    """One recording to transcribe: runtime.speech.whisper.transcribe's arguments."""
 
     path: str  # the spooled upload
     name: str  # what errors call it (the client's file name, not the spool's)
@@ -89,7 +89,7 @@ class Transcriber:
 
     def _run(self, request: Recording, on_text: Callable[[str], None] | None, cancelled: Callable[[], bool]) -> Done:
         from ..audio import load_audio
-        from ..runtime.speech import speech_settings
+        from ..runtime.speech.whisper import speech_settings
 
         if cancelled():  # gone while it waited for a worker
             raise Cancelled("the client went away")

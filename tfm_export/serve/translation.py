@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 from fastapi import Request
 
 from ..errors import TfmExportError
-from ..runtime.generation import GenerationConfig, Hypothesis
+from ..runtime.options.generation import GenerationConfig, Hypothesis
 from .batcher import Closed, Job, QueueFull
 from .engine import LimitError
 from .jobs import DecodeFailed

@@ -1,7 +1,7 @@
 """In-flight batching of Whisper windows: the windows of many recordings share every decoder step.
 
 A recording is transcribed window by window, each window's prompt and start depending on the last one's
-tokens (runtime.whisper_longform), so a recording cannot be one job: each *window* is. A recording still
+tokens (runtime.speech.longform), so a recording cannot be one job: each *window* is. A recording still
 runs its long-form loop on a worker thread of its own (serve.transcriber), but its `WindowRunner` is
 `WindowBatcher.runner`: the worker encodes the window itself (the encoder of a 30 s window is the costly
 part of a window on CPU, and the workers' encodes overlap the decoder's steps), hands the encoder outputs
@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..runtime.decoding import run
+from ..runtime.decode.loop import run
 from ..runtime.inflight import InflightRows, RowGroup
-from ..runtime.whisper_longform import WindowRunner
+from ..runtime.speech.longform import WindowRunner
 from .jobs import Cancelled, DecodeFailed, Engine, EngineConfig
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class WindowJob:
     """One window of one recording: its encoder outputs (1, ...) and the strategy that decodes it."""
 
     encoded: list[np.ndarray]
-    strategy: Any  # a runtime.decoding.Strategy (Whisper's); the batcher advances it, the worker reads it
+    strategy: Any  # a runtime.decode.loop.Strategy (Whisper's); the batcher advances it, the worker reads it
     gone: Callable[[], bool] = lambda: False  # the recording's client went away
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
@@ -72,7 +72,7 @@ class WindowBatcher(Engine):
     name = "inflight"
 
     def __init__(self, model: Any, config: EngineConfig = EngineConfig()):
-        from ..runtime.rows import open_rows, side_encoder
+        from ..runtime.states.host_rows import open_rows, side_encoder
 
         # its windows were admitted by the transcriber's bounded queue already (a worker waits for each)
         super().__init__(model, dataclasses.replace(config, max_queue=sys.maxsize))
@@ -123,7 +123,7 @@ class WindowBatcher(Engine):
 
     def start(self) -> "Engine":
         super().start()
-        self._prepared.wait()  # CUDA graphs are captured before any worker encodes (runtime.row_batch)
+        self._prepared.wait()  # CUDA graphs are captured before any worker encodes (runtime.states.rows)
         return self
 
     def _prepare(self) -> None:

@@ -118,9 +118,9 @@ def feature_config(path: Path, config: TransformerConfig) -> FeatureConfig:
 
 
 def speech_settings(generation: dict[str, Any]) -> dict[str, Any]:
-    """The Whisper decoding settings (runtime.whisper.WhisperSettings) of the folder's generation settings
+    """The Whisper decoding settings (runtime.speech.prompt.WhisperSettings) of the folder's generation settings
     (generation_config.json over config.json), for Manifest.speech."""
-    from ...runtime.whisper import WhisperSettings
+    from ...runtime.speech.prompt import WhisperSettings
 
     return WhisperSettings.from_dict(generation).to_dict()
 

@@ -8,7 +8,7 @@ transformers' decoder input does (so BOS counts for the repetition penalty and n
 -inf after the other processors, as transformers' NoBadWords/SuppressTokens, so that they are part
 of the normalisation unless renormalize_logits asks for another log-softmax at the end.
 
-Beam search on ONNX Runtime picks each row's candidates on the device (runtime.head) when no
+Beam search on ONNX Runtime picks each row's candidates on the device (runtime.states.head) when no
 processor needs the whole row (`needs_rows`): the bans, min_new_tokens and forced_eos then act
 through `bias_key`/`bias_array` (an additive ban of ids) and `process_top` (forced EOS's score), and the head
 renormalises over the biased logits when asked, with the same result.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .generation import GenerationConfig
+from ..options.generation import GenerationConfig
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -1,20 +1,20 @@
 """`transcribe` of any speech export: the decode that fits what its encoder reads (issue #39). Torch-free.
 
 The manifest's config.source says what the encoder reads, hence how audio becomes its input: Whisper's
-log-mel windows (source "features", runtime.speech) or a filterbank's frames (source "frames",
-runtime.frames_speech). Both take the same options and give the same {text, language, segments, ids}.
+log-mel windows (source "features", runtime.speech.whisper) or a filterbank's frames (source "frames",
+runtime.speech.frames). Both take the same options and give the same {text, language, segments, ids}.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import InputError
-from . import frames_speech, speech
+from ...errors import InputError
+from . import frames, whisper
 
 # config.source -> the transcription of an export whose encoder reads it
-TRANSCRIBERS: dict[str, Callable[..., dict[str, Any]]] = {"features": speech.transcribe,
-                                                          "frames": frames_speech.transcribe}
+TRANSCRIBERS: dict[str, Callable[..., dict[str, Any]]] = {"features": whisper.transcribe,
+                                                          "frames": frames.transcribe}
 
 
 def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The static-cache decoder (decoder_static.onnx) as a runtime.decoding.DecoderCache, replayable as CUDA graphs.
+"""The static-cache decoder (decoder_static.onnx) as a runtime.decode.loop.DecoderCache, replayable as CUDA graphs.
 
 Every buffer the decoder reads or writes is allocated once per (batch, src_len) and bound once:
 the caches (two sets of max_len slots, swapped every step: step s reads set s % 2 and writes the
@@ -7,7 +7,7 @@ refreshed in place (a few bytes) and only `next_ids` is read back, so on CUDA OR
 of the two bindings once as a CUDA graph (`enable_cuda_graph`, one `gpu_graph_id` per binding) and
 replay it for every later step. On CPU the same steps run without capture. Torch-free.
 
-A call's state is a runtime.row_batch.RowBatch over the buffers of its (batch, src_len), every row
+A call's state is a runtime.states.rows.RowBatch over the buffers of its (batch, src_len), every row
 bound at once: greedy decoding, sampling and beam search (its rows reordered on the device by a
 gather into the other cache set) all replay the same two graphs. `cache_len` is per row (batch,), so
 rows of one batch may be at different steps: the server's in-flight rows (runtime.inflight) bind one
@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..manifest import Manifest
-from .cache import device_value
-from .checks import check_sessions
-from .device import Device, RuntimeOptions, create_session
+from ...manifest import Manifest
+from .growing import device_value
+from ..checks import check_sessions
+from ..device import Device, RuntimeOptions, create_session
 from .head import BeamHead
 from .reorder import RowGather
-from .row_batch import RowBatch
-from .sources import FRAME_PAD
+from .rows import RowBatch
+from ..sources import FRAME_PAD
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class _Slots:
 
 
 class StaticCache:
-    """decoder_static.onnx as a runtime.decoding.DecoderCache; see the module docstring."""
+    """decoder_static.onnx as a runtime.decode.loop.DecoderCache; see the module docstring."""
 
     lock: threading.RLock
 
@@ -85,7 +85,7 @@ class StaticCache:
                  encoder: ort.InferenceSession):
         entry, config = manifest.graphs[GRAPH_NAME], manifest.config
         self.config, self.device, self.encoder = config, device, encoder
-        self.folder, self.manifest, self.options = folder, manifest, options  # for runtime.rows' own session
+        self.folder, self.manifest, self.options = folder, manifest, options  # for runtime.states.host_rows' own session
         self.capture = device.ort_type == "cuda"  # CUDA graphs exist only there; CPU runs the same loop
         self.session = create_session(folder / entry.file, cuda_graph_device(device) if self.capture else device,
                                       options)
@@ -196,7 +196,7 @@ def static_slots(manifest: Manifest) -> int | None:
 def open_static(folder: Path, manifest: Manifest, device: Device, options: RuntimeOptions,
                 encoder: ort.InferenceSession) -> StaticCache:
     """The static-cache decoder of an export folder (DeviceError when it was exported without one)."""
-    from ..errors import DeviceError
+    from ...errors import DeviceError
 
     if GRAPH_NAME not in manifest.graphs:
         raise DeviceError(f"{folder} has no {GRAPH_NAME}.onnx for CUDA graphs; re-export with --cuda-graph "

@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .device import Device
+from ..device import Device
 
 ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bool": TensorProto.BOOL,
               "int64": TensorProto.INT64}
@@ -37,7 +37,7 @@ def gather_model(dtypes: list[str]) -> bytes:
 
 
 def helper_session(model: bytes, device: Device, threads: int = 0) -> ort.InferenceSession:
-    """A session for a small graph run between the decoder's steps (this gather, runtime.head), with
+    """A session for a small graph run between the decoder's steps (this gather, runtime.states.head), with
     `threads` intra-op threads (0: ORT's default; pass the decoder's).
 
     Its idle threads never spin: a spinning pool keeps its cores busy for a while after each run and,

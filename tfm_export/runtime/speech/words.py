@@ -1,5 +1,5 @@
 """Word timestamps of a Whisper transcript: each decoded window's tokens timed by the export's alignment.onnx
-(runtime.alignment), then grouped into the words of each segment. Torch-free.
+(runtime.speech.alignment), then grouped into the words of each segment. Torch-free.
 
 Each window is encoded again (as openai-whisper's `add_word_timestamps` runs the model again): the alignment
 graph reads the window's decoder prompt and generated tokens in one pass, and the decode loops stay as they are.
@@ -11,10 +11,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ...errors import InputError
 from .alignment import token_times, words
-from .whisper import WhisperSettings
-from .whisper_longform import FEATURE_PRECISION, Segment, Window
+from .prompt import WhisperSettings
+from .longform import FEATURE_PRECISION, Segment, Window
 
 GRAPH = "alignment"
 

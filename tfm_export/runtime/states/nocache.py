@@ -5,7 +5,7 @@ A module export has `encoder.onnx` (`src_ids`, `src_mask` -> its outputs: `memor
 model) and, for a seq2seq model, `decoder_nocache.onnx` (`tgt_ids (batch, tgt_len)`, `memory`,
 `src_mask` -> `logits (batch, tgt_vocab)` of the last position): the decoder reads the whole prefix
 every step, as the user's own `decode` does. `NoCacheCache` / `NoCacheState` are one more
-implementation of the decoder-state protocol (runtime.decoding), so greedy decoding, sampling and beam
+implementation of the decoder-state protocol (runtime.decode.loop), so greedy decoding, sampling and beam
 search run through the one driver and the same strategies as every other export; the strategies read
 the logits on the host (`device_top = False`). An encoder-only export has `encoder.onnx` alone;
 `run_encoder` runs it (`ExportedModel.run`, `tfm-export run OUT --ids ...`).
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..manifest import Manifest
+from ...errors import InputError
+from ...manifest import Manifest
 
 GRAPH_NAME = "decoder_nocache"  # the manifest's graph name of a decoder without a cache
 MEMORY = "memory"  # the encoder output the no-cache decoder reads
@@ -60,7 +60,7 @@ def encoder_only_error() -> InputError:
 
 
 class NoCacheCache:
-    """encoder.onnx + decoder_nocache.onnx as a runtime.decoding.DecoderCache."""
+    """encoder.onnx + decoder_nocache.onnx as a runtime.decode.loop.DecoderCache."""
 
     lock = nullcontext()  # nothing is shared between calls
 

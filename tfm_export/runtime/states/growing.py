@@ -1,11 +1,11 @@
-"""The growing-cache decoder (decoder.onnx) on ONNX Runtime, as a runtime.decoding.DecoderCache.
+"""The growing-cache decoder (decoder.onnx) on ONNX Runtime, as a runtime.decode.loop.DecoderCache.
 
 Every tensor between steps is an OrtValue bound through IOBinding: on CUDA the past/present
 caches, the cross keys/values and the logits stay on the GPU. Each step's `present.*` is rebound as
-the next step's `past.*`, and a strategy (runtime.decoding) reads only what it needs of the step:
+the next step's `past.*`, and a strategy (runtime.decode.loop) reads only what it needs of the step:
 `next_ids` (rows,) for greedy decoding, the logits on the host (sampling, processors that need whole
-rows), or each row's best candidates picked on the device (`top`, runtime.head.BeamHead: beam
-search); beam search reorders the past rows on the device (`reorder`, runtime.reorder.RowGather).
+rows), or each row's best candidates picked on the device (`top`, runtime.states.head.BeamHead: beam
+search); beam search reorders the past rows on the device (`reorder`, runtime.states.reorder.RowGather).
 Torch-free.
 """
 
@@ -17,10 +17,10 @@ from functools import cached_property
 import numpy as np
 import onnxruntime as ort
 
-from ..config import TransformerConfig
-from .device import Device
+from ...config import TransformerConfig
+from ..device import Device
 from .head import BeamHead
-from .processors import BiasKey
+from ..decode.processors import BiasKey
 from .reorder import RowGather
 
 
@@ -86,7 +86,7 @@ class GrowingCache:
 
 
 class GrowingState:
-    """One call's binding (a runtime.decoding.DecoderState): encoder outputs bound once, past/present
+    """One call's binding (a runtime.decode.loop.DecoderState): encoder outputs bound once, past/present
     rebound every step, every output left on the device until a strategy reads it."""
 
     device_top = True
@@ -126,7 +126,7 @@ class GrowingState:
 
     def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
         """Beam search: each row's `width` best log-probabilities + bias (rows, width) float64 and their
-        ids, picked on the device (runtime.head); the logits stay there."""
+        ids, picked on the device (runtime.states.head); the logits stay there."""
         return self.cache.head.pick(self.outputs["logits"], bias, width, renormalize)
 
     def reorder(self, beam_idx: np.ndarray) -> None:

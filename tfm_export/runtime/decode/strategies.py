@@ -1,12 +1,12 @@
-"""Greedy decoding and token picking, the strategies beside runtime.beam.BeamSearch. Torch-free.
+"""Greedy decoding and token picking, the strategies beside runtime.decode.beam.BeamSearch. Torch-free.
 
-Each decides the next ids of its rows from one decoder step (runtime.decoding.StepView) and keeps
-what they generated; runtime.decoding.decode drives them for direct calls and runtime.inflight for
+Each decides the next ids of its rows from one decoder step (runtime.decode.loop.StepView) and keeps
+what they generated; runtime.decode.loop.decode drives them for direct calls and runtime.inflight for
 the server's rows, so every rule below holds in both.
 
 - `Greedy`: plain greedy decoding on the graph's own argmax (`next_ids`: the logits never cross). It
   is where the forced first token lives (forced_bos_token_id: a multilingual model's target language)
-  for greedy decoding; the other strategies get it from runtime.processors.
+  for greedy decoding; the other strategies get it from runtime.decode.processors.
 - `TokenPicker`: greedy with processors, or seeded sampling, from the logits on the host; its rows
   carry scores (transformers' order of processors).
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import TransformerConfig
+from ...config import TransformerConfig
 from .beam import BeamSearch
-from .decoding import StepView
-from .generation import GenerationConfig, Hypothesis
+from .loop import StepView
+from ..options.generation import GenerationConfig, Hypothesis
 from .processors import log_softmax, process
 from .sampling import row_generators, sample, warp
-from .sources import trim
+from ..sources import trim
 
 
 class Greedy:

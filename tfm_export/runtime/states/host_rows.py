@@ -1,6 +1,6 @@
 """In-flight rows on CPU over decoder_rows.onnx: the cache is written in place. Torch-free.
 
-runtime.row_batch.RowBatch steps decoder_static.onnx, whose output is the whole cache with each row's
+runtime.states.rows.RowBatch steps decoder_static.onnx, whose output is the whole cache with each row's
 slot written: on CPU that copy into the second buffer set was a third of every step (ORT profile of
 transformer-base, batch 16, 64 slots: the Where op 31 % of the step). decoder_rows.onnx has the
 same inputs and outputs, with each layer's self-attention one GroupQueryAttention node; `HostRows`
@@ -20,9 +20,9 @@ import os
 import numpy as np
 import onnxruntime as ort
 
-from .checks import check_sessions
-from .device import create_session
-from .row_batch import RowBatch, Rows, gather_rows
+from ..checks import check_sessions
+from ..device import create_session
+from .rows import RowBatch, Rows, gather_rows
 from .static import SRC_BUCKET, StaticCache
 
 log = logging.getLogger(__name__)

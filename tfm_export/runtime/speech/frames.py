@@ -4,7 +4,7 @@
     model.transcribe("words.wav", num_beams=3)
     # {"text": ..., "language": None, "segments": [{"start": 0.0, "end": 1.3, "text": ...}], "ids": [...]}
 
-The steps: the recording -> mono float32 samples at the filterbank's rate (runtime.speech.read_samples:
+The steps: the recording -> mono float32 samples at the filterbank's rate (runtime.speech.whisper.read_samples:
 audio.io decodes and resamples); the manifest's filterbank -> (frames, n_feats) (filterbank.frames:
 kaldi-native-fbank); then the one decode of generate (generate_ids: greedy or beam search) over those
 frames, exactly as `generate --features` decodes them. Its text is the tokenizer's when the export has one,
@@ -18,9 +18,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..filterbank import Filterbank, frames as filterbank_frames
-from .speech import DEFAULT_MAX_SECONDS, read_samples
+from ...errors import InputError
+from ...filterbank import Filterbank, frames as filterbank_frames
+from .whisper import DEFAULT_MAX_SECONDS, read_samples
 
 # Whisper's transcribe options -> whether a value leaves them unset: a frames model has no prompt tokens,
 # languages, tasks or timestamps, so any other value is refused rather than ignored.
@@ -59,7 +59,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One recording -> {"text", "language": None, "segments": [one, the whole recording], "ids"} (the
-    module docstring); the signature is runtime.speech.transcribe's, whose Whisper-only options are refused."""
+    module docstring); the signature is runtime.speech.whisper.transcribe's, whose Whisper-only options are refused."""
     given = {name: value for name, value in
              {"language": language, "task": task, "timestamps": timestamps, "prompt": prompt}.items()
              if not WHISPER_ONLY[name](value)}

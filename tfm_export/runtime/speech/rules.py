@@ -2,15 +2,15 @@
 Torch-free.
 
 - The logits processors, over (rows, vocab) float scores and each row's decoder input so far `history`
-  (rows, length: the prompt, then the generated ids), in place as runtime.processors: `suppress`,
+  (rows, length: the prompt, then the generated ids), in place as runtime.decode.processors: `suppress`,
   `suppress_at_begin`, `timestamp_rules`; `whisper_process` runs them in transformers' order (after the
-  generic processors of runtime.processors: transformers appends the Whisper ones to its own list). Greedy
+  generic processors of runtime.decode.processors: transformers appends the Whisper ones to its own list). Greedy
   and sampling pass logits, beam search log_softmax(logits), as transformers does.
 - `detect_language`: the argmax over the language tokens of the step that fed `<|startoftranscript|>`
   (transformers' detect_language); `no_speech_prob`: softmax of that step's logits at `<|nospeech|>`
   (WhisperNoSpeechDetection).
 
-The settings these read (runtime.whisper.WhisperSettings) and the prompts are in runtime.whisper.
+The settings these read (runtime.speech.prompt.WhisperSettings) and the prompts are in runtime.speech.prompt.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from .whisper import WhisperSettings
+from ...errors import InputError
+from .prompt import WhisperSettings
 
 
 # ---- the logits processors --------------------------------------------------------------------------

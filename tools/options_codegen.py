@@ -1,4 +1,4 @@
-"""`make options`: write GenerationConfig's option declarations (runtime.generation.OPTIONS) into the files
+"""`make options`: write GenerationConfig's option declarations (runtime.options.generation.OPTIONS) into the files
 that cannot import them: the Node runtime's options.mjs (names, defaults, CLI flags, checks), its
 index.d.ts (the DecodingOptions interface) and the manifest schema's `generation` section.
 
@@ -6,8 +6,8 @@ Each file keeps its hand-written text; only the region between the BEGIN/END GEN
 schema: the `generation` object's `properties`) is replaced. tests/test_options_schema.py fails when a
 file differs from what this writes.
 
-    python -m tfm_export.runtime.options_codegen           # rewrite the stale files
-    python -m tfm_export.runtime.options_codegen --check   # list them, exit 1 if any
+    python -m tools.options_codegen           # rewrite the stale files
+    python -m tools.options_codegen --check   # list them, exit 1 if any
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
-from .generation import OPTIONS, RULES
-from .option_spec import Option, camel, render_help
+from tfm_export.runtime.options.generation import OPTIONS, RULES
+from tfm_export.runtime.options.spec import Option, camel, render_help
 
-PACKAGE = Path(__file__).resolve().parents[1]
+# A build tool of the repository (not shipped): it writes files of the package and of runtimes/node.
+PACKAGE = Path(__file__).resolve().parents[1] / "tfm_export"
 NODE = PACKAGE.parent / "runtimes" / "node"
 MARK = "// BEGIN GENERATED"  # how a region is found; BEGIN is the line written
-BEGIN = f"{MARK} by `make options` from tfm_export/runtime/generation.py: edit the options there"
+BEGIN = f"{MARK} by `make options` from tfm_export/runtime/options/generation.py: edit the options there"
 END = "// END GENERATED"
 SAFE_INT = 2**53  # beyond it a JavaScript number is not exact: such an option also takes a BigInt
 BIGINT_NOTE = " (a BigInt beyond 2**53)"

@@ -8,8 +8,8 @@
   `language_id` accepts "de", "german", "<|de|>" as transformers does.
 
 What Whisper's generate does to the logits (its processors, language detection, no-speech probability) is
-in runtime.whisper_logits; the strategies that drive both through runtime.decoding are in
-runtime.whisper_search; segments and the long-form driver in runtime.whisper_longform.
+in runtime.speech.rules; the strategies that drive both through runtime.decode.loop are in
+runtime.speech.search; segments and the long-form driver in runtime.speech.longform.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import InputError, ManifestError, shorten
-from ..files import read_json_object
+from ...errors import InputError, ManifestError, shorten
+from ...files import read_json_object
 
 TASKS = ("translate", "transcribe")  # transformers' TASK_IDS
 
@@ -67,7 +67,7 @@ class WhisperSettings:
     alignment_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs for token timestamps (kept, unused)
     max_length: int | None = None  # most decoder positions, prompt included (Whisper: 448)
     return_timestamps: bool = False  # the folder's default for predicting timestamps
-    # Long-form defaults (None: off): temperature fallback and silence skipping (runtime.whisper_longform).
+    # Long-form defaults (None: off): temperature fallback and silence skipping (runtime.speech.longform).
     compression_ratio_threshold: float | None = None
     logprob_threshold: float | None = None
     no_speech_threshold: float | None = None
@@ -183,7 +183,7 @@ def init_tokens(settings: WhisperSettings, language: str | None = None, task: st
     lang = language_id(settings, language) if language is not None else None
     if lang is None and needs_detection(settings, language, task):
         if detected is None:
-            raise InputError("no {language} was given: detect it first (runtime.whisper_logits.detect_language)",
+            raise InputError("no {language} was given: detect it first (runtime.speech.rules.detect_language)",
                              options={"language": None})
         lang = detected
     if lang is not None:

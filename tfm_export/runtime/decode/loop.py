@@ -2,13 +2,13 @@
 
 As onnxruntime-genai's `State::Run` under its `Search`, and CTranslate2's `DecoderState` under one
 `decode()`: a `DecoderCache` encodes a batch into a `DecoderState`; each step the state runs the
-decoder for all its rows, and a strategy (runtime.strategies: `Greedy` on the graph's own argmax,
-`TokenPicker` for sampling and processors, runtime.beam.`BeamSearch`) reads what it needs of the step
+decoder for all its rows, and a strategy (runtime.decode.strategies: `Greedy` on the graph's own argmax,
+`TokenPicker` for sampling and processors, runtime.decode.beam.`BeamSearch`) reads what it needs of the step
 (`next_ids`, `logits`, or each row's best candidates picked on the device with `top`) and says which
 row each next row continues; beam search then has the state `reorder` its rows on the device.
 
-The states are siblings: the growing cache (runtime.cache), the static cache and the in-flight rows
-(runtime.row_batch, runtime.rows: a call's rows are all bound at once, the server's join and leave),
+The states are siblings: the growing cache (runtime.states.growing), the static cache and the in-flight rows
+(runtime.states.rows, runtime.states.host_rows: a call's rows are all bound at once, the server's join and leave),
 and the eager model (model.generate). `decode` is the loop of every direct call (generate,
 generate_ids, stream); the server's in-flight scheduler (runtime.inflight) steps the same states and
 strategies, its rows grouped by job.
@@ -40,7 +40,7 @@ class StepView(Protocol):
 
     def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
         """Each row's `width` best log-probabilities under `bias` (float64) and their ids (rows, width),
-        picked where the logits are (runtime.head): only these cross to the host."""
+        picked where the logits are (runtime.states.head): only these cross to the host."""
         ...
 
 
@@ -68,7 +68,7 @@ class DecoderCache(Protocol):
 
 
 class Strategy(Protocol):
-    """How the next ids of some rows are chosen (runtime.strategies, runtime.beam)."""
+    """How the next ids of some rows are chosen (runtime.decode.strategies, runtime.decode.beam)."""
 
     rows: int  # decoder rows it decides for
     bos_id: int  # every row's first input

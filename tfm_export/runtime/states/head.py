@@ -1,9 +1,9 @@
 """Beam search's per-row top-k on the device: only the candidates' ids and log-probabilities cross. Torch-free.
 
-A tiny ONNX graph, built here with onnx.helper like runtime.reorder, runs on the decoder's device
+A tiny ONNX graph, built here with onnx.helper like runtime.states.reorder, runs on the decoder's device
 through IOBinding: the step's logits (rows, tgt_vocab) stay an OrtValue, and per row it returns the
 `width` best tokens of log_softmax(logits) + bias (bias: 0, or -inf for a banned id; see
-processors.bias_key), best first, equal values in id order (ONNX TopK's rule, runtime.beam.top_k's):
+processors.bias_key), best first, equal values in id order (ONNX TopK's rule, runtime.decode.beam.top_k's):
 
     ids, values = TopK(logits + bias, width)               # (rows, width) int64, float32 logits
     max = ReduceMax(x)                                     # (rows, 1)
@@ -20,7 +20,7 @@ agree within 1e-9). The normaliser is float64 for that reason: a float32 sum wou
 ~1e-7 a step. What crosses per step: rows * width ids and values and two (rows,) floats.
 
 Processors that need the whole row (repetition_penalty, no_repeat_ngram_size) keep the host path
-(runtime.strategies and runtime.beam take the logits); min_new_tokens is the bias, forced_eos the bias plus
+(runtime.decode.strategies and runtime.decode.beam take the logits); min_new_tokens is the bias, forced_eos the bias plus
 processors.process_top. Chosen over fusing the same nodes into decoder.onnx because every existing
 export gets it and greedy steps stay untouched; the extra session run costs ~0.05 ms.
 
@@ -38,8 +38,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .device import Device
-from .processors import BiasKey, bias_array
+from ..device import Device
+from ..decode.processors import BiasKey, bias_array
 from .reorder import IR_VERSION, ONNX_TYPES, helper_session, numpy_dtype
 
 HEAD_OPSET = 18  # ReduceMax/ReduceSum take axes as an input from opset 18 (13 for ReduceSum)

@@ -8,10 +8,10 @@ sequence of several windows' ids.
 
 `transcribe` is the loop of transformers' long-form generate for one audio, with the model behind a
 callable `decode_window(window, prompt, temperature)`: `window` the (n_mels, 3000) features from `seek`
-(zero-padded, as transformers pads), `prompt` the forced decoder input (runtime.whisper.decoder_prompt,
+(zero-padded, as transformers pads), `prompt` the forced decoder input (runtime.speech.prompt.decoder_prompt,
 with the previous text when conditioning), and the result the generated ids (ending with EOS when the
 decoder emitted it), or an object with `ids`, `ended`, `avg_logprob`, `no_speech_prob`
-(runtime.whisper_search.WhisperRow). Each window:
+(runtime.speech.search.WhisperRow). Each window:
 1. decode at temperatures[0]; when the compression ratio (zlib over the ids' bytes, EOS included) exceeds
    compression_ratio_threshold, or avg_logprob is below logprob_threshold, decode again at the next
    temperature (the last one's result stays); a window whose avg_logprob is below logprob_threshold
@@ -35,11 +35,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from .decoding import DecoderCache, run
-from .generation import GenerationConfig
-from .whisper import WhisperSettings, max_new_tokens
-from .whisper_search import WhisperRow, whisper_strategy
+from ...errors import InputError
+from ..decode.loop import DecoderCache, run
+from ..options.generation import GenerationConfig
+from .prompt import WhisperSettings, max_new_tokens
+from .search import WhisperRow, whisper_strategy
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 FEATURE_PRECISION = 0.01  # seconds per mel frame
@@ -54,11 +54,11 @@ class Window:
 
     seek: int  # mel frames (10 ms) from the audio's start
     temperature: float
-    avg_logprob: float | None  # the decoder's (runtime.whisper_search.WhisperRow); None: it gave ids only
+    avg_logprob: float | None  # the decoder's (runtime.speech.search.WhisperRow); None: it gave ids only
     compression_ratio: float  # `compression_ratio` of its ids, EOS included
     no_speech_prob: float | None  # P(<|nospeech|>) at <|startoftranscript|>
     skipped: bool = False  # silence: no segments
-    # What it read and generated, for word timestamps (runtime.whisper_words), not part of what it measured:
+    # What it read and generated, for word timestamps (runtime.speech.words), not part of what it measured:
     prompt: tuple[int, ...] = field(default=(), compare=False)  # the decoder's forced input
     ids: tuple[int, ...] = field(default=(), compare=False)  # the ids it generated, EOS included when it ended
 
@@ -230,8 +230,8 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
                max_target_positions: int = 448,
                on_window: Callable[[list[Segment]], None] | None = None) -> Transcript:
     """One audio's (n_mels, frames) features -> its Transcript (the module docstring's loop); `init`: the
-    init tokens (runtime.whisper.init_tokens, with timestamps); `prompt_ids`: an initial prompt
-    (runtime.whisper.prompt_prefix); `num_frames`: the audio's real frames (default: all); `on_window`:
+    init tokens (runtime.speech.prompt.init_tokens, with timestamps); `prompt_ids`: an initial prompt
+    (runtime.speech.prompt.prompt_prefix); `num_frames`: the audio's real frames (default: all); `on_window`:
     called after each window with the segments so far (a server streams them; raising stops the loop)."""
     if prompt_condition_type not in ("first-segment", "all-segments"):
         raise InputError('{prompt_condition_type} must be "first-segment" or "all-segments"',
@@ -289,13 +289,13 @@ def window_config(config: GenerationConfig, temperature: float) -> GenerationCon
 
 
 WindowRunner = Callable[[np.ndarray, Any], Any]
-"""Decodes one (n_mels, 3000) window with a runtime.decoding Strategy to its end and returns its results:
+"""Decodes one (n_mels, 3000) window with a runtime.decode.loop Strategy to its end and returns its results:
 `cache_runner` over a runtime cache (a direct call), or the server's in-flight window batch
 (serve.windows), where the windows of many recordings share each decoder step."""
 
 
 def cache_runner(cache: DecoderCache) -> WindowRunner:
-    """A WindowRunner that decodes each window alone on `cache` (runtime.decoding.run, a batch of one)."""
+    """A WindowRunner that decodes each window alone on `cache` (runtime.decode.loop.run, a batch of one)."""
     return lambda window, strategy: run(cache, window[None], strategy)
 
 

@@ -1,18 +1,18 @@
-"""Whisper decoding strategies for runtime.decoding's one loop (the `Strategy` protocol). Torch-free.
+"""Whisper decoding strategies for runtime.decode.loop's one loop (the `Strategy` protocol). Torch-free.
 
-Each row first feeds its forced decoder prompt (runtime.whisper.decoder_prompt: an initial prompt, then
+Each row first feeds its forced decoder prompt (runtime.speech.prompt.decoder_prompt: an initial prompt, then
 <|startoftranscript|>, language, task, <|notimestamps|>), one token per step: `bos_id` is its first token
 and `advance` returns the next prompt token without choosing. At the step that fed
 <|startoftranscript|> the strategy reads the logits once: a row whose language is not given gets the
 detected one (transformers' detect_language, which also runs on <|startoftranscript|> alone: so only when
 no initial prompt precedes it; else run `LanguageDetector` first), and each row's <|nospeech|>
 probability is kept. From the first generated position on, ids are chosen from the logits after the
-generic processors (runtime.processors.process, on the whole decoder input as transformers') and
-Whisper's (runtime.whisper_logits.whisper_process):
+generic processors (runtime.decode.processors.process, on the whole decoder input as transformers') and
+Whisper's (runtime.speech.rules.whisper_process):
 
-- `WhisperPicker`: greedy or seeded sampling (runtime.sampling), rows = batch * num_return_sequences;
+- `WhisperPicker`: greedy or seeded sampling (runtime.decode.sampling), rows = batch * num_return_sequences;
   a row's `avg_logprob` is transformers' `_retrieve_avg_logprobs` (EOS counted).
-- `WhisperBeamSearch`: runtime.beam.BeamSearch with the Whisper processors on the host (the timestamp
+- `WhisperBeamSearch`: runtime.decode.beam.BeamSearch with the Whisper processors on the host (the timestamp
   rules read whole rows, so the device head is not used).
 """
 
@@ -23,14 +23,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from .beam import BeamSearch, top_k
-from .decoding import StepView
-from .generation import GenerationConfig
-from .processors import log_softmax, process
-from .sampling import row_generators, sample, warp
-from .whisper import WhisperSettings, decoder_prompt, init_tokens, needs_detection
-from .whisper_logits import detect_language, no_speech_prob, whisper_process
+from ...errors import InputError
+from ..decode.beam import BeamSearch, top_k
+from ..decode.loop import StepView
+from ..options.generation import GenerationConfig
+from ..decode.processors import log_softmax, process
+from ..decode.sampling import row_generators, sample, warp
+from .prompt import WhisperSettings, decoder_prompt, init_tokens, needs_detection
+from .rules import detect_language, no_speech_prob, whisper_process
 
 DETECT = -1  # a prompt's language slot that the first step fills (detect_language)
 
@@ -103,7 +103,7 @@ class _Prompted:
 
 class WhisperPicker(_Prompted):
     """Greedy or sampled Whisper decoding (`config.do_sample`) of len(prompts) rows: source i's
-    num_return_sequences rows are consecutive, as runtime.strategies.TokenPicker."""
+    num_return_sequences rows are consecutive, as runtime.decode.strategies.TokenPicker."""
 
     def __init__(self, prompts: Sequence[Sequence[int]], steps: int, settings: WhisperSettings,
                  config: GenerationConfig, timestamps: bool = False, first_row: int = 0):
@@ -161,7 +161,7 @@ class WhisperPicker(_Prompted):
 
 
 class WhisperBeamSearch(_Prompted, BeamSearch):
-    """runtime.beam.BeamSearch after a forced Whisper prompt, Whisper's processors on the host.
+    """runtime.decode.beam.BeamSearch after a forced Whisper prompt, Whisper's processors on the host.
 
     `prompts`: one per source (its beams share it). Uses BeamSearch's selection (`_select`) as it is."""
 

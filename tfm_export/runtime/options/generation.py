@@ -5,7 +5,7 @@ the same meaning and defaults except `top_k` (0 = off here; transformers samples
 default). An export's manifest may carry defaults (its `generation` section, e.g. a Marian
 folder's num_beams); anything else decodes greedily.
 
-Each option is declared once, as a field below (runtime.option_spec.option: help, bounds, check,
+Each option is declared once, as a field below (runtime.options.spec.option: help, bounds, check,
 where it is exposed). `OPTIONS` reads them back; the checks here, the CLI's flags, the server's
 request fields, the manifest schema's `generation` section and the Node runtime's options.mjs and
 index.d.ts are derived from it (the last three by `make options`, runtime.options_codegen).
@@ -17,8 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from ..errors import InputError
-from .option_spec import option, options_of
+from ...errors import InputError
+from .spec import option, options_of
 
 # The server's own ranges where GenerationConfig only says "> 0" or "a number": beyond them the
 # runtime's float64 arithmetic overflows (logits / 5e-324 is inf: NaN probabilities; length ** 1e300

@@ -1,7 +1,7 @@
 """Beam search bookkeeping with transformers' semantics (its `_beam_search`), in numpy. Torch-free.
 
 Per source b, `num_beams` K running beams; each step, for decoder row (b, k):
-1. scores = log_softmax(logits) (float64), then runtime.processors, plus the beam's running score;
+1. scores = log_softmax(logits) (float64), then runtime.decode.processors, plus the beam's running score;
 2. the 2K best (beam, token) candidates of source b over all K * vocab, best first; equal scores
    go to the lower flat index k * vocab + token (`top_k`, the one tie rule; ports must keep it);
 3. a candidate "finishes" when its token is EOS or the step is the last one (max_new_tokens);
@@ -21,9 +21,9 @@ for each next decoder row the row it continues (`beam_idx`), which the caller ga
 
 Two ways in, one selection (`_select`, steps 2-7): `advance_logits` takes the logits (rows, vocab) to
 the host (any processor; the eager runner); `advance_top` takes each row's 2K best log-probabilities
-and ids, picked on the device by runtime.head under `head_key` (processors.bias_key; ONNX Runtime, when
+and ids, picked on the device by runtime.states.head under `head_key` (processors.bias_key; ONNX Runtime, when
 no processor needs the whole row), so that only (rows, 2K) ids and scores cross. `advance` picks
-between them for a step of runtime.decoding. Both give the same
+between them for a step of runtime.decode.loop. Both give the same
 candidates: a source's 2K best are among each of its rows' 2K best, and adding a row's running score
 keeps the row's order. (Only a float64 rounding of `logp + running score` that makes two distinct values equal
 at the 2K-th place could pick another id; `advance_logits` ranks after the addition, as transformers does.)
@@ -32,7 +32,7 @@ Scores are float64 throughout (transformers uses float32: only exact near-ties c
 show equal tokens and scores within 1e-4). A port (runtimes/) computing log_softmax with a plain
 sequential sum may differ from numpy's pairwise sum in the last bits, likewise only on near-ties.
 Banned ids (the model's suppress_ids) are banned after log_softmax, as transformers does; with
-renormalize_logits the scores are log-softmaxed again after every processor (runtime.processors).
+renormalize_logits the scores are log-softmaxed again after every processor (runtime.decode.processors).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .generation import GenerationConfig, Hypothesis
+from ..options.generation import GenerationConfig, Hypothesis
 from .processors import BiasKey, bias_key, log_softmax, needs_rows, process, process_top
 
 OFFSET = 1e9  # transformers' "very large negative value" for excluded candidates and empty slots
@@ -110,7 +110,7 @@ class BeamSearch:
         return bias_key(self.step, self.steps - 1, self.config, self.eos_id, self.banned)
 
     def advance(self, view: Any) -> tuple[np.ndarray, np.ndarray]:
-        """One step of a runtime.decoding.StepView: from the rows' best candidates picked on the device
+        """One step of a runtime.decode.loop.StepView: from the rows' best candidates picked on the device
         when the state can and no processor needs whole rows, else from the logits on the host."""
         key = self.head_key()
         if key is not None and view.device_top:
@@ -129,7 +129,7 @@ class BeamSearch:
 
     def advance_top(self, logp: np.ndarray, ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
         """`advance` from each row's 2K best log-probabilities (rows, 2K) float64 and their ids, best
-        first, under `head_key` (runtime.head): the same candidates without the whole rows."""
+        first, under `head_key` (runtime.states.head): the same candidates without the whole rows."""
         logp = process_top(logp, ids, self.step, self.steps - 1, self.config, self.eos_id)
         return self._select(logp + self.run_scores.reshape(-1, 1), ids, vocab)
 

@@ -1,14 +1,14 @@
 """Decoder rows over a fixed set of cache slots: `Rows`, and `RowBatch` over decoder_static.onnx. Torch-free.
 
-A `Rows` is a runtime.decoding.DecoderState whose rows can be bound one at a time: each row keeps
+A `Rows` is a runtime.decode.loop.DecoderState whose rows can be bound one at a time: each row keeps
 its own position (`positions`, the graph's per-row `cache_len`), so a row that just joined is at 0
 while its neighbours are deep into their targets. A direct call binds all its rows at once
-(runtime.static.StaticCache.start); the server's in-flight scheduler (runtime.inflight) binds a
+(runtime.states.static.StaticCache.start); the server's in-flight scheduler (runtime.inflight) binds a
 request into free rows between two steps and releases them when it ends. Beam search picks on the
-device (runtime.head, over some rows: `top(..., rows=)`) and reorders its rows between steps.
+device (runtime.states.head, over some rows: `top(..., rows=)`) and reorders its rows between steps.
 
 Two siblings implement the storage: `RowBatch` here (decoder_static.onnx: two cache sets swapped
-every step, replayable as CUDA graphs, captured by the thread that steps) and runtime.rows.HostRows
+every step, replayable as CUDA graphs, captured by the thread that steps) and runtime.states.host_rows.HostRows
 (decoder_rows.onnx on CPU: one cache set written in place).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from .processors import BiasKey
+from ..decode.processors import BiasKey
 
 # Runs of each binding before its graph is captured and replayed (ORT runs a graph id uncaptured first).
 CAPTURE_RUNS = 3
@@ -29,7 +29,7 @@ class Rows:
     device_top = True
 
     def __init__(self, cache, batch: int, src_len: int, encoded_names: list[str]):
-        """`cache`: the runtime.static.StaticCache of the export (its encoder, device, options)."""
+        """`cache`: the runtime.states.static.StaticCache of the export (its encoder, device, options)."""
         self.cache, self.batch, self.src_len, self.encoded_names = cache, batch, src_len, encoded_names
         self.head = cache.head  # shared: its sessions are made once per export
         self.positions = np.zeros(batch, dtype=np.int64)  # (batch,) slots each row has filled (cache_len)
@@ -92,7 +92,7 @@ class Rows:
 
 
 class RowBatch(Rows):
-    """Rows over one bound buffer set of decoder_static.onnx (runtime.static.StaticCache.allocate): its
+    """Rows over one bound buffer set of decoder_static.onnx (runtime.states.static.StaticCache.allocate): its
     two cache sets, `input_ids`, `cache_len`, `logits` and `next_ids`, bound once, so that on CUDA each
     of the two bindings is one CUDA graph. `slots`: a direct call's buffers (the cache's LRU); None:
     buffers of its own (the server's rows, idle until bound)."""

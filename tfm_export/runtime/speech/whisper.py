@@ -11,15 +11,15 @@ for short and long audio:
 2. log-mel features (audio.features, the manifest's `features`): audio up to one window (30 s) is padded to
    the window first, as WhisperFeatureExtractor's default; longer audio keeps all its frames, unpadded
    (the extractor with truncation=False), and is decoded window by window;
-3. the language, when none is given and the model has languages: runtime.whisper_search.LanguageDetector
+3. the language, when none is given and the model has languages: runtime.speech.search.LanguageDetector
    on the first window (transformers' detect_language);
-4. the init tokens (runtime.whisper.init_tokens; an initial `prompt` goes before them with <|startofprev|>),
-   then runtime.whisper_longform.transcribe over the features with a window decoder on the export's cache
+4. the init tokens (runtime.speech.prompt.init_tokens; an initial `prompt` goes before them with <|startofprev|>),
+   then runtime.speech.longform.transcribe over the features with a window decoder on the export's cache
    (greedy or beam search, the Whisper logits processors). Without timestamps a window is decoded once
    and the next one starts a whole window later; with them, the next window starts at the last timestamp
    pair. Long audio always decodes with timestamps (transformers does the same).
 
-The decoding settings are the manifest's `speech` (runtime.whisper.WhisperSettings, from the folder's
+The decoding settings are the manifest's `speech` (runtime.speech.prompt.WhisperSettings, from the folder's
 generation_config.json); its long-form thresholds (compression ratio, log-probability, no-speech,
 condition_on_prev_tokens) apply when the folder sets them. Sampling fallback temperatures are not used.
 """
@@ -33,14 +33,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
-from ..errors import AudioTooLong, InputError
-from .generation import GenerationConfig
-from .whisper import WhisperSettings, init_tokens, needs_detection, prompt_prefix
-from .whisper_longform import (Fallback, Segment, WindowRunner, cache_runner, transcribe as transcribe_features,
-                               window_decoder)
-from .whisper_search import LanguageDetector
-from .whisper_words import add_words, alignment_session
+from ...audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
+from ...errors import AudioTooLong, InputError
+from ..options.generation import GenerationConfig
+from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
+from .longform import (Fallback, Segment, WindowRunner, cache_runner, transcribe as transcribe_features,
+                       window_decoder)
+from .search import LanguageDetector
+from .words import add_words, alignment_session
 
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
@@ -66,7 +66,7 @@ def read_samples(audio: Any, sampling_rate: int, max_seconds: float | None = DEF
     """(samples,) float32 at `sampling_rate`: a recording's path or bytes (decoded, mixed, resampled), or
     samples already at that rate (a 1-D float array); anything else is one InputError."""
     if isinstance(audio, (str, os.PathLike, bytes, bytearray, memoryview)):
-        from ..audio import load_audio
+        from ...audio import load_audio
 
         return load_audio(audio, sampling_rate, max_seconds=max_seconds)
     if isinstance(audio, np.ndarray):
@@ -157,7 +157,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     window with the text so far (streaming; an exception it raises stops the transcription); `runner`: what
     decodes each window, the language detection's included (default: the export's own caches, one window at
     a time; a server passes its in-flight window batch, serve.windows); `word_timestamps`: each segment's
-    `words` [{word, start, end}] and all of them as `words` (runtime.whisper_words)."""
+    `words` [{word, start, end}] and all of them as `words` (runtime.speech.words)."""
     settings, features_config = speech_settings(model)
     language, task = _language_and_task(settings, language, task)
     if word_timestamps:

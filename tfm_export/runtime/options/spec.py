@@ -2,7 +2,7 @@
 other surfaces need (help text, bounds, the check's message, whether the server and the CLI take it, how a
 Hugging Face folder sets it); `options_of()` reads the fields back as `Option` records.
 
-runtime.generation declares the fields; its checks, the CLI's flags (cli.run_cmds), the server's request
+runtime.options.generation declares the fields; its checks, the CLI's flags (cli.run_cmds), the server's request
 fields (serve.schemas), the manifest schema's `generation` section and the Node runtime's options
 (runtime.options_codegen) are derived from the records, so an option is named by hand in one place.
 Stdlib only: the generator runs without numpy or onnxruntime.
@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from ..errors import OPTION_FIELD
+from ...errors import OPTION_FIELD
 
 SPEC = "tfm_export.option"  # the key of a field's metadata that holds its declaration
 
@@ -60,7 +60,7 @@ class Option:
     transformers: str | None  # one of TRANSFORMERS, None: transformers has no such setting
 
     def accepts(self, value: Any) -> bool:
-        """The field's own check (cross-field rules are runtime.generation.RULES)."""
+        """The field's own check (cross-field rules are runtime.options.generation.RULES)."""
         if value is None:
             return self.nullable
         if isinstance(value, str):
