@@ -84,3 +84,64 @@ def test_no_module_imports_back_up():
 def test_the_checker_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# runtime/'s folders, lowest first: a module imports only modules of its own layer or of layers below it
+# (issue #59). The leaf modules at runtime/'s top (device, checks, sources) are what every folder stands on;
+# the facade (open_export, ExportedModel, the in-flight rows, verify) stands on everything.
+RUNTIME_LAYERS: list[tuple[str, set[str]]] = [
+    ("base", {"hugepages", "device", "checks", "sources", "options"}),
+    ("decode", {"decode"}),
+    ("states", {"states"}),
+    ("speech", {"speech"}),
+    ("facade", {"", "api", "exported", "inflight", "verify"}),
+]
+# what the torch-free runtime may import from the rest of the package (never model/, export/, serve/, cli/ ...)
+RUNTIME_MAY_IMPORT = {"errors", "config", "manifest", "files", "filterbank", "text", "audio"}
+
+
+def runtime_layer(module: str) -> int | None:
+    """The layer of a tfm_export.runtime module, by its first name below runtime (None: outside runtime)."""
+    parts = module.split(".")
+    if parts[:2] != ["tfm_export", "runtime"]:
+        return None
+    first = parts[2] if len(parts) > 2 else ""
+    for index, (_, names) in enumerate(RUNTIME_LAYERS):
+        if first in names:
+            return index
+    raise AssertionError(f"{module} is in no layer of RUNTIME_LAYERS: add it to one")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = runtime_layer(module)
+        if here is None:
+            continue
+        for target in sorted(targets):
+            there = runtime_layer(target)
+            if there is None and target.split(".")[1] not in RUNTIME_MAY_IMPORT:
+                found.append(f"{module} -> {target} (outside the torch-free runtime's own)")
+            elif there is not None and there > here:
+                found.append(f"{module} ({RUNTIME_LAYERS[here][0]}) -> {target} ({RUNTIME_LAYERS[there][0]})")
+    return found
+
+
+def test_runtime_folders_import_only_downwards():
+    found = upward_imports(import_graph())
+    assert not found, "upward imports: " + "; ".join(found)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"tfm_export.runtime.decode.loop": {"tfm_export.runtime.speech.whisper"},
+             "tfm_export.runtime.speech.whisper": {"tfm_export.runtime.decode.loop"},
+             "tfm_export.runtime.states.static": {"tfm_export.serve.app"}}
+    assert upward_imports(graph) == [
+        "tfm_export.runtime.decode.loop (decode) -> tfm_export.runtime.speech.whisper (speech)",
+        "tfm_export.runtime.states.static -> tfm_export.serve.app (outside the torch-free runtime's own)"]
+
+
+def test_runtime_top_holds_the_facade_alone():
+    """At most ~12 modules at runtime/'s top: concepts live in folders (issue #59)."""
+    top = sorted(p.name for p in (PACKAGE / "runtime").glob("*.py"))
+    assert len(top) <= 12, top
