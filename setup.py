@@ -45,9 +45,9 @@ class BuildPyWithBundles(build_py):
             if missing:
                 raise FileNotFoundError(f"cannot bundle {name!r}: {', '.join(missing)} not found")
             target = data / bundle.packaged
-            self.mkpath(str(target))
-            for source in sources:
-                self.copy_file(str(source), str(target / source.name))
+            for file, source in zip(bundle.files, sources):  # a file in a subfolder keeps it (lib's decode/, ...)
+                self.mkpath(str((target / file).parent))
+                self.copy_file(str(source), str(target / file))
 
 
 setup(cmdclass={"build_py": BuildPyWithBundles})

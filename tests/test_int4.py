@@ -32,8 +32,8 @@ GENERATE_IDS_JS = """
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
-const { openExport } = await lib('translate.mjs');
-const { fromPythonNames } = await lib('decoding.mjs');
+const { openExport } = await lib('exported.mjs');
+const { fromPythonNames } = await lib('options/generation.mjs');
 const job = JSON.parse(readFileSync(0, 'utf8'));
 const model = await openExport(job.dir);
 const runs = [];

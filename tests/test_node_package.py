@@ -112,13 +112,17 @@ def app(tmp_path_factory) -> Path:
         pytest.skip("SKIPPED: node/npm not found; install Node.js >= 18 to test the Node package")
     packed = tmp_path_factory.mktemp("pack")
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
-    assert sorted(f["path"] for f in info["files"]) == sorted(
-        ["README.md", "alignment.mjs", "audio.mjs", "charsmap.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts",
-         "client.mjs",
-         "decoding.d.ts", "decoding.mjs", "features.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "longform.mjs",
-         "marian.mjs", "options.mjs", "package.json", "search.mjs", "sentencepiece.mjs", "spectrum.mjs", "speech.mjs",
-         "subtitles.mjs",
-         "tokenizers.d.ts", "tokenizers.mjs", "translate.mjs", "whisper.mjs"])
+    assert sorted(f["path"] for f in info["files"]) == sorted(  # the folders of the Python runtime they port
+        ["README.md", "api.mjs", "checks.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
+         "decoding.d.ts", "decoding.mjs", "exported.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "package.json",
+         "sources.mjs", "tokenizers.d.ts", "translate.mjs",
+         "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
+         "decode/beam.mjs", "decode/loop.mjs", "decode/processors.mjs", "decode/sampling.mjs", "decode/strategies.mjs",
+         "options/generation.mjs",
+         "speech/alignment.mjs", "speech/longform.mjs", "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs",
+         "speech/whisper.mjs", "speech/words.mjs",
+         "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
+         "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')
     try:
@@ -184,12 +188,14 @@ def exported_names(text: str) -> set[str]:
 
 
 def test_every_export_is_declared():
-    """The names translate.mjs, decoding.mjs, client.mjs and tokenizers.mjs export are exactly those their
-    .d.ts files declare; greedy.mjs and greedy.d.ts (the old entry point) re-export decoding's."""
-    for module, types in (("translate.mjs", "index.d.ts"), ("decoding.mjs", "decoding.d.ts"),
-                          ("client.mjs", "client.d.ts"), ("tokenizers.mjs", "tokenizers.d.ts")):
+    """The names of the package's entry points (exported.mjs, decoding.mjs, client.mjs, text/tokenizer.mjs) are
+    exactly those their .d.ts files declare; greedy.mjs and greedy.d.ts (the old entry point) re-export
+    decoding's, translate.mjs (the first main module) exported.mjs's."""
+    for module, types in (("exported.mjs", "index.d.ts"), ("decoding.mjs", "decoding.d.ts"),
+                          ("client.mjs", "client.d.ts"), ("text/tokenizer.mjs", "tokenizers.d.ts")):
         exported = exported_names((PACKAGE / module).read_text())
         declared = exported_names((PACKAGE / types).read_text())
         assert exported and exported == declared, (module, exported ^ declared)
     assert "export * from './decoding.mjs';" in (PACKAGE / "greedy.mjs").read_text()
+    assert "export * from './exported.mjs';" in (PACKAGE / "translate.mjs").read_text()
     assert "export * from './decoding.js';" in (PACKAGE / "greedy.d.ts").read_text()

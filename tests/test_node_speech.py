@@ -2,7 +2,7 @@
 
 The trained fixture (models/whisper-digits) is exported once; held-out utterances of both languages (digit
 strings never trained on) are spoken by espeak-ng as tests/test_whisper_trained.py speaks them and written
-as WAV files with soundfile. Node's log-mel features (runtimes/node/features.mjs, fft.js) are within 1e-4
+as WAV files with soundfile. Node's log-mel features (runtimes/node/audio/features.mjs, fft.js) are within 1e-4
 of Python's (tfm_export/audio/features.py) on that speech, in 16-bit mono, 24-bit stereo (mixed to mono)
 and float WAV files, and Node's `transcribe` gives Python's `transcribe` ids, text, language and segments
 (every field; the window measures within 1e-4) in every decoding mode it has (language given or detected,
@@ -71,9 +71,9 @@ SPEECH_JS = """
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 const module = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
-const { openExport } = await module('translate.mjs');
-const { readWav } = await module('audio.mjs');
-const { featureConfig, logMel } = await module('features.mjs');
+const { openExport } = await module('exported.mjs');
+const { readWav } = await module('audio/io.mjs');
+const { featureConfig, logMel } = await module('audio/features.mjs');
 const job = JSON.parse(readFileSync(0, 'utf8'));
 const models = {};
 const open = async (dir) => (models[dir] ??= await openExport(dir));
@@ -321,7 +321,7 @@ def test_languages_are_python_s(export):
     want = run_cli_ok("languages", export).output
     assert done.stdout == want and want.startswith("spoken (2): en de"), (done.stdout, want)
     script = "const m = await import(process.argv[1]); console.log(JSON.stringify(await m.languages(process.argv[2])));"
-    done = subprocess.run(["node", "--input-type=module", "-e", script, (NODE / "translate.mjs").as_uri(), str(export)],
+    done = subprocess.run(["node", "--input-type=module", "-e", script, (NODE / "exported.mjs").as_uri(), str(export)],
                           capture_output=True, text=True, timeout=60)
     got, theirs = json.loads(done.stdout), json.loads(run_cli_ok("languages", export, "--json").output)
     assert (got["spoken"], got["translateInto"]) == (theirs["spoken"], theirs["translate_into"]) == (["en", "de"], "en")

@@ -86,12 +86,12 @@ def node_module(script: str) -> dict:
 
 
 def test_node_options_are_the_fields_with_the_same_checks():
-    """options.mjs (generated) as Node reads it: names, defaults, flags, and each check's message for a
+    """options/generation.mjs (generated) as Node reads it: names, defaults, flags, and each check's message for a
     bad value equal to Python's."""
     bad = {camel(o.name): "x" for o in OPTIONS if o.requirement}
     rules = [{"numBeams": 2, "numReturnSequences": 3}, {"numBeams": 2, "doSample": True}]
     script = f"""
-    import {{ PYTHON_NAMES, DEFAULTS, CLI_FLAGS, generationConfig }} from './options.mjs';
+    import {{ PYTHON_NAMES, DEFAULTS, CLI_FLAGS, generationConfig }} from './options/generation.mjs';
     const message = (options) => {{
       try {{ generationConfig({{}}, options); return null; }} catch (e) {{ return e.message; }}
     }};

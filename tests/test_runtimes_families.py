@@ -1,15 +1,15 @@
 """runtimes/: Node and the browser tokenize, decode and generate like the Python runtime on the Hugging
 Face families (tests/hf_fixtures.py, tests/fixtures/trained).
 
-Every family whose folder has a tokenizer.json (the manifest's "hf" tokenizer: runtimes/node/tokenizers.mjs
+Every family whose folder has a tokenizer.json (the manifest's "hf" tokenizer: runtimes/node/text/tokenizer.mjs
 on @huggingface/tokenizers) is compared token for token: encode on hf_fixtures.sources (unicode of many
 kinds, plus each multilingual source language), the forced first token of every target language,
 unknown codes (the same one-line message), decode on random ids. So is Marian's (SentencePiece files:
-the source.tokenizer.json its export writes, runtimes/node/marian.mjs), on those sources with >>de<< /
+the source.tokenizer.json its export writes, runtimes/node/text/marian.mjs), on those sources with >>de<< /
 >>en<< codes in the text and as target languages, and on random strings where sentencepiece differs
-from the tokenizers libraries; runtimes/node/sentencepiece.mjs gives sentencepiece's pieces for models
+from the tokenizers libraries; runtimes/node/text/sentencepiece.mjs gives sentencepiece's pieces for models
 of other normalisation settings. m2m100 (no tokenizer.json) is ids only in Node. The charsmap
-normaliser (runtimes/node/charsmap.mjs) is compared with the Rust library's on random strings. Trained
+normaliser (runtimes/node/text/charsmap.mjs) is compared with the Rust library's on random strings. Trained
 exports generate in Node exactly the Python runtime's ids (greedy and the export's default decoding;
 with a target language where the model is multilingual; mt5's heads are not d_model / n_heads wide),
 and in headless Chromium (mbart50, marian); Node's command line translates Marian text; a Marian export
@@ -79,9 +79,9 @@ GENERATE_JS = """
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
-const { openExport } = await lib('translate.mjs');
-const { fromPythonNames } = await lib('decoding.mjs');
-const { languageOptions } = await lib('tokenizers.mjs');
+const { openExport } = await lib('exported.mjs');
+const { fromPythonNames } = await lib('options/generation.mjs');
+const { languageOptions } = await lib('text/tokenizer.mjs');
 const job = JSON.parse(readFileSync(0, 'utf8'));
 const model = await openExport(job.dir);
 const runs = [];
@@ -157,7 +157,7 @@ def python_answer(python, job: dict) -> dict:
             "decoded": [python.decode(row) for row in job["ids"]]}
 
 
-# Strings where sentencepiece differs from the Rust/JS tokenizers libraries (runtimes/node/sentencepiece.mjs):
+# Strings where sentencepiece differs from the Rust/JS tokenizers libraries (runtimes/node/text/sentencepiece.mjs):
 # compatibility characters before combining marks, runs of spaces, ties between segmentations ("...").
 MARIAN_POOL = ([chr(c) for a, b in ((0x20, 0x250), (0x300, 0x370), (0x2000, 0x2070), (0x2460, 0x2474),
                                       (0xFB00, 0xFB07), (0xFF01, 0xFF5F), (0x3000, 0x3004)) for c in range(a, b)]
@@ -195,7 +195,7 @@ def tokenized(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("tokenize")
     jobs = {family: tokenizer_job(family, tmp) for family in TOKENIZED}
     node = node_script(tmp, TOKENIZE_JS, {f: job for f, (job, _) in jobs.items()},
-                       NODE / "tokenizers.mjs")
+                       NODE / "text" / "tokenizer.mjs")
     return {family: (job, python, node[family]) for family, (job, python) in jobs.items()}
 
 
@@ -250,7 +250,7 @@ SPM_SETTINGS = {"nfkc-as-is": dict(normalization_rule_name="nfkc", add_dummy_pre
 
 
 def test_sentencepiece_pieces_are_sentencepieces(tmp_path):
-    """runtimes/node/sentencepiece.mjs on the tokenizer.json of unigram models of several normalisation
+    """runtimes/node/text/sentencepiece.mjs on the tokenizer.json of unigram models of several normalisation
     settings: the sentencepiece library's pieces on random strings, ties between segmentations included
     (these models have ".", ".." and no "...": float32 and float64 sums pick differently)."""
     spm = pytest.importorskip("sentencepiece")
@@ -266,7 +266,7 @@ def test_sentencepiece_pieces_are_sentencepieces(tmp_path):
         models.append({"json": str(tmp_path / f"{name}.json"), "rules": rules.to_dict()})
         processors.append(spm.SentencePieceProcessor(model_file=str(tmp_path / f"{name}.model")))
     texts = [text for text, _ in marian_texts()]
-    got = node_script(tmp_path, PIECES_JS, {"models": models, "texts": texts}, NODE / "sentencepiece.mjs")
+    got = node_script(tmp_path, PIECES_JS, {"models": models, "texts": texts}, NODE / "text" / "sentencepiece.mjs")
     for name, processor, pieces in zip(SPM_SETTINGS, processors, got):
         wrong = [(t, w, g) for t, w, g in zip(texts, processor.encode(texts, out_type=str), pieces) if w != g]
         assert not wrong, (name, wrong[:5])
@@ -293,7 +293,7 @@ def test_charsmap_normaliser_is_the_rust_one(tmp_path):
     texts = [''.join(rng.choice(pool) for _ in range(rng.randrange(1, 10))) for _ in range(3000)]
     for charsmap, family in charsmaps.items():
         rust = Precompiled(base64.b64decode(charsmap))
-        got = node_script(tmp_path, NORMALIZE_JS, {"charsmap": charsmap, "texts": texts}, NODE / "charsmap.mjs")
+        got = node_script(tmp_path, NORMALIZE_JS, {"charsmap": charsmap, "texts": texts}, NODE / "text" / "charsmap.mjs")
         wrong = [(t, w, g) for t, w, g in zip(texts, map(rust.normalize_str, texts), got) if w != g]
         assert not wrong, (family, wrong[:5])
 
@@ -424,7 +424,7 @@ def test_node_runs_a_marian_export_made_before_source_json_on_ids(trained_export
     (old / "source.tokenizer.json").unlink()
     model = open_export(old, "cpu")
     sources = [model.encode(e.source) for e in hf_fixtures.task_examples("marian", 4)]
-    node = node_script(tmp_path, OLD_MARIAN_JS, {"dir": str(old), "sources": sources}, NODE / "translate.mjs")
+    node = node_script(tmp_path, OLD_MARIAN_JS, {"dir": str(old), "sources": sources}, NODE / "exported.mjs")
     assert node["ids"] == model.generate_ids(sources) and node["kind"] == "marian"
     assert node["refused"].startswith('this "marian" export has no source.tokenizer.json (exported before tfm-export '
                                       'wrote one')
@@ -448,7 +448,7 @@ def test_node_refuses_a_changed_tokenizer_json(trained_export, tmp_path):
     (tmp_path / "changed.mjs").write_text(script)
     if shutil.which("node") is None or not (NODE / "node_modules").exists():
         pytest.skip("SKIPPED: node or runtimes/node/node_modules missing")
-    done = subprocess.run(["node", str(tmp_path / "changed.mjs"), str(NODE / "translate.mjs")], capture_output=True,
+    done = subprocess.run(["node", str(tmp_path / "changed.mjs"), str(NODE / "exported.mjs")], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     refused, kind = done.stdout.strip().split("\n")

@@ -2,11 +2,12 @@
 
 import http.client
 import json
+import posixpath
 import re
 import shutil
 import socket
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def web_dir(tmp_path) -> Path:
     """A stand-in for runtimes/web (page, onnxruntime-web's and @huggingface/tokenizers' dist) and
-    runtimes/node/greedy.mjs."""
+    runtimes/node's greedy.mjs, decode/loop.mjs (the page's) and exported.mjs (Node's alone)."""
     web = tmp_path / "runtimes" / "web"
     dist = web / "node_modules" / "onnxruntime-web" / "dist"
     dist.mkdir(parents=True)
@@ -35,6 +36,9 @@ def web_dir(tmp_path) -> Path:
     (tokenizers / "package.json").write_text("{}")
     (tmp_path / "runtimes" / "node" / "node_modules").mkdir(parents=True)
     (tmp_path / "runtimes" / "node" / "greedy.mjs").write_text("export {};")
+    (tmp_path / "runtimes" / "node" / "exported.mjs").write_text("export {};")
+    (tmp_path / "runtimes" / "node" / "decode").mkdir()
+    (tmp_path / "runtimes" / "node" / "decode" / "loop.mjs").write_text("export {};")
     (tmp_path / "runtimes" / "node" / "node_modules" / "x.js").write_text("no")
     for lib, dist, name in (("fft.js", "lib", "fft.js"), ("wavefile", "dist", "wavefile.js"),  # Whisper's libraries
                             ("pako", "dist", "pako.esm.mjs")):
@@ -75,6 +79,7 @@ def test_binds_loopback_by_default(server):
     ("/", "text/html"),
     ("/app.mjs", "text/javascript"),
     ("/lib/greedy.mjs", "text/javascript"),
+    ("/lib/decode/loop.mjs", "text/javascript"),  # a bundled module in a subfolder
     ("/ort/ort.wasm.min.mjs", "text/javascript"),
     ("/ort/ort-wasm-simd-threaded.wasm", "application/wasm"),
     ("/tokenizers/tokenizers.min.mjs", "text/javascript"),
@@ -91,7 +96,7 @@ def test_serves_each_mount_with_its_mime_type(server, path, mime):
 
 @pytest.mark.parametrize("path", [
     "/export/../../secret.txt", "/export/%2e%2e/%2e%2e/secret.txt", "/lib/../../secret.txt",
-    "/lib/node_modules/x.js",
+    "/lib/node_modules/x.js", "/lib/exported.mjs", "/lib/decode/", "/lib/decode/../../secret.txt",  # the bundle's files only
     "/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs",  # only the page's top-level files under /
     "/tokenizers/../package.json", "/tokenizers/%2e%2e/package.json", "/tokenizers/../../../app.mjs",
     "/export/", "/ort/", "/tokenizers/", "/missing.js",
@@ -115,15 +120,19 @@ def test_speech_libraries_are_optional(tiny_export, web_dir):
 
 
 def test_the_wheel_bundles_every_module_the_page_imports():
-    """Each /lib/ and page module's relative imports are in its bundle (a wheel ships only the listed files)."""
+    """Each /lib/ and page module's imports are in its bundle (a wheel ships only the listed files): relative
+    ones ('./x.mjs', '../decode/loop.mjs') resolved from the module's folder, and the page's '/lib/...'."""
     from tfm_export.resources import BUNDLES
     for name in ("lib", "web"):
         bundle = BUNDLES[name]
         for file in (f for f in bundle.files if f.endswith(".mjs")):
             text = (ROOT / bundle.checkout / file).read_text()
-            imports = ((name, r"'\./([\w.-]+)'"), ("lib", r"'/lib/([\w.-]+)'"), ("web", r"'/([\w.-]+\.m?js)'"))
-            for folder, pattern in imports:
-                missing = set(re.findall(pattern, text)) - set(BUNDLES[folder].files)
+            here = PurePosixPath(file).parent
+            relative = {posixpath.normpath(str(here / path)) for path in re.findall(r"'(\.\.?/[\w./-]+)'", text)}
+            imports = ((name, relative), ("lib", set(re.findall(r"'/lib/([\w./-]+)'", text))),
+                       ("web", set(re.findall(r"'/([\w.-]+\.m?js)'", text))))
+            for folder, found in imports:
+                missing = found - set(BUNDLES[folder].files)
                 assert not missing, (file, folder, missing)
     index = (ROOT / "runtimes" / "web" / "index.html").read_text()
     assert '"fft.js": "/fft-shim.mjs", "wavefile": "/wavefile-shim.mjs", "pako": "/npm/pako/pako.esm.mjs"' in index

@@ -21,24 +21,33 @@ class Bundle:
 
     packaged: str  # relative to tfm_export/_data/
     checkout: str  # relative to the repository root
-    files: tuple[str, ...]
+    files: tuple[str, ...]  # relative to `checkout` (and to `packaged` in the wheel): subfolders are kept
     optional: bool = False  # the build goes on without it (npm's files are not in git)
 
 
 BUNDLES = {
     "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs", "ids.mjs", "speech-page.mjs", "audio-in.mjs",
                                           "recorder-worklet.js", "commonjs.mjs", "fft-shim.mjs", "wavefile-shim.mjs")),
-    # The decoding module the page shares with Node (greedy.mjs: its old name, re-exporting decoding.mjs),
-    # and the client of `tfm-export serve` (client.mjs) it uses in server mode.
-    "lib": Bundle("lib", "runtimes/node", ("decoding.mjs", "search.mjs", "options.mjs", "greedy.mjs", "client.mjs",
-                                          "tokenizers.mjs", "charsmap.mjs", "sentencepiece.mjs", "marian.mjs",
+    # The runtime-agnostic modules the page shares with Node, in the folders of the Python runtime they port
+    # (decode/, states/, options/, speech/; text/ and audio/ as tfm_export's), with the compatibility entry
+    # points decoding.mjs and greedy.mjs, and the client of `tfm-export serve` (client.mjs) for server mode.
+    # Node's own files (exported.mjs, translate.mjs, cli*.mjs: onnxruntime-node, node:fs) are not the page's.
+    "lib": Bundle("lib", "runtimes/node", ("api.mjs", "checks.mjs", "sources.mjs", "decoding.mjs", "greedy.mjs",
+                                          "client.mjs", "options/generation.mjs",
+                                          "decode/loop.mjs", "decode/strategies.mjs", "decode/beam.mjs",
+                                          "decode/sampling.mjs", "decode/processors.mjs",
+                                          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
+                                          "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",
+                                          "text/marian.mjs",
                                           # Whisper transcription (the page's speech section)
-                                          "speech.mjs", "features.mjs", "spectrum.mjs", "audio.mjs", "whisper.mjs",
-                                          "longform.mjs", "subtitles.mjs", "alignment.mjs")),
+                                          "speech/whisper.mjs", "speech/prompt.mjs", "speech/rules.mjs",
+                                          "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
+                                          "speech/alignment.mjs", "audio/features.mjs", "audio/spectrum.mjs",
+                                          "audio/io.mjs")),
     # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
     "wavefile": Bundle("wavefile", "runtimes/node/node_modules/wavefile/dist", ("wavefile.js",), optional=True),
-    # zlib's deflate (longform.mjs's compression ratio), an ES module: imported as it is, no shim
+    # zlib's deflate (speech/longform.mjs's compression ratio), an ES module: imported as it is, no shim
     "pako": Bundle("pako", "runtimes/node/node_modules/pako/dist", ("pako.esm.mjs",), optional=True),
     # The page's tokenizer.json reader (@huggingface/tokenizers, from `npm ci` in runtimes/web).
     "tokenizers": Bundle("tokenizers", "runtimes/web/node_modules/@huggingface/tokenizers/dist",
@@ -48,9 +57,6 @@ BUNDLES = {
                   ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),
     "num2words-de": Bundle("models/num2words-de", "models/num2words-de",
                            ("model.pt", "heldout.tsv", "short.tsv", "README.md")),
-    # Silero VAD (MIT), runtime.speech.vad's model: `transcribe --vad`, the server's chunking_strategy
-    "silero-vad": Bundle("models/silero-vad", "models/silero-vad",
-                         ("silero_vad_16k_op15.onnx", "LICENSE", "README.md")),
 }
 
 

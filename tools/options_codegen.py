@@ -154,7 +154,7 @@ def schema_text(text: str, options: tuple[Option, ...] = OPTIONS) -> str:
 
 # file -> its text as this writes it, given its current text
 TARGETS: dict[Path, Callable[[str], str]] = {
-    NODE / "options.mjs": lambda text: replace_region(text, js_lines()),
+    NODE / "options" / "generation.mjs": lambda text: replace_region(text, js_lines()),
     NODE / "index.d.ts": lambda text: replace_region(text, ts_lines(), indent="  "),
     PACKAGE / "manifest.schema.json": schema_text,
 }

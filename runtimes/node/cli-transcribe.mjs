@@ -1,12 +1,12 @@
 // `cli.mjs transcribe EXPORT_DIR file.wav [...]`: Python's `tfm-export transcribe` for a Whisper export
-// in Node (speech.mjs): the text of each file on its line, its subtitles (--format srt|vtt, as Python's), or with
+// in Node (speech/whisper.mjs): the text of each file on its line, its subtitles (--format srt|vtt, as Python's), or with
 // --json one object per line { file, text, language, segments, ids } (Python's --json). A bad file or export is one error line and exit 1
 // (the files before it are printed); a bad flag exit 2, as cli.mjs.
 import { existsSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { toSrt, toVtt } from './subtitles.mjs';
+import { toSrt, toVtt } from './speech/whisper.mjs';
 
 const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments), vtt: (r) => toVtt(r.segments),
   json: (r, file) => `${JSON.stringify({ file, ...r })}\n` };
@@ -86,7 +86,7 @@ export async function transcribeCommand(args) {
   try {
     const options = transcribeOptions(values);
     const targets = values['output-dir'] ? await outputFiles(files, values['output-dir'], ext) : [];
-    const { openExport } = await import('./translate.mjs'); // onnxruntime-node: loaded only when decoding
+    const { openExport } = await import('./exported.mjs'); // onnxruntime-node: loaded only when decoding
     model = await openExport(exportDir);
     for (const [i, file] of files.entries()) {
       const text = format(await model.transcribe(file, options), file);

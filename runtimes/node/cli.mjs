@@ -6,14 +6,14 @@
 // node runtimes/node/cli.mjs transcribe OUT file.wav [...]    a Whisper export: the text per file (cli-transcribe.mjs)
 //   (--api-key KEY, else the environment's TFM_EXPORT_API_KEY)
 // Decoding flags (default: the manifest's `generation` section, else greedy) are Python's `tfm-export
-// generate` ones, from options.mjs's CLI_FLAGS: --num-beams N, --n-best N (then each hypothesis is a line
+// generate` ones, from options/generation.mjs's CLI_FLAGS: --num-beams N, --n-best N (then each hypothesis is a line
 // "score<TAB>output"), --sample with --seed N, --top-p X, ... (--help lists them); --stream prints tokens
 // as they come. Multilingual exports: --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages`
 // lists the codes.
 import { parseArgs } from 'node:util';
 import { connect } from './client.mjs';
-import { tensorRows } from './decoding.mjs';
-import { CLI_FLAGS } from './options.mjs';
+import { tensorRows } from './api.mjs';
+import { CLI_FLAGS } from './options/generation.mjs';
 
 // A decoding flag's value in the usage line, by the option's kind (a choice: its words).
 const METAVAR = { integer: ' N', number: ' X', boolean: '' };
@@ -47,7 +47,7 @@ function parseIds(text) {
   return ids;
 }
 
-/** The decoding flags' values as options (options.mjs checks them). */
+/** The decoding flags' values as options (options/generation.mjs checks them). */
 function decodingOptions(values) {
   const options = { sourceLang: values['source-lang'], targetLang: values['target-lang'] };
   for (const [flag, [name, kind]] of Object.entries(CLI_FLAGS)) {
@@ -68,8 +68,8 @@ function decodingOptions(values) {
 
 /** The export folder opened here: best lines, n-best hypotheses { score, output } and streams. */
 async function openLocal(exportDir, ids) {
-  const { openExport } = await import('./translate.mjs'); // onnxruntime-node: loaded only when decoding here
-  const { languageOptions } = await import('./tokenizers.mjs');
+  const { openExport } = await import('./exported.mjs'); // onnxruntime-node: loaded only when decoding here
+  const { languageOptions } = await import('./text/tokenizer.mjs');
   const model = await openExport(exportDir);
   if (!ids && !model.tokenizer) {
     await model.release();
@@ -110,7 +110,7 @@ function openRemote(url, apiKey, ids) {
 
 /** `--languages`: the lines of Python's `tfm-export languages FOLDER`. */
 async function printLanguages(exportDir) {
-  const { languages } = await import('./translate.mjs');
+  const { languages } = await import('./exported.mjs');
   const codes = await languages(exportDir);
   if (codes.spoken) { // a Whisper export
     if (!codes.spoken.length) {
@@ -133,7 +133,7 @@ async function printLanguages(exportDir) {
 
 /** `run EXPORT_DIR --ids ...`: the lines of Python's `tfm-export run`, one JSON object per source. */
 async function runEncoder(exportDir, sources) {
-  const { run: runExport } = await import('./translate.mjs');
+  const { run: runExport } = await import('./exported.mjs');
   const outputs = Object.entries(await runExport(exportDir, sources)).map(([name, t]) => [name, tensorRows(t)]);
   sources.forEach((ids, row) => {
     console.log(JSON.stringify({ ids, ...Object.fromEntries(outputs.map(([name, rows]) => [name, rows[row]])) }));

@@ -1,6 +1,6 @@
 // A client of `tfm-export serve` with the local model's API: `connect(url, { apiKey })` gives
 // translate, generateIds, generate and stream over HTTP (POST /v1/translate), plus health. Decoding
-// options are the local ones (camelCase, options.mjs), sent under the server's snake_case names;
+// options are the local ones (camelCase, options/generation.mjs), sent under the server's snake_case names;
 // `sourceLang` / `targetLang` go as `source_lang` / `target_lang`.
 // Runtime-agnostic (fetch, TextDecoder, ReadableStream: Node >= 18 and browsers): the web page
 // imports this file too (/lib/client.mjs).
@@ -8,7 +8,7 @@
 //   const server = connect('http://127.0.0.1:8080', { apiKey: process.env.TFM_EXPORT_API_KEY });
 //   await server.translate(['4718']);                     // [ 'viertausendsiebenhundertachtzehn' ]
 //   for await (const piece of server.stream('4718')) process.stdout.write(piece);
-import { PYTHON_NAMES } from './options.mjs';
+import { PYTHON_NAMES } from './options/generation.mjs';
 
 const RETRIED = new Set([429, 503]); // queue full, shutting down: the server says when to try again
 // A multilingual model's language codes: request fields beside the decoding options (the server encodes).

@@ -1,6 +1,7 @@
-// Types of 'tfm-export-node/decoding' (decoding.mjs): the runtime-agnostic decoding module (greedy,
-// beam search, seeded sampling, streaming: one decoder state, one step driver), shared by
-// onnxruntime-node and onnxruntime-web (the browser page imports the same file).
+// Types of 'tfm-export-node/decoding' (decoding.mjs, which re-exports api.mjs, checks.mjs, sources.mjs and
+// options/generation.mjs): the runtime-agnostic decoding calls (greedy, beam search, seeded sampling,
+// streaming: one decoder cache, one step driver), shared by onnxruntime-node and onnxruntime-web (the
+// browser page imports the same modules).
 // 'tfm-export-node/greedy' is the same module under its old name.
 import type { InferenceSession, Tensor } from 'onnxruntime-node';
 import type { DecodingOptions, GenerateOptions, GraphEntry, Hypothesis, Manifest, StreamOptions, Timings, Tokenizer
@@ -41,7 +42,7 @@ export function runtimeGraphs(manifest: Manifest): { encoder: 'encoder'; decoder
 /** The files of one graph (the .onnx file and any external-data files) with their sha256. */
 export function graphFiles(graph: GraphEntry): Record<string, string>;
 
-/** tokenizers.mjs's makeTokenizer (it lived here first): the manifest's tokenizer, or null. */
+/** text/tokenizer.mjs's makeTokenizer (it lived here first): the manifest's tokenizer, or null. */
 export { makeTokenizer } from './tokenizers.js';
 
 /** The Python runtime's rule: default max_len; below 1 or above max_len throws. */
@@ -67,7 +68,7 @@ export function generate(ort: Ort, model: DecodableModel, sources: number[][], o
 /** An encoder-only export's outputs by name (row i: source i); an export with a decoder throws one line. */
 export function run(ort: Ort, model: DecodableModel, sources: number[][]): Promise<Record<string, Tensor>>;
 
-/** A strategy of the step driver (search.mjs's shape), with the first token every row is fed. */
+/** A strategy of the step driver (decode/loop.mjs's Strategy), with the first token every row is fed. */
 export interface Strategy {
   rows: number;
   reads: 'next_ids' | 'logits';
@@ -78,8 +79,8 @@ export interface Strategy {
 }
 
 /**
- * A Whisper export's decoding (Python's runtime.decoding.run): the features (one Float32Array of
- * n_mels x frames per source) encoded once, then `strategy` (whisper.mjs's) stepped to its end.
+ * A Whisper export's decoding (Python's runtime.decode.loop.run): the features (one Float32Array of
+ * n_mels x frames per source) encoded once, then `strategy` (speech/search.mjs's) stepped to its end.
  */
 export function decodeFeatures(ort: Ort, model: DecodableModel, features: Float32Array[], strategy: Strategy,
   opts?: { timings?: Timings }): Promise<Hypothesis[][]>;

@@ -1,3 +1,3 @@
-// Compatibility entry point: the decoding loop moved to decoding.mjs (greedy, beam search, sampling,
-// streaming). Existing imports of greedy.mjs keep working.
+// Compatibility entry point (`tfm-export-node/greedy`): the decoding module's first name. Existing
+// imports of greedy.mjs keep working (decoding.mjs; the modules themselves mirror the Python runtime's).
 export * from './decoding.mjs';

@@ -1,4 +1,4 @@
-// Types of 'tfm-export-node' (translate.mjs): open a tfm-export folder and decode it with
+// Types of 'tfm-export-node' (exported.mjs; translate.mjs, its first name): open a tfm-export folder and decode it with
 // onnxruntime-node: greedy, beam search, seeded sampling, streamed or not. The manifest fields are those this runtime reads; the whole contract is
 // tfm_export/manifest.schema.json in the tfm-export repository.
 import type { InferenceSession, Tensor } from 'onnxruntime-node';
@@ -97,7 +97,7 @@ export interface Manifest {
   [field: string]: unknown;
 }
 
-/** Text <-> ids with the manifest's tokenizer (tokenizers.mjs). */
+/** Text <-> ids with the manifest's tokenizer (text/tokenizer.mjs). */
 export interface Tokenizer {
   /** The manifest's tokenizer type: 'chars', 'hf', or an ids-only type ('marian'). */
   kind: string;
@@ -116,8 +116,9 @@ export interface Tokenizer {
   decode(ids: number[]): string;
 }
 
-/** An opened export folder: pass it instead of the folder path to decode many times. */
-export interface ExportedModel {
+/** An opened export folder (Python's ExportedModel; made by openExport): pass it instead of the folder path to decode many times. */
+export class ExportedModel {
+  constructor(folder: string, manifest: Manifest, tokenizer: Tokenizer | null, options?: OpenOptions);
   folder: string;
   manifest: Manifest;
   /** null when the export has no tokenizer (then only generateIds works). */
@@ -127,6 +128,8 @@ export interface ExportedModel {
   decoder: InferenceSession | null;
   /** Releases the sessions. */
   release(): Promise<void>;
+  /** A graph beside the decoder's (alignment.onnx), checked and opened on first use. */
+  extraSession(name: string): Promise<InferenceSession>;
   /** generateIds / generate / translate / stream / languages bound to this model. */
   generateIds(idLists: number[][], opts?: GenerateIdsOptions): Promise<number[][]>;
   generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;

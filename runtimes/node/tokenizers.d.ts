@@ -1,4 +1,4 @@
-// Types of 'tfm-export-node/tokenizers' (tokenizers.mjs): the manifest's tokenizers ("chars", and
+// Types of 'tfm-export-node/tokenizers' (text/tokenizer.mjs): the manifest's tokenizers ("chars", and
 // "hf": tokenizer.json through @huggingface/tokenizers) and the language codes of multilingual models.
 import type { LanguagesSpec, Tokenizer, TokenizerSpec } from './index.js';
 

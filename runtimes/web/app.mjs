@@ -1,24 +1,25 @@
 // The page: open an export folder served over HTTP with onnxruntime-web (WASM), translate lines
 // (greedy, beam search or seeded sampling), show each translation as its tokens come (a stream) with
-// its per-token latency. The decoding module is ../node/decoding.mjs, shared with Node.
+// its per-token latency. The decoding calls are ../node/api.mjs's, shared with Node.
 // Or, "on a server": send the lines to a `tfm-export serve` (../node/client.mjs, Node's client) and
 // show its streamed tokens; that server must allow this page's origin (--cors-origin).
-// Text goes through the export's tokenizer (../node/tokenizers.mjs: its vocabulary, or its
+// Text goes through the export's tokenizer (../node/text/tokenizer.mjs: its vocabulary, or its
 // tokenizer.json with @huggingface/tokenizers); a multilingual export shows language selectors.
 // An export without a tokenizer (a module export of a user's own architecture) takes token ids, one
 // source per line (ids.mjs; the "token ids" box, which any export may use), decoded by the same driver
-// (decoding.mjs's NoCacheState for decoder_nocache.onnx); an encoder-only one is run and shows its outputs.
+// (../node/states/nocache.mjs for decoder_nocache.onnx); an encoder-only one is run and shows its outputs.
 // A Whisper export (manifest `features`) shows the speech section instead (speech-page.mjs, imported
-// only then): recordings dropped, chosen or spoken are transcribed by ../node/speech.mjs, Node's code.
-// `tfm-export serve-web OUT` serves this folder at /, ../node/*.mjs at /lib/, onnxruntime-web's
+// only then): recordings dropped, chosen or spoken are transcribed by ../node/speech/whisper.mjs, Node's code.
+// `tfm-export serve-web OUT` serves this folder at /, ../node's modules at /lib/, onnxruntime-web's
 // dist/ at /ort/, @huggingface/tokenizers' dist/ at /tokenizers/ (index.html's import map) and OUT
 // at /export/; `?export=URL` points the page elsewhere, `?server=URL` starts it on that server.
 import * as ort from '/ort/ort.wasm.min.mjs';
 import { connect } from '/lib/client.mjs';
-import { checkManifest, generationConfig, graphFiles, runtimeGraphs, stream } from '/lib/decoding.mjs';
+import { stream } from '/lib/api.mjs';
+import { checkManifest, graphFiles, runtimeGraphs } from '/lib/checks.mjs';
 import { idsShower, parseIds, runRows, shape } from './ids.mjs';
-import { DEFAULTS } from '/lib/options.mjs';
-import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from '/lib/tokenizers.mjs';
+import { DEFAULTS, generationConfig } from '/lib/options/generation.mjs';
+import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from '/lib/text/tokenizer.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/'; // served locally: no CDN
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation; one is plenty for small models

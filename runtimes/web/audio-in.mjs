@@ -1,5 +1,5 @@
-// Audio into the page, as /lib/speech.mjs's transcribe takes it: a file dropped or chosen, or the
-// microphone. A WAV file goes in as its bytes, so /lib/audio.mjs decodes (and, at another rate,
+// Audio into the page, as /lib/speech/whisper.mjs's transcribe takes it: a file dropped or chosen, or the
+// microphone. A WAV file goes in as its bytes, so /lib/audio/io.mjs decodes (and, at another rate,
 // resamples) it exactly as Node does: a 16 kHz WAV file gives Python's ids. Any other format the browser
 // decodes (MP3, OGG, FLAC, WebM...) and the microphone become float32 samples at the model's rate,
 // resampled by the browser (an OfflineAudioContext): close to Python's soxr, not bit-equal.

@@ -1,5 +1,5 @@
-// CommonJS libraries as ES modules, without a bundler. Whisper transcription (/lib/features.mjs,
-// /lib/audio.mjs) imports fft.js and wavefile by their npm names, as Node does; both ship only CommonJS
+// CommonJS libraries as ES modules, without a bundler. Whisper transcription (/lib/audio/spectrum.mjs,
+// /lib/audio/io.mjs) imports fft.js and wavefile by their npm names, as Node does; both ship only CommonJS
 // (module.exports), which a browser cannot import. index.html's import map points each name at a shim
 // (fft-shim.mjs, wavefile-shim.mjs) that runs the library's file served at /npm/ with a `module` of its own.
 

@@ -3,9 +3,9 @@
 // decoder either. Each line of the text box is then one source's ids, separated by spaces or commas
 // (as `tfm-export generate OUT --ids` and Node's `cli.mjs OUT --ids` take them); a decoder's output is
 // shown as ids, an encoder-only export's as its output values (Python's `open_export(OUT).run`).
-// Decoding itself is app.mjs's: the one driver of /lib/decoding.mjs, whose NoCacheState runs
-// decoder_nocache.onnx.
-import { run, tensorRows } from '/lib/decoding.mjs';
+// Decoding itself is app.mjs's: the one driver of /lib/api.mjs, whose NoCacheCache
+// (/lib/states/nocache.mjs) runs decoder_nocache.onnx.
+import { run, tensorRows } from '/lib/api.mjs';
 
 // A module export's source.decoder, as the ready line says it (its config's sizes are placeholders).
 const MODULE_DECODERS = { nocache: 'a decoder without a cache', 'encoder-only': 'encoder-only' };

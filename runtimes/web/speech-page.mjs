@@ -1,16 +1,16 @@
 // The page's speech section, shown for a Whisper export (its manifest has `features`): a recording
 // dropped on the page, chosen, or spoken into the microphone is transcribed in this browser by
-// /lib/speech.mjs, Node's transcribe (features.mjs's log-mel features, whisper.mjs's prompt and rules,
-// longform.mjs's windows): one implementation, so a 16 kHz WAV file gives Python's ids and text.
+// /lib/speech/whisper.mjs, Node's transcribe (audio/features.mjs's log-mel features, speech/prompt.mjs's
+// prompt, speech/rules.mjs's rules, speech/longform.mjs's windows): one implementation, so a 16 kHz WAV
+// file gives Python's ids and text.
 // app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
-// The latest transcript's subtitles can be downloaded (#speech-srt, subtitles.mjs: Python's --format srt).
+// The latest transcript's subtitles can be downloaded (#speech-srt, speech/whisper.mjs's toSrt: Python's --format srt).
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
-import { featureConfig } from '/lib/features.mjs';
-import { audioSamples, transcribe } from '/lib/speech.mjs';
-import { toSrt } from '/lib/subtitles.mjs';
-import { whisperLanguages, whisperSettings } from '/lib/whisper.mjs';
+import { featureConfig } from '/lib/audio/features.mjs';
+import { audioSamples, toSrt, transcribe } from '/lib/speech/whisper.mjs';
+import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
 
 const $ = (id) => document.getElementById(id);
 

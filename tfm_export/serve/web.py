@@ -3,14 +3,15 @@
 Standard library only; binds to 127.0.0.1 by default. For local demos and tests, not production.
 
     /            runtimes/web/index.html and app.mjs (top-level files only)
-    /lib/        runtimes/node/*.mjs (decoding.mjs and its modules, shared with Node; top-level files only)
+    /lib/        runtimes/node's modules that the page imports, shared with Node (api.mjs, decode/, states/,
+                 options/, speech/, text/, audio/, ...: exactly the files tfm_export.resources' "lib" bundle lists)
     /ort/        runtimes/web/node_modules/onnxruntime-web/dist/ (after `npm ci` there)
     /tokenizers/ runtimes/web/node_modules/@huggingface/tokenizers/dist/ (top-level files only): the
-                 tokenizer.json library that /lib/tokenizers.mjs imports (index.html's import map)
+                 tokenizer.json library that /lib/text/tokenizer.mjs imports (index.html's import map)
     /npm/fft.js/, /npm/wavefile/, /npm/pako/
                  runtimes/node/node_modules/fft.js/lib/, wavefile/dist/ and pako/dist/ (top-level files
-                 only): the libraries of Whisper transcription (/lib/features.mjs, /lib/audio.mjs,
-                 /lib/longform.mjs); the CommonJS two through the page's shims (fft-shim.mjs,
+                 only): the libraries of Whisper transcription (/lib/audio/spectrum.mjs, /lib/audio/io.mjs,
+                 /lib/speech/longform.mjs); the CommonJS two through the page's shims (fft-shim.mjs,
                  wavefile-shim.mjs), pako's ES module directly; optional (text exports need none: without
                  them the page says so when it opens a Whisper export)
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
@@ -33,7 +34,7 @@ from urllib.parse import unquote, urlparse
 
 from ..errors import InputError
 from ..manifest import load_manifest
-from ..resources import bundled
+from ..resources import BUNDLES, bundled
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ SPEECH_DISTS = {"/npm/fft.js/": ("fft", Path("node_modules", "fft.js", "lib")),
                 "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist")),
                 "/npm/pako/": ("pako", Path("node_modules", "pako", "dist"))}
 # mounts that serve only their folder's top-level files (not node_modules/)
-FLAT = ("/", "/lib/", "/tokenizers/", *SPEECH_DISTS)
+FLAT = ("/", "/tokenizers/", *SPEECH_DISTS)
+# mounts that serve only the files their bundle lists, subfolders included (runtimes/node's modules, not its
+# node_modules/ or its Node-only files): what the page may import is what a wheel ships
+LISTED = {"/lib/": frozenset(BUNDLES["lib"].files)}
 MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm",
         ".onnx": "application/octet-stream", ".data": "application/octet-stream",
         ".spm": "application/octet-stream", ".json": "application/json", ".map": "application/json"}
@@ -88,10 +92,17 @@ def routes(export_dir: Path, web_dir: Path | None = None) -> dict[str, Path]:
     if not (page / "index.html").exists():
         raise InputError(f"{page} has no index.html; pass a tfm-export checkout's runtimes/web as --web-dir")
     _require(ort_dist, "onnxruntime-web", page)
-    _require(tokenizers_dist, "@huggingface/tokenizers", page)  # lib/tokenizers.mjs imports it on every page
+    _require(tokenizers_dist, "@huggingface/tokenizers", page)  # lib/text/tokenizer.mjs imports it on every page
     load_manifest(export_dir)  # a clear error now rather than a broken page later
     return {"/export/": export_dir.resolve(), "/ort/": ort_dist.resolve(), "/tokenizers/": tokenizers_dist.resolve(),
             **speech_folders(web_dir), "/lib/": lib.resolve(), "/": page.resolve()}
+
+
+def _inside(prefix: str, folder: Path, target: Path, relative: str) -> bool:
+    """Whether `target` (the resolved `relative` path under mount `prefix`) is one of the files it serves."""
+    if prefix in LISTED:
+        return relative in LISTED[prefix] and folder in target.parents
+    return target.parent == folder if prefix in FLAT else folder in target.parents
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -110,7 +121,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         for prefix, folder in self.mounts.items():
             if url_path.startswith(prefix):
                 target = (folder / url_path[len(prefix):]).resolve()
-                inside = target.parent == folder if prefix in FLAT else folder in target.parents
+                inside = _inside(prefix, folder, target, url_path[len(prefix):])
                 return str(target if inside and target.is_file() else folder / "__not_found__")
         return str(self.mounts["/"] / "__not_found__")
 

@@ -1,5 +1,5 @@
 // node --test runtimes/node/test/
-// Beam search, seeded sampling, the processors and streaming (decoding.mjs, search.mjs) against the
+// Beam search, seeded sampling, the processors and streaming (api.mjs, decode/) against the
 // Python runtime: runtimes/fixtures/expected.json's `searches`, made by runtimes/make_fixture.py.
 // Ids must be equal; scores within 1e-6, relative to the score beyond 1 in magnitude (float64 both
 // sides, Math.exp may differ from numpy's in the last bit: 4e-15 measured on the plain export; a fused
@@ -13,11 +13,12 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import * as ort from 'onnxruntime-node';
-import * as decoding from '../decoding.mjs';
-import { fromPythonNames, generationConfig } from '../decoding.mjs';
-import { bannedNgramTokens, Greedy, pairwiseSum, processRow, rowGenerators, SplitMix64, strategyFor, TokenPicker, warp
-  } from '../search.mjs';
-import { generate, generateIds, openExport, stream } from '../translate.mjs';
+import * as decoding from '../decoding.mjs'; // the documented entry point (tfm-export-node/decoding)
+import { fromPythonNames, generationConfig } from '../options/generation.mjs';
+import { bannedNgramTokens, pairwiseSum, processRow } from '../decode/processors.mjs';
+import { rowGenerators, SplitMix64, warp } from '../decode/sampling.mjs';
+import { Greedy, strategyFor, TokenPicker } from '../decode/strategies.mjs';
+import { generate, generateIds, openExport, stream } from '../exported.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const exportDir = process.env.TFM_EXPORT_DIR;

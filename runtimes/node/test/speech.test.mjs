@@ -1,19 +1,19 @@
 // node --test runtimes/node/test/
-// The parts of Whisper transcription that need no export (features.mjs, audio.mjs, whisper.mjs,
-// speech.mjs): the FFT against a plain DFT, WAV decoding as libsndfile scales samples, the forced
-// prompt and lengths as Python's runtime/whisper.py builds them, and the one-line refusals. Features
+// The parts of Whisper transcription that need no export (audio/, speech/prompt.mjs, speech/whisper.mjs):
+// the FFT against a plain DFT, WAV decoding as libsndfile scales samples, the forced prompt and lengths
+// as Python's tfm_export/runtime/speech/prompt.py builds them, and the one-line refusals. Features
 // and ids against Python on real speech: tests/test_node_speech.py.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import wavefile from 'wavefile';
-import { decodeWav, resample } from '../audio.mjs';
-import { decodeFeatures } from '../decoding.mjs';
-import { featureConfig, melFilters, powerSpectrum } from '../features.mjs';
-import { compressionRatio, previousText, splitSegments, windowPrompt } from '../longform.mjs';
-import { toSrt, toVtt } from '../subtitles.mjs';
-import { dtw, medianFilter, words } from '../alignment.mjs';
-import { transcribe } from '../speech.mjs';
-import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../whisper.mjs';
+import { decodeWav, resample } from '../audio/io.mjs';
+import { decodeFeatures } from '../api.mjs';
+import { featureConfig, melFilters } from '../audio/features.mjs';
+import { powerSpectrum } from '../audio/spectrum.mjs';
+import { compressionRatio, previousText, splitSegments, windowPrompt } from '../speech/longform.mjs';
+import { dtw, medianFilter, words } from '../speech/alignment.mjs';
+import { toSrt, toVtt, transcribe } from '../speech/whisper.mjs';
+import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../speech/prompt.mjs';
 
 const { WaveFile } = wavefile;
 // models/whisper-digits/generation_config.json's Whisper keys, as an export's manifest keeps them

@@ -1,12 +1,12 @@
 // node --test runtimes/node/test/
-// The "hf" tokenizer (tokenizers.mjs): the family's template, language codes, clean-up and errors,
+// The "hf" tokenizer (text/tokenizer.mjs): the family's template, language codes, clean-up and errors,
 // with the Python runtime's rules (tfm_export/text/hf.py, languages.py) and messages. No export is
 // needed: TOKENIZER_JSON is a tiny Unigram tokenizer.json; its ids were checked with the Python
 // `tokenizers` library. tests/test_runtimes_families.py compares real tokenizer.json files of nine
 // model families with Python, token for token.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { cleanUpSpaces, languageCodes, languageOptions, makeLanguages, makeTokenizer, tokenizerFiles } from '../tokenizers.mjs';
+import { cleanUpSpaces, languageCodes, languageOptions, makeLanguages, makeTokenizer, tokenizerFiles } from '../text/tokenizer.mjs';
 
 const added = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
 const METASPACE = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true };

@@ -10,8 +10,8 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { makeTokenizer, resolveMaxNewTokens } from '../greedy.mjs';
-import { generateIds, openExport, translate } from '../translate.mjs';
+import { makeTokenizer, resolveMaxNewTokens } from '../greedy.mjs'; // the oldest entry point still works
+import { generateIds, openExport, translate } from '../translate.mjs'; // likewise the package's first main module
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const exportDir = process.env.TFM_EXPORT_DIR;

@@ -1,4 +1,4 @@
-// Power spectra |rfft(frame)|^2 of real frames, for features.mjs's log-mel features: one function per
+// Power spectra |rfft(frame)|^2 of real frames, for audio/features.mjs's log-mel features: one function per
 // frame length, called for every frame (3000 a Whisper window), with its tables and buffers made once.
 // - a power of two: fft.js's real transform (radix 4);
 // - lengths whose prime factors are all at most 7 (Whisper's n_fft 400 = 2^4 5^2): a mixed-radix

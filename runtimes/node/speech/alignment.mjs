@@ -1,12 +1,11 @@
-// Word timestamps from Whisper's cross-attention: the port of Python's tfm_export/runtime/alignment.py and
-// whisper_words.py (transformers' return_token_timestamps, and its tokenizer's word grouping). The alignment
-// heads' weights come from the export's alignment.onnx; each decoded window is encoded again and its prompt and
-// tokens read in one pass. The normalisation is numpy's float32 arithmetic, operation by operation (Math.fround),
-// and the dynamic time warping keeps float32 costs, so that the same weights give Python's path, tie for tie.
-// No Node APIs: the functions take the session and tokenizer they need.
+// Token times from Whisper's cross-attention and their grouping into words: the port of
+// tfm_export/runtime/speech/alignment.py (transformers' return_token_timestamps, and its tokenizer's word
+// grouping); speech/words.mjs runs it on each window's alignment.onnx weights. The normalisation is
+// numpy's float32 arithmetic, operation by operation (Math.fround), and the dynamic time warping keeps
+// float32 costs, so that the same weights give Python's path, tie for tie.
+// No globals beyond ECMAScript: a page can import it.
 
 const TIME_PRECISION = 0.02; // seconds per encoder position
-const FEATURE_PRECISION = 0.01; // seconds per mel frame
 const MEDIAN_FILTER_WIDTH = 7;
 const PREPEND = '"\'“¡¿([{-';
 const APPEND = '"\'.。,，!！?？:：”)]}、';
@@ -183,44 +182,4 @@ export function words(decode, tokens, times, specialFrom, language = null) {
   mergePunctuation(texts, spans);
   return texts.flatMap((text, k) => (text
     ? [{ word: text, start: round2(times[spans[k][0]]), end: round2(times[spans[k][spans[k].length - 1] + 1]) }] : []));
-}
-
-/** Where each token of each segment is in its window's ids (Python's whisper_words._positions). */
-function positions(ids, segments) {
-  let cursor = 0;
-  return segments.map((segment) => segment.tokens.map((token) => {
-    while (cursor < ids.length && ids[cursor] !== token) cursor += 1;
-    const at = Math.min(cursor, ids.length - 1);
-    cursor += 1;
-    return at;
-  }));
-}
-
-function segmentWords(decode, eosId, segment, where, times, language) {
-  const kept = segment.tokens.map((t, k) => [where[k], t]).filter(([, t]) => t < eosId);
-  if (!kept.length) return [];
-  const last = kept[kept.length - 1][0];
-  let after = times[Math.min(last + 1, times.length - 1)];
-  if (after <= times[last]) after = Math.max(after, segment.end); // EOS repeats the last token's time
-  return words(decode, kept.map(([, t]) => t), [...kept.map(([p]) => times[p]), after], eosId, language);
-}
-
-/**
- * The words of each segment (Python's whisper_words.add_words): `timeWindow(window, frames)` -> the times of the
- * window's generated ids; `audioFrames` the recording's own frames (the alignment reads no padding).
- */
-export async function addWords({ segments, windows, windowFrames, audioFrames, decode, eosId, language },
-  timeWindow) {
-  const found = segments.map(() => []);
-  for (const window of windows) {
-    const members = segments.flatMap((s, n) => (s.window === window ? [n] : []));
-    if (!members.length) continue;
-    const frames = Math.min(audioFrames - window.seek, windowFrames);
-    const times = (await timeWindow(window, frames)).map((t) => t + window.seek * FEATURE_PRECISION);
-    const ofWindow = members.map((n) => segments[n]);
-    positions(window.ids, ofWindow).forEach((where, k) => {
-      found[members[k]] = segmentWords(decode, eosId, ofWindow[k], where, times, language);
-    });
-  }
-  return found;
 }

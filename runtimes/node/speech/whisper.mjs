@@ -1,25 +1,27 @@
-// Speech in, text out: `transcribe` of an opened Whisper export, the port of Python's
-// tfm_export/runtime/speech.py (issue #43). The steps, as transformers' WhisperForConditionalGeneration.generate:
+// Speech in, text out: `transcribe` of an opened Whisper export, the port of
+// tfm_export/runtime/speech/whisper.py (issue #43). The steps, as transformers' WhisperForConditionalGeneration.generate:
 // 1. the audio (a WAV file's bytes, or float32 samples at the model's rate) -> mono samples
-//    (audio.mjs: decoded, channels averaged, resampled);
-// 2. log-mel features (features.mjs; the manifest's `features`): up to one window (30 s) padded to
-//    the window; longer audio keeps all its frames and is decoded window by window (longform.mjs);
-// 3. the forced prompt (whisper.mjs's initTokens); a language not given is detected on the first
+//    (audio/io.mjs: decoded, channels averaged, resampled);
+// 2. log-mel features (audio/features.mjs; the manifest's `features`): up to one window (30 s) padded to
+//    the window; longer audio keeps all its frames and is decoded window by window (speech/longform.mjs);
+// 3. the forced prompt (speech/prompt.mjs's initTokens); a language not given is detected on the first
 //    window at the step that feeds <|startoftranscript|>, as Python's LanguageDetector does;
-// 4. greedy or beam search in each window through decoding.mjs's driver with Whisper's processors;
-//    long audio always decodes with timestamps (and seeks on them), as Python and transformers do.
+// 4. greedy or beam search in each window through decode/loop.mjs's driver with Whisper's processors
+//    (speech/search.mjs); long audio always decodes with timestamps (and seeks on them), as Python and
+//    transformers do.
 // The folder's silence test (logprob_threshold with no_speech_threshold) skips a window as Python's
 // does, and a folder's condition_on_prev_tokens conditions each window on the text before it. Not ported:
-// temperature fallback (Python decodes at temperature 0 only too). The result is Python's: { text,
-// language, segments, ids }. No Node APIs: the browser page can import it (translate.mjs reads files
-// and passes their bytes).
-import { readWav } from './audio.mjs';
-import { decodeFeatures, generationConfig } from './decoding.mjs';
-import { featureConfig, logMel, logMelSpectrogram } from './features.mjs';
-import { featureWindow, transcribeWindows, windowPrompt } from './longform.mjs';
-import { addWords, tokenTimes } from './alignment.mjs';
-import { DETECT, LanguageDetector, WhisperStrategy, initTokens, languageCode, maxNewTokens, promptPrefix,
-  whisperSettings } from './whisper.mjs';
+// temperature fallback (Node decodes at temperature 0 only). The result is Python's: { text,
+// language, segments, ids }; `toSrt` / `toVtt` write its segments as subtitles. No Node APIs: the browser
+// page can import it (exported.mjs reads files and passes their bytes).
+import { readWav } from '../audio/io.mjs';
+import { featureConfig, logMel, logMelSpectrogram } from '../audio/features.mjs';
+import { generationConfig } from '../options/generation.mjs';
+import { GrowingCache } from '../states/growing.mjs';
+import { cacheRunner, featureWindow, transcribeWindows, windowDecoder, windowPrompt } from './longform.mjs';
+import { DETECT, initTokens, languageCode, promptPrefix, whisperSettings } from './prompt.mjs';
+import { LanguageDetector } from './search.mjs';
+import { addWords, alignmentSession, timeWindow } from './words.mjs';
 
 const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'maxSeconds',
   'label'];
@@ -93,26 +95,11 @@ function promptIds(model, settings, prompt) {
 
 /** The init tokens with a language to detect detected on the first window alone, as Python does for a prompted
  * decode (the prompt comes before <|startoftranscript|>, where an unprompted decode detects by itself). */
-async function detectFirst(ort, model, settings, init, { features, nMels, total, windowFrames }) {
+async function detectFirst(runWindow, settings, init, { features, nMels, total, windowFrames }) {
   const detector = new LanguageDetector(settings);
   const first = featureWindow(features, nMels, total, 0, Math.min(total, windowFrames), windowFrames);
-  await decodeFeatures(ort, model, [first], detector);
+  await runWindow(first, detector);
   return init.map((t) => (t === DETECT ? detector.found : t));
-}
-
-/** A window decoder: the window's best row (whisper.mjs's windowRow), `skip` when the folder's silence test
- * (logprob_threshold with no_speech_threshold, both set) finds it silent. */
-function windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected }) {
-  const [logprob, noSpeech] = [settings.logprob_threshold, settings.no_speech_threshold];
-  const silenceTest = [logprob, noSpeech].every((v) => v !== undefined && v !== null);
-  return async (window, prompt) => {
-    const steps = maxNewTokens(settings, prompt.length, max, model.manifest.config.max_len);
-    const strategy = new WhisperStrategy(prompt, steps, settings, decoding, stamped);
-    await decodeFeatures(ort, model, [window], strategy);
-    if (prompt.includes(DETECT)) onDetected(strategy.prompt);
-    const row = strategy.windowRow();
-    return { ...row, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
-  };
 }
 
 /**
@@ -141,8 +128,10 @@ export async function transcribe(ort, model, audio, options = {}) {
   const promptFor = (segments) => windowPrompt(settings, init, [...promptSegment, ...segments], condition, prefix,
     model.manifest.config.max_len);
   const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
-  if (prefix.length && init.includes(DETECT)) init = await detectFirst(ort, model, settings, init, layout);
-  const decodeWindow = windowDecoder(ort, model, settings, decoding, { stamped, max, onDetected: (p) => { init = p; } });
+  const runWindow = cacheRunner(new GrowingCache(ort, model));
+  if (prefix.length && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
+  const decodeWindow = windowDecoder(runWindow, settings, decoding, { timestamps: stamped, max,
+    maxTargetPositions: model.manifest.config.max_len, onDetected: (p) => { init = p; } });
   // The timestamp tokens' first id. As in Python and transformers, the ids a model emits from there on cut segments,
   // move seek and stay out of the text even when no timestamps were asked (the rules that place them are off then).
   const nts = settings.no_timestamps_token_id;
@@ -168,39 +157,32 @@ export async function transcribe(ort, model, audio, options = {}) {
   return result;
 }
 
-/** The export's alignment.onnx session (opened once), or the one error saying why there is none. */
-async function alignmentSession(model) {
-  if (!model.manifest.graphs.alignment || !model.extraSession) {
-    throw new Error('this export has no alignment.onnx, which word timestamps need: export the Whisper folder again ' +
-      'with this version (its generation_config.json must name alignment_heads)');
-  }
-  return model.extraSession('alignment');
-}
-
-/** The times of a window's generated ids (Python's whisper_words.window_times, from the window's start). */
-async function timeWindow(ort, model, session, layout, window, crop) {
-  const { features, nMels, total, windowFrames } = layout;
-  const part = featureWindow(features, nMels, total, window.seek, Math.min(total - window.seek, windowFrames),
-    windowFrames);
-  const encoded = await model.encoder.run({ [model.encoder.inputNames[0]]: new ort.Tensor('float32', part,
-    [1, nMels, windowFrames]) });
-  const ids = [...window.prompt, ...window.ids.slice(0, -1)];
-  const feeds = { ...encoded, input_ids: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]) };
-  const out = await session.run(Object.fromEntries(session.inputNames.map((name) => [name, feeds[name]])));
-  const [, heads, rows, cols] = out.alignment.dims;
-  const skip = window.prompt.length * cols; // the prompt's rows, per head
-  const kept = new Float32Array(heads * (rows - window.prompt.length) * cols);
-  for (let h = 0; h < heads; h++) {
-    kept.set(out.alignment.data.subarray(h * rows * cols + skip, (h + 1) * rows * cols),
-      h * (rows - window.prompt.length) * cols);
-  }
-  return tokenTimes(kept, heads, rows - window.prompt.length, cols, crop);
-}
-
 /** A segment as Python's segment_fields (OpenAI's verbose_json, less its id): times, text, its ids (timestamps
  * included) and its window's seek, temperature, avg_logprob, compression_ratio and no_speech_prob. */
 function segmentFields({ start, end, tokens, window }, text, round) {
   const { seek, temperature, avg_logprob, compression_ratio, no_speech_prob } = window;
   return { seek, start: round(start), end: round(end), text, tokens, temperature, avg_logprob, compression_ratio,
     no_speech_prob };
+}
+
+/** Seconds as HH:MM:SS<decimal>mmm (negative times as 0). The segments' times are rounded to the millisecond
+ * already, so rounding half up here gives Python's round-half-even result. */
+function clock(seconds, decimal) {
+  let millis = Math.round(Math.max(seconds, 0) * 1000);
+  const hours = Math.floor(millis / 3_600_000);
+  millis -= hours * 3_600_000;
+  const minutes = Math.floor(millis / 60_000);
+  millis -= minutes * 60_000;
+  const pad = (n, width) => String(n).padStart(width, '0');
+  return `${pad(hours, 2)}:${pad(minutes, 2)}:${pad(Math.floor(millis / 1000), 2)}${decimal}${pad(millis % 1000, 3)}`;
+}
+
+/** SubRip: numbered cues, `HH:MM:SS,mmm --> HH:MM:SS,mmm`, the text, a blank line. */
+export function toSrt(segments) {
+  return segments.map((s, i) => `${i + 1}\n${clock(s.start, ',')} --> ${clock(s.end, ',')}\n${s.text.trim()}\n\n`).join('');
+}
+
+/** WebVTT: the header, then cues `HH:MM:SS.mmm --> HH:MM:SS.mmm` and their text. */
+export function toVtt(segments) {
+  return `WEBVTT\n\n${segments.map((s) => `${clock(s.start, '.')} --> ${clock(s.end, '.')}\n${s.text.trim()}\n\n`).join('')}`;
 }

@@ -9,7 +9,7 @@
 //   other    ("m2m100", and "marian" exports made before that) ids only: encode/decode throw one line
 //
 // Runtime-agnostic: the caller reads the files a tokenizer needs (`tokenizerFiles`) and passes
-// their parsed JSON, so Node (translate.mjs) and the browser page (../web/app.mjs) share this file.
+// their parsed JSON, so Node (exported.mjs) and the browser page (../web/app.mjs) share this file.
 import { Tokenizer } from '@huggingface/tokenizers';
 import { exactCharsmaps } from './charsmap.mjs';
 import { marianFiles, marianTokenizer } from './marian.mjs';

@@ -1,14 +1,19 @@
 // Whisper's timestamps -> segments, and the window-by-window loop of long recordings: the port of
-// tfm_export/runtime/whisper_longform.py (transformers' `_retrieve_segment` and long-form generate)
-// for temperature 0. Each window: decode it from `seek` (frames of 10 ms; the features zero-padded to one
-// window) after its prompt (`windowPrompt`: the initial prompt, or with condition_on_prev_tokens the text
-// of the segments before it), cut its ids into segments at each pair of timestamp tokens, and move seek
-// to the last pair's time, or a whole window when the ids end with a lone timestamp or have no pair.
+// tfm_export/runtime/speech/longform.py (transformers' `_retrieve_segment` and long-form generate) for
+// temperature 0 (Python's temperature fallback is not ported). Each window: decode it from `seek`
+// (frames of 10 ms; the features zero-padded to one window) after its prompt (`windowPrompt`: the
+// initial prompt, or with condition_on_prev_tokens the text of the segments before it), cut its ids into
+// segments at each pair of timestamp tokens, and move seek to the last pair's time, or a whole window
+// when the ids end with a lone timestamp or have no pair. `windowDecoder` decodes one window with
+// speech/search.mjs's strategy through a runner (`cacheRunner`: decode/loop.mjs's `run` on a cache).
 // No globals beyond ECMAScript: a page can import it (pako through its import map).
 import { deflate } from 'pako';
+import { run } from '../decode/loop.mjs';
+import { DETECT, maxNewTokens } from './prompt.mjs';
+import { whisperStrategy } from './search.mjs';
 
 export const TIME_PRECISION = 0.02; // seconds per timestamp token
-const FEATURE_PRECISION = 0.01; // seconds per mel frame
+export const FEATURE_PRECISION = 0.01; // seconds per mel frame
 const INPUT_STRIDE = 2; // mel frames per encoder position (Whisper's two convolutions)
 
 /**
@@ -89,7 +94,7 @@ export function featureWindow(features, nMels, total, seek, frames, windowFrames
 }
 
 /**
- * One recording's (nMels x total) features -> { ids, segments, windows } (Python's whisper_longform.transcribe
+ * One recording's (nMels x total) features -> { ids, segments, windows } (Python's longform.transcribe
  * at temperature 0): `decodeWindow(window, prompt)` -> the window's { ids (EOS removed), ended, avgLogprob,
  * noSpeechProb, skip } (skip: silence, the folder's no-speech test); `prompt(segments)` the forced decoder
  * input of the next window, given the segments so far. Each window's { seek, temperature, avg_logprob,
@@ -109,7 +114,7 @@ export async function transcribeWindows(features, { nMels, total, windowFrames, 
     const generated = ended ? [...ids, eosId] : ids;
     const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
       compression_ratio: compressionRatio(generated, vocabSize), no_speech_prob: noSpeechProb, skipped: skip };
-    // what it read and generated, for word timestamps (alignment.mjs), as Python's Window.prompt and ids
+    // what it read and generated, for word timestamps (speech/words.mjs), as Python's Window.prompt and ids
     Object.defineProperties(measured, { prompt: { value: forced }, ids: { value: generated } });
     windows.push(measured);
     if (skip) { // no segment, the next window
@@ -121,4 +126,28 @@ export async function transcribeWindows(features, { nMels, total, windowFrames, 
     segments.push(...cut.segments.map((s) => ({ ...s, window: measured })));
   }
   return { ids: segments.flatMap((s) => s.tokens), segments, windows };
+}
+
+/** A window runner that decodes each window alone on `cache` (Python's cache_runner: decode/loop.mjs's run). */
+export function cacheRunner(cache) {
+  return (window, strategy) => run(cache, [window], strategy);
+}
+
+/**
+ * `transcribeWindows`' `decodeWindow` over a window runner (Python's window_decoder): one window, the
+ * Whisper strategy of `config`, its best row (speech/search.mjs's windowRow), `skip` when the folder's
+ * silence test (logprob_threshold with no_speech_threshold, both set) finds it silent. `onDetected(prompt)`
+ * gets a prompt whose language was detected.
+ */
+export function windowDecoder(runWindow, settings, config, { timestamps, max = null, maxTargetPositions, onDetected }) {
+  const [logprob, noSpeech] = [settings.logprob_threshold, settings.no_speech_threshold];
+  const silenceTest = [logprob, noSpeech].every((v) => v !== undefined && v !== null);
+  return async (window, prompt) => {
+    const steps = maxNewTokens(settings, prompt.length, max, maxTargetPositions);
+    const strategy = whisperStrategy(prompt, steps, settings, config, timestamps);
+    await runWindow(window, strategy);
+    if (prompt.includes(DETECT)) onDetected(strategy.prompt);
+    const row = strategy.windowRow();
+    return { ...row, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
+  };
 }

@@ -11,7 +11,7 @@
 //           target.spm joins them (control pieces are empty), word markers -> spaces, stripped
 //
 // Exports made before the conversion, or of SentencePiece models it does not reproduce, have no
-// "sentencepiece" section: their tokenizer stays ids only (tokenizers.mjs).
+// "sentencepiece" section: their tokenizer stays ids only (tokenizer.mjs).
 import { findCharsmap, SentencePieceNormalizer, SentencePieceUnigram } from './sentencepiece.mjs';
 
 const WORD_MARKER = '\u2581';
@@ -61,7 +61,7 @@ const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 /**
  * The Marian tokenizer of `spec` (the manifest's section) over `files` (name -> parsed JSON of each of
- * `marianFiles(spec)`); `languages`: tokenizers.mjs's makeLanguages of the spec.
+ * `marianFiles(spec)`); `languages`: tokenizer.mjs's makeLanguages of the spec.
  */
 export function marianTokenizer(spec, files, languages) {
   const rules = spec.sentencepiece;

@@ -1,0 +1,252 @@
+// Run a tfm-export folder from Node.js with onnxruntime-node: the port of
+// tfm_export/runtime/exported.py (open_export, ExportedModel) for Node's files and sessions, with the
+// folder-or-model forms of every call. Reads manifest.json, checks the sha256 of the graphs and the
+// tokenizer's files (like the Python runtime), tokenises with its tokenizer ("chars", or tokenizer.json:
+// text/tokenizer.mjs), runs the encoder once and the KV-cache decoder once per token (api.mjs), and
+// returns exactly the Python runtime's tokens: greedy, beam search, seeded sampling, streamed or not;
+// multilingual models take language codes (`sourceLang`, `targetLang`; `languages(dir)` lists them).
+// Module exports (a user's own architecture) decode the same way on their decoder without a cache; an
+// encoder-only one is `run`. The package's main entry point (translate.mjs: its first name).
+//
+//   import { translate, generateIds, openExport } from 'tfm-export-node';
+//   await translate('model_onnx', ['4718']);                  // opens the folder for this call
+//   const model = await openExport('model_onnx');            // or open once, call many times
+//   await generateIds(model, [[7, 4, 8, 11, 2]], { maxNewTokens: 20 });
+//   await model.generate([[7, 4, 8, 11, 2]], { numBeams: 4, numReturnSequences: 2 }); // n-best with scores
+//   for await (const piece of model.stream('4718', { doSample: true, seed: 1 })) process.stdout.write(piece);
+//   await translate(model, ['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }); // a multilingual export
+//   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
+//   await transcribe('whisper_onnx', 'talk.wav', { numBeams: 2 }); // a Whisper export: { text, language, ids, ... }
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import * as ort from 'onnxruntime-node';
+import * as api from './api.mjs';
+import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
+import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
+import * as speech from './speech/whisper.mjs';
+import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
+
+export { connect, ServerError } from './client.mjs';
+export { toSrt, toVtt } from './speech/whisper.mjs';
+
+async function sha256(file) {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(file)) hash.update(chunk); // graphs can be gigabytes
+  return hash.digest('hex');
+}
+
+const CHANGED = 'does not match the sha256 in manifest.json (changed, corrupt, or from another export); ' +
+  're-run the export or restore the file';
+
+/**
+ * The manifest's tokenizer with its files read from the folder (tokenizer.json), each checked
+ * against the sha256 the manifest's `files` records (exports from before `files` record none).
+ */
+async function openTokenizer(exportDir, manifest, verify) {
+  const files = {};
+  for (const name of tokenizerFiles(manifest.tokenizer)) {
+    const full = path.join(exportDir, name);
+    const bytes = await readFile(full).catch(() => null);
+    if (!bytes) throw new Error(`${full} is missing; it belongs to the tokenizer: re-run the export`);
+    const expected = manifest.files?.[name];
+    if (verify && expected && createHash('sha256').update(bytes).digest('hex') !== expected) {
+      throw new Error(`${full} ${CHANGED}`);
+    }
+    try {
+      files[name] = JSON.parse(bytes.toString('utf8'));
+    } catch (err) {
+      throw new Error(`${full} is not valid JSON (${err.message}); re-run the export`);
+    }
+  }
+  return makeTokenizer(manifest.tokenizer, files);
+}
+
+async function readManifest(exportDir) {
+  const file = path.join(exportDir, 'manifest.json');
+  if (!(await stat(exportDir).catch(() => null))?.isDirectory()) {
+    throw new Error(`export folder not found: ${exportDir}; run \`tfm-export MODEL.pt -o ${exportDir}\` first`);
+  }
+  let text;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch {
+    throw new Error(`${exportDir} has no manifest.json; it is not a (complete) tfm-export folder — re-run the export`);
+  }
+  try {
+    return checkManifest(JSON.parse(text), file);
+  } catch (err) {
+    throw err instanceof SyntaxError ? new Error(`${file} is not valid JSON (${err.message}); re-run the export`) : err;
+  }
+}
+
+/** A graph's files, each checked (unless `verify` is false) against the sha256 the manifest records. */
+async function checkGraph(exportDir, manifest, name, verify) {
+  for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
+    const full = path.join(exportDir, file);
+    if (!(await stat(full).catch(() => null))) throw new Error(`${name} graph file ${full} is missing; re-run the export`);
+    if (verify && (await sha256(full)) !== expected) throw new Error(`${full} ${CHANGED}`);
+  }
+}
+
+/**
+ * An opened export folder (Python's ExportedModel): its manifest, tokenizer and one ONNX Runtime session
+ * per graph it decodes with (`encoder`, `decoder`: null for an encoder-only export), and the calls bound to
+ * it. Made by `openExport`; pass it instead of the folder path to decode many times.
+ */
+export class ExportedModel {
+  constructor(folder, manifest, tokenizer, { verify = true, sessionOptions = {} } = {}) {
+    Object.assign(this, { folder, manifest, tokenizer, encoder: null, decoder: null });
+    this.options = { verify, sessionOptions };
+    this.extra = {}; // graphs the decode loops do not run (alignment.onnx), opened and checked on first use
+  }
+
+  /** A session of graph `name` of the manifest. */
+  async session(name) {
+    return ort.InferenceSession.create(path.join(this.folder, this.manifest.graphs[name].file), this.options.sessionOptions);
+  }
+
+  /** Graph `name`'s session beside the decoder's (Python's extra_session: alignment.onnx), opened once. */
+  async extraSession(name) {
+    if (!this.extra[name]) {
+      await checkGraph(this.folder, this.manifest, name, this.options.verify);
+      this.extra[name] = await this.session(name);
+    }
+    return this.extra[name];
+  }
+
+  /** Releases the sessions. */
+  async release() {
+    for (const session of [this.encoder, this.decoder, ...Object.values(this.extra)]) await session?.release();
+  }
+
+  generateIds(idLists, opts) { return generateIds(this, idLists, opts); }
+
+  generate(idLists, opts) { return generate(this, idLists, opts); }
+
+  translate(texts, opts) { return translate(this, texts, opts); }
+
+  stream(source, opts) { return api.stream(ort, this, source, opts); }
+
+  run(idLists) { return run(this, idLists); }
+
+  transcribe(audio, opts) { return transcribe(this, audio, opts); }
+
+  languages() { return exportLanguages(this.manifest); }
+}
+
+/**
+ * Open an export folder (Python's open_export): manifest checks, sha256 of every graph and tokenizer
+ * file (unless `verify: false`), the tokenizer, and one ONNX Runtime session per graph.
+ * `sessionOptions` go to ort.InferenceSession.create.
+ */
+export async function openExport(exportDir, { verify = true, sessionOptions = {} } = {}) {
+  const manifest = await readManifest(exportDir);
+  const options = { logSeverityLevel: 3, ...sessionOptions }; // keep ORT's C++ warnings quiet
+  const tokenizer = await openTokenizer(exportDir, manifest, verify);
+  const model = new ExportedModel(exportDir, manifest, tokenizer, { verify, sessionOptions: options });
+  for (const [role, name] of Object.entries(runtimeGraphs(manifest)).filter(([, graph]) => graph)) {
+    await checkGraph(exportDir, manifest, name, verify);
+    model[role] = await model.session(name);
+  }
+  return model;
+}
+
+async function withModel(exportDirOrModel, fn) {
+  if (typeof exportDirOrModel !== 'string') return fn(exportDirOrModel);
+  const model = await openExport(exportDirOrModel);
+  try {
+    return await fn(model);
+  } finally {
+    await model.release();
+  }
+}
+
+/**
+ * The best ids per source (an export folder path or an opened model); rows come back without BOS
+ * and EOS. `opts`: the decoding options (`maxNewTokens`, `numBeams`, `doSample`, ...; defaults: the
+ * manifest's `generation` section, else greedy) and `timings`.
+ */
+export function generateIds(exportDirOrModel, idLists, opts = {}) {
+  return withModel(exportDirOrModel, (model) => api.generateIds(ort, model, idLists, opts));
+}
+
+/** Per source, `numReturnSequences` hypotheses { ids, score } (beam search: best first). */
+export function generate(exportDirOrModel, idLists, opts = {}) {
+  return withModel(exportDirOrModel, (model) => api.generate(ort, model, idLists, opts));
+}
+
+/**
+ * An encoder-only export's outputs for token-id sources (padded into one batch): { [name]: ort.Tensor },
+ * row i = source i (Python's `open_export(OUT).run`). An export with a decoder throws one line.
+ */
+export function run(exportDirOrModel, idLists) {
+  return withModel(exportDirOrModel, (model) => api.run(ort, model, idLists));
+}
+
+/**
+ * Translate texts with the manifest's tokenizer (an export folder path or an opened model): the best
+ * texts. `sourceLang` / `targetLang`: a multilingual model's language codes (see `languages`).
+ */
+export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...opts } = {}) {
+  return withModel(exportDirOrModel, async (model) => {
+    if (!model.tokenizer) throw new Error('this export has no tokenizer; pass token ids (generateIds, --ids) instead of text');
+    const sources = texts.map((t) => model.tokenizer.encode(t, sourceLang, targetLang));
+    const options = { ...languageOptions(model.tokenizer, targetLang), ...opts };
+    const ids = await api.generateIds(ort, model, sources, options);
+    return ids.map((row) => model.tokenizer.decode(row));
+  });
+}
+
+/**
+ * Transcribe one recording with a Whisper export (a folder path or an opened model): { text, language,
+ * segments, ids }, the ids of Python's `open_export(OUT).transcribe(audio, ...)` (speech/whisper.mjs). `audio`:
+ * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz); options:
+ * `language` (default: detected), `task` ('transcribe' or 'translate'), `timestamps`, `numBeams`,
+ * `maxNewTokens`, `maxSeconds`.
+ */
+export async function transcribe(exportDirOrModel, audio, opts = {}) {
+  let label = opts.label;
+  if (typeof audio === 'string') {
+    label ??= audio;
+    audio = await readFile(audio).catch((err) => {
+      throw new Error(err.code === 'ENOENT' ? `${audio}: no such file; check the path`
+        : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
+    });
+  }
+  return withModel(exportDirOrModel, (model) => speech.transcribe(ort, model, audio, { ...opts, label }));
+}
+
+/**
+ * The language codes the export takes (Python's `tfm-export languages --json`): { source, target,
+ * sourceDefault }; empty lists for a model without language tokens. A Whisper export adds `spoken` (the
+ * codes transcribe's `language` takes) and `translateInto` ('en', or null). Reads only manifest.json.
+ */
+export async function languages(exportDirOrModel) {
+  const manifest = typeof exportDirOrModel === 'string' ? await readManifest(exportDirOrModel) : exportDirOrModel.manifest;
+  return exportLanguages(manifest);
+}
+
+/** languageCodes of the manifest's tokenizer, with a Whisper export's speechLanguages. */
+function exportLanguages(manifest) {
+  const codes = languageCodes(manifest.tokenizer);
+  return manifest.speech && manifest.features ? { ...codes, ...speechLanguages(whisperSettings(manifest)) } : codes;
+}
+
+/**
+ * Stream one source (text -> text pieces, ids -> ids) as it is decoded: `for await (const piece of
+ * stream(dirOrModel, '4718'))`. A folder path is opened for the stream and released when it ends.
+ */
+export async function* stream(exportDirOrModel, source, opts = {}) {
+  if (typeof exportDirOrModel !== 'string') {
+    yield* api.stream(ort, exportDirOrModel, source, opts);
+    return;
+  }
+  const model = await openExport(exportDirOrModel);
+  try {
+    yield* api.stream(ort, model, source, opts);
+  } finally {
+    await model.release();
+  }
+}
