@@ -57,6 +57,9 @@ BUNDLES = {
                   ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),
     "num2words-de": Bundle("models/num2words-de", "models/num2words-de",
                            ("model.pt", "heldout.tsv", "short.tsv", "README.md")),
+    # Silero VAD (MIT), runtime.speech.vad's model: `transcribe --vad`, the server's chunking_strategy
+    "silero-vad": Bundle("models/silero-vad", "models/silero-vad",
+                         ("silero_vad_16k_op15.onnx", "LICENSE", "README.md")),
 }
 
 
