@@ -1,6 +1,43 @@
-r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hugging Face families (random weights).
+"""Model families and big models: random folders of published layouts against transformers, CTranslate2 and Optimum; an opus-mt-sized Marian; models over 2 GB (each export stage's peak memory)."""
 
-    .venv/bin/python benchmarks/families.py --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
+from __future__ import annotations
+
+from pathlib import Path
+from transformers import (AutoModelForSeq2SeqLM, BartConfig, GenerationConfig, M2M100Config, MarianConfig, MarianMTModel,
+                          T5Config)
+from typing import Any, Callable
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import torch
+import transformers
+
+from benchmarks import fixtures
+from tfm_export.bench import harness
+from tfm_export.bench.harness import machine_info
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.importers import load_any
+from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+
+
+# the published opus-mt-en-de layout (the `marian` scenario's model and the families' marian row)
+OPUS_MT = dict(vocab_size=58101, decoder_vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
+               encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+               max_position_embeddings=512, pad_token_id=58100, eos_token_id=0, decoder_start_token_id=58100,
+               scale_embedding=True, activation_function="swish")
+
+
+# --- families -------------------------------------------------------------------------------------
+
+FAMILIES_DOC = r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hugging Face families (random weights).
+
+    .venv/bin/python -m benchmarks families --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
         [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json] \
         [--optimum-python /work/optimum-venv/bin/python] [--optimize]
 
@@ -20,32 +57,10 @@ max new tokens), greedy and beam search (--num-beams), for each batch size, on `
 Per (family, decoding, batch) every backend runs once as a warm-up (its output lengths are checked),
 then each repeat runs every backend in turn. The time per decoding step (one new token for each
 row of the batch; at batch 1 the time per generated token) is (t(N tokens) - t(1 token)) / (N - 1),
-so the encoder and set-up cancel, as in marian_vs_transformers.py; the table shows its median over
+so the encoder and set-up cancel, as in `marian`; the table shows its median over
 the repeats, and the ORT/transformers, ORT/CTranslate2 and ORT/Optimum ratios of the medians (below 1:
 ORT is faster).
 """
-
-from __future__ import annotations
-
-import argparse
-import json
-import shutil
-import statistics
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-from typing import Any, Callable
-
-import torch
-import transformers
-from transformers import AutoModelForSeq2SeqLM, BartConfig, GenerationConfig, M2M100Config, MarianConfig, T5Config
-
-from marian_vs_transformers import OPUS_MT, timed
-from tfm_export.bench.bench import machine_info
-from tfm_export.export.exporter import ExportOptions, export_model
-from tfm_export.importers import load_any
-from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
 
 # The published checkpoints' layouts: transformers' config class and what differs from its defaults.
 FULL: dict[str, tuple[type, dict[str, Any]]] = {
@@ -155,10 +170,9 @@ def prepared(path: Path, make: Callable[[Path], None]) -> float | None:
         return None
     partial = path.with_name(path.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's
-    start = time.perf_counter()
-    make(partial)
+    seconds = harness.timed(lambda: make(partial))
     partial.rename(path)
-    return time.perf_counter() - start
+    return seconds
 
 
 class OptimumWorker:
@@ -166,7 +180,7 @@ class OptimumWorker:
 
     def __init__(self, python: Path, hf_dir: Path, cache: Path, threads: int):
         # stderr is this process's: Optimum's export messages, and why the worker failed if it does
-        self.process = subprocess.Popen([str(python), str(WORKER), str(hf_dir), str(cache), "--threads", str(threads)],
+        self.process = subprocess.Popen([str(python), str(WORKER), "seq2seq", str(hf_dir), str(cache), "--threads", str(threads)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdin and self.process.stdout
         self.requests, self.replies = self.process.stdin, self.process.stdout
@@ -275,7 +289,7 @@ class Backends:
         """One run's time: its wall time here; Optimum's as its worker measured it (pipe and JSON not timed)."""
         if name == "optimum" and self.optimum:
             return self.optimum.generate(src, k, beams)["seconds"]
-        return timed(lambda: self.runs[name](src, k, beams))
+        return harness.timed(lambda: self.runs[name](src, k, beams))
 
     def close(self) -> None:
         if self.optimum:
@@ -292,18 +306,17 @@ def measure(backends: Backends, src: list[list[int]], beams: int, args: argparse
             outputs[name] = run(src, k, beams)
             lengths = {len(row) for row in outputs[name]}
             assert lengths == {k}, f"{backends.family} {name}: asked for {k} new tokens per row, got {lengths}"
-    samples: dict[str, dict[str, list[float]]] = {name: {"total_s": [], "first_s": []} for name in backends.runs}
-    for _ in range(args.repeat):
-        for name in backends.runs:
-            samples[name]["total_s"].append(backends.seconds(name, src, n, beams))
-            samples[name]["first_s"].append(backends.seconds(name, src, 1, beams))
+    sides = {name: (lambda name=name: (backends.seconds(name, src, n, beams), backends.seconds(name, src, 1, beams)))
+             for name in backends.runs}
+    runs = harness.interleave(sides, harness.Plan(rounds=args.repeat, warmup=0))
+    samples = {name: {"total_s": [t for t, _ in r], "first_s": [f for _, f in r]} for name, r in runs.items()}
     result: dict[str, Any] = {}
     for name, s in samples.items():
         step_ms = [1e3 * (t - f) / (n - 1) for t, f in zip(s["total_s"], s["first_s"])]
-        result[name] = {"step_ms": step_ms, "step_ms_p50": statistics.median(step_ms),
-                        "total_ms_p50": 1e3 * statistics.median(s["total_s"]),
-                        "first_ms_p50": 1e3 * statistics.median(s["first_s"]),
-                        "ms_per_generated_token_p50": statistics.median(step_ms) / len(src),
+        result[name] = {"step_ms": step_ms, "step_ms_p50": harness.median(step_ms),
+                        "total_ms_p50": 1e3 * harness.median(s["total_s"]),
+                        "first_ms_p50": 1e3 * harness.median(s["first_s"]),
+                        "ms_per_generated_token_p50": harness.median(step_ms) / len(src),
                         # rows equal to the reference's (random weights: near ties may differ at float precision)
                         f"same_as_{reference}": sum(a == b for a, b in zip(outputs[name], outputs[reference]))
                         / len(src)}
@@ -356,8 +369,8 @@ def optimum_versions(python: Path | None) -> dict[str, str | None]:
     return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def families_main() -> None:
+    parser = argparse.ArgumentParser(description=FAMILIES_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", default="bart",
                         help=f"one or more of {', '.join(FULL)}, comma-separated (default: bart)")
     parser.add_argument("--scale", choices=("full", "tiny"), default="full",
@@ -435,5 +448,275 @@ def main() -> None:
         print(f"wrote {args.json}")
 
 
-if __name__ == "__main__":
-    main()
+# --- marian_vs_transformers -----------------------------------------------------------------------
+
+MARIAN_DOC = r"""ORT (tfm-export) vs transformers' own generate on an opus-mt sized MarianMT (random weights).
+
+    .venv/bin/python -m benchmarks marian [--threads 2] [--repeat 3] [--num-beams 4]
+
+Both decode 64 new tokens (EOS ignored; greedy, or beam search with --num-beams) for batch 1, 32
+source tokens, interleaved in one run; per-token time = (t(64 tokens) - t(1 token)) / 63 for both,
+so encoder and set-up cancel.
+"""
+
+
+def marian_main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams on both sides")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    hf = MarianMTModel(MarianConfig(**OPUS_MT)).eval()
+    src = torch.randint(1, 58000, (1, 32))
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(Path(tmp) / "hf")
+        export_s = harness.timed(lambda: export_model(load_any(Path(tmp) / "hf"), Path(tmp) / "onnx",
+                                                      ExportOptions(validate=False)))
+        ort_model = open_export(Path(tmp) / "onnx", "cpu", RuntimeOptions(intra_op_threads=args.threads))
+        n = args.new_tokens
+
+        def hf_run(k: int):
+            return lambda: hf.generate(input_ids=src, num_beams=args.num_beams, do_sample=False, max_new_tokens=k,
+                                       min_new_tokens=k)
+
+        def ort_run(k: int):
+            return lambda: ort_model.generate_ids(src.tolist(), max_new_tokens=k, stop_at_eos=False,
+                                                  config=GREEDY.replace(num_beams=args.num_beams))
+
+        sides = {name: (lambda fn=fn: (harness.timed(fn(n)) - harness.timed(fn(1))) / (n - 1))
+                 for name, fn in (("transformers", hf_run), ("ort", ort_run))}
+        runs = harness.interleave(sides, harness.Plan(rounds=args.repeat, warmup=1))
+    per_token = {name: 1e3 * harness.median(v) for name, v in runs.items()}
+    print(f"opus-mt sized Marian (random weights), batch 1, src_len 32, {n} new tokens, {args.num_beams} beam(s), "
+          f"{args.threads} threads")
+    print(f"export (no validation): {export_s:.1f} s")
+    for name, ms in per_token.items():
+        print(f"{name:>13}: {ms:.2f} ms/token")
+    print(f"ORT/transformers per-token ratio: {per_token['ort'] / per_token['transformers']:.2f}")
+
+
+# --- opus_mt_folder -------------------------------------------------------------------------------
+
+OPUS_MT_FOLDER_DOC = r"""An opus-mt-sized Marian folder as Helsinki-NLP publishes it, with random (seeded) weights.
+
+    .venv/bin/python -m benchmarks opus-mt-folder OUT [--vocab 15600] [--seed 0] [--tiny]
+
+Built by the test fixtures (tests/marian_fixtures.py: marian_folder(..., **OPUS_MT)): 6 + 6 layers of
+512 wide, 8 heads, ffn 2048, 512 positions, vocab.json padded to --vocab ids, real SentencePiece files,
+and the published generation_config.json (num_beams 4, the pad id banned, max_length 512, renormalised
+logits, forced EOS), so that an export of it decodes with beam 4 by default. --tiny: the fixtures' tiny
+sizes instead (2 + 2 layers of 32 wide; the vocabulary unpadded unless --vocab is given), for smoke tests.
+
+OUT is built in a temporary sibling folder and renamed into place; an existing OUT is never replaced.
+"""
+
+def opus_mt_folder_main() -> None:
+    parser = argparse.ArgumentParser(description=OPUS_MT_FOLDER_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="the folder to write (must not exist)")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="ids in vocab.json (default: 15600, opus-mt-en-de's size; --tiny: unpadded)")
+    parser.add_argument("--seed", type=int, default=0, help="weights (default: 0)")
+    parser.add_argument("--tiny", action="store_true", help="the fixtures' tiny sizes (smoke tests)")
+    args = parser.parse_args()
+    out = args.out
+    if out.exists() or out.is_symlink():
+        raise SystemExit(f"{out} exists; choose another name")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vocab = args.vocab if args.vocab is not None or args.tiny else 15_600
+    sizes = {} if args.tiny else fixtures.marian().OPUS_MT
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    partial.chmod(0o777 & ~umask)  # mkdtemp's 0700 -> as a plain mkdir would make it
+    try:
+        fixtures.marian().marian_folder(partial, seed=args.seed, vocab_size=vocab, **sizes)
+        if out.exists() or out.is_symlink():  # made while we built (a rename would replace an empty folder)
+            raise SystemExit(f"{out} appeared while building; left as it is")
+        os.rename(partial, out)
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    config = json.loads((out / "config.json").read_text())
+    generation = json.loads((out / "generation_config.json").read_text())
+    print(f"wrote {out}: d_model {config['d_model']}, {config['encoder_layers']}+{config['decoder_layers']} layers, "
+          f"{config['encoder_attention_heads']} heads, ffn {config['encoder_ffn_dim']}, vocab {config['vocab_size']}; "
+          f"generation_config num_beams {generation.get('num_beams')}, max_length {generation.get('max_length')}")
+
+
+# --- big_models -----------------------------------------------------------------------------------
+
+BIG_MODELS_DOC = r"""Models over 2 GB: peak memory of each export stage and variant, and int8 speed against CTranslate2 int8.
+
+    .venv/bin/python -m benchmarks big-models [--layout nllb,nllb_1.3b] [--variants float32,int8,optimize,float16] \
+        [--work DIR] [--json OUT.json] [--speed] [--speed-variants int8,int4,float32] [--threads 2] [--repeat 3]
+
+Each layout is a random folder of the published checkpoint's sizes (`families`'s FULL: facebook/nllb-200-
+distilled-600M is 2.46 GB of float32 weights, nllb-200-1.3B 5.5 GB), saved by transformers. Every variant is
+exported in a process of its own, as `tfm-export FOLDER -o OUT [--quantize int8|int4 | --optimize | --dtype float16]`
+does it (validation included); that process reads its peak resident memory per stage from the kernel
+(`VmHWM`, reset at each stage's start through /proc/self/clear_refs), so the table says where the peak comes
+from. The target (issue #40): every stage within 2.5x the float32 weights' size.
+
+--speed adds, for the first layout, the time per decoding step of the kept exports named by --speed-variants
+(default: int8) against CTranslate2 int8 (compute_type="int8" on its float32 conversion of the same folder) at
+batch 1 and 16, greedy and beam 4, one interleaved run (`families`'s `measure`: (t(N tokens) - t(1)) / (N - 1),
+medians). `--variants ""` measures exports kept in --work without exporting again.
+"""
+
+HERE = Path(__file__).resolve().parent
+
+VARIANT_OPTIONS: dict[str, dict[str, Any]] = {
+    "float32": {}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}, "optimize": {"optimize": True},
+    "float16": {"dtype": "float16"}}
+GB = 1e9
+
+
+def peak_kb() -> int:
+    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+
+
+def child(folder: Path, out: Path, variant: str) -> None:
+    """One export, as the CLI makes it; prints {"stages": {name: {"s", "peak_gb"}}, ...} as JSON."""
+    from tfm_export.export.exporter import ExportOptions, export_model
+    from tfm_export.importers import load_any
+
+    stages: dict[str, dict[str, float]] = {}
+    started: dict[str, float] = {}
+
+    def on_stage(name: str, seconds: float | None) -> None:
+        if seconds is None:
+            reset_peak()
+            started[name] = time.perf_counter()
+        else:
+            stages[name] = {"s": round(seconds, 1), "peak_gb": round(peak_kb() * 1e3 / GB, 2)}
+
+    on_stage("import", None)
+    checkpoint = load_any(folder)
+    on_stage("import", time.perf_counter() - started["import"])
+    start = time.perf_counter()
+    manifest = export_model(checkpoint, out, ExportOptions(**VARIANT_OPTIONS[variant]), on_stage=on_stage)
+    data = sum(p.stat().st_size for p in out.iterdir() if ".onnx" in p.name)
+    print(json.dumps({"stages": stages, "export_s": round(time.perf_counter() - start, 1), "onnx_gb": data / GB,
+                      "external": sorted(f for g in manifest.graphs.values() for f in g.external_data),
+                      "validation": {k: v for k, v in (manifest.validation or {}).items() if k != "graphs"}}))
+
+
+def build_folder(layout: str, folder: Path) -> float:
+    """A random HF folder of the layout (reused when there); its float32 weights' size in GB."""
+    prepared(folder, lambda p: build(layout, "full", 0, p))
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / GB
+
+
+def run_variant(folder: Path, out: Path, variant: str) -> dict[str, Any]:
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)  # this script's own previous export
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "big-models", "--child", str(folder), str(out), variant],
+                          capture_output=True, text=True, cwd=HERE.parent)
+    if proc.returncode:
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    stages = ["import", "load", "export encoder", "export decoder", "transform", "validate", "quality"]
+    lines = ["| layout | weights GB | variant | " + " | ".join(f"{s} peak GB" for s in stages)
+             + " | max / weights | export s |", "|---|---:|---|" + "---:|" * (len(stages) + 2)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['layout']} | {r['weights_gb']:.2f} | {r['variant']} | failed: {r['error']} |")
+            continue
+        peaks = [r["stages"].get(s, {}).get("peak_gb") for s in stages]
+        worst = max(p for p in peaks if p is not None)
+        cells = ["-" if p is None else f"{p:.2f}" for p in peaks]
+        lines.append(f"| {r['layout']} | {r['weights_gb']:.2f} | {r['variant']} | {' | '.join(cells)} | "
+                     f"{worst / r['weights_gb']:.2f} | {r['export_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def speed(folder: Path, exports: dict[str, Path], work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ORT's exports (name -> folder: "int8", "int4", ...) vs CTranslate2 int8, one interleaved run per (batch,
+    decoding)."""
+    import ctranslate2
+    import torch
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(folder)
+    tokenizer = IdTokenizer(cfg, UNK_ID["nllb"])
+    prepared(work / "ct2", lambda p: convert_ct2(folder, p, tokenizer))
+    translator = ctranslate2.Translator(str(work / "ct2"), device="cpu", compute_type="int8", inter_threads=1,
+                                        intra_threads=args.threads)
+
+    def ct2(src: list[list[int]], k: int, beams: int) -> list[list[int]]:
+        results = translator.translate_batch([tokenizer.convert_ids_to_tokens(s) for s in src], beam_size=beams,
+                                             max_decoding_length=k, min_decoding_length=k)
+        return [[tokenizer.index[t] for t in r.hypotheses[0]] for r in results]
+
+    class Backends:
+        family = "nllb"
+        runs = {**{f"ort {name}": ort_run(path, args.threads) for name, path in exports.items()}, "ctranslate2": ct2}
+
+        def seconds(self, name: str, src: list[list[int]], k: int, beams: int) -> float:
+            return harness.timed(lambda: self.runs[name](src, k, beams))
+
+    rows, generator = [], torch.Generator().manual_seed(0)
+    for batch in (1, 16):
+        src = torch.randint(FIRST_ID, cfg.vocab_size - 1, (batch, 32), generator=generator).tolist()
+        for beams in (1, 4):
+            result = measure(Backends(), src, beams, args, reference="ctranslate2")
+            ct2_ms = result["ctranslate2"]["step_ms_p50"]
+            rows.append({"batch": batch, "decoding": "greedy" if beams == 1 else f"beam {beams}",
+                         **{name: round(r["step_ms_p50"], 2) for name, r in result.items()},
+                         **{f"{name} / ct2": round(r["step_ms_p50"] / ct2_ms, 2) for name, r in result.items()
+                            if name != "ctranslate2"},
+                         **{f"{name} same rows": r["same_as_ctranslate2"] for name, r in result.items()
+                            if name != "ctranslate2"}})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def big_models_main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(description=BIG_MODELS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layout", default="nllb,nllb_1.3b", help="`families` FULL layouts, comma-separated")
+    parser.add_argument("--variants", default="float32,int8,optimize,float16",
+                        help=f"comma-separated, of {', '.join(VARIANT_OPTIONS)}")
+    parser.add_argument("--work", type=Path, default=None, help="keep the folders here and reuse them")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    parser.add_argument("--speed", action="store_true",
+                        help="ms/step of --speed-variants against CTranslate2 int8 (first layout)")
+    parser.add_argument("--speed-variants", default="int8",
+                        help="the kept exports WORK/LAYOUT-VARIANT that --speed measures, comma-separated")
+    parser.add_argument("--threads", type=int, default=2, help="ORT intra-op and CTranslate2 threads")
+    parser.add_argument("--repeat", type=int, default=3, help="timed rounds per backend for --speed")
+    parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per row for --speed")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tfm-big-") as tmp:
+        work, rows = args.work or Path(tmp), []
+        for layout in args.layout.split(","):
+            folder = work / f"{layout}-hf"
+            weights = build_folder(layout, folder)
+            print(f"{layout}: {weights:.2f} GB of float32 weights", flush=True)
+            for variant in [v for v in args.variants.split(",") if v]:  # none: --speed on the kept exports
+                row = {"layout": layout, "weights_gb": weights, "variant": variant,
+                       **run_variant(folder, work / f"{layout}-{variant}", variant)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        print(memory_table(rows))
+        speed_rows = []
+        if args.speed:
+            first = args.layout.split(",")[0]
+            exports = {v: work / f"{first}-{v}" for v in args.speed_variants.split(",")}
+            speed_rows = speed(work / f"{first}-hf", exports, work, args)
+        if args.json:
+            args.json.write_text(json.dumps({"memory": rows, "speed": speed_rows}, indent=2) + "\n")

@@ -1,6 +1,6 @@
 r"""Whisper in Node and in the browser: runtimes/node and the page vs transformers.js, real-time factor (#43).
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/js_speech.py [--layout base] [--vocab 51865] [--new-tokens 64] \
+    .venv/bin/python -m benchmarks js-speech [--layout base] [--vocab 51865] [--new-tokens 64] \
         [--seconds 20] [--repeat 5] [--threads 1] [--modes node-ours,node-tjs,browser-ours,browser-tjs] \
         [--no-check] [--tjs /work/tjs] [--optimum-python /work/optimum-venv/bin/python] \
         [--chromium /usr/bin/chromium] [--before-tree DIR] [--work DIR] [--json OUT.json]
@@ -36,7 +36,7 @@ once, in an order rotated per repeat, after a 0.3 s rest. RTF = median seconds /
 median over repeats of the ratio to ours on the same runtime (Node or browser) in the same repeat.
 
 Models:
-1. random LAYOUT (the headline): whisper_speed.py's random-weight folder of a published layout (base: d_model
+1. random LAYOUT (the headline): `whisper-speed`'s random-weight folder of a published layout (base: d_model
    512, 6 + 6 layers, 30 s windows; tiny; smoke: 64 wide, 2 + 2, 4 s windows, for smoke runs) with a
    vocabulary of --vocab ids, its EOS row of the (tied) embedding zeroed so EOS's logit is 0 and never the
    largest of --vocab random logits: both sides generate exactly --new-tokens tokens (ours: the folder's
@@ -54,7 +54,6 @@ import argparse
 import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,12 +61,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-from whisper_speed import RATE, exported, long_recording, random_folder  # noqa: E402 (this folder is on sys.path)
+from benchmarks import fixtures
+from benchmarks.speech import RATE, exported, long_recording, random_folder
+from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
-TOOL = "tfm-export benchmarks/js_speech.py"
+TOOL = "tfm-export `benchmarks js-speech`"
 MODES = ("node-ours", "node-tjs", "browser-ours", "browser-tjs", "node-before")
 PAUSE = 0.3  # seconds of rest before each timed call
 CHECK_SECONDS = 3.5  # the trained fixture's file: inside its 4 s window
@@ -91,7 +91,7 @@ def headline_folder(layout: str, folder: Path, vocab: int, new_tokens: int) -> P
     """whisper_speed's random folder made to generate exactly `new_tokens` tokens (EOS's row zeroed), with the
     language and task maps transformers.js needs (and the page's language list)."""
     from safetensors.numpy import load_file, save_file
-    from whisper_fixtures import LANGUAGES
+    LANGUAGES = fixtures.whisper().LANGUAGES
 
     random_folder(layout, folder, vocab)
     added = {t["content"]: t["id"] for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
@@ -109,11 +109,11 @@ def headline_folder(layout: str, folder: Path, vocab: int, new_tokens: int) -> P
 
 
 def tjs_export(folder: Path, out: Path, python: Path, modes: str) -> Path | None:
-    """optimum_whisper_tjs.py's transformers.js folder of `folder` (reused when there); None when no mode of
+    """optimum_worker.py tjs's transformers.js folder of `folder` (reused when there); None when no mode of
     `modes` runs transformers.js (no Optimum venv needed then)."""
     if not any(mode.endswith("-tjs") for mode in modes.split(",")):
         return None
-    done = subprocess.run([str(python), str(HERE / "optimum_whisper_tjs.py"), str(folder), str(out)],
+    done = subprocess.run([str(python), str(HERE / "optimum_worker.py"), "tjs", str(folder), str(out)],
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"Optimum's export of {folder} failed:\n{done.stderr[-3000:]}")
@@ -192,8 +192,8 @@ def measure(label: str, ours: Path, tjs: Path, wav: Path, audio_s: float, new_to
     try:
         last = {mode: call(request(mode, wav, new_tokens)) for mode, call in calls.items()}  # warm-up
         times: dict[str, list[float]] = {mode: [] for mode in modes}
-        for r in range(args.repeat):
-            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+        for r, order in enumerate(harness.rotation(modes, args.repeat)):
+            for mode in order:
                 time.sleep(PAUSE)
                 last[mode] = calls[mode](request(mode, wav, new_tokens))
                 times[mode].append(last[mode]["seconds"])
@@ -205,8 +205,8 @@ def measure(label: str, ours: Path, tjs: Path, wav: Path, audio_s: float, new_to
     rows = []
     for mode in modes:
         base = f"{mode.split('-')[0]}-ours"
-        ratio = (statistics.median(a / b for a, b in zip(times[mode], times[base])) if base in times else None)
-        median = statistics.median(times[mode])
+        ratio = (harness.median(a / b for a, b in zip(times[mode], times[base])) if base in times else None)
+        median = harness.median(times[mode])
         rows.append({"model": label, "mode": mode, "audio_s": audio_s, "load_s": loads[mode], "runs_s": times[mode],
                      "median_s": median, "rtf": median / audio_s, "ratio_to_ours": ratio,
                      "new_tokens": len(last[mode]["ids"]), "same_ids": last[mode]["ids"] == reference["ids"],
@@ -290,9 +290,9 @@ def models(args: argparse.Namespace, work: Path) -> list[tuple]:
     return out
 
 
-def main() -> None:
+def js_speech_main() -> None:
     args = parse_args()
-    from tfm_export.bench.bench import machine_info
+    machine_info = harness.machine_info
 
     with contextlib.ExitStack() as stack:
         work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="js_speech_")))
@@ -303,8 +303,4 @@ def main() -> None:
     report = {"tool": TOOL, "machine": machine, "settings": settings, "rows": rows, "notes": NOTES}
     print(markdown(report))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+        harness.write_text(args.json, json.dumps(report, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""benchmarks/quality_table.py's core (#41) on one trained fixture and a few held-out numbers: the table's
+"""`python -m benchmarks quality-table`'s core (benchmarks/quality.py) (#41) on one trained fixture and a few held-out numbers: the table's
 numbers are consistent. float32 against itself is chrF 100 and 100 % identical; its exact matches of the
 references are those counted here; a variant with damaged weights scores lower against both, and the summary
 says it misses the target; the paired bootstrap finds the damaged variant below float32 and an equal one not;
@@ -8,7 +8,6 @@ the export's ids)."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +18,8 @@ from onnx import numpy_helper
 pytest.importorskip("sacrebleu")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import quality_table  # noqa: E402
-from quality_report import markdown, significantly_below, verdicts  # noqa: E402
+from benchmarks import quality as quality_table  # noqa: E402 (after the skips: it needs transformers)
+from benchmarks.quality import markdown, significantly_below, verdicts  # noqa: E402
 from tfm_export.export.quality import identical  # noqa: E402
 
 FAMILY = "marian"  # two target languages (>>en<< / >>de<< in the source)
@@ -44,7 +42,7 @@ def damaged(folder: Path, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def table(trained_export, tmp_path_factory):
     """The rows of float32, the damaged copy and CTranslate2 float32, greedy, and the fixture."""
-    import quality_ct2
+    quality_ct2 = quality_table  # CTranslate2's rows: benchmarks/quality.py too
 
     pytest.importorskip("ctranslate2")
     work = tmp_path_factory.mktemp("quality")

@@ -1,7 +1,7 @@
 """Latency benchmark: eager PyTorch vs ONNX Runtime (and peers) on the same weights and inputs.
 
-Backends are interleaved within one run (each repeat runs every backend once) after a warm-up,
-so machine noise hits them alike; quote the ratios, not the absolute times.
+Backends are interleaved within one run (each repeat runs every backend once, in the harness's rotation)
+after a warm-up, so machine noise hits them alike; quote the ratios, not the absolute times.
 """
 
 from __future__ import annotations
@@ -9,11 +9,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import platform
 import random
-import statistics
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -24,6 +21,7 @@ from ..model.checkpoint import Checkpoint
 from ..errors import InputError
 from ..manifest import Manifest, load_manifest
 from ..runtime import GREEDY, DecodeTimings, GenerationConfig, RuntimeOptions, open_export
+from . import harness
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +99,7 @@ def _ctranslate2(compute_type: str) -> Callable[[BenchContext, str], Runner | No
         from .ct2 import CT2Runner, unsupported
 
         if reason := unsupported(ctx.checkpoint.config):
-            log.warning("no ctranslate2 row: %s (benchmarks/ct2_batch.py converts Hugging Face folders with "
+            log.warning("no ctranslate2 row: %s (`python -m benchmarks ct2-batch` converts Hugging Face folders with "
                      "CTranslate2's own converter)", reason)
             return None
 
@@ -199,8 +197,9 @@ def _measure(ctx: BenchContext, device: str, batch: int) -> list[dict[str, Any]]
             runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, config=config)
         runners[_row_name(name, s)] = (runner, sources, _rss_mb() - before)
     timings: dict[str, list[DecodeTimings]] = {name: [] for name in runners}
-    for i in range(s.repeat):
-        for name, (runner, sources, _) in runners.items():
+    for i, order in enumerate(harness.rotation(list(runners), s.repeat)):
+        for name in order:
+            runner, sources, _ = runners[name]
             t = DecodeTimings()
             runner.generate_ids(sources, s.new_tokens, stop_at_eos=False, timings=t, config=config)
             timings[name].append(t)
@@ -231,22 +230,16 @@ def _row(name: str, device: str, batch: int, s: BenchSettings, runs: list[Decode
     within its first step (CTranslate2), not a measured 0."""
     later = sorted(step for t in runs for step in t.steps_s[1:])
     totals = [t.encoder_s + sum(t.steps_s) for t in runs]
-    encoder_ms = 1e3 * statistics.median(t.encoder_s for t in runs) if separate_encoder else None
+    encoder_ms = 1e3 * harness.median(t.encoder_s for t in runs) if separate_encoder else None
     return {
         "backend": name, "device": device, "batch": batch, "src_len": s.src_len, "new_tokens": s.new_tokens,
         "encoder_ms": encoder_ms,
-        "first_step_ms": 1e3 * statistics.median(t.steps_s[0] for t in runs),
-        "per_token_ms_p50": 1e3 * _quantile(later, 0.5),
-        "per_token_ms_p90": 1e3 * _quantile(later, 0.9),
-        "tokens_per_s": batch * s.new_tokens / statistics.median(totals),
+        "first_step_ms": 1e3 * harness.median(t.steps_s[0] for t in runs),
+        "per_token_ms_p50": 1e3 * harness.quantile(later, 0.5),
+        "per_token_ms_p90": 1e3 * harness.quantile(later, 0.9),
+        "tokens_per_s": batch * s.new_tokens / harness.median(totals),
         "peak_mem_mb": round(mem_mb, 1),
     }
-
-
-def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def _add_speedups(rows: list[dict[str, Any]]) -> None:
@@ -267,16 +260,5 @@ def _rss_mb() -> float:
 
 
 def machine_info(threads: int | None) -> dict[str, Any]:
-    """Where the figures were taken."""
-    import onnxruntime
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "python": platform.python_version(),
-            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "date": time.strftime("%Y-%m-%d")}
+    """Where the figures were taken: the harness's machine info and the GPU, when there is one."""
+    return {**harness.machine_info(threads), "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}

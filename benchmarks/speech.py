@@ -1,6 +1,37 @@
-r"""Whisper on CPU: tfm-export's ONNX Runtime export vs faster-whisper (CTranslate2) vs transformers (vs Optimum) (#39).
+"""Whisper: speed against faster-whisper, transformers and Optimum; what word timestamps cost; serve's in-flight windows."""
 
-    .venv/bin/python benchmarks/whisper_speed.py [--fixture models/whisper-digits] [--seconds 600] \
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+import argparse
+import contextlib
+import functools
+import gc
+import json
+import numpy as np
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import tfm_export.runtime.speech.alignment as alignment
+import tfm_export.runtime.speech.words as whisper_words
+import time
+
+from benchmarks import fixtures
+from tfm_export.bench import harness
+from tfm_export.runtime import RuntimeOptions, open_export
+
+
+# --- whisper_speed --------------------------------------------------------------------------------
+
+WHISPER_SPEED_DOC = r"""Whisper on CPU: tfm-export's ONNX Runtime export vs faster-whisper (CTranslate2) vs transformers (vs Optimum) (#39).
+
+    .venv/bin/python -m benchmarks whisper-speed [--fixture models/whisper-digits] [--seconds 600] \
         [--repeat 3] [--threads 2] [--layouts tiny,base] [--vocab 51865] [--batches 1,8] [--steps 96] \
         [--min-time 1] [--backends ours-f32,ours-int8,faster-whisper-f32,faster-whisper-int8,transformers] \
         [--optimum-python /work/optimum-venv/bin/python] [--work DIR] [--json OUT.json]
@@ -94,33 +125,13 @@ machine and quote ratios within one run. With --work the exports, conversions an
 the recording are kept and reused by a rerun.
 """
 
-from __future__ import annotations
-
-import argparse
-import contextlib
-import functools
-import gc
-import json
-import random
-import re
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # whisper_fixtures: random Whisper folders
 
-TOOL = "tfm-export benchmarks/whisper_speed.py"
+TOOL = "tfm-export `benchmarks whisper-speed`"
 RATE = 16000
 BACKENDS = ("ours-f32", "ours-int8", "faster-whisper-f32", "faster-whisper-int8", "transformers")
 OPTIMUM = "optimum"  # a backend only with --optimum-python
-OPTIMUM_WORKER = Path(__file__).resolve().parent / "optimum_whisper_worker.py"
+OPTIMUM_WORKER = Path(__file__).resolve().parent / "optimum_worker.py"  # its whisper mode
 N_SHORT = 4  # new tokens of the short decode of the step measure
 WARMUP_SECONDS = 8.0
 PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
@@ -136,8 +147,8 @@ def long_recording(fixture: Path, seconds: float, seed: int, work: Path) -> tupl
     wav, txt = work / f"digits_{seconds:g}s_{seed}.wav", work / f"digits_{seconds:g}s_{seed}.txt"
     if wav.exists() and txt.exists():
         return soundfile.read(wav, dtype="float32")[0], txt.read_text()
-    sys.path.insert(0, str(fixture))
-    import speech  # the fixture's: espeak-ng, as the model was trained and tested
+    # the fixture's speech: espeak-ng, as the model was trained and tested
+    speech = fixtures._load("whisper_digits_speech", fixture / "speech.py")
 
     rng, target = random.Random(seed), int(seconds * RATE)
     parts, words, total = [], [], 0
@@ -171,7 +182,7 @@ def wer(reference: str, hypothesis: str) -> float:
 
 def random_layouts() -> dict[str, tuple[Any, int, int]]:
     """name -> (whisper_fixtures.Layout, d_model, heads): published layouts at full width."""
-    from whisper_fixtures import Layout
+    Layout = fixtures.whisper().Layout
 
     return {"tiny": (Layout(4, 4, 80, True, 1500), 384, 6),   # openai/whisper-tiny
             "base": (Layout(6, 6, 80, True, 1500), 512, 8),   # openai/whisper-base
@@ -183,7 +194,7 @@ def random_folder(name: str, folder: Path, vocab: int) -> Path:
     tokenizer and preprocessor_config; transformers' initialisation, seeded)."""
     import torch
     import transformers
-    from whisper_fixtures import whisper_folder
+    whisper_folder = fixtures.whisper().whisper_folder
 
     if (folder / "model.safetensors").exists():
         return folder
@@ -376,7 +387,7 @@ class OptimumWhisper:
         work.mkdir(parents=True, exist_ok=True)
         # stderr is this process's: Optimum's export messages, and why the worker failed if it does
         self.process = subprocess.Popen(
-            [str(python), str(OPTIMUM_WORKER), str(folder.path), str(work / "optimum"), "--threads", str(threads)],
+            [str(python), str(OPTIMUM_WORKER), "whisper", str(folder.path), str(work / "optimum"), "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdin and self.process.stdout
         self.requests, self.replies, self.work = self.process.stdin, self.process.stdout, work
@@ -455,15 +466,15 @@ def open_backends(names: list[str], folder: Folder, work: Path, threads: int, op
 # ---- measures ------------------------------------------------------------------------------------
 
 def rotated(names: list[str], r: int) -> list[str]:
-    k = r % len(names)
-    return names[k:] + names[:k]
+    """The order of round `r` (the harness's rotation: A, B / B, A for two)."""
+    return harness.rotation(names, r + 1)[r]
 
 
 def paired_ratio(times: dict[str, list[float]], name: str, base: str = "ours-f32") -> float | None:
     """Median over repeats of name's figure / base's figure in the same repeat."""
     if base not in times:
         return None
-    return statistics.median(a / b for a, b in zip(times[name], times[base]))
+    return harness.median(a / b for a, b in zip(times[name], times[base]))
 
 
 def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, repeats: int) -> list[dict]:
@@ -488,12 +499,12 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
     seconds = len(samples) / RATE
     rows = []
     for name, runs in times.items():
-        row = {"backend": name, "audio_s": seconds, "runs_s": runs, "median_s": statistics.median(runs),
-               "rtf": statistics.median(runs) / seconds, "ratio_to_ours_f32": paired_ratio(times, name),
+        row = {"backend": name, "audio_s": seconds, "runs_s": runs, "median_s": harness.median(runs),
+               "rtf": harness.median(runs) / seconds, "ratio_to_ours_f32": paired_ratio(times, name),
                "wer": wer(reference, texts[name]), "words": len(normalized(texts[name]).split()),
                "text_head": texts[name][:120]}
         if name in encoder:
-            row["encoder_share"] = statistics.median(e / t for (e, _), t in zip(encoder[name], runs))
+            row["encoder_share"] = harness.median(e / t for (e, _), t in zip(encoder[name], runs))
             row["encoder_windows"] = encoder[name][-1][1]
             row["features_share"] = features_s / row["median_s"] if features_s else None
         rows.append(row)
@@ -509,12 +520,7 @@ def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int
     if ours is None:
         return None
     config = speech_settings(ours.model)[1]
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        log_mel_spectrogram(samples, config)
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
+    return harness.median(harness.timed(lambda: log_mel_spectrogram(samples, config)) for _ in range(repeats))
 
 
 def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float) -> float:
@@ -546,7 +552,7 @@ def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, r
             time.sleep(PAUSE)
             times[name].append(step_ms(backends[name], features, n_long, min_seconds))
     return [{"model": model, "batch": len(features), "backend": name, "new_tokens": [N_SHORT, n_long],
-             "runs_ms": runs, "ms_per_step": statistics.median(runs), "ratio_to_ours_f32": paired_ratio(times, name)}
+             "runs_ms": runs, "ms_per_step": harness.median(runs), "ratio_to_ours_f32": paired_ratio(times, name)}
             for name, runs in times.items()]
 
 
@@ -593,7 +599,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=WHISPER_SPEED_DOC.splitlines()[0])
     p.add_argument("--fixture", type=Path, default=ROOT / "models" / "whisper-digits", help="the trained Whisper")
     p.add_argument("--seconds", type=float, default=600.0, help="length of the long recording")
     p.add_argument("--seed", type=int, default=0, help="the recording's digits, voices and pauses")
@@ -670,15 +676,15 @@ def versions(optimum_python: Path | None) -> dict[str, str | None]:
         except PackageNotFoundError:
             out[name] = None
     if optimum_python:
-        from families import optimum_versions  # the Optimum venv's optimum, transformers and onnxruntime
+        from benchmarks.families import optimum_versions  # the Optimum venv's optimum, transformers and onnxruntime
 
         out |= optimum_versions(optimum_python)
     return out
 
 
-def main() -> None:
+def whisper_speed_main() -> None:
     args = parse_args()
-    from tfm_export.bench.bench import machine_info
+    machine_info = harness.machine_info
 
     default = [*BACKENDS, OPTIMUM] if args.optimum_python else list(BACKENDS)
     names = [n for n in args.backends.split(",") if n] if args.backends else default
@@ -703,8 +709,325 @@ def main() -> None:
               "settings": settings, "rtf": rtf, "steps": steps, "notes": notes(args, names) + skipped}
     print(markdown(report))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        harness.write_text(args.json, json.dumps(report, indent=2) + "\n")
 
 
-if __name__ == "__main__":
-    main()
+# --- word_timestamps ------------------------------------------------------------------------------
+
+WORD_TIMESTAMPS_DOC = r"""What Whisper's word timestamps cost: transcribe with and without word_timestamps, interleaved.
+
+    .venv/bin/python -m benchmarks word-timestamps [--seconds 120] [--repeat 3] [--threads 2] \
+        [--layouts digits,base] [--work DIR]
+
+One long recording (whisper_speed.long_recording: held-out English digit strings spoken by espeak-ng, with
+pauses) is transcribed long-form (language en, timestamps) by each export on CPU, every repeat once plainly and
+once with word_timestamps=True, in an order that alternates per repeat. Layouts: `digits` (the trained fixture,
+models/whisper-digits: 4 s windows, its real decoding) and `base` (a random-weight folder of openai/whisper-base's
+layout, 30 s windows, whisper_speed.random_folder; at most 32 new tokens a window so that its random tokens
+decode as long in both runs). The extra time is the alignment (runtime.speech.words.window_times: each window
+encoded again, its tokens through alignment.onnx, and the dynamic time warping, timed apart); the table gives the
+median seconds of each and the median of the paired ratios words / plain.
+"""
+
+
+
+FIXTURE = ROOT / "models" / "whisper-digits"
+MAX_NEW = {"digits": None, "base": 32}
+
+
+class Timer:
+    """Seconds spent in a module function, summed (wrapped in place)."""
+
+    def __init__(self, module, name: str):
+        self.total, self.module, self.name, self.inner = 0.0, module, name, getattr(module, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return self.inner(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - start
+        setattr(module, name, timed)
+
+
+def folder_for(layout: str, work: Path) -> Path:
+    return FIXTURE if layout == "digits" else random_folder(layout, work / f"{layout}-hf", 51865)
+
+
+def measure(layout: str, samples, repeats: int, threads: int, work: Path) -> dict:
+    model = open_export(exported(folder_for(layout, work), work / f"{layout}-onnx", None), "cpu",
+                        RuntimeOptions(intra_op_threads=threads))
+    options = dict(language="en", timestamps=True, max_new_tokens=MAX_NEW[layout])
+    align, dtw = Timer(whisper_words, "window_times"), Timer(alignment, "dtw")
+    model.transcribe(samples[:8 * 16000], word_timestamps=True, **options)  # warm-up (sessions, caches)
+    times = {"plain": [], "words": []}
+    aligned, warped, words = [], [], 0
+    for r in range(repeats):
+        for kind in (("plain", "words") if r % 2 == 0 else ("words", "plain")):
+            align.total = dtw.total = 0.0
+            start = time.perf_counter()
+            result = model.transcribe(samples, word_timestamps=kind == "words", **options)
+            times[kind].append(time.perf_counter() - start)
+            if kind == "words":
+                aligned.append(align.total)
+                warped.append(dtw.total)
+                words = len(result["words"])
+    ratios = [w / p for w, p in zip(times["words"], times["plain"])]
+    return {"layout": layout, "plain": harness.median(times["plain"]), "words": harness.median(times["words"]),
+            "ratio": harness.median(ratios), "alignment": harness.median(aligned),
+            "dtw": harness.median(warped), "word_count": words}
+
+
+def word_timestamps_main() -> None:
+    p = argparse.ArgumentParser(description=WORD_TIMESTAMPS_DOC.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=120.0)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--layouts", default="digits,base")
+    p.add_argument("--work", type=Path, default=Path("/tmp/word_timestamps"))
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    samples, _ = long_recording(FIXTURE, args.seconds, 0, args.work)
+    print(f"| layout | plain (s) | with words (s) | words / plain | alignment (s) | of which DTW (s) | words |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for layout in args.layouts.split(","):
+        r = measure(layout, samples, args.repeat, args.threads, args.work)
+        print(f"| {r['layout']} | {r['plain']:.2f} | {r['words']:.2f} | {r['ratio']:.3f} | {r['alignment']:.2f} | "
+              f"{r['dtw']:.3f} | {r['word_count']} |", flush=True)
+
+
+# --- served_speech --------------------------------------------------------------------------------
+
+SERVED_SPEECH_DOC = r"""Served Whisper throughput: in-flight windows vs one recording at a time vs faster-whisper's
+BatchedInferencePipeline, on the same weights and recordings (#43).
+
+    .venv/bin/python -m benchmarks served-speech [--layout base] [--recordings 16] [--clients 16] \
+        [--max-batch 8] [--max-length 128] [--repeat 3] [--threads 2] [--work DIR] [--json OUT.json]
+
+faster-whisper is a benchmark-only dependency (`benchmarks whisper-speed`'s docstring says how to install it).
+
+Weights: random weights of a published layout (whisper_speed.random_folder: base is d_model 512, 6 + 6
+layers, 80 mels, 30 s windows, 51,865 ids, transformers' initialisation), its generation_config's
+max_length set to --max-length: random weights never say EOS, so every window decodes max_length - 4
+tokens (<|startoftranscript|>, language, task, <|notimestamps|> come first); 124 is about what 30 s of
+speech takes. Recordings: --recordings of tones in noise, 10 to 30 s each (seeded), each one window, as
+16 kHz WAV files; language "en" given, json answers (no timestamps), greedy.
+
+Modes, each on --threads ONNX Runtime / CTranslate2 threads, taking turns within each repeat (order rotated):
+  inflight   `tfm-export serve OUT --max-batch B` on an export with --static-slots 448 (Whisper's
+             max_target_positions: a window's prompt and budget always fit; made with --no-validate): every
+             window a job of the in-flight batch (serve.windows), B recordings at once (--audio-workers'
+             default); --clients clients post every recording over HTTP
+  single     the same export served with `--batching single --audio-workers 1`: one recording at a time
+  faster-whisper-batched  faster_whisper.BatchedInferencePipeline(batch_size=B) on the CTranslate2 conversion
+             of the same folder, float32, in this process: the recordings one after the other in one array,
+             each its own clip (clip_timestamps; no VAD), so its batches hold B recordings' windows, as ours
+Figure: audio seconds transcribed per wall second (all recordings, first request sent to last answer),
+median over repeats, and the median ratio to `single` within a repeat. The in-flight answers must equal
+the one-at-a-time ones. Profile: one window's encoder run and one decoder step at batch 1 and at batch B
+(the export's own sessions, timed alone) bound what batching the decoder can gain while every window
+still runs the encoder once.
+"""
+
+PROMPT = 4  # <|startoftranscript|>, <|en|>, <|transcribe|>, <|notimestamps|>
+
+
+def folder_of(layout: str, max_length: int, work: Path) -> Path:
+    """The random folder of `layout` with its generation_config's max_length set (a copy of the benchmark's own)."""
+    folder = random_folder(layout, work / f"{layout}-folder", 51865)
+    gen_path = folder / "generation_config.json"
+    gen = json.loads(gen_path.read_text())
+    if gen.get("max_length") != max_length:
+        gen["max_length"] = max_length
+        gen_path.write_text(json.dumps(gen, indent=2) + "\n")
+    return folder
+
+
+def served_exported(folder: Path, out: Path) -> Path:
+    """The export with its static decoder for all 448 target positions (the served answers are checked against
+    the one-at-a-time server's, which decodes on decoder.onnx)."""
+    if not (out / "manifest.json").exists():
+        done = subprocess.run([sys.executable, "-m", "tfm_export", str(folder), "-o", str(out), "--static-slots",
+                               "448", "--no-validate"], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"the export failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return out
+
+
+def recordings(count: int, work: Path, seed: int = 0) -> list[tuple[Path, float]]:
+    """`count` WAV files of 10-30 s: tones gliding in noise."""
+    import soundfile
+
+    rng, made = np.random.default_rng(seed), []
+    for n in range(count):
+        seconds = float(rng.uniform(10, 30))
+        path = work / f"rec{n:02d}_{seconds:.1f}s.wav"
+        if not path.exists():
+            t = np.arange(int(seconds * RATE)) / RATE
+            tone = 0.3 * np.sin(2 * np.pi * (200 + 30 * n + 60 * np.sin(0.5 * t)) * t)
+            soundfile.write(path, (tone + 0.02 * rng.standard_normal(len(t))).astype(np.float32), RATE,
+                            subtype="PCM_16")
+        made.append((path, seconds))
+    return made
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(export: Path, threads: int, *options: str) -> Iterator[str]:
+    """`tfm-export serve` in a subprocess until the block ends; yields its URL once /healthz answers."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tfm_export", "serve", str(export), "--port", str(port),
+                             "--threads", str(threads), "--max-queue", "256", *options],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            if proc.poll() is not None:
+                raise SystemExit(f"serve {' '.join(options)} stopped: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def served(url: str, recs: list[tuple[Path, float]], clients: int) -> tuple[float, list[str]]:
+    """Every recording posted by `clients` clients at once: (wall seconds, the texts in order)."""
+    import httpx
+
+    def post(rec: tuple[Path, float]) -> str:
+        reply = httpx.post(f"{url}/v1/audio/transcriptions", timeout=3600,
+                           data={"model": "whisper-1", "language": "en", "response_format": "json"},
+                           files={"file": (rec[0].name, rec[0].read_bytes())})
+        reply.raise_for_status()
+        return reply.json()["text"]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        texts = list(pool.map(post, recs))
+    return time.perf_counter() - start, texts
+
+
+class FasterBatched:
+    """faster-whisper's BatchedInferencePipeline over the recordings as clips of one array."""
+
+    def __init__(self, ct2: Path, threads: int, batch: int, max_length: int):
+        from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+        model = WhisperModel(str(ct2), device="cpu", compute_type="float32", cpu_threads=threads, num_workers=1)
+        self.pipeline, self.batch = BatchedInferencePipeline(model), batch
+        # CTranslate2 decodes at most max_length // 2 new ids, and faster-whisper passes it
+        # len(prompt) + max_new_tokens: ask twice the budget so that the budget binds (whisper_speed.Faster)
+        self.max_new_tokens = 2 * (max_length - PROMPT) - 3
+        self.tokens = 0
+
+    def run(self, recs: list[tuple[Path, float]]) -> float:
+        import soundfile
+
+        audio = [soundfile.read(path, dtype="float32")[0] for path, _ in recs]
+        clips, at = [], 0
+        for samples in audio:
+            clips.append({"start": at / RATE, "end": (at + len(samples)) / RATE})
+            at += len(samples)
+        start = time.perf_counter()
+        with window_padding(self.pipeline.model.feature_extractor.nb_max_frames):  # the smoke layout's 4 s
+            return self._transcribe(audio, clips, start)
+
+    def _transcribe(self, audio: list[np.ndarray], clips: list[dict[str, float]], start: float) -> float:
+        segments, _ = self.pipeline.transcribe(
+            np.concatenate(audio), language="en", task="transcribe", beam_size=1, best_of=1, temperature=0.0,
+            condition_on_previous_text=False, vad_filter=False, clip_timestamps=clips, without_timestamps=True,
+            compression_ratio_threshold=None, log_prob_threshold=None, no_speech_threshold=None,
+            max_new_tokens=self.max_new_tokens, batch_size=self.batch)
+        self.tokens = sum(len(segment.tokens) for segment in segments)  # a generator: decoding happens here
+        return time.perf_counter() - start
+
+
+def profile(export: Path, threads: int, batch: int, rec: Path) -> dict[str, float]:
+    """One window's encoder run, and one decoder step at batch 1 and `batch` (ms), the export's sessions alone;
+    the ids a window of `rec` decodes."""
+    from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+    from tfm_export.runtime.decode.loop import DecodeTimings
+
+    model = open_export(export, "cpu", RuntimeOptions(intra_op_threads=threads))
+    x = np.random.default_rng(0).standard_normal((batch, model.config.n_mels, model.config.n_frames), np.float32)
+    out = {}
+    for rows in (1, batch):
+        timings = DecodeTimings()
+        for _ in range(2):
+            timings = DecodeTimings()
+            model.generate_ids(x[:rows], max_new_tokens=64, stop_at_eos=False, config=GREEDY, timings=timings)
+        out[f"encoder_s_batch{rows}"] = timings.encoder_s
+        out[f"step_ms_batch{rows}"] = 1000 * harness.median(timings.steps_s[1:])
+    out["ours_ids_per_window"] = len(model.transcribe(str(rec), language="en")["ids"])
+    return out
+
+
+def served_speech_main() -> None:
+    parser = argparse.ArgumentParser(description=SERVED_SPEECH_DOC.split("\n\n")[0])
+    parser.add_argument("--layout", default="base")
+    parser.add_argument("--recordings", type=int, default=16)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--modes", default="inflight,single,faster-whisper-batched")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/served-speech"))
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    folder = folder_of(args.layout, args.max_length, args.work)
+    export = served_exported(folder, args.work / f"{args.layout}-len{args.max_length}-s448-onnx")
+    recs = recordings(args.recordings, args.work)
+    audio_s = sum(seconds for _, seconds in recs)
+    modes = args.modes.split(",")
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    texts: dict[str, list[str]] = {}
+    faster = None
+    if "faster-whisper-batched" in modes:
+        ct2 = converted(folder, args.work / f"{args.layout}-len{args.max_length}-ct2", None)
+        faster = FasterBatched(ct2, args.threads, args.max_batch, args.max_length)
+    servers = {"inflight": ("--max-batch", str(args.max_batch)), "single": ("--batching", "single",
+                                                                             "--audio-workers", "1")}
+    with contextlib.ExitStack() as stack:
+        urls = {mode: stack.enter_context(server(export, args.threads, *servers[mode]))
+                for mode in modes if mode in servers}
+        for mode, url in urls.items():  # warm-up: sessions, first runs
+            served(url, recs[:2], 2)
+        if faster is not None:
+            faster.run(recs[:2])
+        for r in range(args.repeat):
+            for mode in rotated(modes, r):
+                if mode in urls:
+                    wall, texts[mode] = served(urls[mode], recs, args.clients)
+                else:
+                    wall = faster.run(recs)
+                times[mode].append(wall)
+                print(f"repeat {r} {mode}: {wall:.1f} s, {audio_s / wall:.2f} audio s/s", file=sys.stderr, flush=True)
+    if "inflight" in texts and "single" in texts:
+        assert texts["inflight"] == texts["single"], "the in-flight answers differ from one at a time"
+    report = {"layout": args.layout, "recordings": len(recs), "audio_s": audio_s, "max_batch": args.max_batch,
+              "clients": args.clients, "threads": args.threads, "max_length": args.max_length,
+              "load_average": os.getloadavg(), "modes": {}}
+    for mode in modes:
+        ratios = [t_single / t for t, t_single in zip(times[mode], times.get("single", times[mode]))]
+        report["modes"][mode] = {"median_s": harness.median(times[mode]), "times_s": times[mode],
+                                 "audio_s_per_s": audio_s / harness.median(times[mode]),
+                                 "x_single": harness.median(ratios)}
+    if faster is not None:
+        report["faster_whisper_tokens"] = faster.tokens
+    report["profile"] = profile(export, args.threads, args.max_batch, recs[0][0])
+    print(json.dumps(report, indent=2))
+    if args.json:
+        harness.write_text(args.json, json.dumps(report, indent=2) + "\n")
