@@ -102,6 +102,31 @@ export function fromPythonNames(section) {
 }
 
 /**
+ * The decoding settings of one call (Python's GenerationConfig): every option of DEFAULTS, checked. Made by
+ * `generationConfig`; a spread copy (`{ ...config, numBeams: 2 }`) is a plain object every call takes too.
+ */
+export class GenerationConfig {
+  constructor(fields) {
+    Object.assign(this, fields);
+  }
+
+  /** Python's replace: a checked copy with `changes` (camelCase options). */
+  replace(changes) {
+    return generationConfig(null, { ...this, ...changes });
+  }
+}
+
+/** The fields' checks (CHECKS), then the rules between them (RULES): the first failure as one line. */
+function check(config) {
+  for (const [name, ok, requirement] of CHECKS) {
+    if (!ok(config[name])) throw new Error(`${name} ${requirement}, got ${String(config[name])}`);
+  }
+  for (const [name, ok, requirement] of RULES) {
+    if (!ok(config)) throw new Error(`${name} ${requirement}, got ${String(config[name])}`);
+  }
+}
+
+/**
  * The decoding settings of one call: DEFAULTS, then the manifest's `generation` defaults, then
  * `options` (undefined/null values keep the setting). Unknown options and bad values throw one line.
  */
@@ -113,17 +138,12 @@ export function generationConfig(manifest, options = {}) {
   }
   const config = { ...DEFAULTS, ...fromPythonNames(manifest?.generation) };
   for (const [name, value] of Object.entries(options)) if (value !== undefined && value !== null) config[name] = value;
-  for (const [name, ok, requirement] of CHECKS) {
-    if (!ok(config[name])) throw new Error(`${name} ${requirement}, got ${String(config[name])}`);
-  }
-  for (const [name, ok, requirement] of RULES) {
-    if (!ok(config)) throw new Error(`${name} ${requirement}, got ${String(config[name])}`);
-  }
+  check(config);
   const vocab = manifest?.config?.tgt_vocab_size;
   if (config.forcedBosTokenId !== null && vocab !== undefined && config.forcedBosTokenId >= vocab) {
     throw new Error(`forcedBosTokenId ${config.forcedBosTokenId} is out of range for a vocabulary of ${vocab} ids`);
   }
-  return config;
+  return new GenerationConfig(config);
 }
 
 /**

@@ -40,7 +40,18 @@ export function whisperSettings(manifest) {
   for (const key of ['decoder_start_token_id', 'eos_token_id']) {
     if (!Number.isInteger(speech[key])) throw new Error(`manifest.json speech has no ${key}; re-export the Whisper folder`);
   }
-  return { suppress_tokens: [], begin_suppress_tokens: [], ...speech };
+  return new WhisperSettings(speech);
+}
+
+/**
+ * Whisper's decoding settings (Python's WhisperSettings): the manifest's `speech` keys as they are
+ * (generation_config.json's snake_case names), suppress_tokens and begin_suppress_tokens defaulting to none.
+ * Made by `whisperSettings`, which checks the keys every decode needs.
+ */
+export class WhisperSettings {
+  constructor(speech) {
+    Object.assign(this, { suppress_tokens: [], begin_suppress_tokens: [], ...speech });
+  }
 }
 
 /** The model's language codes ("de", "en", ...) in id order; [] for an English-only model. */

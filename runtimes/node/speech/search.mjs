@@ -40,6 +40,18 @@ export class LanguageDetector {
 }
 
 /**
+ * One decoded row of a window (Python's WhisperRow): `ids` generated (timestamps included, EOS not), whether
+ * it `ended` with EOS, its forced `prompt` (the detected language filled in), `noSpeechProb` (P(<|nospeech|>)
+ * at <|startoftranscript|>; null: none) and `avgLogprob` (mean log-probability per generated id, EOS counted;
+ * NaN: none).
+ */
+export class WhisperRow {
+  constructor(ids, ended, prompt, noSpeechProb, avgLogprob) {
+    Object.assign(this, { ids, ended, prompt, noSpeechProb, avgLogprob });
+  }
+}
+
+/**
  * A core strategy (`inner`: TokenPicker or BeamSearch of one source) after Whisper's forced `prompt`, with
  * language detection and <|nospeech|> (Python's WhisperStrategy). A `DETECT` slot of the prompt gets the
  * detected language; the inner strategy's `prompt` is set to it: build the inner strategy with the
@@ -106,13 +118,12 @@ export class WhisperStrategy {
     return this.inner.scored ? this.inner.scores[0] / n : NaN;
   }
 
-  /** The window's best row as speech/longform.mjs reads it (Python's WhisperRow): ids without EOS, whether
-   * it ended with EOS, avgLogprob (NaN: none) and noSpeechProb (null for a model without <|nospeech|>). */
+  /** The window's best row as speech/longform.mjs reads it: a WhisperRow. */
   windowRow() {
     const decoded = this.decoded();
     const ended = decoded.length > 0 && decoded.at(-1) === this.settings.eos_token_id;
-    return { ids: ended ? decoded.slice(0, -1) : [...decoded], ended, avgLogprob: this.avgLogprob(),
-      noSpeechProb: this.noSpeechProb };
+    return new WhisperRow(ended ? decoded.slice(0, -1) : [...decoded], ended, [...this.prompt], this.noSpeechProb,
+      this.avgLogprob());
   }
 
   /** [[{ ids (generated, without EOS), score }]]: the best hypothesis of the one source. */

@@ -185,7 +185,7 @@ describe('long form', () => {
   });
 
   test('a window\'s compression ratio is Python\'s (zlib through pako; ids of 2 or 3 bytes by the vocabulary)', () => {
-    // tfm_export.runtime.whisper_longform.compression_ratio of the same ids
+    // tfm_export.runtime.speech.longform.compression_ratio of the same ids
     const range = Array.from({ length: 100 }, (_, i) => i);
     assert.equal(compressionRatio(Array(20).fill([50258, 50259, 50359]).flat(), 51865), 7.0588235294117645);
     assert.equal(compressionRatio([7, 8, 9, 300, 301], 532), 0.5555555555555556);
@@ -193,7 +193,7 @@ describe('long form', () => {
   });
 
   test('word timestamps: Python\'s dynamic time warping (ties to a time step) and word grouping', async () => {
-    // tfm_export.runtime.alignment.dtw and words of the same inputs
+    // tfm_export.runtime.speech.alignment.dtw and words of the same inputs
     assert.deepEqual(dtw([[0, 1, 1, 2], [1, 0, 1, 1], [2, 1, 1, 0]].map((r) => Float64Array.from(r))),
       [[0, 1, 2, 2], [0, 1, 2, 3]]);
     assert.deepEqual(dtw([[1, 1, 1], [1, 1, 1]].map((r) => Float64Array.from(r))), [[0, 1, 1], [0, 1, 2]]);
