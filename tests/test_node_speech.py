@@ -243,14 +243,14 @@ def test_node_transcribes_like_python(export, utterances, node_side, case):
         if name != case:
             continue
         mine, theirs = CASES[case](spoken.language)
-        want = runtime.speech.transcribe(str(path), **theirs)
+        want = runtime.transcribe(str(path), **theirs)
         got = node_side[(str(export), str(path), json.dumps(mine))]
         assert got["ids"] == want["ids"], (case, spoken)
         assert (got["text"], got["language"]) == (want["text"], want["language"]), (case, spoken)
         assert_same_transcript(got, want, (case, spoken))
         assert all(s["avg_logprob"] < 0 and s["compression_ratio"] > 0 for s in got["segments"]), got
         unprompted = {k: v for k, v in theirs.items() if k != "prompt"}
-        changed.append(want["ids"] != runtime.speech.transcribe(str(path), **unprompted)["ids"])
+        changed.append(want["ids"] != runtime.transcribe(str(path), **unprompted)["ids"])
     assert any(changed) or not case.startswith("prompt"), "the prompt changed no transcription: the case tests nothing"
 
 
@@ -282,14 +282,14 @@ def test_the_cli_prints_the_text(export, utterances):
     files = [path for s, path in utterances if s.language == "de"][:2]
     done = node(NODE / "cli.mjs", "transcribe", export, *files, "--num-beams", "2", "--language", "de")
     assert done.returncode == 0, done.stderr
-    want = [runtime.speech.transcribe(str(f), num_beams=2, language="de") for f in files]
+    want = [runtime.transcribe(str(f), num_beams=2, language="de") for f in files]
     assert done.stdout.splitlines() == [w["text"].strip() for w in want]
     done = node(NODE / "cli.mjs", "transcribe", export, files[0], "--task", "translate", "--language", "de", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["ids"] == runtime.speech.transcribe(str(files[0]), language="de", task="translate")["ids"]
+    assert json.loads(done.stdout)["ids"] == runtime.transcribe(str(files[0]), language="de", task="translate")["ids"]
     done = node(NODE / "cli.mjs", "transcribe", export, files[1], "--prompt", PROMPT, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["ids"] == runtime.speech.transcribe(str(files[1]), prompt=PROMPT)["ids"]
+    assert json.loads(done.stdout)["ids"] == runtime.transcribe(str(files[1]), prompt=PROMPT)["ids"]
 
 
 @pytest.mark.parametrize("fmt, writer", [("srt", to_srt), ("vtt", to_vtt)])
@@ -301,7 +301,7 @@ def test_the_cli_writes_python_s_subtitles(export, recordings, fmt, writer, tmp_
     files = [recordings["en-greedy"], recordings["silent"]]
     done = node(NODE / "cli.mjs", "transcribe", export, *files, "--format", fmt)
     assert done.returncode == 0, done.stderr
-    want = [writer(runtime.speech.transcribe(str(f))["segments"]) for f in files]
+    want = [writer(runtime.transcribe(str(f))["segments"]) for f in files]
     assert done.stdout == "".join(want) and want[0].count(" --> ") >= 4
     for _ in range(2):  # the second time the files are there: refused, kept
         done = node(NODE / "cli.mjs", "transcribe", export, *files, "--format", fmt, "--output-dir", tmp_path / "subs")

@@ -84,7 +84,7 @@ def microphone_file(runtime, folder: Path) -> dict:
             continue
         path = folder / "mic.wav"
         samples = write(path, np.concatenate([silence, samples, silence]))
-        text = runtime.speech.transcribe(samples, language="en")["text"]
+        text = runtime.transcribe(samples, language="en")["text"]
         if text.strip() == spoken.text():
             return {"path": str(path), "seconds": len(samples) / RATE, "text": text, "language": "en"}
     raise AssertionError("no short held-out utterance that Python transcribes right")
@@ -102,7 +102,7 @@ def test_the_page_transcribes_like_python(export, tmp_path):
     files = []
     for (how, kind, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0], held_out("en")[1]]):
         path = tmp_path / f"{how}-{spoken.language}.{kind}"
-        want = for_the_page(runtime.speech.transcribe(write(path, spoken.samples()), **theirs))
+        want = for_the_page(runtime.transcribe(write(path, spoken.samples()), **theirs))
         files.append({"path": str(path), "how": how, "options": mine, "expected": want})
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
     expected = {"export": str(export), "files": files, "mic": microphone_file(runtime, tmp_path)}

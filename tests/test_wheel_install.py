@@ -93,6 +93,8 @@ def test_serve_web_serves_the_installed_page(demo, scripts, tmp_path):
         assert get(port, "/")[:2] == (200, "text/html") and b"<title>tfm-export" in get(port, "/")[2]
         assert get(port, "/app.mjs") == (200, "text/javascript", (ROOT / "runtimes/web/app.mjs").read_bytes())
         assert get(port, "/lib/greedy.mjs")[:2] == (200, "text/javascript")
+        for module in ("decode/loop.mjs", "speech/whisper.mjs"):  # the lib bundle's subfolders, kept in the wheel
+            assert get(port, f"/lib/{module}") == (200, "text/javascript", (ROOT / "runtimes/node" / module).read_bytes())
         assert get(port, "/ort/ort.wasm.min.mjs")[:2] == (200, "text/javascript")
         assert get(port, "/ort/ort-wasm-simd-threaded.wasm")[:2] == (200, "application/wasm")
         assert get(port, "/export/manifest.json")[:2] == (200, "application/json")
