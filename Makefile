@@ -55,7 +55,7 @@ test-gpu: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m gpu -rP tests/test_gpu.py tests/test_runtime.py tests/test_variants.py
 
 # Rewrite what is generated from runtime/options/generation.py's option declarations (GenerationConfig): the Node
-# runtime's options.mjs and index.d.ts regions and the manifest schema's `generation` section.
+# runtime's options/generation.mjs and index.d.ts regions and the manifest schema's `generation` section.
 # tests/test_options_schema.py fails while one is stale.
 options: $(VENV)/.installed
 	$(PY) -m tools.options_codegen
