@@ -14,7 +14,7 @@ transformers.js is a benchmark-only package, installed in a folder of its own (-
 registry; its CPU build is in the package.) Optimum's export runs in its own venv (--optimum-python;
 optimum_whisper_worker.py says how to build it).
 
-Modes, each on the same WAV file's samples (read once by runtimes/node/audio.mjs, not timed), language "en"
+Modes, each on the same WAV file's samples (read once by runtimes/node/audio/io.mjs, not timed), language "en"
 given, task transcribe, greedy, no timestamps, one window:
   node-ours     runtimes/node: openExport(`tfm-export FOLDER -o OUT`) and its transcribe (onnxruntime-node)
   node-tjs      transformers.js' automatic-speech-recognition pipeline (dtype fp32, device cpu: onnxruntime-

@@ -26,11 +26,11 @@ const { values, positionals: [side, dir] } = parseArgs({
   allowPositionals: true, options: { threads: { type: 'string', default: '1' }, tjs: { type: 'string' } },
 });
 const sessionOptions = { intraOpNumThreads: Number(values.threads), interOpNumThreads: 1 };
-const { readWav } = await import(pathToFileURL(path.join(NODE_RUNTIME, 'audio.mjs')).href);
+const { readWav } = await import(pathToFileURL(path.join(NODE_RUNTIME, 'audio', 'io.mjs')).href);
 
 /** ours: { load, run(samples, language, maxNewTokens) -> { text, ids } } */
 async function ours() {
-  const { openExport } = await import(pathToFileURL(path.join(NODE_RUNTIME, 'translate.mjs')).href);
+  const { openExport } = await import(pathToFileURL(path.join(NODE_RUNTIME, 'exported.mjs')).href);
   const model = await openExport(dir, { sessionOptions });
   return async (samples, language, maxNewTokens) => {
     const options = { language, task: 'transcribe', numBeams: 1, timestamps: false };

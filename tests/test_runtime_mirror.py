@@ -187,6 +187,16 @@ def test_comments_name_python_modules_that_exist():
         assert not found, f"{js} names {found}: the runtime's modules are tfm_export/runtime/decode/loop.py etc."
 
 
+def test_python_and_docs_name_js_modules_that_exist():
+    """Each Node module the package, the tests, the tools and the docs name (by its runtimes/node path) exists."""
+    texts = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "tools").glob("*.py"),
+             *(ROOT / "docs").glob("*.md"), ROOT / "README.md", ROOT / "runtimes" / "README.md", NODE / "README.md"]
+    named = {(path.relative_to(ROOT).as_posix(), js) for path in texts
+             for js in re.findall(r"runtimes/node/([\w/.-]+\.mjs)", path.read_text())}
+    missing = sorted(f"{where}: runtimes/node/{js}" for where, js in named if not (NODE / js).is_file())
+    assert not missing, missing
+
+
 def js_imports(js: str) -> set[str]:
     """The modules of the package `js` imports (static and dynamic), relative to runtimes/node."""
     text = (NODE / js).read_text()

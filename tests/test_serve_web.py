@@ -162,7 +162,7 @@ def test_missing_pieces_are_clear_errors(tiny_export, web_dir, tmp_path):
 
 
 def test_the_page_and_node_pin_one_tokenizer_library():
-    """The page imports runtimes/node/tokenizers.mjs, which Node runs with its own copy: the same version."""
+    """The page imports runtimes/node/text/tokenizer.mjs, which Node runs with its own copy: the same version."""
     def pinned(folder: str) -> str:
         lock = json.loads((ROOT / "runtimes" / folder / "package-lock.json").read_text())
         return lock["packages"]["node_modules/@huggingface/tokenizers"]["version"]

@@ -104,7 +104,7 @@ class Languages:
 
 def suggest(code: str, codes: list[str]) -> str:
     """What to say of an unknown code: the model's codes that begin with it ("de" -> deu_Latn, de_DE), or its
-    first 40 codes. The Node runtime says the same (runtimes/node/tokenizers.mjs)."""
+    first 40 codes. The Node runtime says the same (runtimes/node/text/tokenizer.mjs)."""
     close = [c for c in codes if c.lower().startswith(code.lower())] if code else []
     if close:
         return (f"did you mean {', '.join(close[:8])}? (this model knows {len(codes)} codes; "

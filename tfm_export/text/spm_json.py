@@ -1,7 +1,7 @@
 """SentencePiece models as data that runtimes without `sentencepiece` read (Node, the browser). Torch-free.
 
 Marian's tokenizer (text.marian) runs source.spm and target.spm through the `sentencepiece` library.
-The JavaScript runtimes (runtimes/node/marian.mjs) have no such library, so the export writes what
+The JavaScript runtimes (runtimes/node/text/marian.mjs) have no such library, so the export writes what
 they need to do the same:
 
 - the source model as a tokenizer.json (`write_tokenizer_json`), built with the `tokenizers`
