@@ -6,13 +6,13 @@
 
 const RIFF = ['RIFF', 'RIFX', 'RF64'];
 
-/** True for a RIFF/WAVE header (audio.mjs's own test: it then names a damaged file in one line). */
+/** True for a RIFF/WAVE header (/lib/audio/io.mjs's own test: it then names a damaged file in one line). */
 function isWav(bytes) {
   const tag = (at) => String.fromCharCode(...bytes.subarray(at, at + 4));
   return bytes.length >= 12 && RIFF.includes(tag(0)) && tag(8) === 'WAVE';
 }
 
-/** The channels' mean (ffmpeg's `-ac 1`, as Python and audio.mjs mix). */
+/** The channels' mean (ffmpeg's `-ac 1`, as Python and /lib/audio/io.mjs mix). */
 function mixToMono(buffer) {
   const channels = Array.from({ length: buffer.numberOfChannels }, (_, c) => buffer.getChannelData(c));
   if (channels.length === 1) return channels[0];
