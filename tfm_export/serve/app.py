@@ -4,6 +4,7 @@
                         "max_new_tokens"?, "stream"?, decoding options (serve.schemas.TranslateRequest)
     POST /translate     LibreTranslate's API (serve.libretranslate), with GET /languages
     POST /v1/audio/transcriptions, /v1/audio/translations   OpenAI's audio API (serve.audio)
+    GET  /v1/realtime?intent=transcription   OpenAI's Realtime transcription, a WebSocket (serve.realtime)
     GET  /v1/models     OpenAI's model list: the one export served (serve.model_list)
     GET  /healthz       {"status": "ok", ...}
     GET  /metrics       Prometheus text format (serve.metrics)
@@ -42,6 +43,7 @@ from .libretranslate import add_libretranslate
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .model_list import add_model_list
+from .realtime import add_realtime
 from .schemas import (ACCEPTED, REQUEST_ONLY, STREAM_EVENT, Health, TranslateRequest, TranslateResponse,
                       error_responses)
 from .translation import HTTPFailure, collect, failure_from, results, stream, submit
@@ -118,6 +120,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
     speech = engine.model.manifest.features is not None
     if speech:
         add_audio(app, settings, state)
+        add_realtime(app, settings, state)  # after add_audio: it shares its workers
     else:
         _add_translate(app, settings, state)
         add_libretranslate(app, settings, state)

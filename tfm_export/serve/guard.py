@@ -55,7 +55,7 @@ class Guard:
         self.app, self.api_key, self.count, self.max_body = app, api_key, count, max_body
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":  # lifespan (and websockets, which the app has none of)
+        if scope["type"] != "http":  # lifespan, and websockets (serve.realtime checks the key itself)
             await self.app(scope, receive, send)
             return
         path = scope["path"]

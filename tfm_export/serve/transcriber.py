@@ -37,6 +37,7 @@ class Recording:
     timestamps: bool
     prompt: str | None
     word_timestamps: bool = False  # timestamp_granularities[]=word
+    vad: Any = None  # runtime.speech.vad.VadParameters: only the speech (chunking_strategy); None: all of it
 
 
 @dataclass
@@ -87,6 +88,18 @@ class Transcriber:
         future.add_done_callback(self._leave)
         return asyncio.wrap_future(future)
 
+    def submit_call(self, work: Callable[[], Any]) -> "asyncio.Future[Any]":
+        """Other transcription work on the same workers, admitted like a recording (serve.realtime: one step of a
+        live stream, which re-transcribes its buffer through the same window batch)."""
+        self._admit()
+        try:
+            future = self._pool.submit(work)
+        except RuntimeError:
+            self._leave()
+            raise Closed("the server is shutting down; send the request to another replica") from None
+        future.add_done_callback(self._leave)
+        return asyncio.wrap_future(future)
+
     def _run(self, request: Recording, on_text: Callable[[str], None] | None, cancelled: Callable[[], bool]) -> Done:
         from ..audio import load_audio
         from ..runtime.speech.whisper import speech_settings
@@ -106,7 +119,8 @@ class Transcriber:
         runner = None if self.windows is None else self.windows.runner(cancelled)
         result = self.model.transcribe(samples, language=request.language, task=request.task,
                                        timestamps=request.timestamps, prompt=request.prompt, max_seconds=None,
-                                       on_text=each_window, runner=runner, word_timestamps=request.word_timestamps)
+                                       on_text=each_window, runner=runner, word_timestamps=request.word_timestamps,
+                                       vad=request.vad is not None, vad_parameters=request.vad)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)
