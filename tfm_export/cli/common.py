@@ -72,8 +72,18 @@ def main_group(verbose: int) -> None:
     logging.getLogger("tfm_export").setLevel(level)
 
 
+def _export_flags() -> tuple[dict[str, str], dict[tuple[str, Any], str]]:
+    """The export options whose flag is not spelled from their name (--cuda-graph, --no-validate, --int4-*), and
+    each boolean's flag as a value (`{validate}` False is --no-validate), from their declaration."""
+    from ..export.options import OPTIONS
+
+    flags = {o.name: o.flag for o in OPTIONS if o.flag != f"--{o.name.replace('_', '-')}"}
+    return flags, {(o.name, not o.default): o.flag for o in OPTIONS if o.kind == "boolean"}
+
+
+EXPORT_FLAGS, EXPORT_VALUES = _export_flags()
 # How the CLI spells the library's option keys (errors.TfmExportError.options) in messages.
-CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
+CLI_FLAGS = {**EXPORT_FLAGS,"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id": "--tgt-pad-id N",
              "bos_id": "--bos-id N", "eos_id": "--eos-id N", "norm_first": "--norm-first/--norm-after",
              "activation": "--activation NAME", "max_len": "--max-len N", "layout": "--layout NAME",
              "config": "--config CONFIG.json", "model": "--model MODEL.pt",
@@ -81,7 +91,7 @@ CLI_FLAGS = {"heads": "--heads N", "src_pad_id": "--src-pad-id N", "tgt_pad_id":
              "static_slots": "--static-slots N", "frontend": "--frontend NAME", "fbank": "--fbank KEY=VALUE",
              "revision": "--revision REV", "token": "--token TOKEN"}
 CLI_VALUES = {("norm_first", True): "--norm-first", ("norm_first", False): "--norm-after",
-              ("do_sample", True): "--sample"}
+              ("do_sample", True): "--sample", **EXPORT_VALUES}
 
 
 def cli_option(key: str, value: Any = None) -> str:

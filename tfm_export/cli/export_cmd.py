@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from ..errors import ValidationError
-from .common import cli_option, hub_options, library_errors, main_group, missing_modules, requires_extra, resolve_model_arg
+from .common import cli_option, hub_options, library_errors, main_group, requires_extra, resolve_model_arg
 from .progress import StageDisplay
 from ..export.int4 import Int4Settings
+from ..export.options import OPTIONS
 
 def import_options(fn=None, records: bool = True):
     """The options shared by every command that loads a checkpoint of any layout (`records`: the command
@@ -110,49 +111,69 @@ def int4_settings(given: dict[str, Any]) -> Int4Settings | None:
     return Int4Settings(**values) if values else None
 
 
-# The library's range (export.shared.OPSETS; a test keeps them equal), checked by click before any work.
-OPSETS = click.IntRange(17, 25)
+# A declared option's kind -> the Click attributes of its flag (export.options.OPTIONS; "settings": int4's,
+# made by int4_options from Int4Settings).
+def _number(o: Any) -> dict[str, Any]:
+    ranged, plain = (click.IntRange, int) if o.kind == "integer" else (click.FloatRange, float)
+    b = o.bounds
+    if not b:
+        return {"type": plain}
+    return {"type": ranged(min=b.get("minimum", b.get("exclusiveMinimum")), min_open="exclusiveMinimum" in b,
+                           max=b.get("maximum", b.get("exclusiveMaximum")), max_open="exclusiveMaximum" in b)}
+
+
+CLICK_KINDS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "integer": _number, "number": _number,
+    "boolean": lambda o: {"is_flag": True, "flag_value": not o.default},  # --force True, --no-validate False
+    "choice": lambda o: {"type": click.Choice(o.choices)},
+    "file": lambda o: {"type": click.Path(exists=True, dir_okay=False, path_type=str)},
+}
+
+
+def export_flag(o: Any) -> click.Option:
+    """The Click option of a declared export option: its flag, help (`{field}` spelled as flags), default,
+    bounds or choices."""
+    from ..runtime.options.spec import render_help
+
+    attrs = CLICK_KINDS[o.kind](o)
+    shown = o.default is not None and o.kind != "boolean"
+    help = render_help(o.help, lambda name: EXPORT_OPTIONS[name].flag)
+    return click.Option([o.flag, o.name], default=o.default, show_default=shown, metavar=o.metavar, help=help,
+                        **attrs)
+
+
+def export_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A flag per ExportOptions field that the CLI takes, in declaration order."""
+    fn.__click_params__ = [*getattr(fn, "__click_params__", []),
+                           *reversed([export_flag(o) for o in EXPORT_OPTIONS.values() if o.cli])]
+    return fn
+
+
+def export_flag_of(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One declared export option's flag on another command (validate's --atol)."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__click_params__ = [*getattr(fn, "__click_params__", []), export_flag(EXPORT_OPTIONS[name])]
+        return fn
+    return decorate
+
+
+def export_options(given: dict[str, Any]) -> Any:
+    """The ExportOptions of the flags given (popped from `given`, int4's too): the library checks them."""
+    from ..export.options import ExportOptions
+
+    return ExportOptions(**{name: given.pop(name) for name, o in EXPORT_OPTIONS.items() if o.cli},
+                         int4=int4_settings(given))
+
+
+EXPORT_OPTIONS = {o.name: o for o in OPTIONS}
+OPSETS = CLICK_KINDS["integer"](EXPORT_OPTIONS["opset"])["type"]  # the library's range, checked by click first
 
 
 @main_group.command("export")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (default: MODEL_onnx/ next to the checkpoint).")
-@click.option("--opset", type=OPSETS, default=18, show_default=True,
-              help=f"ONNX opset version ({OPSETS.min}..{OPSETS.max}).")
-@click.option("--atol", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True,
-              help="Validation tolerance: max abs difference between ORT and eager outputs.")
-@click.option("--no-validate", is_flag=True, help="Skip the ORT-vs-eager validation (not recommended).")
-@click.option("--force", is_flag=True,
-              help="Replace the output folder if it holds a previous export (never a folder with other files).")
-@click.option("--optimize", is_flag=True, help="Fuse the graphs for ONNX Runtime (attention with past, skip-layer-norm, GELU).")
-@click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None,
-              help="Weights for CPU: int8 (dynamic int8 MatMuls) or int4 (4-bit MatMulNBits; the vocabulary head "
-                   "int8, or a scan with exact candidates when large: --int4-head); validation reports token "
-                   "agreement with float32.")
-@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
-              help="Weights and compute dtype; float16 is for CUDA (caches float16, logits float32).")
-@click.option("--cuda-graph", is_flag=True,
-              help="Also export decoder_static.onnx (pre-allocated cache): CUDA replays each step as a graph, and "
-                   "`tfm-export serve` batches requests in flight with it (on CPU with decoder_rows.onnx, also "
-                   "exported for float32).")
-@click.option("--static-slots", type=click.IntRange(min=2), default=None,
-              help="Cache slots of decoder_static.onnx (default: max_len): the most tokens a row generates with "
-                   "it; fewer make every step cheaper (attention spans all slots). Implies --cuda-graph.")
-@click.option("--external-data", is_flag=True,
-              help="Keep each graph's weights in a GRAPH.onnx.data file beside it (automatic for models over "
-                   "1.5 GB: protobuf holds 2 GB at most); variants keep their own data files.")
-@click.option("--eval-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Held-out set for the quality report: `source<TAB>reference` per line (for speech, an audio "
-                   "file's path relative to this file). A variant is scored against its float32 graphs and the "
-                   "references: chrF and BLEU, WER for speech (default: the checkpoint's sample texts).")
-@click.option("--max-quality-drop", type=click.FloatRange(min=0), default=None, metavar="POINTS",
-              help="Fail the export (nothing written) when the variant loses more than POINTS of chrF against the "
-                   "references (against float32's outputs without them; WER points for speech).")
-@click.option("--calibration-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Source texts like the model's real inputs, one a line (a TSV's first column is read), for "
-                   "--int4-method gptq: each is decoded once and what every layer reads on it weights the "
-                   "rounding. Never the held-out --eval-file: a calibrated model would be scored on its own data.")
+@export_flags
 @click.option("--adapter", default=None, metavar="PACKAGE.MODULE:OBJECT",
               help="Your own architecture: MODEL is a module saved whole (torch.save(model, path), with "
                    "--trust-pickle) and OBJECT provides encode(model, src_ids, src_mask) and, to generate, "
@@ -162,26 +183,20 @@ OPSETS = click.IntRange(17, 25)
 @hub_options
 @import_options
 @library_errors
-def export_command(model: Path, out: Path | None, opset: int, atol: float, no_validate: bool, force: bool,
-                   optimize: bool, quantize: str | None, dtype: str, cuda_graph: bool, static_slots: int | None,
-                   external_data: bool, eval_file: Path | None, max_quality_drop: float | None,
-                   calibration_file: Path | None, adapter: str | None, revision: str | None, token: str | None,
-                   **load_opts: Any) -> None:
+def export_command(model: Path, out: Path | None, adapter: str | None, revision: str | None, token: str | None,
+                   **given: Any) -> None:
     """Export MODEL (a checkpoint file, a Hugging Face folder, or a Hugging Face Hub id such as
     Helsinki-NLP/opus-mt-en-de, downloaded into the Hugging Face cache) to ONNX, then validate it.
 
     A path that exists is always a path: a folder named like a Hub id is used as it is."""
     requires_extra("export", "export")
-    int4 = int4_settings(load_opts)
+    options = export_options(given)  # what is left of `given`: the import options
     if adapter is not None:
-        variant = optimize or quantize or int4 or dtype != "float32" or cuda_graph or static_slots is not None
-        if variant or eval_file or max_quality_drop is not None or external_data or calibration_file:
-            raise click.UsageError("--adapter exports float32 graphs without a cache: drop --optimize, --quantize, "
-                                   "--int4-*, --dtype, --cuda-graph, --static-slots, --external-data, --eval-file, "
-                                   "--max-quality-drop and --calibration-file")
-        _export_module(model, out, adapter, opset, atol, no_validate, force, load_opts)
+        from ..export.options import module_options
+
+        _export_module(model, out, adapter, module_options(options), given)
         return
-    from ..export.exporter import ExportOptions, check_options, default_out_dir, export_model
+    from ..export.exporter import check_options, default_out_dir, export_model
     from ..export.validation_report import format_report
     from ..importers import load_model
     from ..files import check_output_dir
@@ -189,19 +204,12 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     # A Hub id's default output is NAME_onnx/ here, never beside the snapshot inside the Hugging Face cache.
     default = default_out_dir(model) if model.exists() else Path(f"{model.name}_onnx")
     out = out or default
-    options = ExportOptions(opset=opset, atol=atol, validate=not no_validate, force=force, optimize=optimize,
-                            quantize=quantize, int4=int4, dtype=dtype,
-                            static_cache=cuda_graph or static_slots is not None,
-                            static_slots=static_slots, external_data=external_data,
-                            eval_file=str(eval_file) if eval_file else None,
-                            max_quality_drop=max_quality_drop,
-                            calibration_file=str(calibration_file) if calibration_file else None)
-    # Before downloading or loading: never lose a user's file, and refuse what the options alone rule out.
-    check_output_dir(out, force, [model])
+    # Before downloading or loading: never lose a user's file, and refuse what the options' files rule out.
+    check_output_dir(out, options.force, [model])
     check_options(options)
     resolved = resolve_model_arg(model, revision, token)
     click.echo(f"exporting {model} -> {out}", err=True)
-    checkpoint = load_model(resolved.path, origin=resolved.origin, **load_opts)
+    checkpoint = load_model(resolved.path, origin=resolved.origin, **given)
     _echo_detected(checkpoint)
     try:
         with StageDisplay() as show:
@@ -214,23 +222,23 @@ def export_command(model: Path, out: Path | None, opset: int, atol: float, no_va
     click.echo(f"wrote {out} ({', '.join(g.file for g in manifest.graphs.values())}, manifest.json)")
 
 
-def _export_module(model: Path, out: Path | None, adapter: str, opset: int, atol: float, no_validate: bool,
-                   force: bool, load_opts: dict[str, Any]) -> None:
-    """`--adapter`: the pickled module through the adapter's encode/decode (export.module_export)."""
+def _export_module(model: Path, out: Path | None, adapter: str, options: dict[str, Any],
+                   load_opts: dict[str, Any]) -> None:
+    """`--adapter`: the pickled module through the adapter's encode/decode (export.module_export); `options`:
+    what it takes of the export options (export.options.module_options)."""
     from ..export.exporter import default_out_dir
     from ..export.module_export import export_with_adapter, load_adapter, load_module
     from ..files import check_output_dir
 
     out = out or default_out_dir(model)
-    check_output_dir(out, force, [model])
+    check_output_dir(out, options["force"], [model])
     spec = load_adapter(adapter)  # before unpickling: a wrong name fails fast
     click.echo(f"exporting {model} -> {out} through the adapter {adapter}", err=True)
     module = load_module(model, load_opts["trust_pickle"])
     ids = {k: load_opts.get(k) for k in ("src_pad_id", "tgt_pad_id", "bos_id", "eos_id", "max_len")}
     with StageDisplay() as show:
-        manifest = export_with_adapter(module, spec, out, opset=opset, atol=atol, validate=not no_validate,
-                                       force=force, on_stage=show, source={"checkpoint": model.name}, inputs=[model],
-                                       **ids)
+        manifest = export_with_adapter(module, spec, out, **options, on_stage=show,
+                                       source={"checkpoint": model.name}, inputs=[model], **ids)
     report = manifest.validation or {}
     for name, row in report.get("outputs", {}).items():
         click.echo(f"  {name}: max abs diff {row['max_abs']:.2e} (atol {report['atol']:g})")
@@ -259,7 +267,7 @@ def _echo_detected(checkpoint: Any) -> None:
               help="The checkpoint (or Hugging Face folder or Hub id) the folder was exported from, to compare "
                    "with eager (default: the one the manifest names, when it sits next to the folder, at its recorded "
                    "path with the same weights, or in the Hugging Face cache, and PyTorch is installed).")
-@click.option("--atol", type=float, default=1e-4, show_default=True, help="Max abs difference allowed.")
+@export_flag_of("atol")
 @hub_options
 @import_options(records=False)
 @library_errors
@@ -271,53 +279,25 @@ def validate_command(folder: Path, model_path: Path | None, atol: float, revisio
     greedy decoding of the recorded samples. The eager comparison (the `export` extra) stores its report
     in the manifest.
     """
-    from ..manifest import describe_source, load_manifest
-    from ..runtime.verify import format_verification, verify_export
+    from ..export.folder_validation import EagerMismatch, validate_folder
 
     if model_path is not None:
         requires_extra("export", "validate --model")
-    manifest = load_manifest(folder)
-    click.echo(f"{folder}: {describe_source(manifest.source)}")
-    click.echo(format_verification(verify_export(folder, manifest=manifest)))
-    if (manifest.validation or {}).get("quality"):  # measured at export (export.quality)
-        from ..export.quality import format_quality
-
-        click.echo(format_quality(manifest.validation["quality"]))
-    if model_path is not None:
-        model_path = resolve_model_arg(model_path, revision, token).path
-    model_path = model_path or _recorded_checkpoint(folder, manifest)
-    if model_path is None:
-        return
-    from ..manifest import write_manifest
-    from ..export.validate import validate_export
-    from ..export.validation_report import format_report
-    from ..importers import load_model
-
-    model = load_model(model_path, **load_opts).build_model()
     try:
-        with StageDisplay() as show, show.stage("validate"):
-            report = validate_export(folder, model, atol=atol, manifest=manifest)
-    except ValidationError as exc:
+        with StageDisplay() as show:
+            done = validate_folder(folder, model_path, atol=atol, load_options=load_opts, revision=revision,
+                                   token=token, on_section=click.echo,
+                                   progress=lambda line: click.echo(line, err=True), on_stage=show)
+    except EagerMismatch as exc:  # the comparison's table, before the error's line
+        from ..export.validation_report import format_report
+
         click.echo(format_report(exc.report), err=True)
         raise
-    write_manifest(folder, manifest.replace(validation=report))
-    click.echo(format_report(report))
+    if done.skipped is not None:
+        click.echo(f"{folder}: runtime checks passed; not compared with the eager model: "
+                   f"{done.skipped.render(cli_option)}")
+        return
+    from ..export.validation_report import format_report
+
+    click.echo(format_report(done.eager))
     click.echo(f"{folder}: validation passed")
-
-
-def _recorded_checkpoint(folder: Path, manifest: Any) -> Path | None:
-    """The model FOLDER was exported from (its Hub snapshot in the cache, its local path with the same weights,
-    or a checkpoint next to FOLDER), or None (saying why only the runtime checks ran)."""
-    if missing_modules("export"):
-        why = "PyTorch is not installed (pip install 'tfm-export[export]', then pass --model MODEL.pt)"
-    else:
-        from ..export.validate import recorded_checkpoint
-        from ..importers.hub import cached_snapshot, unchanged_local_origin
-
-        try:
-            return (cached_snapshot(manifest.source) or unchanged_local_origin(manifest.source)
-                    or recorded_checkpoint(folder, manifest))
-        except ValidationError as exc:
-            why = exc.render(cli_option)
-    click.echo(f"{folder}: runtime checks passed; not compared with the eager model: {why}")
-    return None

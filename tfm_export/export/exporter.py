@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +20,7 @@ import torch
 
 from ..config import TransformerConfig
 from ..model.checkpoint import Checkpoint
-from ..errors import ConfigError, ExportError, OutputError, first_line
+from ..errors import ExportError, OutputError, first_line
 from ..filterbank import Filterbank
 from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
@@ -31,45 +30,18 @@ from .calibration import check_calibration, linear_hessians
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
 from .packing import pack_projections
-from .int4 import Int4Settings, width_advice
+from .int4 import width_advice
 from .memory import release_freed_memory
-from .quality import EvalSet, check_drop, default_eval_set, measure_quality, read_eval_file
-from .variants import int4_settings, requested, transform_graphs, validation_settings, variant_of
+from .options import ExportOptions, OptionsError, check_options
+from .quality import EvalSet, check_drop, default_eval_set, measure_quality
+from .variants import int4_settings, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
-from .shared import StageCallback, Stages, check_opset, needs_external_data, quiet_exporter, versions
+from .shared import StageCallback, Stages, needs_external_data, quiet_exporter, versions
 from .specs import ALIGNMENT_NAME, EXTRA_GRAPH_SPECS, GRAPH_SPECS, GraphSpec, alignment_spec, encoder_input
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class ExportOptions:
-    """How to export and check a checkpoint."""
-
-    opset: int = 18  # ONNX opset of both graphs
-    atol: float = 1e-4  # validation tolerance (max abs diff) for float outputs
-    validate: bool = True  # compare ORT with eager before the folder is renamed into place
-    force: bool = False  # replace an existing OUT
-    dtype: str = "float32"  # weights/compute dtype of the graphs (float16: CUDA only)
-    optimize: bool = False  # fuse the graphs for ONNX Runtime (tfm_export.variants)
-    quantize: str | None = None  # "int8": dynamic int8 weights, "int4": 4-bit MatMulNBits weights, for CPU
-    int4: Int4Settings | None = None  # --quantize int4's block size, accuracy level, head (None: the defaults)
-    static_cache: bool = False  # also export decoder_static.onnx (pre-allocated cache, for CUDA graphs)
-    static_slots: int | None = None  # its cache slots (tokens a row can generate); None: max_len
-    # Weights in `<graph>.onnx.data` files beside each graph: forced by True, else when the parameters
-    # pass shared.EXTERNAL_DATA_BYTES. Variants keep the layout of their float32 graphs.
-    external_data: bool = False
-    # The held-out set of the quality report (export.quality): `source<TAB>reference` lines (audio paths for
-    # speech). None: the checkpoint's sample texts, scored against float32 only.
-    eval_file: str | None = None
-    max_quality_drop: float | None = None  # fail when the export loses more points (chrF; WER for speech)
-    # Source texts (one a line; a TSV's first column) that --int4-method gptq calibrates on (export.calibration).
-    calibration_file: str | None = None
-
-    @property
-    def is_variant(self) -> bool:
-        """True when the float32 graphs are transformed after export."""
-        return self.dtype != "float32" or self.optimize or self.quantize is not None
-
+__all__ = ["ExportOptions", "check_options", "default_out_dir", "export_model"]  # ExportOptions: export.options
 
 SLOT_GRAPHS = ("decoder_static", "decoder_rows")  # graphs over a fixed number of cache slots
 ROWS_QUANTIZE = (None, "int4")  # the --quantize values that keep decoder_rows.onnx (see _graph_specs)
@@ -109,26 +81,15 @@ def export_graph(model: Transformer, spec: GraphSpec, folder: Path, opset: int, 
     return external_files(path)
 
 
-def check_options(options: ExportOptions) -> tuple[EvalSet | None, list[str] | None]:
-    """ExportError for what is wrong with `options` alone (the opset, an impossible mix of variants, an unreadable
-    --eval-file or --calibration-file): the CLI checks these before it downloads or loads a model. Returns what
-    the two files hold: the eval set and the calibration sources (None where not given)."""
-    check_opset(options.opset)
-    requested(options)
-    eval_set = read_eval_file(options.eval_file) if options.eval_file else None
-    calibration = read_eval_file(options.calibration_file).sources if options.calibration_file else None
-    return eval_set, calibration
-
-
 def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: ExportOptions = ExportOptions(),
                  on_stage: StageCallback | None = None) -> Manifest:
     """Export `checkpoint` to `out_dir` (encoder.onnx, decoder.onnx, manifest.json); returns the manifest."""
     out_dir = Path(out_dir)
-    eval_set, calibration = check_options(options)  # an impossible mix of variants or a bad file: before any work
+    eval_set, calibration = check_options(options)  # a bad file: before any work (the options checked themselves)
     slots = options.static_slots
     if slots is not None and not 2 <= slots <= checkpoint.config.max_len:
-        raise ExportError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
-                          options={"static_slots": slots})
+        raise OptionsError(f"{{static_slots}} must be 2..{checkpoint.config.max_len} (the model's max_len)",
+                           options={"static_slots": slots})
     options = _family_defaults(options, checkpoint)
     if calibration is not None:
         check_calibration(checkpoint)
@@ -174,25 +135,12 @@ def _family_defaults(options: ExportOptions, checkpoint: Checkpoint) -> ExportOp
 
 
 def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, checkpoint: Checkpoint) -> None:
-    """Refuse quality options that would be ignored: nothing silently goes unscored."""
-    if eval_set is not None and not options.validate:
-        raise ConfigError("{eval_file} is scored by the validation: drop --no-validate", options={"eval_file": None})
-    if eval_set is not None and eval_set.references is None and not options.is_variant:
-        raise ConfigError(f"{{eval_file}} {eval_set.origin} has sources only: a float32 export is scored against "
-                          f"references (add source<TAB>reference lines), its variants (--quantize, --dtype float16, "
-                          f"--optimize) against float32 too", options={"eval_file": None})
-    if options.max_quality_drop is None:
-        return
-    if not options.is_variant:
-        raise ConfigError("{max_quality_drop} compares a reduced-precision export with its float32 graphs: add "
-                          "--quantize, --dtype float16 or --optimize", options={"max_quality_drop": None})
-    if not options.validate:
-        raise ConfigError("{max_quality_drop} is checked by the validation: drop --no-validate",
-                          options={"max_quality_drop": None})
+    """Refuse a --max-quality-drop that this checkpoint leaves nothing to score on: nothing silently goes
+    unchecked (the rules of the options alone are export.options.RULES)."""
     samples = checkpoint.samples and checkpoint.tokenizer and not checkpoint.meta.get("speech")
-    if eval_set is None and not samples:
-        raise ConfigError("{max_quality_drop} needs a held-out set: pass --eval-file (source<TAB>reference lines)",
-                          options={"max_quality_drop": None})
+    if options.max_quality_drop is not None and eval_set is None and not samples:
+        raise OptionsError("{max_quality_drop} needs a held-out set: pass {eval_file} (source<TAB>reference lines)",
+                           options={"max_quality_drop": None, "eval_file": None})
 
 
 def _validate(folder: Path, model: Transformer, manifest: Manifest, options: ExportOptions,

@@ -15,15 +15,13 @@ import torch
 
 from .. import __version__
 from ..errors import ExportError
+from .options import OPSETS  # declared with ExportOptions.opset
 
 log = logging.getLogger(__name__)
 
 # Protobuf cannot hold more than 2 GB; bigger models keep their weights in external files (a margin
 # below 2 GB: a graph holds the shared embedding besides its share of the parameters).
 EXTERNAL_DATA_BYTES = 1_500_000_000
-# Opsets that torch 2.13's dynamo exporter writes as asked and ONNX Runtime 1.31 runs (17..25 checked
-# end to end): below 17 it silently writes 18, so a manifest would claim an opset the graphs lack.
-OPSETS = (17, 25)
 # on_stage(name, None) when a stage starts, on_stage(name, seconds) when it ends.
 StageCallback = Callable[[str, "float | None"], None]
 

@@ -23,6 +23,7 @@ from .float16 import FLOAT32_OPS, float16_graph
 from .folding import fold_in_memory, transposed_initializers
 from .int4 import Int4Settings, quantize_int4
 from .int8 import quantize_int8
+from .options import QUANTIZE
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +175,6 @@ Transform = Callable[[Path, Path, GraphSpec, bool], dict[str, int]]
 # dtype, then quantisation.
 TRANSFORMS: dict[str, Transform] = {"fold": fold_graph, "optimize": optimize_graph, "float16": float16_graph,
                                     "int8": quantize_graph_int8, "int4": quantize_graph_int4}
-DTYPES = ("float32", "float16")
-QUANTIZE = ("int8", "int4")
 # A transform's settings beyond the Transform signature, read from ExportOptions and the calibration (GPTQ's
 # Hessians, or None), bound when it runs.
 SETTINGS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
@@ -183,22 +182,8 @@ SETTINGS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 
 
 def requested(options: Any) -> list[str]:
-    """The transform names an ExportOptions asks for (ExportError for unsupported combinations)."""
-    if options.dtype not in DTYPES:
-        raise ExportError(f"--dtype {options.dtype} is not supported; use {' or '.join(DTYPES)}")
-    if options.quantize not in (None, *QUANTIZE):
-        raise ExportError(f"--quantize {options.quantize} is not supported; use {', '.join(QUANTIZE)}")
-    if options.dtype == "float16" and options.quantize:
-        # int4 too: ORT runs float16 MatMulNBits (CPU and CUDA), but the quantisers here read float32 graphs.
-        raise ExportError(f"--dtype float16 (CUDA) and --quantize {options.quantize} (CPU) cannot be combined; "
-                          "pick one")
-    if options.int4 is not None and options.quantize != "int4":
-        raise ExportError("the --int4-* options apply to --quantize int4 only; add it or drop them")
-    gptq = options.quantize == "int4" and int4_settings(options).method == "gptq"
-    if gptq != bool(options.calibration_file):
-        raise ExportError("--int4-method gptq needs --calibration-file (source texts like the model's inputs, "
-                          "one a line)" if gptq else "--calibration-file is read by --int4-method gptq only; "
-                          "add it or drop the file")
+    """The transform names an ExportOptions asks for."""
+    # The impossible mixes were refused when the options were made (export.options.RULES).
     wanted = {"fold": options.quantize is not None, "optimize": options.optimize,
               "float16": options.dtype == "float16", **{name: options.quantize == name for name in QUANTIZE}}
     return [name for name in TRANSFORMS if wanted[name]]
