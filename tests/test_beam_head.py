@@ -5,7 +5,8 @@ import onnxruntime as ort
 import pytest
 
 from tfm_export.export.exporter import ExportOptions, export_model
-from tfm_export.runtime import cache, open_export
+from tfm_export.runtime import open_export
+from tfm_export.runtime.states import growing as cache
 from tfm_export.runtime.decode.beam import top_k
 from tfm_export.runtime.device import parse_device
 from tfm_export.runtime.options.generation import GenerationConfig

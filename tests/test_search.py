@@ -68,7 +68,7 @@ def test_beam_reorders_the_cache_on_the_device(eos_model, monkeypatch):
     the reorder graph). The encoder's outputs stay one per source: the decoder's beams attend to their
     source's (Manifest.cross_per_source)."""
     _, runtime = eos_model
-    from tfm_export.runtime import reorder
+    from tfm_export.runtime.states import reorder
 
     calls = []
     original = reorder.RowGather.__call__
@@ -106,7 +106,7 @@ def test_exports_with_encoder_outputs_per_row_search_the_same(eos_model, monkeyp
     manifest, calls = runtime.manifest, []
     grouped = {n: runtime.generate(SOURCES, num_beams=4, num_return_sequences=n, max_new_tokens=8) for n in (1, 3)}
     sampled = runtime.generate(SOURCES, do_sample=True, seed=3, num_return_sequences=2, max_new_tokens=8)
-    from tfm_export.runtime import reorder
+    from tfm_export.runtime.states import reorder
 
     original = reorder.RowGather.__call__
     monkeypatch.setattr(reorder.RowGather, "__call__", lambda self, values, index: calls.append(len(values))

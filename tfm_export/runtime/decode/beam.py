@@ -1,7 +1,8 @@
 """Beam search bookkeeping with transformers' semantics (its `_beam_search`), in numpy. Torch-free.
 
 Per source b, `num_beams` K running beams; each step, for decoder row (b, k):
-1. scores = log_softmax(logits) (float64), then runtime.decode.processors, plus the beam's running score;
+1. scores = log_softmax(logits) (float64), then runtime.decode.processors (the generic ones, then the
+   caller's `processors` list), plus the beam's running score;
 2. the 2K best (beam, token) candidates of source b over all K * vocab, best first; equal scores
    go to the lower flat index k * vocab + token (`top_k`, the one tie rule; ports must keep it);
 3. a candidate "finishes" when its token is EOS or the step is the last one (max_new_tokens);
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..options.generation import GenerationConfig, Hypothesis
-from .processors import BiasKey, bias_key, log_softmax, needs_rows, process, process_top
+from .processors import BiasKey, Processors, bias_key, log_softmax, needs_rows, process, process_top
 
 OFFSET = 1e9  # transformers' "very large negative value" for excluded candidates and empty slots
 
@@ -74,12 +75,18 @@ class BeamSearch:
     """The state of one batched beam search; `advance` takes each step (see the module docstring)."""
 
     def __init__(self, batch: int, steps: int, config: GenerationConfig, bos_id: int, eos_id: int, pad_id: int,
-                 banned: tuple[int, ...] = (), vocab: int | None = None):
-        """`vocab`: the target vocabulary's size (for `advance` from the device's candidates)."""
+                 banned: tuple[int, ...] = (), vocab: int | None = None, *, processors: Processors = (),
+                 prompt: np.ndarray | None = None):
+        """`vocab`: the target vocabulary's size (for `advance` from the device's candidates). `processors`:
+        runtime.decode.processors.LogitsProcessor run after the generic ones (on the host path); `prompt`:
+        (rows, length) each row's decoder input before its first generated id, the head of the processors'
+        history (default: BOS; a wrapper that forces a prompt, runtime.speech.search, sets it)."""
         k = config.num_beams
         self.batch, self.k, self.steps, self.config, self.vocab = batch, k, steps, config, vocab
         self.bos_id, self.eos_id, self.banned = bos_id, eos_id, banned  # banned: the model's suppress_ids
         self.rows = batch * k  # decoder rows: source b's beams are rows b*K .. b*K + K-1
+        self.processors = tuple(processors)
+        self.prompt = np.full((self.rows, 1), bos_id, dtype=np.int64) if prompt is None else prompt
         self.run_ids = np.full((batch, k, steps), pad_id, dtype=np.int64)  # (batch, beams, steps)
         self.run_scores = np.zeros((batch, k))  # only beam 0 starts live: the K beams are the same row
         self.run_scores[:, 1:] = -OFFSET
@@ -90,12 +97,13 @@ class BeamSearch:
         self.open = np.ones(batch, dtype=bool)  # the source can still improve (transformers' heuristic)
         self.finished = False
         self.step = 0
-        self.whole_rows = needs_rows(config)  # repetition penalty, n-gram bans: the host path
+        self.whole_rows = needs_rows(config, self.processors)  # repetition penalty, n-grams, processors: the host
 
     def history(self) -> np.ndarray:
-        """(rows, 1 + step) ids so far of every decoder row, BOS first (for the processors)."""
+        """(rows, prompt + step) each decoder row's input so far, its prompt (BOS) first (for the processors).
+        A beam's prompt is its source's: beams of one source share it, so reordering them leaves it as it is."""
         ids = self.run_ids[:, :, : self.step].reshape(self.rows, self.step)
-        return np.concatenate([np.full((self.rows, 1), self.bos_id, dtype=np.int64), ids], axis=1)
+        return np.concatenate([self.prompt, ids], axis=1)
 
     @property
     def width(self) -> int:
@@ -121,7 +129,7 @@ class BeamSearch:
     def advance_logits(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from (rows, vocab) logits -> (next ids (rows,), beam_idx (rows,): the row each continues)."""
         scores = process(log_softmax(logits), self.history(), self.step, self.steps - 1, self.config, self.eos_id,
-                         self.banned)
+                         self.banned, self.processors)
         scores += self.run_scores.reshape(-1, 1)  # (rows, vocab)
         # The 2K best of a source are among the 2K best of each of its beams: select per row first.
         per_row = top_k(scores, self.width)  # (rows, 2K) token ids

@@ -12,13 +12,40 @@ Beam search on ONNX Runtime picks each row's candidates on the device (runtime.s
 processor needs the whole row (`needs_rows`): the bans, min_new_tokens and forced_eos then act
 through `bias_key`/`bias_array` (an additive ban of ids) and `process_top` (forced EOS's score), and the head
 renormalises over the biased logits when asked, with the same result.
+
+The seam for a model's or a caller's own rules: a `LogitsProcessor` is any callable
+`(scores, history, step) -> scores` (in place; returned), and TokenPicker and BeamSearch take a list of
+them (`processors=`), which `process` runs after the generic processors above and before renormalize_logits'
+final log-softmax: transformers' order, which appends a caller's `logits_processor` list to its own and keeps
+LogitNormalization last. Whisper's suppress_tokens, begin_suppress_tokens and timestamp rules are such a list
+(runtime.speech.rules.whisper_processors); so is whatever comes next (hotword boosts, a draft model's checks).
+A processor reads whole rows, so a list that is not empty keeps beam search on the host path (`needs_rows`):
+none is expressed as a device bias yet.
 """
 
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 import numpy as np
 
 from ..options.generation import GenerationConfig
+
+
+class LogitsProcessor(Protocol):
+    """One rule over a step's scores, after the generic processors (see the module docstring).
+
+    `scores`: (rows, vocab) float64, the strategy's kind (TokenPicker: logits; BeamSearch: log-probabilities);
+    `history`: (rows, length) int64, each row's decoder input so far (the strategy's `prompt`, BOS alone
+    unless a wrapper forced more, then the generated ids); `step`: the ids generated so far. Returns the
+    scores (changed in place, or a new array). What a processor needs of a row's past it reads from `history`: beam rows move
+    between steps."""
+
+    def __call__(self, scores: np.ndarray, history: np.ndarray, step: int) -> np.ndarray:
+        ...
+
+
+Processors = Sequence[LogitsProcessor]
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -49,9 +76,9 @@ def no_repeat_ngram(scores: np.ndarray, history: np.ndarray, n: int) -> None:
 
 
 def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, config: GenerationConfig,
-            eos_id: int, banned: tuple[int, ...] = ()) -> np.ndarray:
-    """Apply the configured processors and the `banned` ids to `scores` (in place; returned). `step`:
-    ids generated so far; `last_step`: the step at which the row reaches max_new_tokens."""
+            eos_id: int, banned: tuple[int, ...] = (), processors: Processors = ()) -> np.ndarray:
+    """Apply the configured processors, the `banned` ids, then `processors` in order to `scores` (in place;
+    returned). `step`: ids generated so far; `last_step`: the step at which the row reaches max_new_tokens."""
     if config.repetition_penalty != 1.0:
         repetition_penalty(scores, history, config.repetition_penalty)
     if config.no_repeat_ngram_size:
@@ -64,14 +91,17 @@ def process(scores: np.ndarray, history: np.ndarray, step: int, last_step: int, 
         if forced is not None:  # transformers' order: forced BOS, then forced EOS (which wins at step 0)
             scores[:] = -np.inf
             scores[:, forced] = 0.0
+    for processor in processors:  # a caller's list after transformers' own, as its _merge_criteria_processor_list
+        scores = processor(scores, history, step)
     if config.renormalize_logits:  # a row of one finite score (forced EOS) stays as it is
         scores[:] = log_softmax(scores)
     return scores
 
 
-def needs_rows(config: GenerationConfig) -> bool:
-    """The processors that read or rewrite whole rows (the host path: logits cross to the host)."""
-    return config.repetition_penalty != 1.0 or config.no_repeat_ngram_size > 0
+def needs_rows(config: GenerationConfig, processors: Processors = ()) -> bool:
+    """The processors that read or rewrite whole rows (the host path: logits cross to the host): the
+    repetition penalty, n-gram bans, and any `processors` of a caller."""
+    return config.repetition_penalty != 1.0 or config.no_repeat_ngram_size > 0 or len(processors) > 0
 
 
 def _forced(step: int, last_step: int, config: GenerationConfig) -> bool:

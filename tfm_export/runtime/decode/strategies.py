@@ -9,6 +9,13 @@ the server's rows, so every rule below holds in both.
   for greedy decoding; the other strategies get it from runtime.decode.processors.
 - `TokenPicker`: greedy with processors, or seeded sampling, from the logits on the host; its rows
   carry scores (transformers' order of processors).
+
+TokenPicker and BeamSearch take a list of runtime.decode.processors.LogitsProcessor (`processors=`), run after
+the generic ones, and a `prompt` (each row's decoder input before its first generated id, the processors'
+history): a model's own decoding rules plug in there, not in a copy of a strategy. Whisper's are a wrapper
+(runtime.speech.search.WhisperStrategy: the forced prompt, language detection) over either strategy with
+Whisper's processors in the list; temperature fallback, a prompt on every window, or a draft model's proposals
+belong in such a list or wrapper too.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from ...config import TransformerConfig
 from .beam import BeamSearch
 from .loop import StepView
 from ..options.generation import GenerationConfig, Hypothesis
-from .processors import log_softmax, process
+from .processors import Processors, log_softmax, process
 from .sampling import row_generators, sample, warp
 from ..sources import trim
 
@@ -64,41 +71,59 @@ class Greedy:
 class TokenPicker:
     """Greedy or sampled ids for rows = batch * num_return_sequences (source i: rows i*n .. i*n + n-1).
 
-    Processors run on the logits (transformers' greedy and sampling order); a row's score is the sum
-    of log_softmax(processed logits) at its ids, before temperature/top-k/top-p.
+    Processors run on the logits (transformers' greedy and sampling order: the generic ones, then
+    `processors`, runtime.decode.processors.process); a row's score is the sum of log_softmax(processed
+    logits) at its ids, before temperature/top-k/top-p. `logprobs` sums the log-probabilities of the scores
+    transformers outputs (sampling: the warped ones with the temperature undone), `lengths` counts the
+    generated ids with EOS: transformers' avg_logprob, which a temperature fallback judges.
     """
 
-    def __init__(self, batch: int, steps: int, config: GenerationConfig, cfg: TransformerConfig, first_row: int = 0):
-        """`first_row`: this call's rows are rows first_row.. of a larger call (their sampling generators)."""
-        self.config, self.steps, self.cfg, self.bos_id = config, steps, cfg, cfg.bos_id
+    def __init__(self, batch: int, steps: int, config: GenerationConfig, bos_id: int, eos_id: int, pad_id: int,
+                 banned: tuple[int, ...] = (), first_row: int = 0, *, processors: Processors = (),
+                 prompt: np.ndarray | None = None):
+        """`first_row`: this call's rows are rows first_row.. of a larger call (their sampling generators).
+        `prompt`: (rows, length) each row's decoder input before its first generated id, the head of the
+        processors' history (default: BOS; a wrapper that forces a prompt, runtime.speech.search, sets it)."""
+        self.config, self.steps, self.bos_id, self.eos_id, self.pad_id = config, steps, bos_id, eos_id, pad_id
+        self.banned, self.processors = banned, tuple(processors)
         self.rows = batch * config.num_return_sequences
-        self.ids = np.full((self.rows, steps), cfg.tgt_pad_id, dtype=np.int64)  # (rows, steps)
-        self.scores = np.zeros(self.rows)
+        self.prompt = np.full((self.rows, 1), bos_id, dtype=np.int64) if prompt is None else prompt
+        self.ids = np.full((self.rows, steps), pad_id, dtype=np.int64)  # (rows, steps)
+        self.scores, self.logprobs = np.zeros(self.rows), np.zeros(self.rows)
+        self.lengths = np.zeros(self.rows, dtype=np.int64)  # ids generated, EOS included
         self.done = np.zeros(self.rows, dtype=bool)
         self.generators = row_generators(config.seed, first_row + self.rows)[first_row:] if config.do_sample else []
         self.step, self.finished = 0, False
 
+    def history(self) -> np.ndarray:
+        """(rows, prompt + step) each row's decoder input so far (for the processors)."""
+        return np.concatenate([self.prompt, self.ids[:, : self.step]], axis=1)
+
     def advance(self, view: StepView) -> tuple[np.ndarray, None]:
         cfg, step = self.config, self.step
-        history = np.concatenate([np.full((self.rows, 1), self.cfg.bos_id), self.ids[:, :step]], axis=1)
-        scores = process(view.logits().astype(np.float64), history, step, self.steps - 1, cfg, self.cfg.eos_id,
-                         self.cfg.suppress_ids)
+        scores = process(view.logits().astype(np.float64), self.history(), step, self.steps - 1, cfg, self.eos_id,
+                         self.banned, self.processors)
+        logp = log_softmax(scores)
         if cfg.do_sample:
-            chosen = np.array([sample(warp(row, cfg.temperature, cfg.top_k, cfg.top_p), gen)
-                               for row, gen in zip(scores, self.generators)], dtype=np.int64)
+            warped = [warp(row, cfg.temperature, cfg.top_k, cfg.top_p) for row in scores]
+            chosen = np.array([sample(w, g) for w, g in zip(warped, self.generators)], dtype=np.int64)
+            # transformers' output scores are the warped ones; its avg logprob undoes the temperature
+            output = log_softmax(np.stack(warped) * cfg.temperature)
         else:
-            chosen = scores.argmax(axis=1)  # ties: the lower id
-        picked = log_softmax(scores)[np.arange(self.rows), chosen]
-        chosen = np.where(self.done, self.cfg.tgt_pad_id, chosen)
-        self.scores += np.where(self.done, 0.0, picked)
+            chosen, output = scores.argmax(axis=1), logp  # argmax ties: the lower id
+        rows, live = np.arange(self.rows), ~self.done
+        self.scores += np.where(live, logp[rows, chosen], 0.0)
+        self.logprobs += np.where(live, output[rows, chosen], 0.0)
+        chosen = np.where(self.done, self.pad_id, chosen)
         self.ids[:, step] = chosen
-        self.done |= chosen == self.cfg.eos_id
+        self.lengths += live
+        self.done |= chosen == self.eos_id
         self.step += 1
         self.finished = bool(self.done.all()) or self.step == self.steps
         return chosen, None
 
     def results(self) -> list[list[Hypothesis]]:
-        n, eos = self.config.num_return_sequences, self.cfg.eos_id
+        n, eos = self.config.num_return_sequences, self.eos_id
         rows = [trim(r, eos) for r in self.ids[:, : self.step].tolist()]
         hyps = [Hypothesis(ids, float(s)) for ids, s in zip(rows, self.scores)]
         return [hyps[i:i + n] for i in range(0, len(hyps), n)]
@@ -116,4 +141,4 @@ def strategy_for(batch: int, steps: int, config: GenerationConfig, cfg: Transfor
                           cfg.tgt_vocab_size)
     if config.is_greedy and not scored:
         return Greedy(batch, steps, cfg, forced_bos=config.forced_bos_token_id)
-    return TokenPicker(batch, steps, config, cfg, first_row)
+    return TokenPicker(batch, steps, config, cfg.bos_id, cfg.eos_id, cfg.tgt_pad_id, cfg.suppress_ids, first_row)

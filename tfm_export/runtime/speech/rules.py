@@ -3,9 +3,12 @@ Torch-free.
 
 - The logits processors, over (rows, vocab) float scores and each row's decoder input so far `history`
   (rows, length: the prompt, then the generated ids), in place as runtime.decode.processors: `suppress`,
-  `suppress_at_begin`, `timestamp_rules`; `whisper_process` runs them in transformers' order (after the
-  generic processors of runtime.decode.processors: transformers appends the Whisper ones to its own list). Greedy
-  and sampling pass logits, beam search log_softmax(logits), as transformers does.
+  `suppress_at_begin`, `timestamp_rules`. As runtime.decode.processors.LogitsProcessor objects (`SuppressTokens`,
+  `SuppressAtBegin`, `TimestampRules`), `whisper_processors` lists them in transformers' order for a core
+  strategy's `processors=` (TokenPicker, BeamSearch run them after their generic processors: transformers
+  appends the Whisper ones to its own list; a caller's own go after them, as Whisper's generate prepends
+  its list to the caller's); `whisper_process` applies that list once. Greedy and sampling pass logits,
+  beam search log_softmax(logits), as transformers does.
 - `detect_language`: the argmax over the language tokens of the step that fed `<|startoftranscript|>`
   (transformers' detect_language); `no_speech_prob`: softmax of that step's logits at `<|nospeech|>`
   (WhisperNoSpeechDetection).
@@ -15,11 +18,13 @@ The settings these read (runtime.speech.prompt.WhisperSettings) and the prompts 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ...errors import InputError
+from ..decode.processors import LogitsProcessor
 from .prompt import WhisperSettings
 
 
@@ -88,18 +93,62 @@ def log_softmax_rows(scores: np.ndarray) -> np.ndarray:
         return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
-def whisper_process(scores: np.ndarray, history: np.ndarray, begin_index: int, settings: WhisperSettings,
-                    timestamps: bool) -> np.ndarray:
-    """Whisper's processors in transformers' order (begin_suppress_tokens, suppress_tokens, then the
-    timestamp rules when `timestamps`), in place; `begin_index`: the length of the forced decoder prompt."""
-    suppress_at_begin(scores, history.shape[1], begin_index, settings.begin_suppress_tokens)
-    suppress(scores, settings.suppress_tokens)
+@dataclass(frozen=True)
+class SuppressTokens:
+    """`suppress` as a LogitsProcessor: suppress_tokens, banned at every step."""
+
+    tokens: tuple[int, ...]
+
+    def __call__(self, scores: np.ndarray, history: np.ndarray, step: int) -> np.ndarray:
+        return suppress(scores, self.tokens)
+
+
+@dataclass(frozen=True)
+class SuppressAtBegin:
+    """`suppress_at_begin` as a LogitsProcessor: begin_suppress_tokens at the first generated position
+    (a row's input is `begin_index` ids long: the forced prompt)."""
+
+    tokens: tuple[int, ...]
+    begin_index: int
+
+    def __call__(self, scores: np.ndarray, history: np.ndarray, step: int) -> np.ndarray:
+        return suppress_at_begin(scores, history.shape[1], self.begin_index, self.tokens)
+
+
+@dataclass(frozen=True)
+class TimestampRules:
+    """`timestamp_rules` as a LogitsProcessor (WhisperTimeStampLogitsProcessor); `begin_index`: the length
+    of the forced decoder prompt."""
+
+    begin_index: int
+    no_timestamps_token_id: int
+    eos_token_id: int
+    max_initial_timestamp_index: int | None = None
+
+    def __call__(self, scores: np.ndarray, history: np.ndarray, step: int) -> np.ndarray:
+        return timestamp_rules(scores, history, self.begin_index, self.no_timestamps_token_id, self.eos_token_id,
+                               self.max_initial_timestamp_index)
+
+
+def whisper_processors(settings: WhisperSettings, begin_index: int, timestamps: bool) -> tuple[LogitsProcessor, ...]:
+    """Whisper's processors in transformers' order (begin_suppress_tokens, suppress_tokens, then the timestamp
+    rules when `timestamps`) for rows whose forced decoder prompt is `begin_index` ids long."""
+    rules: list[LogitsProcessor] = [SuppressAtBegin(settings.begin_suppress_tokens, begin_index),
+                                    SuppressTokens(settings.suppress_tokens)]
     if timestamps:
         if settings.no_timestamps_token_id is None:
             raise InputError("this Whisper model has no timestamp tokens (no_timestamps_token_id): it takes no "
                              "{return_timestamps}", options={"return_timestamps": True})
-        timestamp_rules(scores, history, begin_index, settings.no_timestamps_token_id, settings.eos_token_id,
-                        settings.max_initial_timestamp_index)
+        rules.append(TimestampRules(begin_index, settings.no_timestamps_token_id, settings.eos_token_id,
+                                    settings.max_initial_timestamp_index))
+    return tuple(rules)
+
+
+def whisper_process(scores: np.ndarray, history: np.ndarray, begin_index: int, settings: WhisperSettings,
+                    timestamps: bool) -> np.ndarray:
+    """`whisper_processors` applied to one step's `scores` (in place; returned)."""
+    for rule in whisper_processors(settings, begin_index, timestamps):
+        scores = rule(scores, history, history.shape[1] - begin_index)
     return scores
 
 

@@ -1,36 +1,47 @@
-"""Whisper decoding strategies for runtime.decode.loop's one loop (the `Strategy` protocol). Torch-free.
+"""Whisper decoding for runtime.decode.loop's one loop (the `Strategy` protocol). Torch-free.
 
-Each row first feeds its forced decoder prompt (runtime.speech.prompt.decoder_prompt: an initial prompt, then
-<|startoftranscript|>, language, task, <|notimestamps|>), one token per step: `bos_id` is its first token
-and `advance` returns the next prompt token without choosing. At the step that fed
-<|startoftranscript|> the strategy reads the logits once: a row whose language is not given gets the
-detected one (transformers' detect_language, which also runs on <|startoftranscript|> alone: so only when
-no initial prompt precedes it; else run `LanguageDetector` first), and each row's <|nospeech|>
-probability is kept. From the first generated position on, ids are chosen from the logits after the
-generic processors (runtime.decode.processors.process, on the whole decoder input as transformers') and
-Whisper's (runtime.speech.rules.whisper_process):
+`WhisperStrategy` wraps a core strategy (runtime.decode.strategies.TokenPicker for greedy decoding and seeded
+sampling, runtime.decode.beam.BeamSearch) as CTranslate2 runs Whisper through its one decode() and our Node
+runtime through its one WhisperStrategy (runtimes/node/whisper.mjs). The wrapper owns what is not a rule over
+the scores:
 
-- `WhisperPicker`: greedy or seeded sampling (runtime.decode.sampling), rows = batch * num_return_sequences;
-  a row's `avg_logprob` is transformers' `_retrieve_avg_logprobs` (EOS counted).
-- `WhisperBeamSearch`: runtime.decode.beam.BeamSearch with the Whisper processors on the host (the timestamp
-  rules read whole rows, so the device head is not used).
+- the forced decoder prompt (runtime.speech.prompt.decoder_prompt: an initial prompt, then
+  <|startoftranscript|>, language, task, <|notimestamps|>), fed one token per step: `bos_id` is its first
+  token and `advance` returns the next prompt token without asking the inner strategy;
+- at the step that fed <|startoftranscript|> it reads the logits once: a row whose language is not given gets
+  the detected one (transformers' detect_language, which also runs on <|startoftranscript|> alone: so only when
+  no initial prompt precedes it; else run `LanguageDetector` first), and each row's <|nospeech|> probability
+  is kept;
+- `results()`: the inner strategy's hypotheses as `WhisperRow`s (avg_logprob, whether EOS ended the row, the
+  prompt with the detected language).
+
+From the first generated position on, the inner strategy chooses, with the (detected) prompt as its rows'
+`prompt` (the processors' history, as transformers' whole decoder input) and Whisper's rules
+(runtime.speech.rules.whisper_processors: begin_suppress_tokens, suppress_tokens, the timestamp rules) in its
+`processors` list, after the generic processors. `whisper_strategy` builds the pair for a GenerationConfig.
+
+Where later features plug in: a caller's own LogitsProcessor list (`whisper_strategy(processors=)`, after
+Whisper's: hotword boosts, say); another core strategy in the wrapper (a draft-and-verify one for speculative
+decoding: it must offer `rows`, `steps`, `prompt`, `advance`, `results` and an entry in `_ROWS`); a prompt on
+every window is the prompt list itself (runtime.speech.longform.window_prompt); temperature fallback picks the
+GenerationConfig of each try (runtime.speech.longform.window_config) and reads `WhisperRow.avg_logprob`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from ...errors import InputError
-from ..decode.beam import BeamSearch, top_k
-from ..decode.loop import StepView
+from ..decode.beam import BeamSearch
+from ..decode.loop import StepView, Strategy
+from ..decode.processors import Processors
+from ..decode.strategies import TokenPicker
 from ..options.generation import GenerationConfig
-from ..decode.processors import log_softmax, process
-from ..decode.sampling import row_generators, sample, warp
 from .prompt import WhisperSettings, decoder_prompt, init_tokens, needs_detection
-from .rules import detect_language, no_speech_prob, whisper_process
+from .rules import detect_language, no_speech_prob, whisper_processors
 
 DETECT = -1  # a prompt's language slot that the first step fills (detect_language)
 
@@ -66,26 +77,61 @@ def prompts_for(settings: WhisperSettings, batch: int, language: str | Sequence[
     return out
 
 
-class _Prompted:
-    """The forced-prompt half of the Whisper strategies: rows feed their prompt, then generate."""
+class CoreStrategy(Strategy, Protocol):
+    """What WhisperStrategy needs of the strategy it wraps (TokenPicker, BeamSearch)."""
 
-    def _start(self, prompts: Sequence[Sequence[int]], settings: WhisperSettings, timestamps: bool) -> None:
-        self.prompts = np.array(prompts, dtype=np.int64)  # (rows, prompt length)
-        if self.prompts.ndim != 2 or len(set(self.prompts[:, 0].tolist())) != 1:
-            raise InputError("Whisper prompts must have one length and one first token across a batch")
-        self.settings, self.timestamps = settings, timestamps
+    steps: int  # its budget of generated ids
+    config: GenerationConfig
+    prompt: np.ndarray  # (rows, length): each row's decoder input before its first generated id
+
+
+class WhisperStrategy:
+    """A core strategy (`inner`) after Whisper's forced prompt, with language detection and <|nospeech|>
+    (see the module docstring). `prompts`: (rows, length) one per decoder row of `inner` (a source's beams
+    or samples repeat it); a `DETECT` slot gets the detected language. The inner strategy's `prompt` is
+    set to them: build it with the processors for this prompt length (`whisper_strategy` does)."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]] | np.ndarray, settings: WhisperSettings,
+                 inner: CoreStrategy):
+        self.prompts = _prompt_rows(prompts)
+        if len(self.prompts) != inner.rows:
+            raise InputError(f"{len(self.prompts)} Whisper prompts for a strategy of {inner.rows} rows")
+        self.settings, self.inner, self.rows = settings, inner, inner.rows
         self.bos_id = int(self.prompts[0, 0])
         hits = np.flatnonzero(self.prompts[0] == settings.decoder_start_token_id)
         self.sot_pos = int(hits[0]) if len(hits) else -1
         self.fed = 0  # the position of the prompt token the state was just fed
-        self.no_speech = np.full(len(self.prompts), np.nan)
+        self.no_speech = np.full(self.rows, np.nan)
+        inner.prompt = self.prompts
+        self.finished = self.steps == 0
+
+    @property
+    def steps(self) -> int:
+        """The inner strategy's budget of generated ids (the prompt not counted)."""
+        return self.inner.steps
+
+    @property
+    def config(self) -> GenerationConfig:
+        return self.inner.config
 
     @property
     def begin_index(self) -> int:
+        """The forced prompt's length: the decoder input's length at the first generated position."""
         return self.prompts.shape[1]
+
+    def advance(self, view: StepView) -> tuple[np.ndarray, np.ndarray | None]:
+        """The next prompt token of every row while the prompt is fed, then the inner strategy's step."""
+        forced = self._forced(view)
+        if forced is not None:
+            return forced, None
+        out = self.inner.advance(view)
+        self.finished = self.inner.finished
+        return out
 
     def _forced(self, view: StepView) -> np.ndarray | None:
         """The next prompt tokens, or None once the prompt is fed (the step's logits are the first choice's)."""
+        if self.fed >= self.begin_index:
+            return None
         if self.fed == self.sot_pos:
             logits = view.logits()
             if self.settings.no_timestamps_token_id is not None:
@@ -94,121 +140,64 @@ class _Prompted:
             if todo.any():
                 found = detect_language(logits, self.settings)
                 self.prompts = np.where(todo, found[:, None], self.prompts)
+                self.inner.prompt = self.prompts
         self.fed += 1
         return self.prompts[:, self.fed].copy() if self.fed < self.begin_index else None
 
-    def _history(self, generated: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.prompts, generated], axis=1)
-
-
-class WhisperPicker(_Prompted):
-    """Greedy or sampled Whisper decoding (`config.do_sample`) of len(prompts) rows: source i's
-    num_return_sequences rows are consecutive, as runtime.decode.strategies.TokenPicker."""
-
-    def __init__(self, prompts: Sequence[Sequence[int]], steps: int, settings: WhisperSettings,
-                 config: GenerationConfig, timestamps: bool = False, first_row: int = 0):
-        self._start(prompts, settings, timestamps)
-        self.config, self.steps, self.rows = config, steps, len(self.prompts)
-        self.eos_id = settings.eos_token_id
-        self.pad_id = settings.pad_token_id if settings.pad_token_id is not None else self.eos_id
-        self.ids = np.full((self.rows, steps), self.pad_id, dtype=np.int64)
-        self.scores, self.logprobs = np.zeros(self.rows), np.zeros(self.rows)
-        self.done = np.zeros(self.rows, dtype=bool)
-        self.lengths = np.zeros(self.rows, dtype=np.int64)  # ids generated, EOS included
-        self.generators = row_generators(config.seed, first_row + self.rows)[first_row:] if config.do_sample else []
-        self.step, self.finished = 0, steps == 0
-
-    def advance(self, view: StepView) -> tuple[np.ndarray, None]:
-        forced = self._forced(view)
-        if forced is not None:
-            return forced, None
-        cfg, step = self.config, self.step
-        history = self._history(self.ids[:, :step])
-        scores = process(view.logits().astype(np.float64), history, step, self.steps - 1, cfg, self.eos_id)
-        whisper_process(scores, history, self.begin_index, self.settings, self.timestamps)
-        if cfg.do_sample:
-            warped = [warp(row, cfg.temperature, cfg.top_k, cfg.top_p) for row in scores]
-            chosen = np.array([sample(w, g) for w, g in zip(warped, self.generators)], dtype=np.int64)
-            # transformers' scores are the warped ones; its avg logprob undoes the temperature
-            fallback = log_softmax(np.stack(warped) * cfg.temperature)
-        else:
-            chosen = scores.argmax(axis=1)
-            fallback = log_softmax(scores)
-        rows = np.arange(self.rows)
-        live = ~self.done
-        self.scores += np.where(live, log_softmax(scores)[rows, chosen], 0.0)
-        self.logprobs += np.where(live, fallback[rows, chosen], 0.0)
-        chosen = np.where(self.done, self.pad_id, chosen)
-        self.ids[:, step] = chosen
-        self.lengths += live
-        self.done |= chosen == self.eos_id
-        self.step += 1
-        self.finished = bool(self.done.all()) or self.step == self.steps
-        return chosen, None
+    def row(self, r: int, ids: list[int], ended: bool, avg_logprob: float, score: float) -> WhisperRow:
+        """Decoder row r's WhisperRow of generated `ids` (EOS not in them)."""
+        no_speech = None if np.isnan(self.no_speech[r]) else float(self.no_speech[r])
+        return WhisperRow(ids, ended, self.prompts[r].tolist(), no_speech, avg_logprob, score)
 
     def results(self) -> list[list[WhisperRow]]:
-        """Per source, its rows (num_return_sequences of them)."""
-        out = []
-        for r in range(self.rows):
-            n = int(self.lengths[r])
-            ids = self.ids[r, :n].tolist()
-            ended = bool(ids) and ids[-1] == self.eos_id
-            out.append(WhisperRow(ids[:-1] if ended else ids, ended, self.prompts[r].tolist(),
-                                  None if np.isnan(self.no_speech[r]) else float(self.no_speech[r]),
-                                  float(self.logprobs[r] / n) if n else float("nan"), float(self.scores[r])))
-        k = self.config.num_return_sequences
-        return [out[i:i + k] for i in range(0, self.rows, k)]
+        """Per source, its rows: num_return_sequences of them (picking), or its best hypotheses (beam search)."""
+        reader = _ROWS.get(type(self.inner))
+        if reader is None:
+            raise TypeError(f"WhisperStrategy reads the rows of {', '.join(t.__name__ for t in _ROWS)}, "
+                            f"not of {type(self.inner).__name__}")
+        return reader(self, self.inner)
 
 
-class WhisperBeamSearch(_Prompted, BeamSearch):
-    """runtime.decode.beam.BeamSearch after a forced Whisper prompt, Whisper's processors on the host.
+def _picked_rows(whisper: WhisperStrategy, inner: TokenPicker) -> list[list[WhisperRow]]:
+    """TokenPicker's rows (source i: rows i*n .. i*n + n-1); avg_logprob is transformers'
+    `_retrieve_avg_logprobs` (EOS counted)."""
+    out = []
+    for r in range(inner.rows):
+        n = int(inner.lengths[r])
+        ids = inner.ids[r, :n].tolist()
+        ended = bool(ids) and ids[-1] == inner.eos_id
+        out.append(whisper.row(r, ids[:-1] if ended else ids, ended,
+                               float(inner.logprobs[r] / n) if n else float("nan"), float(inner.scores[r])))
+    k = inner.config.num_return_sequences
+    return [out[i:i + k] for i in range(0, inner.rows, k)]
 
-    `prompts`: one per source (its beams share it). Uses BeamSearch's selection (`_select`) as it is."""
 
-    def __init__(self, prompts: Sequence[Sequence[int]], steps: int, settings: WhisperSettings,
-                 config: GenerationConfig, timestamps: bool = False, vocab: int | None = None):
-        k = config.num_beams
-        eos = settings.eos_token_id
-        pad = settings.pad_token_id if settings.pad_token_id is not None else eos
-        BeamSearch.__init__(self, len(prompts), steps, config, int(prompts[0][0]), eos, pad, (), vocab)
-        self._start([p for p in prompts for _ in range(k)], settings, timestamps)
-        self.finished = steps == 0
+def _searched_rows(whisper: WhisperStrategy, inner: BeamSearch) -> list[list[WhisperRow]]:
+    """BeamSearch's best num_return_sequences hypotheses per source (avg_logprob: the summed log-probability,
+    from the score, over the length with EOS; transformers' fallback test instead log-softmaxes each step's
+    processed scores again, which differs where a processor banned ids)."""
+    out = []
+    for b, hyps in enumerate(inner.results()):
+        rows = []
+        for s, hyp in enumerate(hyps):
+            length = int(inner.slot_len[b, s])
+            total = hyp.score * float(length) ** inner.config.length_penalty if length else float("nan")
+            rows.append(whisper.row(b * inner.k, hyp.ids, length > len(hyp.ids),
+                                    total / length if length else float("nan"), hyp.score))
+        out.append(rows)
+    return out
 
-    def head_key(self) -> None:
-        """No device-side head: the timestamp rules read whole rows (in-flight rows run none for it)."""
-        return None
 
-    def advance(self, view: StepView) -> tuple[np.ndarray, np.ndarray | None]:
-        forced = self._forced(view)
-        if forced is not None:
-            return forced, None
-        return self.advance_logits(view.logits())
+_ROWS: dict[type, Callable[[WhisperStrategy, Any], list[list[WhisperRow]]]] = {
+    TokenPicker: _picked_rows, BeamSearch: _searched_rows}  # how each core strategy's rows read as WhisperRows
 
-    def advance_logits(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        history = self._history(self.run_ids[:, :, : self.step].reshape(self.rows, self.step))
-        scores = process(log_softmax(logits), history, self.step, self.steps - 1, self.config, self.eos_id)
-        whisper_process(scores, history, self.begin_index, self.settings, self.timestamps)
-        scores += self.run_scores.reshape(-1, 1)
-        per_row = top_k(scores, self.width)
-        return self._select(np.take_along_axis(scores, per_row, axis=1), per_row, scores.shape[1])
 
-    def results(self) -> list[list[WhisperRow]]:  # type: ignore[override]
-        """Per source, its best num_return_sequences hypotheses as WhisperRows (avg_logprob: the summed
-        log-probability, from the score, over the length with EOS; transformers' fallback test instead
-        log-softmaxes each step's processed scores again, which differs where a processor banned ids)."""
-        out = []
-        for b, hyps in enumerate(BeamSearch.results(self)):
-            rows = []
-            for s, hyp in enumerate(hyps):
-                length = int(self.slot_len[b, s])
-                ended = length > len(hyp.ids)
-                total = hyp.score * float(length) ** self.config.length_penalty if length else float("nan")
-                r = b * self.k
-                rows.append(WhisperRow(hyp.ids, ended, self.prompts[r].tolist(),
-                                       None if np.isnan(self.no_speech[r]) else float(self.no_speech[r]),
-                                       total / length if length else float("nan"), hyp.score))
-            out.append(rows)
-        return out
+def _prompt_rows(prompts: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+    """(rows, length) int64 prompts, checked: one length and one first token across a batch."""
+    rows = [list(p) for p in prompts]
+    if not rows or len({len(p) for p in rows}) != 1 or len({p[0] if p else None for p in rows}) != 1 or not rows[0]:
+        raise InputError("Whisper prompts must have one length and one first token across a batch")
+    return np.array(rows, dtype=np.int64)
 
 
 class LanguageDetector:
@@ -229,14 +218,24 @@ class LanguageDetector:
 
 def whisper_strategy(prompts: Sequence[Sequence[int]], steps: int, settings: WhisperSettings,
                      config: GenerationConfig, timestamps: bool = False, vocab: int | None = None,
-                     first_row: int = 0) -> WhisperPicker | WhisperBeamSearch:
-    """The strategy of `config` for one prompt per source: beam search, or picking (greedy, sampling) with
-    each prompt repeated num_return_sequences times."""
-    if config.num_beams > 1:
-        return WhisperBeamSearch(prompts, steps, settings, config, timestamps, vocab)
-    n = config.num_return_sequences
-    return WhisperPicker([p for p in prompts for _ in range(n)], steps, settings, config, timestamps, first_row)
+                     first_row: int = 0, processors: Processors = ()) -> WhisperStrategy:
+    """The WhisperStrategy of `config` for one prompt per source: beam search (a source's beams share its
+    prompt), or picking (greedy, sampling) with each prompt repeated num_return_sequences times; Whisper's
+    processors, then `processors` (a caller's own), in the inner strategy's list. `vocab`: the vocabulary's
+    size (beam search); `first_row`: the sources' first row in a larger call (its sampling generators)."""
+    checked = _prompt_rows(prompts)
+    beams = config.num_beams > 1
+    rows = np.repeat(checked, config.num_beams if beams else config.num_return_sequences, axis=0)
+    rules = (*whisper_processors(settings, checked.shape[1], timestamps), *processors)
+    eos = settings.eos_token_id
+    pad = settings.pad_token_id if settings.pad_token_id is not None else eos
+    bos, batch = int(checked[0, 0]), len(checked)
+    inner: TokenPicker | BeamSearch
+    if beams:
+        inner = BeamSearch(batch, steps, config, bos, eos, pad, (), vocab, processors=rules, prompt=rows)
+    else:
+        inner = TokenPicker(batch, steps, config, bos, eos, pad, (), first_row, processors=rules, prompt=rows)
+    return WhisperStrategy(rows, settings, inner)
 
 
-__all__ = ["DETECT", "LanguageDetector", "WhisperBeamSearch", "WhisperPicker", "WhisperRow", "prompts_for",
-           "whisper_strategy"]
+__all__ = ["DETECT", "CoreStrategy", "LanguageDetector", "WhisperRow", "WhisperStrategy", "prompts_for", "whisper_strategy"]
