@@ -38,6 +38,17 @@ def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | Non
     return kind, sources, labels
 
 
+def _documents(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
+               features: tuple[Path, ...], per_source_output: bool) -> list[str]:
+    """--split-sentences' documents: each --text, or the --input file whole."""
+    if ids or features or input_format != "text" or per_source_output:
+        raise click.UsageError("--split-sentences translates text documents (--text or --input); it takes no --ids, "
+                               "--features, --input-format ids, --json or --stream")
+    if bool(text) == bool(input_file):
+        raise click.UsageError("give --text or --input (- for standard input) with --split-sentences")
+    return list(text) if text else [_read_text(input_file)]
+
+
 def _encode(model: Any, texts: list[str], labels: list[str], source_lang: str | None, target_lang: str | None
             ) -> list[list[int]]:
     """Every text encoded before any is decoded; a text the tokenizer cannot encode is named by its label."""
@@ -180,6 +191,11 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
               help="The source language's code, for multilingual models (`tfm-export languages FOLDER` lists them).")
 @click.option("--target-lang", default=None,
               help="The target language's code, for multilingual models: its token starts every output.")
+@click.option("--split-sentences", is_flag=True,
+              help="Translate documents: --input is read whole (not a source per line) and each --text is a "
+                   "document; each is split into sentences, translated in batches and printed as the translated "
+                   "document, its whitespace and line breaks kept. A sentence over the model's max_len is cut at "
+                   "the limit (a warning). Text only; not with --json or --stream.")
 @click.option("--greedy", is_flag=True,
               help="Start from plain greedy decoding instead of the export's default settings (e.g. a folder's "
                    "beam search and forced EOS); the decoding flags below still apply.")
@@ -187,13 +203,22 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
                      threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
-                     target_lang: str | None, greedy: bool, **decoding: Any) -> None:
+                     target_lang: str | None, split_sentences: bool, greedy: bool, **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
     if stream and as_json:  # one of them would be ignored
         raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
                                "done; pick one")
+    if split_sentences:
+        documents = _documents(text, ids, input_file, input_format, features, stream or as_json)
+        model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin,
+                                                           cuda_graph=cuda_graph))
+        config = generation_config(model, decoding, greedy)
+        for translation in model.translate(documents, config=config, source_lang=source_lang,
+                                           target_lang=target_lang, split_sentences=True):
+            click.echo(translation, nl=not translation.endswith("\n"))  # the document's own last line break
+        return
     kind, sources, labels = _sources(text, ids, input_file, input_format, features)
     if not sources:  # an empty --input (a pipeline with nothing to say): nothing to decode, and said so
         click.echo(f"{'standard input' if str(input_file) == '-' else input_file} has no sources (no line with "

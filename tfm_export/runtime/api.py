@@ -8,13 +8,21 @@ picks the strategy (runtime.decode.strategies) and runs the one driver (runtime.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
+from ..text import sentences
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .options.generation import GenerationConfig, Hypothesis
 from .sources import resolve_max_new_tokens, trim
 from .decode.strategies import Greedy, strategy_for
+
+log = logging.getLogger(__name__)
+
+# Sentences of a document decoded together: a document's sentences are many short sources, and a batch this
+# wide keeps the decoder busy without a cache of thousands of rows.
+DOCUMENT_BATCH = 32
 
 
 class GenerateMixin:
@@ -95,13 +103,35 @@ class GenerateMixin:
 
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None,
                   config: GenerationConfig | None = None, source_lang: str | None = None,
-                  target_lang: str | None = None, **options: Any) -> list[str]:
+                  target_lang: str | None = None, split_sentences: bool = False, **options: Any) -> list[str]:
         """Encode texts with the tokenizer, decode (the export's default decoding unless configured),
-        return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages)."""
+        return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages).
+
+        `split_sentences`: each text is a document, translated sentence by sentence (text.sentences: the
+        sentences of every text decoded together, DOCUMENT_BATCH at a time) and joined back with its own
+        whitespace; a sentence over max_len is cut at the limit (logged). Without it each text is one
+        source, as always, except a text over max_len: rather than refuse it, it is translated as a
+        document, with a logged warning (a call that used to raise an InputError now translates)."""
         sources = [self.encode(t, source_lang, target_lang) for t in texts]
         options = {**self.language_options(target_lang), **options}
-        rows = self.generate_ids(sources, max_new_tokens, config=config, **options)
-        return [self.tokenizer.decode(ids) for ids in rows]
+        limit = self.config.max_len
+        split = [split_sentences or len(ids) > limit for ids in sources]
+        if not any(split):  # the plain call: one batch, as it always was
+            rows = self.generate_ids(sources, max_new_tokens, config=config, **options)
+            return [self.tokenizer.decode(ids) for ids in rows]
+        for n in (n for n, ids in enumerate(sources, 1) if len(ids) > limit and not split_sentences):
+            log.warning("text %d has %d tokens, more than the model's max_len of %d: translated sentence by "
+                        "sentence (split_sentences=True)", n, len(sources[n - 1]), limit)
+        language = source_lang or self.tokenizer.languages.source_default
+        count = lambda text: len(self.encode(text, source_lang, target_lang))  # noqa: E731
+        plans = [sentences.plan(text, language, count, limit) if cut else [sentences.Piece("", text, "")]
+                 for text, cut in zip(texts, split)]
+        pieces = [self.encode(text, source_lang, target_lang) for plan in plans for text in sentences.texts_of(plan)]
+        rows = [row for start in range(0, len(pieces), DOCUMENT_BATCH)
+                for row in self.generate_ids(pieces[start:start + DOCUMENT_BATCH], max_new_tokens, config=config,
+                                             **options)]
+        decoded = iter(self.tokenizer.decode(ids) for ids in rows)
+        return [sentences.join(plan, [next(decoded) for _ in sentences.texts_of(plan)]) for plan in plans]
 
     def stream(self, source: str | Sequence[int], config: GenerationConfig | None = None,
                source_lang: str | None = None, target_lang: str | None = None, **options: Any) -> Iterator[Any]:

@@ -1,0 +1,109 @@
+"""Documents: texts split into sentences (text.sentences), translated as one batch and joined back with their
+own whitespace, in the library (translate(split_sentences=True)), the CLI (generate --split-sentences) and the
+server (/v1/translate's split_sentences, LibreTranslate's route by default); a sentence over the model's limit
+is cut at the limit, not refused. On the trained NLLB fixture (numbers in digits -> words)."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+from helpers import run_cli
+
+from tfm_export.runtime import open_export
+from tfm_export.text import sentences
+from tfm_export.text.iso639 import two_letter
+
+pytest.importorskip("sentencex")
+
+ENG, DEU = "eng_Latn", "deu_Latn"
+
+
+@pytest.mark.parametrize("text", [
+    "Dr. Smith went to Washington. He arrived at 3 p.m.!  Then he left.\n\nNew paragraph... Is it? Yes",
+    "  leading and trailing whitespace.  \n", "", "   ", "no punctuation at all", "a\r\n\r\nb. c.\n"])
+def test_split_and_join_keep_every_character(text):
+    pieces = sentences.split(text, "en")
+    assert "".join(p.before + p.text + p.after for p in pieces) == text
+    assert all(p.text == p.text.strip() for p in pieces)
+    assert sentences.join(pieces, [t.upper() for t in sentences.texts_of(pieces)]) == text.upper()
+
+
+def test_the_languages_rules_by_any_code_an_export_uses():
+    german = "Er kam am 3. Mai. Er blieb z. B. zwei Tage. Dann ging er."
+    expected = ["Er kam am 3. Mai.", "Er blieb z. B. zwei Tage.", "Dann ging er."]
+    for code in ("de", "deu", "deu_Latn", ">>deu<<", "de_DE"):
+        assert sentences.texts_of(sentences.split(german, code)) == expected, code
+    assert len(sentences.texts_of(sentences.split(german, "en"))) == 4  # English's rules: "3." ends one
+    assert [two_letter(c) for c in ("eng_Latn", "en_XX", "zho_Hans", "fra", "xxx_Latn", "123")] == [
+        "en", "en", "zh", "fr", None, None]
+
+
+def test_a_sentence_over_the_limit_is_cut_at_the_limit(caplog):
+    words = lambda text: len(text.split()) + 1  # noqa: E731  a token per word and EOS
+    text = "Short one. " + " ".join(f"w{i}" for i in range(23)) + ". Last."
+    with caplog.at_level(logging.WARNING):
+        pieces = sentences.plan(text, "en", words, 5)
+    assert "a sentence of 24 tokens is longer than the model's limit of 5: translated in 6 pieces" in caplog.text
+    assert all(words(t) <= 5 for t in sentences.texts_of(pieces))
+    assert "".join(p.before + p.text + p.after for p in pieces) == text
+    # a word longer than the limit is cut inside it
+    assert sentences.texts_of(sentences.split_at_limit("x" * 30, len, 7)) == ["x" * 7] * 4 + ["xx"]
+
+
+@pytest.fixture(scope="module")
+def nllb(trained_export):
+    out = trained_export("nllb")
+    return out, open_export(out, "cpu")
+
+
+def document(words: int = 5000, seed: int = 0) -> tuple[str, list[str]]:
+    """A document of `words` one-number sentences (40 distinct ones) in paragraphs of 10; its sentence list."""
+    rng = random.Random(seed)
+    distinct = [f"{rng.randint(1, 9999)}." for _ in range(40)]
+    chosen = [distinct[rng.randrange(40)] for _ in range(words)]
+    text = "".join(s + ("\n\n" if n % 10 == 9 else " ") for n, s in enumerate(chosen))
+    return text, chosen
+
+
+def test_a_5000_word_document_keeps_every_sentence(nllb):
+    _, model = nllb
+    text, chosen = document()
+    pieces = sentences.split(text, ENG)
+    assert sentences.texts_of(pieces) == chosen  # 5,000 sentences in
+    translated = model.translate([text], source_lang=ENG, target_lang=DEU, split_sentences=True)[0]
+    alone = {s: model.translate([s], source_lang=ENG, target_lang=DEU)[0] for s in set(chosen)}
+    # out: each sentence's own translation, in order, between the document's whitespace
+    assert translated == sentences.join(pieces, [alone[s] for s in chosen])
+    assert translated.count("\n\n") == 500 and len(translated.split()) >= 5000
+    # whole, the model drops sentences: what splitting is for
+    assert model.translate(["4718 12."], source_lang=ENG, target_lang=DEU) == model.translate(
+        ["4718"], source_lang=ENG, target_lang=DEU)
+
+
+def test_a_source_over_max_len_is_translated_not_refused(nllb, caplog):
+    _, model = nllb
+    long = "1 " * 1100  # 2,200 tokens without a sentence end: cut at max_len 1024
+    with caplog.at_level(logging.WARNING):
+        translated = model.translate([long, "4718"], source_lang=ENG, target_lang=DEU)
+    assert "text 1 has 2203 tokens, more than the model's max_len of 1024" in caplog.text
+    assert "translated in 3 pieces cut at the limit" in caplog.text
+    assert translated[1] == model.translate(["4718"], source_lang=ENG, target_lang=DEU)[0]  # the others as before
+    assert len(translated[0].split()) >= 3
+    # the plain call without a long source is unchanged: one source per text, whatever its sentences
+    assert model.translate(["4718. 12."], source_lang=ENG, target_lang=DEU) != model.translate(
+        ["4718. 12."], source_lang=ENG, target_lang=DEU, split_sentences=True)
+
+
+def test_generate_split_sentences_translates_a_file_as_a_document(nllb, tmp_path):
+    out, model = nllb
+    text = "4718. 12.\n\n905.\n"
+    (tmp_path / "doc.txt").write_text(text)
+    result = run_cli("generate", out, "--input", tmp_path / "doc.txt", "--split-sentences", "--source-lang", ENG,
+                     "--target-lang", DEU)
+    assert result.exit_code == 0, result.output
+    one = {s: model.translate([s], source_lang=ENG, target_lang=DEU)[0] for s in ("4718.", "12.", "905.")}
+    assert result.stdout == f"{one['4718.']} {one['12.']}\n\n{one['905.']}\n"
+    refused = run_cli("generate", out, "--ids", "1 2", "--split-sentences")
+    assert refused.exit_code == 2 and "--split-sentences translates text documents" in refused.output
