@@ -25,9 +25,42 @@ POSITIONS = ("sinusoidal", "sinusoidal_concat", "sinusoidal_fairseq", "learned",
 # (batch, n_mels, frames) through Whisper's two convolutions (the second halves the frames), or
 # variable-length frames (batch, frames, n_feats) through one Linear, padded frames being NaN
 # (users' own speech models over filterbank frames, seed 001).
-SOURCES = ("tokens", "features", "frames")
-# The sizes a source other than token ids needs -> their least value.
-SOURCE_SIZES = {"features": {"n_mels": 2, "n_frames": 2}, "frames": {"n_feats": 1}}
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """What differs between the encoder's inputs (config.source), as data in one table: the config reads it to
+    check a config, export.specs to declare the input, the model and the runners to batch and mask it, the
+    checks to draw example sources. Why a table: the kinds were branched on (`source == "features"`) in a dozen
+    places that each had to know all three; a new kind is now one record (and the per-layer tables keyed by
+    its name that hold code needing torch: model.frontend's modules, export.validate's random inputs, which a
+    test keeps complete)."""
+
+    name: str  # config.source
+    input_name: str  # the encoder input's name in the graph (export.specs)
+    dtype: str  # its element type
+    axes: tuple[str, ...]  # its axes after the batch: a config field's name is that field's value (fixed size)
+    sizes: Mapping[str, int]  # the config fields this kind needs -> their least value
+    ids: bool  # token ids (a tokenizer encodes text into them; an embedding reads them), else float values
+    masked: bool  # the encoder masks padded positions (ids, frames); whole windows have none to mask
+    reads: str  # what the encoder reads, in the words of a refusal ("reads tokens, not frames")
+
+    def input_axes(self, config: Any) -> tuple[Any, ...]:
+        """The input's axes with the batch axis, each config field's name replaced by its value."""
+        return ("batch", *(getattr(config, axis) if axis in self.sizes else axis for axis in self.axes))
+
+
+SOURCE_KINDS = {kind.name: kind for kind in (
+    # transformers' name of text models' input; the runners read it back from the manifest, never assume it
+    SourceKind("tokens", "src_ids", "int64", ("src_len",), {}, ids=True, masked=True, reads="tokens"),
+    # Whisper's log-mel windows, whose length the convolutions and the position table fix (transformers' name)
+    SourceKind("features", "input_features", "float32", ("n_mels", "n_frames"), {"n_mels": 2, "n_frames": 2},
+               ids=False, masked=False, reads="features"),
+    # a filterbank's frames, of free length up to max_len; a padded frame is all NaN, which the encoder masks
+    SourceKind("frames", "input_frames", "float32", ("src_len", "n_feats"), {"n_feats": 1}, ids=False,
+               masked=True, reads="frames"),
+)}
+SOURCES = tuple(SOURCE_KINDS)
 # The normalisation of every block: LayerNorm, or T5's RMS norm (no mean subtraction, no bias).
 NORMS = ("layer", "rms")
 
@@ -163,12 +196,17 @@ class TransformerConfig:
             raise ValueError("config.share_embeddings needs src_vocab_size == tgt_vocab_size "
                              f"({self.src_vocab_size} != {self.tgt_vocab_size})")
 
+    @property
+    def source_kind(self) -> SourceKind:
+        """What the encoder reads (SOURCE_KINDS[source])."""
+        return SOURCE_KINDS[self.source]
+
     def _validate_features(self) -> None:
-        if self.source == "tokens":
+        if self.source_kind.ids:
             return
         if self.share_embeddings:
             raise ValueError(f"config.share_embeddings needs a token source (a {self.source} source has no embedding)")
-        for name, least in SOURCE_SIZES[self.source].items():
+        for name, least in self.source_kind.sizes.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"config.{name} must be an integer of at least {least} with a {self.source} "

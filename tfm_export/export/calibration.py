@@ -30,7 +30,7 @@ MAX_NEW_TOKENS = 128  # a calibration output longer than this is cut: its first 
 
 def check_calibration(checkpoint: Checkpoint) -> None:
     """Refuse, before any work, a model calibration cannot read texts for."""
-    if checkpoint.config.source != "tokens" or not checkpoint.tokenizer:
+    if not checkpoint.config.source_kind.ids or not checkpoint.tokenizer:
         raise ConfigError("--int4-method gptq calibrates on source texts through the model's tokenizer; this "
                           "model has none (or reads audio): use --int4-method rtn or k_quant")
 

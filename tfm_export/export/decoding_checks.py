@@ -31,7 +31,7 @@ from ..model.eager import EagerModel
 from ..model.generate import greedy_decode
 from ..model.transformer import Transformer
 from ..runtime import GREEDY, GenerationConfig, RuntimeOptions, open_export
-from ..runtime.sources import float_source
+from ..runtime.sources import example_sources, float_source
 from ..runtime.states.static import static_slots
 from .specs import encoder_input
 
@@ -144,25 +144,20 @@ def _padded(sources: Any, model: Transformer) -> torch.Tensor:
     """The sources as the eager model's input: ids padded (batch, src_len), features as they are, or frames
     padded as the runtime pads them (runtime.sources.float_source)."""
     cfg = model.config
-    if cfg.source != "tokens":  # (batch, n_mels, n_frames) or (batch, src_len, n_feats)
+    if not cfg.source_kind.ids:  # (batch, n_mels, n_frames) or (batch, src_len, n_feats)
         return torch.from_numpy(float_source(sources, encoder_input(cfg), cfg.max_len))
     pad, width = model.config.src_pad_id, max(len(s) for s in sources)
     return torch.tensor([s + [pad] * (width - len(s)) for s in sources])  # (batch, src_len)
 
 
 def decoding_sources(runtime_manifest: Manifest, folder: Path, cfg: Any, gen: torch.Generator) -> Any:
-    """The export's sample texts encoded (when it has both), else GREEDY_SOURCES random sources (a features
-    source: FEATURE_SOURCES random windows, an array (sources, n_mels, n_frames); a frames source: a list of
-    (frames, n_feats) arrays of random lengths)."""
+    """The sources both decodings compare on (runtime.sources.example_sources): the export's sample texts encoded
+    when it has both, else GREEDY_SOURCES random sources (FEATURE_SOURCES whole windows for a features source),
+    seeded from `gen`."""
+    tokenizer = None
     if runtime_manifest.samples and runtime_manifest.tokenizer:
         from ..text.tokenizer import tokenizer_from_dict
 
         tokenizer = tokenizer_from_dict(runtime_manifest.tokenizer, folder)
-        return [tokenizer.encode(text) for text in runtime_manifest.samples]
-    if cfg.source == "features":  # (sources, n_mels, n_frames): fewer, each is a whole window
-        return torch.randn((FEATURE_SOURCES, cfg.n_mels, cfg.n_frames), generator=gen).numpy()
-    lengths = torch.randint(1, min(cfg.max_len, 12) + 1, (GREEDY_SOURCES,), generator=gen).tolist()
-    if cfg.source == "frames":
-        return [torch.randn((n, cfg.n_feats), generator=gen).numpy() for n in lengths]
-    rows = [torch.randint(0, cfg.src_vocab_size, (n,), generator=gen).tolist() for n in lengths]
-    return [[t if t != cfg.src_pad_id else (t + 1) % cfg.src_vocab_size for t in row] for row in rows]
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    return example_sources(runtime_manifest, tokenizer, seed, GREEDY_SOURCES, FEATURE_SOURCES)[0]

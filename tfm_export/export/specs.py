@@ -7,7 +7,7 @@ rows; src_batch: sources, whose encoder outputs the decoder takes once for all o
 
 from __future__ import annotations
 
-from ..config import TransformerConfig
+from ..config import SOURCE_KINDS, TransformerConfig
 from ..manifest import GraphSpec, TensorSpec
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
@@ -34,33 +34,18 @@ def _kv(names: tuple[str, str], heads: int, length: str, head_dim: int, dtype: s
     return [TensorSpec(n, dtype, (batch, heads, length, head_dim)) for n in names]
 
 
-# The encoder's input when it reads token ids (config.source "tokens"): the one place its name, element type
-# and axes are written. Runners read it back from the manifest (Manifest.encoder_input), never assume it.
-TOKEN_IDS = TensorSpec("src_ids", "int64", ("batch", "src_len"))
-FEATURES_NAME = "input_features"  # transformers' name of Whisper's encoder input
-
-
-def features(config: TransformerConfig) -> TensorSpec:
-    """The encoder's input when it reads log-mel features (config.source "features", Whisper): float32
-    (batch, n_mels, n_frames), both fixed by the model (its convolutions, its position table)."""
-    return TensorSpec(FEATURES_NAME, "float32", ("batch", config.n_mels, config.n_frames))
-
-
-FRAMES_NAME = "input_frames"
-
-
-def frames(config: TransformerConfig) -> TensorSpec:
-    """The encoder's input when it reads frames (config.source "frames"): float32 (batch, src_len, n_feats),
-    src_len free (up to max_len); a padded frame is all NaN, which the encoder masks out."""
-    return TensorSpec(FRAMES_NAME, "float32", ("batch", "src_len", config.n_feats))
-
-
-# config.source -> the encoder's input declaration
-ENCODER_INPUTS = {"tokens": lambda config: TOKEN_IDS, "features": features, "frames": frames}
-
-
 def encoder_input(config: TransformerConfig) -> TensorSpec:
-    return ENCODER_INPUTS[config.source](config)
+    """The encoder's input declaration, from what the config's source kind reads (config.SOURCE_KINDS: its name,
+    element type and axes). Runners read it back from the manifest (Manifest.encoder_input), never assume it."""
+    kind = config.source_kind
+    return TensorSpec(kind.input_name, kind.dtype, kind.input_axes(config))
+
+
+# The token ids' input (a tokens config's encoder_input), and the float kinds' (features: Whisper's (batch, n_mels,
+# n_frames), both fixed by the model; frames: (batch, src_len, n_feats), src_len free up to max_len).
+TOKEN_IDS = TensorSpec(SOURCE_KINDS["tokens"].input_name, SOURCE_KINDS["tokens"].dtype,
+                       ("batch", *SOURCE_KINDS["tokens"].axes))
+features = frames = encoder_input  # a config of that source kind's input
 
 
 def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:

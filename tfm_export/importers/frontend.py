@@ -38,7 +38,7 @@ def declare_frontend(checkpoint: Checkpoint, options: dict[str, Any], default: s
     if config.source != "frames":
         if given is not None or fields:
             raise ConfigError(f"{{frontend}} and {{fbank}} declare how a frames model's frames are computed from "
-                              f"audio; this model's encoder reads {config.source}, not frames: drop them",
+                              f"audio; this model's encoder reads {config.source_kind.reads}, not frames: drop them",
                               options={"frontend": None, "fbank": None})
         return checkpoint
     frontend = given or default

@@ -65,7 +65,7 @@ class EagerModel(GenerateMixin):
     def source_input(self, sources: Any) -> torch.Tensor:
         """Token ids (batch, src_len), or float32 features (batch, n_mels, n_frames) or padded frames (batch,
         src_len, n_feats), as the export would declare them (export.specs.encoder_input)."""
-        if self.config.source != "tokens":
+        if not self.config.source_kind.ids:
             from ..export.specs import encoder_input
 
             floats = float_source(sources, encoder_input(self.config), self.config.max_len)

@@ -84,7 +84,7 @@ def greedy_decode(model: Transformer, source: Tensor, max_new_tokens: int | None
     The loop and its bookkeeping are the ONNX runtime's (runtime.decode.loop.decode with its Greedy strategy).
     """
     cfg = model.config
-    if cfg.source != "tokens":  # float features or frames, checked by the runners (runtime.sources)
+    if not cfg.source_kind.ids:  # float features or frames, checked by the runners (runtime.sources)
         return _greedy(model, source, max_new_tokens, stop_at_eos, timings)
     check_ids(source, cfg.src_vocab_size, "source")
     if source.shape[1] > cfg.max_len:

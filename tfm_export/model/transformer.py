@@ -127,7 +127,7 @@ class Transformer(nn.Module):
         src_mask = self.source_mask(self.config, source, x)  # True for real positions
         # (batch, 1, 1, src_len); None for Whisper's features, whose positions are all real: adding its zeros
         # changes no score, and cost ORT an Add of (batch, heads, 1500, 1500) per layer (65 ms of base's encoder)
-        allowed = None if self.config.source == "features" else src_mask[:, None, None, :]
+        allowed = src_mask[:, None, None, :] if self.config.source_kind.masked else None
         bias = None
         if self.encoder_bias is not None:
             positions = torch.arange(x.shape[1], device=source.device)  # (src_len,)

@@ -160,6 +160,33 @@ def read_feature_file(path: str | os.PathLike, declared: Any) -> list[np.ndarray
     return rows
 
 
+# Random example sources when an export records no sample texts: how many sources (and, for an encoder of
+# fixed windows, how many windows: each is a whole 30 s window), and their longest length.
+EXAMPLE_SOURCES, EXAMPLE_WINDOWS, EXAMPLE_MAX_LEN = 8, 2, 12
+
+
+def example_sources(manifest: Any, tokenizer: Any = None, seed: int = 0, count: int = EXAMPLE_SOURCES,
+                    windows: int = EXAMPLE_WINDOWS) -> tuple[Any, str]:
+    """The sources an export's checks decode, and where they come from ("sample" or "random"): its sample texts
+    encoded when it has both samples and a `tokenizer`, else seeded random sources of what its encoder reads:
+    `count` id rows of random lengths (ids drawn evenly from the vocabulary without the padding id: a pad inside
+    a row is not a source), `windows` whole log-mel windows (an array (windows, n_mels, n_frames)) or `count`
+    frame arrays (frames, n_feats) of random lengths. The runtime's checks (runtime.verify) and the export's
+    validation (export.decoding_checks) both decode these."""
+    if manifest.samples and tokenizer is not None:
+        return [tokenizer.encode(text) for text in manifest.samples], "sample"
+    cfg = manifest.config
+    rng = np.random.default_rng(seed)
+    kind = cfg.source_kind
+    if "src_len" not in kind.axes:  # a few whole windows: (sources, n_mels, n_frames)
+        return rng.standard_normal((windows, *kind.input_axes(cfg)[1:]), dtype=np.float32), "random"
+    lengths = rng.integers(1, min(cfg.max_len, EXAMPLE_MAX_LEN) + 1, count)
+    if not kind.ids:  # (frames, n_feats) each, of random lengths
+        return [rng.standard_normal((n, *kind.input_axes(cfg)[2:]), dtype=np.float32) for n in lengths], "random"
+    ids = [rng.integers(0, cfg.src_vocab_size - 1, n) for n in lengths]
+    return [[int(t + (t >= cfg.src_pad_id)) for t in row] for row in ids], "random"
+
+
 def resolve_max_new_tokens(max_new_tokens: int | None, prefix_len: int, max_len: int,
                            limit: str = "the model's max_len") -> int:
     """Default to filling the position table; refuse a request that cannot fit."""

@@ -21,15 +21,13 @@ from ..manifest import Manifest, load_manifest
 from .device import RuntimeOptions
 from .exported import ExportedModel, open_export
 from .options.generation import GREEDY
+from .sources import example_sources
 from .inflight import decode_in_flight
 from .states.host_rows import open_rows
 from .states.static import StaticCache, static_slots
 
 log = logging.getLogger(__name__)
 
-RANDOM_SOURCES = 8  # decoded when the export records no sample texts
-RANDOM_MAX_LEN = 12  # their longest length (or max_len, when shorter)
-RANDOM_FEATURES = 2  # feature windows decoded for a speech encoder (each a whole 30 s window)
 
 
 def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int = 32, seed: int = 0,
@@ -43,7 +41,8 @@ def verify_export(folder: str | Path, device: str = "cpu", max_new_tokens: int =
     manifest = manifest or load_manifest(folder)  # schema and every sha256
     # cuda_graph=False: decoder.onnx first, the reference for decoder_static.onnx below.
     runtime = open_export(folder, device, RuntimeOptions(cuda_graph=False), manifest=manifest)
-    sources, origin = _sources(runtime, seed)
+    # The export's sample texts (what the eager validation decoded too), else seeded random sources.
+    sources, origin = example_sources(manifest, runtime.tokenizer if manifest.tokenizer else None, seed)
     # At most the static decoder's slots (--static-slots): its rows are compared token for token below.
     steps = min(max_new_tokens, static_slots(manifest) or manifest.config.max_len)
     rows = runtime.generate_ids(sources, config=GREEDY.replace(max_new_tokens=steps))  # never the defaults
@@ -83,24 +82,6 @@ def _same_rows(graph: str, got: list[list[int]], want: list[list[int]], report: 
     if bad and strict:
         raise ValidationError(f"{graph}.onnx decodes differently from decoder.onnx on rows {bad}; re-run the export",
                               report)
-
-
-def _sources(runtime: ExportedModel, seed: int) -> tuple[Any, str]:
-    """The export's sample texts encoded (what the eager validation decoded too), else seeded random ids,
-    or random log-mel features or frames for an encoder that reads them (Manifest.encoder_input)."""
-    manifest = runtime.manifest
-    if manifest.samples and manifest.tokenizer:
-        return [runtime.tokenizer.encode(text) for text in manifest.samples], "sample"
-    cfg = manifest.config
-    rng = np.random.default_rng(seed)
-    if cfg.source == "features":  # a few whole windows: (sources, n_mels, n_frames)
-        return rng.standard_normal((RANDOM_FEATURES, cfg.n_mels, cfg.n_frames), dtype=np.float32), "random"
-    lengths = rng.integers(1, min(cfg.max_len, RANDOM_MAX_LEN) + 1, RANDOM_SOURCES)
-    if cfg.source == "frames":  # (frames, n_feats) each, of random lengths
-        return [rng.standard_normal((n, cfg.n_feats), dtype=np.float32) for n in lengths], "random"
-    # Ids drawn from the vocabulary minus the source padding id (a pad inside a row is not a source).
-    ids = [rng.integers(0, cfg.src_vocab_size - 1, n) for n in lengths]
-    return [[int(t + (t >= cfg.src_pad_id)) for t in row] for row in ids], "random"
 
 
 def _eager_summary(validation: dict[str, Any] | None) -> str:
