@@ -2,7 +2,7 @@
 
 `WhisperStrategy` wraps a core strategy (runtime.decode.strategies.TokenPicker for greedy decoding and seeded
 sampling, runtime.decode.beam.BeamSearch) as CTranslate2 runs Whisper through its one decode() and our Node
-runtime through its one WhisperStrategy (runtimes/node/whisper.mjs). The wrapper owns what is not a rule over
+runtime through its one WhisperStrategy (runtimes/node/speech/search.mjs). The wrapper owns what is not a rule over
 the scores:
 
 - the forced decoder prompt (runtime.speech.prompt.decoder_prompt: an initial prompt, then
