@@ -178,3 +178,148 @@ def test_vad_parameters_are_checked():
         VadParameters.of({"window": 3})
     with pytest.raises(InputError, match="must be a VadParameters or a dict"):
         VadParameters.of(0.5)
+
+
+# ---- transcribing only the speech: the bundled whisper-digits model ---------------------------------------
+
+@pytest.fixture(scope="module")
+def digits(digits_export):
+    from tfm_export.runtime import open_export
+
+    return open_export(digits_export, device="cpu")
+
+
+def inside_the_pause(seconds: float, spoken) -> bool:
+    """A time well inside the 12 s pause: over 1 s from both utterances (the padding, 0.4 s, and the VAD's
+    lag: it hears speech end a few 32 ms windows late)."""
+    return spoken[0][1] + 1.0 < seconds < spoken[1][0] - 1.0
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_the_pause_case_is_transcribed_right(digits, pause_case, timestamps):
+    samples, spoken = pause_case
+    words = f"{FIRST[0]} {SECOND[0]}".split()
+    result = digits.transcribe(samples, vad=True, timestamps=timestamps, word_timestamps=True)
+    assert result["text"].split() == words and result["language"] == "en"
+    assert [s["text"].strip() for s in result["segments"]] == [FIRST[0], SECOND[0]]
+    spans = vad.speech_timestamps(samples)
+    for segment in result["segments"]:
+        for at in (segment["start"], segment["end"]):
+            assert not inside_the_pause(at, spoken), segment
+            assert any(s.start / RATE - 1e-3 <= at <= s.end / RATE + 1e-3 for s in spans), segment
+    assert [w["word"].strip() for w in result["words"]] == words
+    assert all(not inside_the_pause(w["start"], spoken) and not inside_the_pause(w["end"], spoken)
+               for w in result["words"])
+    assert result["segments"][1]["seek"] >= int(spoken[0][1] * 100)  # its window's place in the recording
+
+
+def test_vad_transcribes_each_chunk_as_a_recording(digits, busy):
+    """The ids are those of each chunk transcribed on its own (the chunk layer adds no decoding of its own),
+    the first chunk's language given to the others; the times are the chunks' shifted back."""
+    samples, _ = busy
+    parameters = VadParameters(min_silence_duration_ms=300, speech_pad_ms=100)
+    result = digits.transcribe(samples, vad=True, vad_parameters=parameters, timestamps=True)
+    spans = vad.speech_timestamps(samples, parameters)
+    chunks = collect_chunks(samples, spans, digits.manifest.features["chunk_length"])
+    assert len(chunks) >= 2
+    each = [digits.transcribe(c.samples, timestamps=True, language=None if n == 0 else "en")
+            for n, c in enumerate(chunks)]
+    assert result["ids"] == [t for r in each for t in r["ids"]]
+    timeline = SpeechMap(spans)
+    want = [timeline.to_recording(c.offset + min(s["start"], c.seconds)) for c, r in zip(chunks, each)
+            for s in r["segments"]]
+    assert [s["start"] for s in result["segments"]] == want
+
+
+def test_no_speech_no_text(digits):
+    result = digits.transcribe(noise(6.0, np.random.default_rng(5)), vad=True)
+    assert result == {"text": "", "language": None, "segments": [], "ids": []}
+
+
+def test_vad_options_are_checked(digits, pause_case):
+    with pytest.raises(InputError, match="pass vad=True"):
+        digits.transcribe(pause_case[0], vad_parameters={"threshold": 0.4})
+    with pytest.raises(InputError, match="unknown vad_parameters: pad"):
+        digits.transcribe(pause_case[0], vad=True, vad_parameters={"pad": 3})
+
+
+def test_cli_vad(digits_export, pause_case, tmp_path):
+    import soundfile
+
+    from tfm_export.cli import cli
+
+    wav = tmp_path / "pause.wav"
+    soundfile.write(wav, pause_case[0], RATE, subtype="FLOAT")
+    run = CliRunner().invoke
+    result = run(cli, ["transcribe", str(digits_export), str(wav), "--vad", "--vad-threshold", "0.5",
+                       "--vad-min-silence-ms", "1000", "--vad-pad-ms", "300", "--vad-min-speech-ms", "100", "--json",
+                       "--timestamps"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert got["text"].split() == f"{FIRST[0]} {SECOND[0]}".split() and len(got["segments"]) == 2
+    for args, message in ((["--vad-pad-ms", "100"], "Error: --vad-pad-ms sets the VAD; add --vad"),
+                          (["--vad", "--vad-threshold", "1.5"], "'--vad-threshold': 1.5 is not in the range 0<x<1"),
+                          (["--vad", "--vad-max-speech-s", "0.5"], "--vad-max-speech-s must be over 0.832 s"),
+                          (["--vad", "--vad-min-silence-ms", "-1"], "'--vad-min-silence-ms': -1 is not in the range")):
+        result = run(cli, ["transcribe", str(digits_export), str(wav), *args])
+        assert result.exit_code != 0 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+# ---- the server's chunking_strategy, through OpenAI's client ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(digits_export, pause_case, tmp_path_factory):
+    pytest.importorskip("openai")
+    import soundfile
+    from helpers import server_process
+
+    wav = tmp_path_factory.mktemp("served") / "pause.wav"
+    soundfile.write(wav, pause_case[0], RATE, subtype="PCM_16")
+    with server_process("serve", digits_export, "--max-audio-seconds", 60) as proc:
+        yield proc.url, wav
+
+
+def test_server_chunking_strategy(served, digits):
+    import openai
+    import soundfile
+
+    url, wav = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    samples = soundfile.read(wav, dtype="float32")[0]
+    cases = {"auto": VadParameters(), **{json.dumps(c): VadParameters(threshold=c.get("threshold", 0.5),
+                                                                     speech_pad_ms=c.get("prefix_padding_ms", 300),
+                                                                     min_silence_duration_ms=c.get(
+                                                                         "silence_duration_ms", 200))
+                                         for c in ({"type": "server_vad"},
+                                                   {"type": "server_vad", "threshold": 0.4, "prefix_padding_ms": 200,
+                                                    "silence_duration_ms": 800})}}
+    for strategy, parameters in cases.items():
+        given = strategy if strategy == "auto" else json.loads(strategy)  # the client sends chunking_strategy[...]
+        with open(wav, "rb") as audio:
+            got = client.audio.transcriptions.create(file=audio, model="whisper-1", response_format="verbose_json",
+                                                     chunking_strategy=given)
+        want = digits.transcribe(samples, vad=True, vad_parameters=parameters, timestamps=True)
+        assert got.text == want["text"] and got.text.split() == f"{FIRST[0]} {SECOND[0]}".split(), strategy
+        assert [(s.start, s.end) for s in got.segments] == [(s["start"], s["end"]) for s in want["segments"]]
+    with open(wav, "rb") as audio:  # without it: the whole recording, as transcribe without vad
+        assert client.audio.transcriptions.create(file=audio, model="whisper-1").text == digits.transcribe(
+            samples)["text"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"chunking_strategy": "manual"}, "chunking_strategy: Input should be 'auto'"),
+    ({"chunking_strategy": '{"type": "server_vad", "threshold": 2}'}, "chunking_strategy[threshold]: Input should "
+                                                                      "be less than 1"),
+    ({"chunking_strategy[type]": "server_vad", "chunking_strategy[window]": "3"},
+     "chunking_strategy[window]: Extra inputs are not permitted"),
+    ({"chunking_strategy": "{not json"}, "chunking_strategy: Value error, not a JSON object"),
+    ({"chunking": "auto"}, "unknown field(s): chunking; this route accepts"),
+])
+def test_bad_chunking_strategy_is_a_422(served, fields, message):
+    import httpx
+
+    url, wav = served
+    answer = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1", **fields},
+                        files={"file": ("pause.wav", wav.read_bytes(), "audio/wav")}, timeout=60)
+    assert answer.status_code == 422 and message in answer.json()["error"], answer.text

@@ -39,14 +39,30 @@ from .common import library_errors, main_group, ort_thread_options
 @click.option("--output-dir", type=click.Path(path_type=Path), default=None,
               help="Write each recording's transcript to DIR/NAME.FORMAT (talk.wav -> DIR/talk.srt) instead of "
                    "printing it; existing files are never replaced (checked before any work).")
+@click.option("--vad", is_flag=True,
+              help="Transcribe only the speech: Silero VAD finds it, its stretches are merged into chunks of up to "
+                   "one window and each chunk is transcribed; times stay the recording's. Use it for recordings "
+                   "with long pauses or background noise, where Whisper invents words.")
+@click.option("--vad-threshold", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="With --vad: P(speech) from which a 32 ms window is speech; higher for noisy recordings "
+                   "[default: 0.5].")
+@click.option("--vad-min-speech-ms", type=click.IntRange(min=0), default=None,
+              help="With --vad: drop stretches of speech this short or shorter [default: 0].")
+@click.option("--vad-min-silence-ms", type=click.IntRange(min=0), default=None,
+              help="With --vad: silence that ends a stretch of speech; shorter pauses stay inside it "
+                   "[default: 2000].")
+@click.option("--vad-pad-ms", type=click.IntRange(min=0), default=None,
+              help="With --vad: audio kept on both sides of each stretch of speech [default: 400].")
+@click.option("--vad-max-speech-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --vad: cut longer stretches of speech, at their longest pause [default: no limit].")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors
 def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
                        word_timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
-                       out_format: str, as_json: bool, output_dir: Path | None, device: str, threads: int | None,
-                       spin: bool) -> None:
+                       out_format: str, as_json: bool, output_dir: Path | None, vad: bool, device: str,
+                       threads: int | None, spin: bool, **vad_options: float | int | None) -> None:
     """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG; - reads one from standard input) with the
     speech export in FOLDER: Whisper, or a frames model whose manifest names its filterbank (Whisper-only options
     are refused for it)."""
@@ -61,6 +77,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     if word_timestamps and fmt != "json":  # the words would be computed and not shown
         raise click.UsageError(f"--word-timestamps shows in --json (or --format json), not in --format {fmt}")
     _check_stdin(audio, output_dir)
+    vad_parameters = _vad_parameters(vad, vad_options)
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
@@ -69,7 +86,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
         result = model.transcribe(source, language=language, task=task, timestamps=timestamps,
                                   word_timestamps=word_timestamps,
                                   num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
-                                  max_new_tokens=max_new_tokens)
+                                  max_new_tokens=max_new_tokens, vad=vad, vad_parameters=vad_parameters)
         text = TRANSCRIPT_FORMATS[fmt](result, str(path))
         if target is None:
             click.echo(text, nl=False)
@@ -86,3 +103,33 @@ def _check_stdin(audio: tuple[Path, ...], output_dir: Path | None) -> None:
     if piped and output_dir is not None:
         raise click.UsageError("--output-dir names each transcript after its recording, and - (standard input) has "
                                "no name; redirect the output instead (> talk.srt)")
+
+
+# --vad-* -> runtime.speech.vad.VadParameters' field
+VAD_FIELDS = {"vad_threshold": "threshold", "vad_min_speech_ms": "min_speech_duration_ms",
+              "vad_min_silence_ms": "min_silence_duration_ms", "vad_pad_ms": "speech_pad_ms",
+              "vad_max_speech_s": "max_speech_duration_s"}
+
+
+def _vad_parameters(vad: bool, options: dict[str, float | int | None]) -> object | None:
+    """The --vad-* options as the VAD's parameters (None: the defaults); each needs --vad, and together they
+    must make sense (a maximum longer than the padding), checked before any work."""
+    from ..errors import InputError
+    from ..runtime.speech.vad import VadParameters
+
+    given = {name: value for name, value in options.items() if value is not None}
+    if given and not vad:
+        raise click.UsageError(f"{_flag(next(iter(given)))} sets the VAD; add --vad")
+    if not given:
+        return None
+    try:
+        return VadParameters(**{VAD_FIELDS[name]: value for name, value in given.items()})
+    except InputError as exc:  # named by the library's fields: say the flags
+        message = str(exc)
+        for name, field in VAD_FIELDS.items():
+            message = message.replace(field, _flag(name))
+        raise click.UsageError(message) from None
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

@@ -125,17 +125,20 @@ class ExportedModel(GenerateMixin):
     def transcribe(self, audio: Any, language: str | None = None, task: str | None = "transcribe",
                    timestamps: bool = False, num_beams: int = 1, prompt: Any = None,
                    max_seconds: float | None = 3600.0, max_new_tokens: int | None = None,
-                   on_text: Any = None, **options: Any) -> dict[str, Any]:
+                   on_text: Any = None, vad: bool = False, vad_parameters: Any = None,
+                   **options: Any) -> dict[str, Any]:
         """A speech export: speech (a path, bytes or float32 samples at 16 kHz) -> {text, language,
         segments, ids}. Whisper: window by window (runtime.speech.whisper.transcribe; `on_text`: the text so far
         after each); a frames model: its filterbank's frames, decoded whole (runtime.speech.frames, which
-        refuses language, task other than transcribe, timestamps and prompt). `options`: the transcription's
-        own (runtime.speech.whisper.transcribe's `runner`)."""
+        refuses language, task other than transcribe, timestamps and prompt). `vad`: only the recording's
+        speech, chunk by chunk, times still the recording's (runtime.speech.chunks; `vad_parameters`: a
+        runtime.speech.vad.VadParameters or a dict of its fields). `options`: the transcription's own
+        (runtime.speech.whisper.transcribe's `runner`)."""
         from .speech.transcribe import transcribe
 
         return transcribe(self, audio, language=language, task=task, timestamps=timestamps, num_beams=num_beams,
                           prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens, on_text=on_text,
-                          **options)
+                          vad=vad, vad_parameters=vad_parameters, **options)
 
     def stream_transcribe(self, chunks: Any, **options: Any) -> Any:
         """Live speech: `chunks` (float32 samples at 16 kHz, as they arrive) -> an iterator of StreamUpdate

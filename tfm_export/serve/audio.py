@@ -2,7 +2,7 @@
 for api.openai.com) work unchanged:
 
     POST /v1/audio/transcriptions   multipart/form-data: file, model, language?, prompt?, response_format?,
-                                    temperature?, timestamp_granularities[]?, stream?
+                                    temperature?, timestamp_granularities[]?, stream?, chunking_strategy?
     POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?
 
 Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech.whisper):
@@ -19,6 +19,12 @@ with timestamps (segments with their times), json and text without. Where this d
   OpenAI's service for the same text; temperature is always 0.
 - `timestamp_granularities[]=word` (verbose_json): `words` [{word, start, end}] as OpenAI's, timed by the export's
   alignment.onnx (runtime.speech.words: transformers' token timestamps); an export without it is a 422.
+- `chunking_strategy` (transcriptions): `auto` transcribes only the recording's speech, found by Silero VAD
+  with its defaults (runtime.speech.chunks, as `tfm-export transcribe --vad`); OpenAI's server_vad object
+  {"type": "server_vad", "threshold", "prefix_padding_ms", "silence_duration_ms"} sets the VAD's threshold,
+  padding and the silence that ends speech (JSON text, or the client's `chunking_strategy[threshold]` fields).
+  Left out, the recording is transcribed as one block, as OpenAI's. OpenAI normalises loudness first; this
+  server does not.
 - `stream=true` (transcriptions, json or text): server-sent events, one `transcript.text.delta` per 30 s
   window as it is decoded, then `transcript.text.done` with the whole text.
 - errors are this server's `{"error": one line, "field"|"limit"}` (serve.app); a recording the decoder
@@ -34,16 +40,17 @@ import asyncio
 import json
 import logging
 import threading
-from typing import Any, AsyncIterator, Callable, Literal
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
 from ..errors import AudioTooLong, TfmExportError
 from ..runtime.speech.whisper import to_srt, to_vtt
 from ..runtime.speech.prompt import LANGUAGES
 from ..runtime.speech.words import GRAPH as ALIGNMENT
+from .audio_forms import TranscriptionForm, TranslationForm, chunking_parameters, form_fields, request_body
 from .engine import ServeSettings, audio_workers
 from .schemas import error_responses
 from .transcriber import Cancelled, Done, Recording, Transcriber
@@ -55,66 +62,6 @@ log = logging.getLogger(__name__)
 
 TIMESTAMPED = ("verbose_json", "srt", "vtt")  # formats that show segment times: decoded with timestamps
 STREAMED = ("json", "text")  # formats a stream can stand for: events carry text only
-
-
-class TranslationForm(BaseModel):
-    """POST /v1/audio/translations' fields besides `file` (form values are text: "0" is a number)."""
-
-    model_config = ConfigDict(extra="forbid")
-    model: str = Field(min_length=1, description="Any name: this server serves one export.")
-    # text fields without null: a form has no null, leaving a field out is its default
-    prompt: str = Field("", description="Text the transcript is conditioned on (spellings, names).")
-    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = Field(
-        "json", description="verbose_json, srt and vtt decode with timestamps (segments with their times).")
-    temperature: float = Field(0.0, ge=0, le=0, description="0 only: decoding is greedy, without sampling.")
-
-
-class TranscriptionForm(TranslationForm):
-    """POST /v1/audio/transcriptions' fields besides `file`."""
-
-    language: str = Field("", description="The spoken language (ISO-639-1, e.g. de); default: detected "
-                                          "from the first window.")
-    timestamp_granularities: list[Literal["segment", "word"]] = Field(
-        [], alias="timestamp_granularities[]", description="word: `words` with their times (verbose_json); "
-                                                             "segments come with every verbose_json answer.")
-    stream: bool = Field(False, description="Server-sent events: transcript.text.delta per window, then "
-                                            "transcript.text.done (response_format json or text).")
-
-
-# The forms' fields that are lists, as OpenAI's clients send them: the name with [] once per value.
-LISTS = {"timestamp_granularities[]"}
-# A refused value of these fields is something OpenAI's service does and this server does not: say so
-NOT_DONE: dict[str, str] = {}
-
-
-def form_fields(fields: dict[str, list[str]], form: type[BaseModel]) -> BaseModel:
-    """The form's text fields, checked: a 422 naming unknown or bad fields."""
-    values: dict[str, Any] = {}
-    for name, given in fields.items():
-        if len(given) > 1 and name not in LISTS:
-            raise HTTPFailure(422, f"{name} is given {len(given)} times; send it once", field=name)
-        values[name] = given if name in LISTS else given[0]
-    try:
-        return form.model_validate(values)
-    except ValidationError as exc:
-        errors = exc.errors()
-        unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
-        if unknown:
-            accepted = ", ".join(["file", *(f.alias or name for name, f in form.model_fields.items())])
-            raise HTTPFailure(422, f"unknown field(s): {', '.join(unknown)}; this route accepts {accepted}",
-                              fields=unknown) from None
-        where = str(errors[0]["loc"][0])
-        why = f"; {NOT_DONE[where]}" if where in NOT_DONE else ""
-        raise HTTPFailure(422, f"{where}: {errors[0]['msg']}{why}", field=where) from None
-
-
-def request_body(form: type[BaseModel]) -> dict[str, Any]:
-    """The route's OpenAPI requestBody: multipart/form-data with `file` and the form's fields."""
-    schema = form.model_json_schema(by_alias=True)
-    schema["properties"] = {"file": {"type": "string", "format": "binary", "description":
-                                     "The recording: WAV, FLAC, MP3 or OGG."}, **schema["properties"]}
-    schema["required"] = ["file", *schema.get("required", [])]
-    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
 def failure_of(exc: BaseException, settings: ServeSettings) -> HTTPFailure:
@@ -218,7 +165,8 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
                                        f"{form.response_format}", field="stream")
             recording = Recording(str(upload.path), f"the uploaded file {upload.filename!r}",
                                   getattr(form, "language", "") or None, task, form.response_format in TIMESTAMPED,
-                                  form.prompt or None, words)
+                                  form.prompt or None, words,
+                                  chunking_parameters(getattr(form, "chunking_strategy", None)))
             if stream:
                 return await streamed(recording, transcriber, state, settings)
             done = await finished(recording, transcriber, request, settings)

@@ -37,6 +37,7 @@ class Recording:
     timestamps: bool
     prompt: str | None
     word_timestamps: bool = False  # timestamp_granularities[]=word
+    vad: Any = None  # runtime.speech.vad.VadParameters: only the speech (chunking_strategy); None: all of it
 
 
 @dataclass
@@ -118,7 +119,8 @@ class Transcriber:
         runner = None if self.windows is None else self.windows.runner(cancelled)
         result = self.model.transcribe(samples, language=request.language, task=request.task,
                                        timestamps=request.timestamps, prompt=request.prompt, max_seconds=None,
-                                       on_text=each_window, runner=runner, word_timestamps=request.word_timestamps)
+                                       on_text=each_window, runner=runner, word_timestamps=request.word_timestamps,
+                                       vad=request.vad is not None, vad_parameters=request.vad)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)

@@ -3,6 +3,7 @@
 The manifest's config.source says what the encoder reads, hence how audio becomes its input: Whisper's
 log-mel windows (source "features", runtime.speech.whisper) or a filterbank's frames (source "frames",
 runtime.speech.frames). Both take the same options and give the same {text, language, segments, ids}.
+With `vad=True` either transcribes only the recording's speech, chunk by chunk (runtime.speech.chunks).
 """
 
 from __future__ import annotations
@@ -11,14 +12,36 @@ from typing import Any, Callable
 
 from ...errors import InputError
 from . import frames, whisper
+from .chunks import ChunkPlan, transcribe_speech
+from .vad import VadParameters
 
 # config.source -> the transcription of an export whose encoder reads it
 TRANSCRIBERS: dict[str, Callable[..., dict[str, Any]]] = {"features": whisper.transcribe,
                                                           "frames": frames.transcribe}
 
 
-def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:
-    """`model.transcribe(audio, ...)` by the export's encoder input; a text model is one InputError."""
+def _whisper_plan(model: Any) -> ChunkPlan:
+    """Chunks of up to one Whisper window; a segment's seek in its mel frames."""
+    features = whisper.speech_settings(model)[1]
+    return ChunkPlan(features.sampling_rate, features.chunk_length,
+                     features.nb_max_frames / features.chunk_length)
+
+
+def _frames_plan(model: Any) -> ChunkPlan:
+    """Chunks of up to the model's max_len frames (what one decode takes)."""
+    filterbank = frames.declared_filterbank(model.manifest)
+    return ChunkPlan(filterbank.sample_rate, filterbank.seconds(model.config.max_len))
+
+
+# config.source -> how its recordings are chunked with the VAD
+PLANS: dict[str, Callable[[Any], ChunkPlan]] = {"features": _whisper_plan, "frames": _frames_plan}
+
+
+def transcribe(model: Any, audio: Any, vad: bool = False, vad_parameters: VadParameters | dict | None = None,
+               **options: Any) -> dict[str, Any]:
+    """`model.transcribe(audio, ...)` by the export's encoder input; a text model is one InputError.
+    `vad`: only the speech (runtime.speech.chunks), found with `vad_parameters` (vad.VadParameters or a
+    dict of its fields; default: faster-whisper's)."""
     transcriber = TRANSCRIBERS.get(model.config.source)
     if transcriber is None:
         raise InputError(f"this export is not a speech model (its encoder reads {model.manifest.encoder_input.name}, "
@@ -27,4 +50,9 @@ def transcribe(model: Any, audio: Any, **options: Any) -> dict[str, Any]:
     if model.config.source != "features" and options.pop("word_timestamps", False):
         raise InputError("word timestamps need a Whisper export (its alignment heads time the tokens); this "
                          "frames model has none")
+    if vad_parameters is not None and not vad:
+        raise InputError("vad_parameters are the VAD's: pass vad=True with them")
+    if vad:
+        return transcribe_speech(model, audio, transcriber, PLANS[model.config.source](model), vad_parameters,
+                                 **options)
     return transcriber(model, audio, **options)
