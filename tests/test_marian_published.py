@@ -27,7 +27,7 @@ def test_opus_mt_sized_published_folder_exports_with_default_flags(tmp_path):
     runtime = open_export(tmp_path / "out", "cpu")
     validation = runtime.manifest.validation
     assert validation["greedy"]["equal"] and validation["default"]["equal"]
-    assert validation["default"]["config"]["num_beams"] == 4 and runtime.options.generation.num_beams == 4
+    assert validation["default"]["config"]["num_beams"] == 4 and runtime.generation.num_beams == 4
     assert runtime.config.src_vocab_size == 15_600 and runtime.config.d_model == 512
     # Text in and out through the folder's tokenizer, explicitly greedy and with its default beams.
     for config in (GREEDY, None):

@@ -100,7 +100,7 @@ def test_text_prompt_equals_get_prompt_ids(whisper, speech_wav):
     out, model, runtime = whisper
     tok = transformers.AutoTokenizer.from_pretrained(str(out.parent / "model"), local_files_only=True)
     text = "the quick brown fox"
-    result = runtime.speech.transcribe(speech_wav, language="de", prompt=text, max_new_tokens=NEW)
+    result = runtime.transcribe(speech_wav, language="de", prompt=text, max_new_tokens=NEW)
     prompt_ids = torch.tensor(tok.get_prompt_ids(text))
     ids, _ = reference(model, load_audio(speech_wav, RATE), language="de", prompt_ids=prompt_ids)
     assert result["ids"] == ids
@@ -136,7 +136,7 @@ def test_transcribe_equals_generate(whisper, speech_wav, audio, case):
     mine, theirs = CASES[case]
     source = speech_wav if audio == "espeak" else synthetic(7.5, seed=len(case))
     samples = load_audio(speech_wav, RATE) if audio == "espeak" else source
-    result = runtime.speech.transcribe(source, max_new_tokens=NEW, **mine)
+    result = runtime.transcribe(source, max_new_tokens=NEW, **mine)
     if "prompt_ids" in theirs:
         theirs = {**theirs, "prompt_ids": torch.tensor([model.generation_config.prev_sot_token_id, *PROMPT[1:]])}
     ids, detected = reference(model, samples, **theirs)
@@ -153,7 +153,7 @@ def test_long_form_equals_generate(whisper, case):
     out, model, runtime = whisper
     mine, theirs = CASES[case]
     samples = synthetic(35.0, seed=3)
-    result = runtime.speech.transcribe(samples, max_new_tokens=NEW, **mine)
+    result = runtime.transcribe(samples, max_new_tokens=NEW, **mine)
     ids, detected = reference(model, samples, return_timestamps=True, **theirs)
     assert result["ids"] == ids
     assert result["language"] == (mine.get("language") or language_of(model, detected))
@@ -166,16 +166,16 @@ def test_bad_inputs_are_one_input_error(whisper, tmp_path):
     for audio, match in ((tmp_path / "notes.txt", "notes.txt"), (b"", "empty"), (np.zeros(3, np.int16), "float"),
                          (np.full(1000, np.nan, np.float32), "NaN"), ([0.0, 0.1], "numpy")):
         with pytest.raises(InputError, match=match):
-            runtime.speech.transcribe(audio)
+            runtime.transcribe(audio)
     with pytest.raises(InputError, match="language"):
-        runtime.speech.transcribe(synthetic(1.0), language="klingon")
+        runtime.transcribe(synthetic(1.0), language="klingon")
     with pytest.raises(InputError, match="task"):
-        runtime.speech.transcribe(synthetic(1.0), task="summarize")
+        runtime.transcribe(synthetic(1.0), task="summarize")
     with pytest.raises(InputError, match="max_seconds"):
-        runtime.speech.transcribe(synthetic(3.0), max_seconds=1.0)
+        runtime.transcribe(synthetic(3.0), max_seconds=1.0)
     vocab = runtime.config.tgt_vocab_size
     with pytest.raises(InputError, match=f"prompt.* id {vocab} is out of range for the model's vocabulary of {vocab}"):
-        runtime.speech.transcribe(synthetic(1.0), prompt=[5, vocab])  # not ONNX Runtime's Gather error
+        runtime.transcribe(synthetic(1.0), prompt=[5, vocab])  # not ONNX Runtime's Gather error
 
 
 def test_text_export_is_not_a_speech_model():
@@ -197,7 +197,7 @@ def test_cli(whisper, speech_wav, tmp_path):
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert len(lines) == 2 and set(lines[0]) == {"file", "text", "language", "segments", "ids"}
-    assert lines[0]["ids"] == runtime.speech.transcribe(speech_wav, language="de", max_new_tokens=NEW)["ids"]
+    assert lines[0]["ids"] == runtime.transcribe(speech_wav, language="de", max_new_tokens=NEW)["ids"]
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--format", "srt", "--timestamps",
                                  "--language", "de", "--max-new-tokens", str(NEW)])
     assert result.exit_code == 0, result.output
@@ -206,7 +206,7 @@ def test_cli(whisper, speech_wav, tmp_path):
                                  "--max-new-tokens", str(NEW)])
     assert result.exit_code == 0 and result.output.startswith("WEBVTT\n\n00:00:00.000 --> ")
     result = runner.invoke(cli, ["transcribe", str(out), str(speech_wav), "--max-new-tokens", str(NEW)])
-    assert result.exit_code == 0 and result.output.strip() == runtime.speech.transcribe(
+    assert result.exit_code == 0 and result.output.strip() == runtime.transcribe(
         speech_wav, max_new_tokens=NEW)["text"].strip()
     (tmp_path / "bad.wav").write_bytes(b"RIFF0000WAVEnope")
     result = runner.invoke(cli, ["transcribe", str(out), str(tmp_path / "bad.wav")])
@@ -249,13 +249,13 @@ def test_english_only_model(tmp_path):
     out, model, runtime = export(tmp_path, "base.en")
     for seconds, timestamps in ((3.0, False), (3.0, True), (10.0, False)):
         samples = synthetic(seconds, seed=5)
-        result = runtime.speech.transcribe(samples, timestamps=timestamps, max_new_tokens=NEW)
+        result = runtime.transcribe(samples, timestamps=timestamps, max_new_tokens=NEW)
         ids, _ = reference(model, samples, detect=False, return_timestamps=timestamps or seconds > 4)
         assert result["ids"] == ids and result["language"] == "en"
     with pytest.raises(InputError, match="English-only"):
-        runtime.speech.transcribe(synthetic(1.0), task="translate")
+        runtime.transcribe(synthetic(1.0), task="translate")
     with pytest.raises(InputError, match="English-only"):
-        runtime.speech.transcribe(synthetic(1.0), language="de")
+        runtime.transcribe(synthetic(1.0), language="de")
     result = CliRunner().invoke(cli, ["languages", str(out), "--json"])
     assert result.exit_code == 0 and json.loads(result.output) == {"spoken": [], "translate_into": None}
     assert "English only" in CliRunner().invoke(cli, ["languages", str(out)]).output

@@ -70,7 +70,7 @@ def transcripts(runtime, heldout, spoken_in: str, **options) -> tuple[float, lis
     refs, hyps, languages = [], [], []
     for spoken, samples in heldout:
         if spoken.language == spoken_in:
-            result = runtime.speech.transcribe(samples, **options)
+            result = runtime.transcribe(samples, **options)
             refs.append(spoken.text(options.get("task", "transcribe")))
             hyps.append(result["text"].strip())
             languages.append(result["language"])
@@ -111,7 +111,7 @@ def test_tokens_equal_transformers_on_speech(trained, heldout, case):
     _, runtime, model = trained
     mine, theirs = CASES[case]
     for spoken, samples in heldout[::20]:
-        result = runtime.speech.transcribe(samples, **mine)
+        result = runtime.transcribe(samples, **mine)
         ids, _ = generate_ids(model, samples, detect=False, **theirs)
         assert result["ids"] == ids, (case, spoken)
 
@@ -133,7 +133,7 @@ def test_long_recording_is_transcribed_window_by_window(trained, heldout, langua
     _, runtime, model = trained
     samples, said = recording(heldout, language, 8)
     assert len(samples) > 3 * 4 * RATE
-    result = runtime.speech.transcribe(samples, language=language, timestamps=True, num_beams=num_beams)
+    result = runtime.transcribe(samples, language=language, timestamps=True, num_beams=num_beams)
     ids, _ = generate_ids(model, samples, detect=False, language=language, return_timestamps=True,
                           num_beams=num_beams)
     assert result["ids"] == ids
@@ -157,7 +157,7 @@ def test_segments_carry_transformers_window_measures(trained, heldout, language)
     long, _ = recording(heldout, language, 8, seed=1)
     short = next(x for s, x in heldout if s.language == language)
     for samples, windows in ((long, 3), (short, 1)):
-        segments = runtime.speech.transcribe(samples, language=language, timestamps=True)["segments"]
+        segments = runtime.transcribe(samples, language=language, timestamps=True)["segments"]
         _, theirs = generate_segments(model, reference_features(model, samples), language=language)
         assert [(s["seek"], s["tokens"], s["temperature"]) for s in segments] == \
             [(s["seek"], s["tokens"], s["temperature"]) for s in theirs]
@@ -177,7 +177,7 @@ def test_word_timestamps_are_transformers_token_timestamps(trained, heldout, lan
     tokenizer = transformers.WhisperTokenizer.from_pretrained(str(FOLDER))
     checked = 0
     for spoken, samples in [(s, x) for s, x in heldout if s.language == language][::6]:
-        result = runtime.speech.transcribe(samples, language=language, word_timestamps=True)
+        result = runtime.transcribe(samples, language=language, word_timestamps=True)
         features = torch.from_numpy(reference_features(model, samples)[None])
         mask = torch.zeros(features.shape[0], features.shape[-1], dtype=torch.long)
         mask[:, : -(-len(samples) // 160)] = 1  # the feature extractor's attention mask: the audio's frames
