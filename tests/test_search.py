@@ -239,7 +239,7 @@ def test_manifest_generation_section_sets_defaults_and_old_exports_load(eos_mode
                             meta={"generation_defaults": {"num_beams": 3, "length_penalty": 0.8}})
     export_model(checkpoint, out, ExportOptions(validate=False))
     runtime = open_export(out, device="cpu")
-    assert (runtime.options.generation.num_beams, runtime.options.generation.length_penalty) == (3, 0.8)
+    assert (runtime.generation.num_beams, runtime.generation.length_penalty) == (3, 0.8)
     assert runtime.generate_ids(SOURCES, 8) == [r[0].ids for r in runtime.generate(SOURCES, num_beams=3,
                                                                                     length_penalty=0.8,
                                                                                     max_new_tokens=8)]
