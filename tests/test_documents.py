@@ -107,3 +107,44 @@ def test_generate_split_sentences_translates_a_file_as_a_document(nllb, tmp_path
     assert result.stdout == f"{one['4718.']} {one['12.']}\n\n{one['905.']}\n"
     refused = run_cli("generate", out, "--ids", "1 2", "--split-sentences")
     assert refused.exit_code == 2 and "--split-sentences translates text documents" in refused.output
+
+
+@pytest.fixture(scope="module")
+def server(nllb):
+    pytest.importorskip("fastapi")
+    from helpers import serving
+
+    from tfm_export.serve.engine import ServeSettings
+
+    with serving(ServeSettings(str(nllb[0]), max_texts=4)) as (url, _):
+        yield url
+
+
+def test_the_server_translates_documents_with_split_sentences(nllb, server):
+    httpx = pytest.importorskip("httpx")
+    _, model = nllb
+    text, chosen = document(words=300, seed=1)
+    pieces = sentences.split(text, ENG)
+    alone = {s: model.translate([s], source_lang=ENG, target_lang=DEU)[0] for s in set(chosen)}
+    body = {"texts": [text, "77."], "source_lang": ENG, "target_lang": DEU, "split_sentences": True}
+    reply = httpx.post(f"{server}/v1/translate", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    rows = reply.json()["translations"]
+    assert rows[0]["text"] == sentences.join(pieces, [alone[s] for s in chosen])  # 300 sentences: 75 waves of 4
+    assert rows[1]["text"] == model.translate(["77."], source_lang=ENG, target_lang=DEU)[0]
+    assert rows[1]["ids"] == model.generate_ids([model.encode("77.", ENG, DEU)], **model.language_options(DEU))[0]
+    # n-best: the k-th hypothesis joins each sentence's k-th
+    nbest = httpx.post(f"{server}/v1/translate", json={**body, "texts": ["4718. 12."], "num_beams": 2,
+                                                        "num_return_sequences": 2}).json()["translations"][0]
+    hyps = model.generate([model.encode(s, ENG, DEU) for s in ("4718.", "12.")], num_beams=2, num_return_sequences=2,
+                          **model.language_options(DEU))
+    decoded = [[model.tokenizer.decode(h.ids) for h in row] for row in hyps]
+    assert [h["text"] for h in nbest["hypotheses"]] == [f"{decoded[0][k]} {decoded[1][k]}" for k in range(2)]
+    # over the limit: 413 without split_sentences, translated with it
+    long = {"texts": ["1 " * 1100], "source_lang": ENG, "target_lang": DEU}
+    refused = httpx.post(f"{server}/v1/translate", json=long)
+    assert refused.status_code == 413 and refused.json()["limit"] == "max_len", refused.text
+    cut = httpx.post(f"{server}/v1/translate", json={**long, "split_sentences": True}, timeout=120)
+    assert cut.status_code == 200 and len(cut.json()["translations"][0]["text"].split()) >= 3, cut.text
+    streamed = httpx.post(f"{server}/v1/translate", json={**body, "stream": True})
+    assert streamed.status_code == 422 and streamed.json()["fields"] == ["split_sentences", "stream"]

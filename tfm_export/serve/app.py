@@ -37,6 +37,7 @@ from ..errors import TfmExportError
 from .audio import add_audio
 from .contract import install_openapi
 from .cors import add_cors
+from .documents import document_results, translate_documents
 from .engine import ServeSettings, limits, open_engine, prepare_sources
 from .guard import BodyTooLarge, Guard, body_limit
 from .libretranslate import add_libretranslate
@@ -153,6 +154,8 @@ def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any])
     async def translate(body: TranslateRequest, request: Request) -> Any:
         """Translate `texts` (or decode `ids`); `"stream": true` answers with server-sent events."""
         options = body.model_dump(exclude=set(REQUEST_ONLY), exclude_none=True)
+        if body.split_sentences and body.texts is not None:
+            return await translate_split(body, options, request)
         try:
             sources, steps, config = prepare_sources(engine.model, settings, body.texts, body.ids, body.max_new_tokens,
                                                      options, body.source_lang, body.target_lang)
@@ -164,6 +167,19 @@ def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any])
         if not await collect(work, state["metrics"], request):
             return {}  # the client went away: nobody reads this
         return results(work, engine.model)
+
+
+    async def translate_split(body: Any, options: dict[str, Any], request: Request) -> Any:
+        """split_sentences: the texts as documents (serve.documents)."""
+        if body.stream:
+            raise HTTPFailure(422, "split_sentences answers once the documents are translated; drop stream",
+                              fields=["split_sentences", "stream"])
+        try:
+            rendered = await translate_documents(state, settings, body.texts, body.max_new_tokens, options,
+                                                 body.source_lang, body.target_lang, request)
+        except TfmExportError as exc:
+            raise failure_from(exc) from None
+        return {} if rendered is None else document_results(rendered)
 
 
 def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:

@@ -82,7 +82,10 @@ def constrain(request: dict[str, Any], model: Any, settings: ServeSettings) -> N
     _nullable(props, "num_beams", {"type": "integer", "minimum": 1, "maximum": bounds.max_beams})
     _nullable(props, "num_return_sequences", {"type": "integer", "minimum": 1, "maximum": settings.max_beams})
     given = {"oneOf": [{"required": [name], "properties": {name: {"type": "array"}}} for name in ("texts", "ids")]}
-    request["allOf"] = [given, {"anyOf": decoding_branches(model.generation, bounds, settings)}]
+    # split_sentences answers once the documents are translated: not streamed (serve.documents)
+    unstreamed = {"not": {"required": ["split_sentences", "stream"],
+                          "properties": {"split_sentences": {"const": True}, "stream": {"const": True}}}}
+    request["allOf"] = [given, {"anyOf": decoding_branches(model.generation, bounds, settings)}, unstreamed]
 
 
 def _nullable(props: dict[str, Any], name: str, schema: dict[str, Any] | None) -> None:

@@ -211,7 +211,8 @@ def prepare_sources(model: Any, settings: ServeSettings, texts: Sequence[str] | 
             continue
         if len(source) > bounds.src_len:
             raise LimitError(f"source {n} has {len(source)} tokens, more than the {{{bounds.src_limit}}} of "
-                             f"{bounds.src_len}; shorten or split it", options={bounds.src_limit: None})
+                             f"{bounds.src_len}; shorten or split it (\"split_sentences\": true translates it sentence by "
+                             f"sentence)", options={bounds.src_limit: None})
         with naming("ids" if ids is not None else "texts"):
             source_batch([source], model.config)  # empty, out-of-vocabulary or non-int64 ids: InputError
     options = {**model.language_options(target_lang), **dict(options or {})}

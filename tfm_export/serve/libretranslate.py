@@ -33,10 +33,11 @@ from fastapi import FastAPI, Request
 
 from ..errors import TfmExportError
 from .contract import LanguageView, text_schema
-from .engine import ServeSettings, limits, prepare_sources
+from .documents import translate_documents
+from .engine import ServeSettings, limits
 from .guard import authorized
 from .schemas import Language, error_responses, integral
-from .translation import HTTPFailure, collect, failure_from, submit
+from .translation import HTTPFailure, failure_from
 
 FORM = "application/x-www-form-urlencoded"
 DIGITS = re.compile(r"[0-9]+")
@@ -69,17 +70,16 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
             wanted = alternatives + 1
             options = {"num_beams": max(model.generation.num_beams, wanted), "num_return_sequences": wanted,
                        "do_sample": False}
-        try:
-            sources, steps, config = prepare_sources(model, settings, texts, None, None, options, source, target)
-            work = submit(state["engine"], state["mailbox"], sources, steps, config)
+        try:  # every text a document, split into sentences as LibreTranslate splits (serve.documents)
+            rendered = await translate_documents(state, settings, texts, None, options, source, target, request)
         except TfmExportError as exc:
             raise as_libretranslate(failure_from(exc)) from None
         except HTTPFailure as exc:
             raise as_libretranslate(exc) from None
-        if not await collect(work, state["metrics"], request):
+        if rendered is None:
             return {}  # the client went away: nobody reads this
         # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
-        hypotheses = [[model.tokenizer.decode(h.ids) for h in hyps] for hyps in work.best()]
+        hypotheses = [[text for _, text in renderings] for renderings in rendered]
         return answer(hypotheses, batch, alternatives, detected)
 
 

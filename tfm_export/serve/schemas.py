@@ -46,6 +46,12 @@ class RequestFields(BaseModel):
     source_lang: str | None = Field(None, description="Language code of the texts (GET /languages lists them).")
     target_lang: str | None = Field(None, description="Language code to translate into (multilingual models).")
     stream: bool = Field(False, description="Server-sent events: one `token` event per token, then `done`.")
+    split_sentences: bool = Field(False, description=(
+        "Translate each text as a document: split into sentences, each translated (a sentence over the source "
+        "limit cut at it) and joined back with the text's own whitespace. A text's `ids` are then its "
+        "sentences' ids one after another, without a score; the k-th of `hypotheses` joins each sentence's "
+        "k-th. For `texts`, not `ids`, and not with `stream`. Without it a text is one source (413 over the "
+        "limit)."))
 
 
 def option_field(option: Any) -> tuple[Any, Any]:
