@@ -11,7 +11,10 @@ Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [..
 (a bad or missing parameter, any limit), 403 (API key), 429 (queue full, Retry-After), 503
 (shutting down). Where an export differs from LibreTranslate's language packs:
 
-- format "html" is refused (400): the models translate plain text; markup would be translated as words.
+- every text is translated sentence by sentence (serve.documents), as LibreTranslate does: a sentence-level
+  model given several sentences drops some; a sentence over the source limit is cut at it, not refused.
+  Alternatives join each sentence's n-th hypothesis.
+- format "html" is refused (400) for now: markup would be translated as words.
 - source "auto" detects nothing: it is the model's source language when it has one (a single pair's
   source, the tokenizer's default source), reported in detectedLanguage with confidence 100 when the
   model has exactly one source language and 0 when it was a default among several ("und": none).
