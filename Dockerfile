@@ -23,6 +23,8 @@ ARG BASE=python:3.11-slim
 ARG WHEELS=pypi
 
 FROM ${BASE} AS wheels-pypi
+# Stages are labelled so tools/build_image.py can remove what they leave behind (podman keeps them as images).
+LABEL tfm-export.stage=wheels
 WORKDIR /src
 # What setup.py packs into the wheel (tfm_export/resources.py's BUNDLES) and the package itself.
 COPY pyproject.toml setup.py MANIFEST.in README.md constraints.txt ./
@@ -33,6 +35,7 @@ RUN python3 -m venv /tmp/pip \
     && /tmp/pip/bin/pip wheel --no-cache-dir -q -c constraints.txt -w /wheels '.[audio]'
 
 FROM ${BASE} AS wheels-local
+LABEL tfm-export.stage=wheels
 ARG WHEELHOUSE=build/image-wheels
 COPY ${WHEELHOUSE} /wheels
 
@@ -41,6 +44,7 @@ FROM wheels-${WHEELS} AS wheels
 
 # The venv is built here and copied whole: the wheels never become a layer of the final image.
 FROM ${BASE} AS install
+LABEL tfm-export.stage=install
 COPY --from=wheels /wheels /wheels
 COPY constraints.txt /constraints.txt
 RUN python3 -m venv /opt/tfm-export \

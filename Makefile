@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test test-long test-gpu install install-test runtimes-npm espeak-ng options clean
+.PHONY: demo test test-long test-gpu install install-test runtimes-npm espeak-ng options image clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ test-gpu: $(VENV)/.installed-test
 # tests/test_options_schema.py fails while one is stale.
 options: $(VENV)/.installed
 	$(PY) -m tools.options_codegen
+
+# The server image (Dockerfile) with docker or podman; offline where no registry serves python:3.11-slim
+# (tools/build_image.py: debootstrap's Debian and a wheelhouse, cached in /var/cache/tfm-export-image).
+image:
+	$(PYTHON) tools/build_image.py
 
 clean:
 	rm -rf $(VENV) demo_out

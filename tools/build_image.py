@@ -279,7 +279,10 @@ def build(engine: Engine, tag: str, base: str, offline: bool) -> None:
         # docker format: OCI images have no HEALTHCHECK.
         args += ["--format", "docker", "--pull=never" if offline else "--pull=missing"]
     started = time.perf_counter()
-    engine.run(*args, ROOT, timeout=1800)
+    try:
+        engine.run(*args, ROOT, timeout=1800)
+    finally:  # the build stages' images (the Dockerfile labels them), not a layer cache worth its disk
+        engine.run("image", "prune", "-f", "--filter", "label=tfm-export.stage", timeout=300, check=False)
     size = int(engine.run("image", "inspect", "-f", "{{.Size}}", tag, timeout=60).stdout)
     log(f"built {tag} with {engine.name} on {base} in {time.perf_counter() - started:.0f} s: {size / 2**20:.0f} MiB")
 
