@@ -32,7 +32,7 @@ COPY tfm_export tfm_export
 COPY models/num2words-de models/num2words-de
 COPY runtimes runtimes
 RUN python3 -m venv /tmp/pip \
-    && /tmp/pip/bin/pip wheel --no-cache-dir -q -c constraints.txt -w /wheels '.[audio]'
+    && /tmp/pip/bin/pip wheel --no-cache-dir -q -c constraints.txt -w /wheels '.[audio]' tokenizers
 
 FROM ${BASE} AS wheels-local
 LABEL tfm-export.stage=wheels
@@ -42,14 +42,15 @@ COPY ${WHEELHOUSE} /wheels
 # Only the chosen stage is built (BuildKit and buildah skip the stages the final one does not use).
 FROM wheels-${WHEELS} AS wheels
 
-# The venv is built here and copied whole: the wheels never become a layer of the final image.
+# The venv is built here and copied whole: the wheels never become a layer of the final image. `tokenizers`:
+# Whisper and other tokenizer.json exports read it with that package, which pyproject.toml does not list yet.
 FROM ${BASE} AS install
 LABEL tfm-export.stage=install
 COPY --from=wheels /wheels /wheels
 COPY constraints.txt /constraints.txt
 RUN python3 -m venv /opt/tfm-export \
     && /opt/tfm-export/bin/pip install --no-cache-dir -q --no-index --find-links /wheels -c /constraints.txt \
-       'tfm-export[audio]'
+       'tfm-export[audio]' tokenizers
 
 FROM ${BASE}
 COPY --from=install /opt/tfm-export /opt/tfm-export

@@ -2,18 +2,23 @@
 
 `pip install tfm-export` (no extras) must give the runtime, `generate`, `validate` without --model and
 the server's packages, with exactly the tokens of the full install; commands that need PyTorch say in
-one line which extra to install. The container recipe (Dockerfile) builds that same install; its test
-needs a running docker or podman and skips, saying so, without one.
+one line which extra to install. The container image (Dockerfile, `make image`: tools/build_image.py) is that
+same install with the audio extra; its test builds it (installing podman where no engine runs and it can:
+root with apt-get; it skips, saying so, only where it cannot) and serves the exports from it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tfm_export.runtime import open_export
@@ -21,6 +26,7 @@ from tfm_export.runtime.verify import verify_export
 
 from helpers import run_cli_ok
 from install_helpers import ROOT, build_wheel, install_wheel, run
+from tools.build_image import Engine, find_engine
 
 HELDOUT = [line.split("\t") for line in (ROOT / "models/num2words-de/heldout.tsv").read_text().splitlines()]
 INPUTS = [source for source, _ in HELDOUT[:6]]
@@ -28,9 +34,14 @@ EXTRA_MESSAGE = "needs PyTorch (torch, onnxscript, onnx_ir not installed): pip i
 
 
 @pytest.fixture(scope="module")
-def runtime_bin(tmp_path_factory) -> Path:
+def wheel(tmp_path_factory) -> Path:
+    """This checkout's wheel, built once for the module (the venv and the image install it)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def runtime_bin(wheel, tmp_path_factory) -> Path:
     """The bin folder of a fresh venv holding the wheel without extras (outside the checkout)."""
-    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     return install_wheel(wheel, tmp_path_factory.mktemp("runtime-venv"))
 
 
@@ -127,30 +138,144 @@ def test_verify_export_decodes_random_sources_without_samples(tiny_export):
     assert report["eager_report"].startswith("none recorded")  # the fixture skips validation
 
 
-def container_engine() -> str | None:
-    """docker or podman, when one is installed and its daemon answers."""
-    for engine in ("docker", "podman"):
-        if shutil.which(engine) and subprocess.run([engine, "info"], capture_output=True,
-                                                   timeout=60).returncode == 0:
-            return engine
-    return None
+KEY = "container-test-key"
+TAG = f"localhost/tfm-export-server:test-{os.getpid()}"
+
+
+def readable_copy(export: Path, into: Path) -> Path:
+    """A copy of `export` the image's user (uid 10001) can read: pytest's temporary folders are private."""
+    copy = shutil.copytree(export, into)
+    for folder, _, files in os.walk(copy):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(Path(folder, name), 0o644)
+    return copy
+
+
+class Containers:
+    """The engine's calls for one test, and what it started: every container and the image removed at the end."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.names = engine, []
+
+    def call(self, *args, check: bool = True, timeout: float = 300):
+        done = subprocess.run(self.engine.cmd(*args), env=self.engine.env(), capture_output=True, text=True,
+                              timeout=timeout)
+        if check:
+            assert done.returncode == 0, f"{args[:3]} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done
+
+    def serve(self, export: Path) -> str:
+        """The image's default command on `export`, published on a free port of 127.0.0.1 only; its URL."""
+        name = f"tfm-export-test-{os.getpid()}-{len(self.names)}"
+        self.names.append(name)
+        self.call("run", "-d", "--name", name, "-p", "127.0.0.1::8080", "-v", f"{export}:/model:ro",
+                  "-e", f"TFM_EXPORT_API_KEY={KEY}", TAG)
+        (address,) = self.call("port", name, "8080").stdout.split()
+        assert address.startswith("127.0.0.1:")  # never another address of the host
+        url = f"http://{address}"
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    return url
+            except httpx.TransportError:
+                pass
+            state = self.call("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+            assert state == "running" and time.monotonic() < deadline, self.call("logs", name).stderr[-3000:]
+            time.sleep(1)
+
+    def healthy(self, name: str) -> bool:
+        """The image's HEALTHCHECK run now (podman runs it on demand; docker on its interval)."""
+        if self.engine.name == "podman":
+            return self.call("healthcheck", "run", name, check=False).returncode == 0
+        for _ in range(60):
+            if self.call("inspect", "-f", "{{.State.Health.Status}}", name).stdout.strip() == "healthy":
+                return True
+            time.sleep(2)
+        return False
+
+    def stop(self, name: str) -> int:
+        """SIGTERM (the engine's stop), then the exit status: 0 when the server stopped by itself."""
+        self.call("stop", "-t", "60", name, timeout=120)
+        return int(self.call("inspect", "-f", "{{.State.ExitCode}}", name).stdout)
+
+    def remove_all(self) -> None:
+        for name in self.names:
+            self.call("rm", "-f", name, check=False)
+        self.call("rmi", "-f", TAG, check=False)
+
+
+def tone_wav(path: Path, seconds: float = 3.0) -> Path:
+    import numpy as np
+    import soundfile
+
+    t = np.arange(int(seconds * 16000)) / 16000
+    soundfile.write(path, (0.3 * np.sin(2 * np.pi * (300 + 80 * np.sin(0.7 * t)) * t)).astype(np.float32), 16000,
+                    subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    found = find_engine()  # podman from Debian's packages where none runs and we are root with apt-get
+    if found is None:
+        pytest.skip("SKIPPED: no docker or podman runs here, and podman cannot be installed (needs root and "
+                    "apt-get); the image was not built")
+    return found
 
 
 @pytest.mark.slow
-def test_container_image(bundled_export, elsewhere):
-    engine = container_engine()
-    if engine is None:
-        pytest.skip("SKIPPED: no docker or podman with a running daemon here; the Dockerfile was not built")
-    tag = "tfm-export-server:test"
-    run([engine, "build", "-t", tag, ROOT], cwd=ROOT, timeout=1800)
-    size = int(run([engine, "image", "inspect", "-f", "{{.Size}}", tag], cwd=ROOT).stdout)
-    print(f"\nimage {tag}: {size / 2**20:.0f} MiB")
-    mount = ["-v", f"{bundled_export}:/model:ro"]
-    done = run([engine, "run", "--rm", *mount, "--entrypoint", "tfm-export", tag, "generate", "/model",
-                *(a for text in INPUTS for a in ("--text", text))], cwd=elsewhere)
+def test_container_image(engine, wheel, bundled_export, whisper_export, tmp_path):
+    started = time.perf_counter()
+    built = run([sys.executable, ROOT / "tools/build_image.py", "--tag", TAG, "--wheel", wheel,
+                 "--engine", engine.name], cwd=ROOT, timeout=1500)
+    print("\n" + "\n".join(line for line in built.stderr.splitlines() if line.startswith("[image]")))
+    containers = Containers(engine)
+    try:
+        size = int(containers.call("image", "inspect", "-f", "{{.Size}}", TAG).stdout)
+        print(f"image {TAG}: {size / 2**20:.0f} MiB, built in {time.perf_counter() - started:.0f} s")
+        check_the_image(containers, readable_copy(bundled_export, tmp_path / "text"),
+                        readable_copy(whisper_export, tmp_path / "speech"), tmp_path)
+    finally:
+        containers.remove_all()
+    assert containers.call("image", "inspect", TAG, check=False).returncode != 0  # nothing left behind
+
+
+def check_the_image(containers: Containers, text: Path, speech: Path, tmp_path: Path) -> None:
+    call, mount = containers.call, ["-v", f"{text}:/model:ro"]
+    done = call("run", "--rm", *mount, "--entrypoint", "tfm-export", TAG, "generate", "/model",
+                *(a for source in INPUTS for a in ("--text", source)))
     assert done.stdout.splitlines() == [f"{s}\t{t}" for s, t in HELDOUT[:6]]
-    no_torch = run([engine, "run", "--rm", "--entrypoint", "python", tag, "-c", "import torch"], cwd=elsewhere,
-                   check=False)
+    no_torch = call("run", "--rm", "--entrypoint", "python3", TAG, "-c", "import torch", check=False)
     assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
-    keyless = run([engine, "run", "--rm", *mount, tag], cwd=elsewhere, check=False)  # the default command
-    assert keyless.returncode != 0 and "set TFM_EXPORT_API_KEY" in keyless.stderr
+    audio = call("run", "--rm", "--entrypoint", "python3", TAG, "-c", "import soundfile, soxr; print('ok')")
+    assert audio.stdout == "ok\n"  # the speech extras are in
+    assert call("run", "--rm", "--entrypoint", "id", TAG, "-u").stdout == "10001\n"  # not root
+    keyless = call("run", "--rm", *mount, TAG, check=False)  # the default command, 0.0.0.0 without a key
+    assert keyless.returncode != 0 and "TFM_EXPORT_API_KEY" in keyless.stderr, keyless.stderr
+
+    url, name = containers.serve(text), containers.names[-1]
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    sources = [source for source, _ in HELDOUT[6:12]]
+    refused = httpx.post(f"{url}/v1/translate", json={"texts": sources}, timeout=60)
+    assert refused.status_code == 401, refused.text
+    reply = httpx.post(f"{url}/v1/translate", json={"texts": sources}, headers=bearer, timeout=120)
+    assert reply.status_code == 200, reply.text
+    assert [row["text"] for row in reply.json()["translations"]] == [t for _, t in HELDOUT[6:12]]
+    assert containers.healthy(name)
+    read_only = call("exec", name, "sh", "-c", "touch /model/x", check=False)
+    assert read_only.returncode != 0 and "Read-only file system" in read_only.stderr
+    assert containers.stop(name) == 0  # SIGTERM: stopped by itself, not killed
+
+    url, name = containers.serve(speech), containers.names[-1]
+    recording = tone_wav(tmp_path / "tone.wav")
+    with open(recording, "rb") as upload:
+        heard = httpx.post(f"{url}/v1/audio/transcriptions", headers=bearer, timeout=300,
+                           files={"file": ("tone.wav", upload, "audio/wav")}, data={"model": "whisper"})
+    assert heard.status_code == 200, heard.text
+    assert heard.json()["text"] == open_export(speech, device="cpu").transcribe(str(recording))["text"]
+    with open(recording, "rb") as upload:
+        assert httpx.post(f"{url}/v1/audio/transcriptions", files={"file": ("tone.wav", upload, "audio/wav")},
+                          data={"model": "whisper"}, timeout=60).status_code == 401
+    assert containers.stop(name) == 0

@@ -36,6 +36,8 @@ REGISTRY_HOST = ("registry-1.docker.io", 443)
 MIRROR = "http://deb.debian.org/debian"
 DEBIAN_PACKAGES = "python3,python3-venv"  # the base needs python3 and its venv module, nothing more
 EXTRAS = "audio"  # the server's dependencies are the plain install's; `audio` decodes Whisper uploads
+# tokenizer.json exports (Whisper's) need `tokenizers`, which pyproject.toml does not list yet (the Dockerfile too).
+ALSO = ("tokenizers",)
 STAGED = ROOT / "build" / "image-wheels"  # the wheelhouse as the build context sees it (.dockerignore keeps it)
 NO_ENGINE = 3
 # Debian's packages for podman where no engine runs. runc: crun, podman's default runtime, fails on cgroup v1
@@ -238,7 +240,7 @@ def wheelhouse(cache: Path, wheel: Path, target: tuple[str, str, str]) -> Path:
     """The dependencies' wheels for `target`, downloaded once per pyproject.toml, constraints.txt and target."""
     version, libc, machine = target
     inputs = [(ROOT / name).read_bytes() for name in ("pyproject.toml", "constraints.txt")]
-    folder = cache / f"wheels-cp{version.replace('.', '')}-{machine}-{key(*inputs, *target, EXTRAS)}"
+    folder = cache / f"wheels-cp{version.replace('.', '')}-{machine}-{key(*inputs, *target, EXTRAS, *ALSO)}"
     if folder.is_dir():
         log(f"wheelhouse {folder}: present")
         return folder
@@ -249,7 +251,7 @@ def wheelhouse(cache: Path, wheel: Path, target: tuple[str, str, str]) -> Path:
         run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", version,
              "--implementation", "cp", "--abi", abi, *(a for tag in platform_tags(libc, machine)
                                                        for a in ("--platform", tag)),
-             "-c", ROOT / "constraints.txt", "-d", stage, f"{wheel}[{EXTRAS}]"], timeout=1200)
+             "-c", ROOT / "constraints.txt", "-d", stage, f"{wheel}[{EXTRAS}]", *ALSO], timeout=1200)
         for own in stage.glob("tfm_export-*.whl"):  # the checkout's wheel is staged fresh each build
             own.unlink()
         stage.rename(folder)
