@@ -228,7 +228,8 @@ def alternatives_rows(model: Any, alternatives: int) -> int:
 def openapi_body(model: Any, view: LanguageView, bounds: Any, most_alternatives: int) -> dict[str, Any]:
     """The request body's schema, JSON and form: LibreTranslate's parameters with this server's limits
     (a list q holds the texts whose rows fit max_rows: fewer with more alternatives)."""
-    text = text_schema(model, bounds)
+    # any length: a text over the source limit is split into sentences, and those cut at it (serve.documents)
+    text = {k: v for k, v in text_schema(model, bounds).items() if k != "maxLength"}
     one = {**text, "minLength": 1}  # an empty q is "missing", as LibreTranslate says
     source = {"type": "string", "enum": ["auto", *view.sources]} if view.sources else {"type": "string",
                                                                                        "minLength": 1}
