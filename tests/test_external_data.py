@@ -4,7 +4,7 @@ own data files, hash them in the manifest, validate, and decode like the same va
 
 A 2 GB model is too big for CI, so these tests force the layout on the tiny model (`external_data=True`,
 `--external-data`); the threshold itself is one comparison in `needs_external_data`. The real sizes are
-exported by benchmarks/big_models.py (BENCHMARKS.md, "Models over 2 GB").
+exported by `python -m benchmarks big-models` (BENCHMARKS.md, "Models over 2 GB").
 """
 
 import numpy as np

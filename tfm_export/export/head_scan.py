@@ -13,7 +13,7 @@ byte added), else the head's rows in int8 with a scale each. The chosen token is
 (tied) or weight-only int8, better than the int8 head's one scale for the whole matrix, as long as it is among
 the scan's CANDIDATES best; the other logits keep the scan's error, which only the normaliser (beam search's
 log-softmax) and sampling's tail read. The 4-bit scan (blocks of 128) reads 0.53x the int8 head's bytes, the
-2-bit one 0.28x. Measured in BENCHMARKS.md ("CPU int4") and benchmarks/scan_recall.py.
+2-bit one 0.28x. Measured in BENCHMARKS.md ("CPU int4") and `python -m benchmarks scan-recall`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .int8 import initializer, unmap
 
 log = logging.getLogger(__name__)
 
-# `--int4-head` choice -> the scan's bits. benchmarks/scan_recall.py (NLLB's vocabulary, random head, winners of
+# `--int4-head` choice -> the scan's bits. `python -m benchmarks scan-recall` (NLLB's vocabulary, random head, winners of
 # probability 0.3-0.9 over Gaussian logits): the 4-bit scan never missed float32's token and put the log-normaliser
 # within 0.015; the 2-bit one missed up to 1.5 % of uncertain winners and the normaliser by up to 0.75.
 SCAN_BITS = {"scan": 4, "scan2": 2}

@@ -16,7 +16,7 @@ request, which seeds its sampling generators as in a direct call).
 - `RequestBatcher`: collect jobs for `window_ms` (up to `max_batch`), decode that batch to its end,
   repeat: plain greedy jobs together with `generate_ids`, beam jobs of the same settings together
   with `generate`, others one at a time. `max_batch=1` is one request at a time. The baselines of
-  benchmarks/load.py; they work with any export (no static decoder needed).
+  `python -m benchmarks load`; they work with any export (no static decoder needed).
 
 Torch-free; no web framework here (serve.app puts HTTP around an engine).
 """
