@@ -134,8 +134,24 @@ def form_failure(errors: list[Any], form: type[BaseModel]) -> HTTPFailure:
 
 def request_body(form: type[BaseModel]) -> dict[str, Any]:
     """The route's OpenAPI requestBody: multipart/form-data with `file` and the form's fields."""
-    schema = form.model_json_schema(by_alias=True)
+    schema = _inlined(form.model_json_schema(by_alias=True))
     schema["properties"] = {"file": {"type": "string", "format": "binary", "description":
                                      "The recording: WAV, FLAC, MP3 or OGG."}, **schema["properties"]}
     schema["required"] = ["file", *schema.get("required", [])]
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with its `$defs` written where they are referred to: the requestBody sits inside the
+    OpenAPI document, where pydantic's `#/$defs/...` references would resolve against the document's root."""
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline({**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}})
+            return {key: inline(value) for key, value in node.items()}
+        return [inline(item) for item in node] if isinstance(node, list) else node
+
+    return inline(schema)
