@@ -113,7 +113,7 @@ def test_device_reorder_gathers_into_the_other_cache_set(static_export, monkeypa
     """RowBatch over decoder_static as on CUDA, whose caches are not host arrays: a beam step gathers
     every row into the other cache set on the device and flips the parity. On CPU the OrtValues wrap
     host arrays, so the same path runs here with the host view switched off; answers equal direct calls."""
-    from tfm_export.runtime import rows as rows_module
+    from tfm_export.runtime.states import host_rows as rows_module
     from tfm_export.runtime.states.rows import RowBatch
 
     made = []

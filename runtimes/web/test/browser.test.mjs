@@ -134,7 +134,7 @@ test('the server\'s errors show on the page; it switches back to this browser', 
   assert.equal(error, 'missing or wrong API key; send Authorization: Bearer KEY (HTTP 401)');
   await page.fill('#apikey', API_KEY);
   const { error: limit } = await translate(page, ['1'.repeat(200)]); // longer than the model's max_len
-  assert.match(limit, /^source 1 has \d+ tokens, more than the max_len of \d+; shorten or split it \(HTTP 413\)$/);
+  assert.match(limit, /^source 1 has \d+ tokens, more than the max_len of \d+; shorten or split it \("split_sentences": true translates it sentence by sentence\) \(HTTP 413\)$/);
   // Chromium reports each 4xx answer itself (the page read it: CORS let it); nothing else went wrong
   assert.deepEqual(problems.filter((p) => !/\b(401|413)\b/.test(p)), []);
   await page.check('input[name=mode][value=local]');
