@@ -175,7 +175,7 @@ def test_word_timestamps_are_transformers_token_timestamps(trained, heldout, lan
 
     _, runtime, model = trained
     tokenizer = transformers.WhisperTokenizer.from_pretrained(str(FOLDER))
-    checked = 0
+    checked = exact = total = 0
     for spoken, samples in [(s, x) for s, x in heldout if s.language == language][::6]:
         result = runtime.transcribe(samples, language=language, word_timestamps=True)
         features = torch.from_numpy(reference_features(model, samples)[None])
@@ -189,12 +189,19 @@ def test_word_timestamps_are_transformers_token_timestamps(trained, heldout, lan
         texts, _, indices = _combine_tokens_into_words(tokenizer, result["ids"], "english")
         words = result["words"]
         assert [w["word"] for w in words] == texts and "".join(texts) == result["text"]
-        assert [w["start"] for w in words] == [round(stamps[group[0]], 2) for group in indices], spoken
+        starts, theirs = [w["start"] for w in words], [round(stamps[group[0]], 2) for group in indices]
+        # ONNX Runtime's float32 cross-attention weights differ from PyTorch's in the last bits, and dynamic time
+        # warping's path may flip at a near-tie: one word of one utterance (of 10) moved 0.04 s on a fresh install
+        # (2026-12, the same at the commit before the runtime's reorganisation). Every word within two timestamp
+        # steps; nearly all exactly equal.
+        assert np.allclose(starts, theirs, rtol=0, atol=0.04 + 1e-9), spoken
+        exact += sum(a == b for a, b in zip(starts, theirs))
+        total += len(starts)
         assert [w["end"] for w in words[:-1]] == [w["start"] for w in words[1:]]
         assert words[-1]["start"] <= words[-1]["end"] <= len(samples) / RATE + 0.02
         assert result["segments"][0]["words"] == words
         checked += 1
-    assert checked >= 8
+    assert checked >= 8 and exact >= 0.9 * total, (exact, total)
 
 
 @pytest.fixture(scope="module")
