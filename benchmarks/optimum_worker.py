@@ -104,15 +104,23 @@ def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], requests: TextIO, 
         replies.flush()
 
 
-def seq2seq_main() -> None:
-    parser = argparse.ArgumentParser(description=SEQ2SEQ_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("hf_dir", type=Path, help="a folder saved with save_pretrained")
-    parser.add_argument("cache", type=Path, help="Optimum's seq2seq_export goes (or already is) here")
+def timing_server_args(doc: str, folder_help: str, cache_help: str) -> tuple[argparse.Namespace, Any]:
+    """A timing server's arguments, and its replies' stream: stdout carries the replies only (anything printed
+    goes to stderr), transformers quiet, torch on --threads."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("hf_dir", type=Path, help=folder_help)
+    parser.add_argument("cache", type=Path, help=cache_help)
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads and torch threads")
     args = parser.parse_args()
-    replies, sys.stdout = sys.stdout, sys.stderr  # stdout carries the replies only; anything printed goes to stderr
+    replies, sys.stdout = sys.stdout, sys.stderr
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
+    return args, replies
+
+
+def seq2seq_main() -> None:
+    args, replies = timing_server_args(SEQ2SEQ_DOC, "a folder saved with save_pretrained",
+                                       "Optimum's seq2seq_export goes (or already is) here")
     export_s = seq2seq_export(args.hf_dir, args.cache)
     model = seq2seq_load(args.cache, args.threads)
     replies.write(json.dumps({"ready": True, "export_s": export_s}) + "\n")
@@ -246,14 +254,8 @@ class Whisper:
 
 
 def whisper_main() -> None:
-    parser = argparse.ArgumentParser(description=WHISPER_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("hf_dir", type=Path, help="a Whisper folder saved with save_pretrained")
-    parser.add_argument("cache", type=Path, help="Optimum's whisper_export goes (or already is) here")
-    parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads and torch threads")
-    args = parser.parse_args()
-    replies, sys.stdout = sys.stdout, sys.stderr  # stdout carries the replies only; anything printed goes to stderr
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
+    args, replies = timing_server_args(WHISPER_DOC, "a Whisper folder saved with save_pretrained",
+                                       "Optimum's whisper_export goes (or already is) here")
     with tempfile.TemporaryDirectory(prefix="optimum_whisper_") as tmp:
         hf_dir = readable_copy(args.hf_dir, Path(tmp) / "hf")
         export_s = whisper_export(hf_dir, args.cache)
