@@ -103,17 +103,19 @@ class TokenPicker:
         cfg, step = self.config, self.step
         scores = process(view.logits().astype(np.float64), self.history(), step, self.steps - 1, cfg, self.eos_id,
                          self.banned, self.processors)
-        logp = log_softmax(scores)
+        rows, live = np.arange(self.rows), ~self.done
         if cfg.do_sample:
             warped = [warp(row, cfg.temperature, cfg.top_k, cfg.top_p) for row in scores]
             chosen = np.array([sample(w, g) for w, g in zip(warped, self.generators)], dtype=np.int64)
-            # transformers' output scores are the warped ones; its avg logprob undoes the temperature
-            output = log_softmax(np.stack(warped) * cfg.temperature)
+            # transformers' output scores are the warped ones; its avg logprob undoes the temperature. Only
+            # the chosen ids' log-probabilities are formed (no second (rows, vocab) log_softmax per step).
+            output = np.array([_logprob_at(w * cfg.temperature, c) for w, c in zip(warped, chosen)])
+            picked = log_softmax(scores)[rows, chosen]
         else:
-            chosen, output = scores.argmax(axis=1), logp  # argmax ties: the lower id
-        rows, live = np.arange(self.rows), ~self.done
-        self.scores += np.where(live, logp[rows, chosen], 0.0)
-        self.logprobs += np.where(live, output[rows, chosen], 0.0)
+            chosen = scores.argmax(axis=1)  # ties: the lower id
+            picked = output = log_softmax(scores)[rows, chosen]
+        self.scores += np.where(live, picked, 0.0)
+        self.logprobs += np.where(live, output, 0.0)
         chosen = np.where(self.done, self.pad_id, chosen)
         self.ids[:, step] = chosen
         self.lengths += live
@@ -127,6 +129,12 @@ class TokenPicker:
         rows = [trim(r, eos) for r in self.ids[:, : self.step].tolist()]
         hyps = [Hypothesis(ids, float(s)) for ids, s in zip(rows, self.scores)]
         return [hyps[i:i + n] for i in range(0, len(hyps), n)]
+
+
+def _logprob_at(z: np.ndarray, index: int) -> float:
+    """log_softmax(z)[index] without forming the whole row (-inf scores contribute nothing)."""
+    top = z.max()
+    return float(z[index] - top - np.log(np.exp(z - top).sum()))
 
 
 Picker = Greedy | TokenPicker | BeamSearch
