@@ -66,24 +66,35 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
         """LibreTranslate's translate: `q` from `source` into `target` (see GET /languages)."""
         params = await read_params(request)
         check_key(request, params, settings.api_key)
-        texts, batch, alternatives = read_texts(params, bounds.max_texts, most_alternatives)
-        source, target, detected = pick_languages(params, view)
-        options = {}
-        if alternatives:  # n-best: one more beam than alternatives, whatever the export's default
-            wanted = alternatives + 1
-            options = {"num_beams": max(model.generation.num_beams, wanted), "num_return_sequences": wanted,
-                       "do_sample": False}
-        try:  # every text a document, split into sentences as LibreTranslate splits (serve.documents)
-            rendered = await translate_documents(state, settings, texts, None, options, source, target, request)
-        except TfmExportError as exc:
-            raise as_libretranslate(failure_from(exc)) from None
-        except HTTPFailure as exc:
-            raise as_libretranslate(exc) from None
-        if rendered is None:
-            return {}  # the client went away: nobody reads this
-        # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
-        hypotheses = [[text for _, text in renderings] for renderings in rendered]
-        return answer(hypotheses, batch, alternatives, detected)
+        return await translate_params(state, settings, params, request)
+
+
+async def translate_params(state: dict[str, Any], settings: ServeSettings, params: dict[str, Any],
+                           request: Request) -> Any:
+    """LibreTranslate's answer to `params` (read, key checked) from the engine in state["engine"]; {} when
+    the client went away. A server of several exports (serve.multi) runs it on the export it picks, once
+    per leg when it pivots."""
+    model = state["engine"].model
+    view, bounds = LanguageView.of(model), limits(model, settings)
+    most_alternatives = min(bounds.max_beams, bounds.max_rows) - 1
+    texts, batch, alternatives = read_texts(params, bounds.max_texts, most_alternatives)
+    source, target, detected = pick_languages(params, view)
+    options = {}
+    if alternatives:  # n-best: one more beam than alternatives, whatever the export's default
+        wanted = alternatives + 1
+        options = {"num_beams": max(model.generation.num_beams, wanted), "num_return_sequences": wanted,
+                   "do_sample": False}
+    try:  # every text a document, split into sentences as LibreTranslate splits (serve.documents)
+        rendered = await translate_documents(state, settings, texts, None, options, source, target, request)
+    except TfmExportError as exc:
+        raise as_libretranslate(failure_from(exc)) from None
+    except HTTPFailure as exc:
+        raise as_libretranslate(exc) from None
+    if rendered is None:
+        return {}  # the client went away: nobody reads this
+    # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
+    hypotheses = [[text for _, text in renderings] for renderings in rendered]
+    return answer(hypotheses, batch, alternatives, detected)
 
 
 def language_entries(view: LanguageView) -> list[dict[str, Any]]:
