@@ -26,9 +26,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Sequence
 
+from ..errors import InputError
+
 FORMATS = ("text", "html", "markdown")
 PARSERS = {"html": ".markup_html", "markdown": ".markup_md"}  # a format's parser module
-SPACES = re.compile(r"\s+")
+SPACES = re.compile(r"[ \t\n\r\f]+")  # HTML's and Markdown's whitespace (a no-break space is text)
 # Punctuation a model adds to a lone fragment's translation ("Paris." for "Paris"), tried without.
 FRAGMENT_EDGES = ".!?;:,\"'«»“”„ "
 
@@ -227,16 +229,44 @@ def parse(source: str, format: str) -> Document:
     import importlib
 
     if format not in PARSERS:
-        raise ValueError(f"format {format!r} is not one of {', '.join(PARSERS)}")
+        raise InputError(f"format {format!r} is not one of {', '.join(FORMATS)}")
     return importlib.import_module(PARSERS[format], __package__).parse(source)
 
 
-def translate_markup(source: str, format: str, translate: Callable[[list[str]], list[str]]) -> str:
-    """`source` translated with `translate` (texts -> their translations, in order), its markup kept."""
-    run = steps(parse(source, format))
-    texts = next(run)
+def plain_text(source: str, format: str) -> str:
+    """The text a reader sees (each block's, one a line): what a language identifier should read."""
+    return "\n".join(block.text() for block in parse(source, format).blocks)
+
+
+def steps_many(documents: Sequence[Document]) -> Generator[list[str], list[str], list[str]]:
+    """`steps` for several documents at once: each round's texts of all of them in one list (each text
+    once), so a caller translates a request's documents in one batch per round; returns the outputs."""
+    runs = [steps(document) for document in documents]
+    pending = [next(run) for run in runs]
+    results: list[str | None] = [None] * len(runs)
+    while True:
+        active = [n for n, done in enumerate(results) if done is None]
+        if not active:
+            return results  # type: ignore[return-value]
+        wanted = unique([text for n in active for text in pending[n]])
+        translated = dict(zip(wanted, (yield wanted) if wanted else []))
+        for n in active:
+            try:
+                pending[n] = runs[n].send([translated[text] for text in pending[n]])
+            except StopIteration as done:
+                results[n] = done.value
+
+
+def drive(run: Generator[list[str], list[str], object], translate: Callable[[list[str]], list[str]]) -> object:
+    """Run a `steps` protocol with a synchronous `translate` (texts -> their translations, in order)."""
     try:
+        texts = next(run)
         while True:
             texts = run.send(translate(texts) if texts else [])
     except StopIteration as done:
         return done.value
+
+
+def translate_markup(sources: Sequence[str], format: str, translate: Callable[[list[str]], list[str]]) -> list[str]:
+    """`sources` translated with `translate` (texts -> their translations, in order), their markup kept."""
+    return drive(steps_many([parse(source, format) for source in sources]), translate)  # type: ignore[return-value]
