@@ -4,7 +4,8 @@
 the server's packages, with exactly the tokens of the full install; commands that need PyTorch say in
 one line which extra to install. The container image (Dockerfile, `make image`: tools/build_image.py) is that
 same install with the audio extra; its test builds it (installing podman where no engine runs and it can:
-root with apt-get; it skips, saying so, only where it cannot) and serves the exports from it.
+root with apt-get; it skips, saying so, only where it cannot) and serves the exports from it; it runs in
+`make test-long` (minutes of image building, more than CI's budget allows).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def engine() -> Engine:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 6 minutes (debootstrap, the image, two servers): `make test-long`, not CI's `make test`
 def test_container_image(engine, wheel, bundled_export, whisper_export, tmp_path):
     started = time.perf_counter()
     built = run([sys.executable, ROOT / "tools/build_image.py", "--tag", TAG, "--wheel", wheel,
