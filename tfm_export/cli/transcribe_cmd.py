@@ -55,14 +55,17 @@ from .common import library_errors, main_group, ort_thread_options
               help="With --vad: audio kept on both sides of each stretch of speech [default: 400].")
 @click.option("--vad-max-speech-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --vad: cut longer stretches of speech, at their longest pause [default: no limit].")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Whisper: decode this many windows together: --vad's chunks, and the files given (their "
+                   "encoder in one batch, the decoder's rows together); the same text as 1, faster.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors
 def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | None, task: str, timestamps: bool,
                        word_timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
-                       out_format: str, as_json: bool, output_dir: Path | None, vad: bool, device: str,
-                       threads: int | None, spin: bool, **vad_options: float | int | None) -> None:
+                       out_format: str, as_json: bool, output_dir: Path | None, vad: bool, batch_size: int,
+                       device: str, threads: int | None, spin: bool, **vad_options: float | int | None) -> None:
     """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG; - reads one from standard input) with the
     speech export in FOLDER: Whisper, or a frames model whose manifest names its filterbank (Whisper-only options
     are refused for it)."""
@@ -81,12 +84,14 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
-    for path, target in zip(audio, targets):
-        source = sys.stdin.buffer.read() if str(path) == "-" else str(path)  # - : a recording piped in
-        result = model.transcribe(source, language=language, task=task, timestamps=timestamps,
-                                  word_timestamps=word_timestamps,
-                                  num_beams=num_beams, prompt=prompt, max_seconds=max_seconds,
-                                  max_new_tokens=max_new_tokens, vad=vad, vad_parameters=vad_parameters)
+    sources = [sys.stdin.buffer.read() if str(path) == "-" else str(path) for path in audio]  # - : piped in
+    options = dict(language=language, task=task, timestamps=timestamps, word_timestamps=word_timestamps,
+                   num_beams=num_beams, prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens,
+                   vad=vad, vad_parameters=vad_parameters, batch_size=batch_size)
+    # one file at a time, each written when done; with --batch-size, all files' windows together
+    results = model.transcribe(sources, **options) if batch_size > 1 else (
+        model.transcribe(source, **options) for source in sources)
+    for path, target, result in zip(audio, targets, results):
         text = TRANSCRIPT_FORMATS[fmt](result, str(path))
         if target is None:
             click.echo(text, nl=False)

@@ -19,7 +19,7 @@ from ...errors import InputError
 from .vad import RATE, Chunk, SpeechMap, VadParameters, collect_chunks, speech_timestamps
 from .whisper import DEFAULT_MAX_SECONDS, read_samples
 
-__all__ = ["ChunkPlan", "join_text", "transcribe_speech"]
+__all__ = ["ChunkPlan", "SpeechChunks", "join_text", "joined", "speech_chunks", "transcribe_speech"]
 
 Transcribe = Callable[..., dict[str, Any]]  # (model, samples, **options) -> {text, language, segments, ids}
 
@@ -76,30 +76,56 @@ def _streamed(on_text: Callable[[str], None] | None, before: str) -> Callable[[s
     return None if on_text is None else lambda text: on_text(join_text(before, text))
 
 
-def transcribe_speech(model: Any, audio: Any, transcribe: Transcribe, plan: ChunkPlan,
-                      parameters: VadParameters | dict[str, Any] | None = None,
-                      max_seconds: float | None = DEFAULT_MAX_SECONDS, language: str | None = None,
-                      on_text: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
-    """The recording's speech chunks, each transcribed by `transcribe(model, samples, **options)`, as one
-    answer with the recording's times (the module docstring)."""
+@dataclass(frozen=True)
+class SpeechChunks:
+    """A recording cut to its speech: the chunks to transcribe and the map of their times back."""
+
+    chunks: list[Chunk]
+    timeline: SpeechMap
+
+
+def speech_chunks(audio: Any, plan: ChunkPlan, parameters: VadParameters | dict[str, Any] | None = None,
+                  max_seconds: float | None = DEFAULT_MAX_SECONDS) -> SpeechChunks:
+    """A recording's speech spans (the VAD) merged into chunks of up to the plan's window."""
     parameters = VadParameters.of(parameters)
     if plan.sampling_rate != RATE:
         raise InputError(f"the VAD reads {RATE} Hz audio and this model {plan.sampling_rate} Hz; transcribe "
                          f"without vad")
     samples = read_samples(audio, RATE, max_seconds)
     spans = speech_timestamps(samples, parameters)
-    timeline = SpeechMap(spans)
+    return SpeechChunks(collect_chunks(samples, spans, plan.window_seconds), SpeechMap(spans))
+
+
+def joined(speech: SpeechChunks, results: list[dict[str, Any]], plan: ChunkPlan, language: str | None = None,
+           word_timestamps: bool = False) -> dict[str, Any]:
+    """Each chunk's answer, in order, as one answer with the recording's times (the module docstring)."""
     text, ids, segments, words, detected = "", [], [], [], None
-    for chunk in collect_chunks(samples, spans, plan.window_seconds):
-        result = transcribe(model, chunk.samples, language=language or detected, max_seconds=None,
-                            on_text=_streamed(on_text, text), **options)
+    for chunk, result in zip(speech.chunks, results):
         detected = detected or result.get("language")
-        mapper = _Mapper(chunk, timeline, plan)
+        mapper = _Mapper(chunk, speech.timeline, plan)
         text = join_text(text, result["text"])
         ids.extend(result["ids"])
         segments.extend(mapper.segment(s) for s in result["segments"])
         words.extend(mapper.word(w) for w in result.get("words", ()))
     out = {"text": text, "language": language if detected is None else detected, "segments": segments, "ids": ids}
-    if options.get("word_timestamps"):
+    if word_timestamps:
         out["words"] = words
     return out
+
+
+def transcribe_speech(model: Any, audio: Any, transcribe: Transcribe, plan: ChunkPlan,
+                      parameters: VadParameters | dict[str, Any] | None = None,
+                      max_seconds: float | None = DEFAULT_MAX_SECONDS, language: str | None = None,
+                      on_text: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
+    """The recording's speech chunks, each transcribed by `transcribe(model, samples, **options)` one after
+    the other, as one answer with the recording's times (the module docstring; runtime.speech.batch decodes
+    the chunks together)."""
+    speech = speech_chunks(audio, plan, parameters, max_seconds)
+    text, results, detected = "", [], None
+    for chunk in speech.chunks:
+        result = transcribe(model, chunk.samples, language=language or detected, max_seconds=None,
+                            on_text=_streamed(on_text, text), **options)
+        detected = detected or result.get("language")
+        text = join_text(text, result["text"])
+        results.append(result)
+    return joined(speech, results, plan, language, bool(options.get("word_timestamps")))

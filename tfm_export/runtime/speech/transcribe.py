@@ -3,7 +3,9 @@
 The manifest's config.source says what the encoder reads, hence how audio becomes its input: Whisper's
 log-mel windows (source "features", runtime.speech.whisper) or a filterbank's frames (source "frames",
 runtime.speech.frames). Both take the same options and give the same {text, language, segments, ids}.
-With `vad=True` either transcribes only the recording's speech, chunk by chunk (runtime.speech.chunks).
+With `vad=True` either transcribes only the recording's speech, chunk by chunk (runtime.speech.chunks);
+with `batch_size` > 1 a Whisper export decodes the chunks, and a list of recordings, together
+(runtime.speech.batch).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Callable
 
 from ...errors import InputError
 from . import frames, whisper
+from .batch import transcribe_batch
 from .chunks import ChunkPlan, transcribe_speech
 from .vad import VadParameters
 
@@ -38,10 +41,12 @@ PLANS: dict[str, Callable[[Any], ChunkPlan]] = {"features": _whisper_plan, "fram
 
 
 def transcribe(model: Any, audio: Any, vad: bool = False, vad_parameters: VadParameters | dict | None = None,
-               **options: Any) -> dict[str, Any]:
+               batch_size: int = 1, **options: Any) -> dict[str, Any] | list[dict[str, Any]]:
     """`model.transcribe(audio, ...)` by the export's encoder input; a text model is one InputError.
     `vad`: only the speech (runtime.speech.chunks), found with `vad_parameters` (vad.VadParameters or a
-    dict of its fields; default: faster-whisper's)."""
+    dict of its fields; default: faster-whisper's). `batch_size` > 1: a Whisper export decodes that many
+    VAD chunks, or recordings, together (runtime.speech.batch). `audio` a list or tuple of recordings: a
+    list of answers."""
     transcriber = TRANSCRIBERS.get(model.config.source)
     if transcriber is None:
         raise InputError(f"this export is not a speech model (its encoder reads {model.manifest.encoder_input.name}, "
@@ -52,7 +57,17 @@ def transcribe(model: Any, audio: Any, vad: bool = False, vad_parameters: VadPar
                          "frames model has none")
     if vad_parameters is not None and not vad:
         raise InputError("vad_parameters are the VAD's: pass vad=True with them")
-    if vad:
-        return transcribe_speech(model, audio, transcriber, PLANS[model.config.source](model), vad_parameters,
-                                 **options)
-    return transcriber(model, audio, **options)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    many = isinstance(audio, (list, tuple))
+    if many and options.get("on_text") is not None:
+        raise InputError("on_text streams one recording's text; transcribe a list of recordings without it")
+    plan = PLANS[model.config.source](model) if vad else None
+    recordings = list(audio) if many else [audio]
+    if batch_size > 1 and model.config.source == "features" and (many or vad):
+        results = transcribe_batch(model, recordings, transcriber, plan, batch_size, vad_parameters, **options)
+    elif vad:
+        results = [transcribe_speech(model, a, transcriber, plan, vad_parameters, **options) for a in recordings]
+    else:
+        results = [transcriber(model, a, **options) for a in recordings]
+    return results if many else results[0]
