@@ -120,7 +120,7 @@ def app(tmp_path_factory) -> Path:
          "decode/beam.mjs", "decode/loop.mjs", "decode/processors.mjs", "decode/sampling.mjs", "decode/strategies.mjs",
          "options/generation.mjs",
          "speech/alignment.mjs", "speech/longform.mjs", "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs",
-         "speech/whisper.mjs", "speech/words.mjs",
+         "speech/streaming.mjs", "speech/whisper.mjs", "speech/words.mjs",
          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
          "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")

@@ -50,6 +50,10 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "runtime/speech/words.py": ("speech/words.mjs", (), ("alignment_session", "window_times=timeWindow", "add_words")),
     "runtime/speech/alignment.py": ("speech/alignment.mjs", (), ("median_filter", "dtw", "token_times", "words")),
     "runtime/speech/whisper.py": ("speech/whisper.mjs", (), ("transcribe", "to_srt", "to_vtt")),
+    "runtime/speech/streaming.py": ("speech/streaming.mjs",
+                                    ("Agreement", "StreamOptions", "StreamTranscriber", "StreamUpdate", "Word"),
+                                    ("segment_words", "stream_transcribe", "agree", "confirm", "forget", "append",
+                                     "feed", "step", "finish")),
     # the non-runtime modules the JS side ports, under their Python packages' names
     "text/tokenizer.py": ("text/tokenizer.mjs", (), ("tokenizer_from_dict=makeTokenizer",)),
     "text/hf.py": ("text/tokenizer.mjs", (), ("clean_up_spaces",)),
@@ -64,6 +68,10 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/device.py": "ONNX Runtime's execution providers and the CPU/CUDA choice: Node runs onnxruntime-node's "
                          "CPU provider, the page onnxruntime-web's WASM",
     "runtime/hugepages.py": "transparent huge pages for the Python process's ONNX Runtime arenas (Linux servers)",
+    "runtime/decode/prefix.py": "CTranslate2's target_prefix and return_alternatives (Python and the server): not "
+                                "ported to Node yet",
+    "runtime/decode/scoring.py": "CTranslate2's score_batch, teacher-forced (Python and the server): not ported to "
+                                 "Node yet",
     "runtime/inflight.py": "the server's in-flight batching (tfm-export serve); Node calls a server (client.mjs)",
     "runtime/verify.py": "`tfm-export validate` of an export folder, a Python CLI command",
     "runtime/options/spec.py": "the option declarations tools/options_codegen.py reads to write "
@@ -71,6 +79,11 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/states/static.py": "the static cache and its CUDA graphs (GPU only)",
     "runtime/states/rows.py": "the server's in-flight rows on the static cache",
     "runtime/states/host_rows.py": "the server's in-flight rows on host caches",
+    "runtime/decode/speculative.py": "speculative greedy decoding (--prompt-lookup, --assistant): not ported to "
+                                     "Node, which decodes plain greedy (the same ids) and ignores the option",
+    "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
+    "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim: not "
+                                   "ported to Node",
     "runtime/states/head.py": "beam candidates picked on the device by a head graph; Node's beam search takes the "
                               "logits on the host, where they already are",
     "runtime/speech/frames.py": "speech models that read filterbank frames (config.source 'frames'): Node "
@@ -79,7 +92,6 @@ PYTHON_ONLY: dict[str, str] = {
                                     "(speech/whisper.mjs)",
     "runtime/speech/vad.py": "Silero VAD (transcribe --vad): not ported to Node",
     "runtime/speech/chunks.py": "transcribing the VAD's speech chunks (transcribe --vad): not ported to Node",
-    "runtime/speech/streaming.py": "live transcription (LocalAgreement-2 over a growing buffer): not ported to Node",
 }
 
 # Node modules without a Python partner, and why.

@@ -17,6 +17,7 @@
 //   await translate(model, ['Hello'], { sourceLang: 'en_XX', targetLang: 'de_DE' }); // a multilingual export
 //   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
 //   await transcribe('whisper_onnx', 'talk.wav', { numBeams: 2 }); // a Whisper export: { text, language, ids, ... }
+//   for await (const u of whisper.streamTranscribe(chunks)) show(u.text, u.tentative); // live: confirmed + tentative
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
@@ -26,6 +27,7 @@ import * as api from './api.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
 import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
 import * as speech from './speech/whisper.mjs';
+import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
 
 export { connect, ServerError } from './client.mjs';
@@ -132,6 +134,14 @@ export class ExportedModel {
   run(idLists) { return run(this, idLists); }
 
   transcribe(audio, opts) { return transcribe(this, audio, opts); }
+
+  /** Live speech (Python's stream_transcribe): `chunks` (an iterable or async iterable of Float32Array samples at
+   * 16 kHz, as they arrive) -> an async iterator of StreamUpdate { confirmed, tentative, text, words, final,
+   * language }, the last one final (speech/streaming.mjs; opts: language, task, prompt, options, numBeams). */
+  streamTranscribe(chunks, opts) { return streamTranscribe(ort, this, chunks, opts); }
+
+  /** A live stream to feed by hand (speech/streaming.mjs's StreamTranscriber on this model). */
+  streamTranscriber(opts) { return new StreamTranscriber(ort, this, opts); }
 
   languages() { return exportLanguages(this.manifest); }
 }

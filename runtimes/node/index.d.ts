@@ -141,6 +141,51 @@ export class ExportedModel {
   run(idLists: number[][]): Promise<Record<string, Tensor>>;
   /** A Whisper export: one recording (a WAV path or bytes, or 16 kHz samples) to text, language and ids. */
   transcribe(audio: AudioInput, opts?: TranscribeOptions): Promise<Transcription>;
+  /** A Whisper export, live (Python's `stream_transcribe`): 16 kHz chunks as they arrive -> updates with the text
+   * confirmed for good and the tentative rest, the last one final. */
+  streamTranscribe(chunks: Iterable<Float32Array> | AsyncIterable<Float32Array>,
+    opts?: StreamTranscribeOptions): AsyncGenerator<StreamUpdate, void, undefined>;
+  /** A live stream to feed by hand: `await stream.feed(chunk)` (0 or 1 updates), `await stream.finish()`. */
+  streamTranscriber(opts?: StreamTranscribeOptions): StreamTranscriber;
+}
+
+/** How a live stream re-transcribes its buffer (Python's StreamOptions). */
+export interface LiveOptions {
+  /** New audio between two re-transcriptions (default 1 s). */
+  stepSeconds?: number;
+  /** The buffer is cut past this (default: half the model's window). */
+  trimSeconds?: number | null;
+  /** Of the confirmed text trimmed off, as the prompt (default 200; 0: none). */
+  promptChars?: number;
+  /** Repeated words looked for where a hypothesis meets the confirmed text (default 5). */
+  overlapWords?: number;
+}
+
+/** A live stream's options: transcribe's, and `options` (its policy). */
+export interface StreamTranscribeOptions extends Omit<TranscribeOptions, 'timestamps' | 'wordTimestamps' | 'maxSeconds'> {
+  options?: LiveOptions;
+}
+
+/** What one step of a live stream changed (Python's StreamUpdate). */
+export interface StreamUpdate {
+  /** The text this step confirmed ('' when none): appended for good. */
+  confirmed: string;
+  /** The latest hypothesis past the confirmed text: it may still change. */
+  tentative: string;
+  /** All the text confirmed so far. */
+  text: string;
+  words: { start: number; end: number; text: string }[];
+  /** finish()'s: nothing is tentative any more. */
+  final: boolean;
+  language: string | null;
+}
+
+/** One live stream (Python's StreamTranscriber). */
+export interface StreamTranscriber {
+  readonly text: string;
+  readonly buffered: number;
+  feed(samples: Float32Array): Promise<StreamUpdate[]>;
+  finish(): Promise<StreamUpdate>;
 }
 
 /** A recording: a WAV file's path, its bytes, or mono float32 samples at the model's rate (16 kHz). */
@@ -269,6 +314,16 @@ export interface DecodingOptions {
    * The first generated token (transformers' forced_bos_token_id): a multilingual model's target language, BART's <s>.
    */
   forcedBosTokenId?: number;
+  /**
+   * Greedy: draft up to this many ids a step from n-grams of the source and the output so far, checked in one decoder
+   * step (transformers' prompt_lookup_num_tokens; the output is plain greedy's; 0: off).
+   */
+  promptLookupNumTokens?: number;
+  /**
+   * Greedy with an assistant (a draft export): the ids it drafts at first; then +2 after a step that accepts them all,
+   * -1 otherwise (transformers' heuristic schedule).
+   */
+  numAssistantTokens?: number;
   /** Log-softmax again after the logits processors (transformers' renormalize_logits). */
   renormalizeLogits?: boolean;
   // END GENERATED

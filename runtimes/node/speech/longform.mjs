@@ -110,12 +110,12 @@ export async function transcribeWindows(features, { nMels, total, windowFrames, 
     const frames = Math.min(total - seek, windowFrames);
     const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
     const forced = prompt(segments);
-    const { ids, ended, avgLogprob, noSpeechProb, skip } = await decodeWindow(window, forced);
+    const { ids, ended, avgLogprob, noSpeechProb, skip, prompt: decoded = forced } = await decodeWindow(window, forced);
     const generated = ended ? [...ids, eosId] : ids;
     const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
       compression_ratio: compressionRatio(generated, vocabSize), no_speech_prob: noSpeechProb, skipped: skip };
     // what it read and generated, for word timestamps (speech/words.mjs), as Python's Window.prompt and ids
-    Object.defineProperties(measured, { prompt: { value: forced }, ids: { value: generated } });
+    Object.defineProperties(measured, { prompt: { value: decoded }, ids: { value: generated } });
     windows.push(measured);
     if (skip) { // no segment, the next window
       seek += frames;
@@ -148,6 +148,7 @@ export function windowDecoder(runWindow, settings, config, { timestamps, max = n
     await runWindow(window, strategy);
     if (prompt.includes(DETECT)) onDetected(strategy.prompt);
     const row = strategy.windowRow();
-    return { ...row, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
+    // the prompt as decoded (its DETECT slot filled: the alignment reads the detected language, as Python's)
+    return { ...row, prompt: strategy.prompt, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
   };
 }
