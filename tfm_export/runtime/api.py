@@ -14,6 +14,8 @@ from typing import Any, Iterator, Sequence
 from ..errors import InputError
 from ..text import sentences
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
+from .decode.prefix import prefixed_generate
+from .decode.scoring import ScoreResult, score as score_targets
 from .options.generation import GenerationConfig, Hypothesis
 from .sources import resolve_max_new_tokens, trim
 from .decode.strategies import Greedy, strategy_for
@@ -60,14 +62,21 @@ class GenerateMixin:
 
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
                  timings: DecodeTimings | None = None, row_offset: int = 0, observer: Observer | None = None,
+                 target_prefix: Sequence[Sequence[int]] | None = None, return_alternatives: bool = False,
                  **options: Any) -> list[list[Hypothesis]]:
         """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
 
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
         these sources are the rows from row_offset on of a larger call, whose samples they reproduce
         (a server decoding one source of a request alone). `observer` watches every step
-        (runtime.decode.loop.Observer: export validation records the logits)."""
+        (runtime.decode.loop.Observer: export validation records the logits). `target_prefix`: each source's
+        first target ids, completed (CTranslate2's; hypotheses start with them); `return_alternatives`:
+        num_return_sequences alternatives at the first position after the prefix (runtime.decode.prefix)."""
         config = self.generation_config(config, **options)
+        if target_prefix is not None or return_alternatives:
+            n = config.num_return_sequences if return_alternatives else 0
+            alt = config.replace(num_return_sequences=1, num_beams=1) if return_alternatives else config
+            return prefixed_generate(self, sources, target_prefix, alt, n)
         src, steps = self.source_input(sources), self.steps_for(config)
         strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)
         return run(self.cache_for(config, steps), src, strategy, timings, observer)
@@ -103,7 +112,9 @@ class GenerateMixin:
 
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None,
                   config: GenerationConfig | None = None, source_lang: str | None = None,
-                  target_lang: str | None = None, split_sentences: bool = False, **options: Any) -> list[str]:
+                  target_lang: str | None = None, split_sentences: bool = False,
+                  target_prefix: Sequence[str | Sequence[int]] | None = None, return_alternatives: bool = False,
+                  num_hypotheses: int = 1, **options: Any) -> list[Any]:
         """Encode texts with the tokenizer, decode (the export's default decoding unless configured),
         return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages).
 
@@ -111,7 +122,14 @@ class GenerateMixin:
         sentences of every text decoded together, DOCUMENT_BATCH at a time) and joined back with its own
         whitespace; a sentence over max_len is cut at the limit (logged). Without it each text is one
         source, as always, except a text over max_len: rather than refuse it, it is translated as a
-        document, with a logged warning (a call that used to raise an InputError now translates)."""
+        document, with a logged warning (a call that used to raise an InputError now translates).
+
+        CTranslate2's `target_prefix` (each text's translation starts with it), `return_alternatives` and
+        `num_hypotheses` (> 1: per text a list of translations, best first) decode through `hypotheses`."""
+        if target_prefix is not None or return_alternatives or num_hypotheses > 1:
+            rows = self.hypotheses(texts, target_prefix, return_alternatives, num_hypotheses, source_lang, target_lang,
+                                   config, max_new_tokens=max_new_tokens, **options)
+            return rows if return_alternatives or num_hypotheses > 1 else [row[0] for row in rows]
         sources = [self.encode(t, source_lang, target_lang) for t in texts]
         options = {**self.language_options(target_lang), **options}
         limit = self.config.max_len
@@ -132,6 +150,44 @@ class GenerateMixin:
                                              **options)]
         decoded = iter(self.tokenizer.decode(ids) for ids in rows)
         return [sentences.join(plan, [next(decoded) for _ in sentences.texts_of(plan)]) for plan in plans]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Target text -> ids without EOS (a target prefix, a translation to score)."""
+        encode = getattr(self.tokenizer, "encode_target", None)
+        if encode is None:
+            raise InputError("this export's tokenizer cannot encode target text; give target ids instead")
+        return encode(text)
+
+    def hypotheses(self, texts: Sequence[str], target_prefix: Sequence[str | Sequence[int]] | None = None,
+                   return_alternatives: bool = False, num_hypotheses: int = 1, source_lang: str | None = None,
+                   target_lang: str | None = None, config: GenerationConfig | None = None, **options: Any
+                   ) -> list[list[str]]:
+        """`translate` with CTranslate2's decoding options: per text its `num_hypotheses` translations, best
+        first (the n-best, or with `return_alternatives` the alternatives after the prefix), each completing its
+        `target_prefix` (text, or target ids; None or "" for none) when given."""
+        sources = [self.encode(t, source_lang, target_lang) for t in texts]
+        prefixes = None if target_prefix is None else [
+            self.encode_target(p) if isinstance(p, str) else list(p) for p in target_prefix]
+        options = {**self.language_options(target_lang), **options, "num_return_sequences": num_hypotheses}
+        if not return_alternatives and num_hypotheses > 1:
+            options.setdefault("num_beams", max(num_hypotheses, self.generation.num_beams))
+        rows = self.generate(sources, config, target_prefix=prefixes, return_alternatives=return_alternatives,
+                             **options)
+        return [[self.tokenizer.decode(h.ids) for h in row] for row in rows]
+
+    def score(self, sources: Sequence[str | Sequence[int]], targets: Sequence[str | Sequence[int]],
+              source_lang: str | None = None, target_lang: str | None = None) -> list[ScoreResult]:
+        """CTranslate2's score_batch: per (source, target) the log-probability of each target token, EOS
+        included, and their sum and mean (runtime.decode.scoring). Texts or ids; a text target gets the model's
+        forced first token in front (the target language's, or forced_bos_token_id), as its translations have."""
+        srcs = [self.encode(s, source_lang, target_lang) if isinstance(s, str) else list(s) for s in sources]
+        forced = {**{"forced_bos_token_id": self.generation.forced_bos_token_id},
+                  **self.language_options(target_lang)}["forced_bos_token_id"]
+        tgts = []
+        for t in targets:
+            ids = self.encode_target(t) if isinstance(t, str) else list(t)
+            tgts.append([forced, *ids] if isinstance(t, str) and forced is not None and ids[:1] != [forced] else ids)
+        return score_targets(self, srcs, tgts)
 
     def stream(self, source: str | Sequence[int], config: GenerationConfig | None = None,
                source_lang: str | None = None, target_lang: str | None = None, **options: Any) -> Iterator[Any]:

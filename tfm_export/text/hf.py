@@ -77,6 +77,10 @@ class HFTokenizer:
         suffix = [self.token_id(marker if t == LANG else t) for t in self.suffix if t != LANG or marker]
         return prefix + ids + suffix
 
+    def encode_target(self, text: str) -> list[int]:
+        """Target text -> ids without special tokens (a target prefix, a translation to score)."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def forced_bos(self, target_lang: str | None) -> int | None:
         """The id forced as the first generated token for `target_lang` (None: none is forced)."""
         token = self.languages.target_token(target_lang)

@@ -150,6 +150,10 @@ class MarianTokenizer:
                 ids.extend(self.encoder.get(p, self.unk_id) for p in self._pieces(chunk))
         return ids + [self.eos_id]
 
+    def encode_target(self, text: str) -> list[int]:
+        """Target text -> ids without EOS (target.spm's pieces: a target prefix, a translation to score)."""
+        return [self.encoder.get(p, self.unk_id) for p in self.target.encode(text, out_type=str)] if text else []
+
     def _pieces(self, text: str) -> list[str]:
         # A leading ">>lang<<" picks the target language of multilingual models: one token.
         code = []

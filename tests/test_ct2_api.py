@@ -1,0 +1,145 @@
+"""CTranslate2's decoding API on the trained Marian and BART fixtures (tests/fixtures/README.md), against
+transformers: `target_prefix` equals `generate(decoder_input_ids=[decoder start, *prefix])` (greedy and beam-4,
+the folder's processors), `score` equals the per-token log-probabilities of transformers' loss of the labels,
+and `return_alternatives` are the prefix, each of the position's best tokens, and its greedy continuation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+from hf_fixtures import hf_model, hf_tokenizer, task_examples, trained_folder  # noqa: E402
+from tfm_export.errors import InputError  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+FAMILIES = ("marian", "bart")
+STEPS = 40  # max_new_tokens on both sides: every answer of the task is shorter
+
+
+@pytest.fixture(scope="module")
+def pair(trained_export):
+    """family -> (the opened export, transformers' model, its tokenizer), each made once."""
+    made = {}
+
+    def get(family):
+        if family not in made:
+            folder = trained_folder(family)
+            made[family] = open_export(trained_export(family), "cpu"), hf_model(folder), hf_tokenizer(folder)
+        return made[family]
+
+    return get
+
+
+def sources_of(runtime, family, count=8):
+    examples = task_examples(family, count)
+    return [e.source for e in examples], [runtime.encode(e.source) for e in examples], [e.target for e in examples]
+
+
+def with_forced(runtime, prefix) -> list[int]:
+    """The prefix as decoded: the folder's forced first token (BART's <s>) in front unless it starts with it."""
+    forced = runtime.generation.forced_bos_token_id
+    return prefix if forced is None or prefix[:1] == [forced] else [forced, *prefix]
+
+
+def hf_completion(runtime, model, tokenizer, text, prefix, **settings) -> list[int]:
+    """transformers' ids after the decoder start for decoder_input_ids = start + (forced first) + prefix, to EOS."""
+    full = with_forced(runtime, prefix)
+    decoder_input_ids = torch.tensor([[runtime.config.bos_id, *full]])
+    with torch.no_grad():
+        out = model.generate(**tokenizer([text], return_tensors="pt"), decoder_input_ids=decoder_input_ids,
+                             max_new_tokens=STEPS, min_new_tokens=runtime.generation.min_new_tokens, **settings)
+    row, eos = out[0, 1:].tolist(), runtime.config.eos_id
+    generated = row[len(full):]
+    return row[: len(full) + generated.index(eos)] if eos in generated else row
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("beams", [1, 4])
+def test_target_prefix_equals_transformers_decoder_input_ids(family, beams, pair):
+    """One batch, prefixes of 0-3 tokens taken from another source's translation (the model must follow a
+    prefix it would not choose), decoded in groups of equal length: each row equals transformers'."""
+    runtime, model, tokenizer = pair(family)
+    texts, srcs, _ = sources_of(runtime, family)
+    plain = runtime.generate(srcs, num_beams=beams, max_new_tokens=STEPS)
+    prefixes = [plain[(i + 1) % len(srcs)][0].ids[: i % 4] for i in range(len(srcs))]
+    ours = runtime.generate(srcs, target_prefix=prefixes, num_beams=beams, max_new_tokens=STEPS)
+    changed = 0
+    for text, prefix, row, before in zip(texts, prefixes, ours, plain):
+        full = with_forced(runtime, prefix)
+        assert row[0].ids[: len(full)] == full
+        assert row[0].ids == hf_completion(runtime, model, tokenizer, text, prefix, num_beams=beams)
+        changed += row[0].ids != before[0].ids
+    assert changed >= 3  # the prefixes steered the translations
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_score_equals_transformers_loss(family, pair):
+    runtime, model, tokenizer = pair(family)
+    texts, _, targets = sources_of(runtime, family)
+    targets[1] = targets[0]  # a wrong translation scores too (lower)
+    batch = tokenizer(texts, text_target=targets, return_tensors="pt", padding=True)
+    labels, pad, eos = batch["labels"], tokenizer.pad_token_id, runtime.config.eos_id
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    labels=labels.masked_fill(labels == pad, -100))
+    theirs = torch.log_softmax(out.logits.double(), -1)
+    rows = [row[: row.index(eos) + 1] for row in labels.tolist()]  # each label row up to its EOS
+    srcs = [row[: int(m.sum())] for row, m in zip(batch["input_ids"].tolist(), batch["attention_mask"])]
+    results = runtime.score(srcs, [row[:-1] for row in rows])
+    for r, (row, result) in enumerate(zip(rows, results)):
+        assert result.tokens == row
+        expected = theirs[r, torch.arange(len(row)), torch.tensor(row)].numpy()
+        np.testing.assert_allclose(result.log_probs, expected, atol=1e-5)
+        assert result.score == pytest.approx(float(expected.sum()), abs=1e-4)
+    # transformers' loss is minus the mean over every label token of the batch
+    assert -np.mean([p for r in results for p in r.log_probs]) == pytest.approx(out.loss.item(), abs=1e-5)
+    assert results[1].normalized < results[0].normalized
+    # text in: the same ids (BART's target gets its forced <s> first, as its labels have it)
+    assert [r.tokens for r in runtime.score(texts[:3], targets[:3])] == rows[:3]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_alternatives_branch_after_the_prefix(family, pair):
+    """Each alternative is the prefix, one of the position's 4 best tokens (all different, best first), then
+    exactly what greedy decoding with that token appended to the prefix gives (transformers')."""
+    runtime, model, tokenizer = pair(family)
+    texts, srcs, _ = sources_of(runtime, family, 4)
+    greedy = runtime.generate(srcs, num_beams=1, max_new_tokens=STEPS)
+    prefixes = [greedy[i][0].ids[: 1 + i % 2] for i in range(len(srcs))]
+    rows = runtime.generate(srcs, target_prefix=prefixes, return_alternatives=True, num_return_sequences=4,
+                            max_new_tokens=STEPS)
+    for text, prefix, row in zip(texts, prefixes, rows):
+        full = with_forced(runtime, prefix)
+        assert len(row) == 4 and all(h.ids[: len(full)] == full for h in row)
+        firsts = [h.ids[len(full)] for h in row if len(h.ids) > len(full)]  # (an alternative may be EOS: ended)
+        assert len(set(firsts)) == len(firsts) >= 3
+        for h in (h for h in row if len(h.ids) > len(full)):
+            assert h.ids == hf_completion(runtime, model, tokenizer, text, h.ids[: len(full) + 1], num_beams=1)
+        # the first alternative is the best token: greedy decoding with the prefix
+        assert row[0].ids == hf_completion(runtime, model, tokenizer, text, prefix, num_beams=1)
+
+
+def test_text_api_and_bad_input(pair):
+    runtime, _, _ = pair("marian")
+    texts, srcs, targets = sources_of(runtime, "marian", 3)
+    prefix = targets[1].split()[0] if " " in targets[1] else targets[1][:4]
+    out = runtime.translate(texts, target_prefix=[prefix, "", ""], max_new_tokens=STEPS)
+    assert out[0].startswith(prefix) and len(out) == 3
+    ids = runtime.generate(srcs, target_prefix=[runtime.encode_target(prefix), [], []], max_new_tokens=STEPS)
+    assert out == [runtime.tokenizer.decode(r[0].ids) for r in ids]
+    alternatives = runtime.translate(texts, return_alternatives=True, num_hypotheses=3, max_new_tokens=STEPS)
+    assert [len(a) for a in alternatives] == [3, 3, 3] and all(len(set(a)) == 3 for a in alternatives)
+    assert [a[0] for a in alternatives] == runtime.translate(texts, num_beams=1, max_new_tokens=STEPS)
+    nbest = runtime.translate(texts, num_hypotheses=2, max_new_tokens=STEPS)
+    assert [n[0] for n in nbest] == runtime.translate(texts, max_new_tokens=STEPS)  # the folder's 4 beams
+    with pytest.raises(InputError, match="out of range"):
+        runtime.generate(srcs[:1], target_prefix=[[10**6]])
+    with pytest.raises(InputError, match="prefixes for 3 sources"):
+        runtime.generate(srcs, target_prefix=[[1]])
+    with pytest.raises(InputError, match="one target per source"):
+        runtime.score(srcs, [[1]])
