@@ -122,6 +122,26 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class VariantQuality:
+    """How close a reduced-precision variant's outputs are to its own float32 graphs' (export.quality): both
+    decode the same sources at export, without references. chrF (text) or WER (speech), in points."""
+
+    metric: str  # "chrf" (higher is better) or "wer" (lower is better)
+    score: float  # the variant's outputs scored against float32's
+    identical: float  # the share of outputs equal to float32's, in percent
+    sources: str  # where the sources came from: "samples", "built-in sentences, en", "tokenizer text", a file name
+    size: int  # how many sources were decoded
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "VariantQuality":
+        return cls(str(data["metric"]), float(data["score"]), float(data["identical"]), str(data["sources"]),
+                   int(data["size"]))
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything an app needs to run an export: graphs, config, tokenizer, variant, validation."""
 
@@ -151,6 +171,9 @@ class Manifest:
     # How a frames encoder's frames are computed from audio (filterbank.Filterbank: Kaldi's filterbank),
     # so that `transcribe` reads recordings. None: the caller computes the frames, or not a frames model.
     filterbank: Filterbank | None = None
+    # A reduced-precision variant against its float32 graphs on the folder's own text or speech (export.quality).
+    # None: a float32 export, unvalidated, or made before it.
+    quality: VariantQuality | None = None
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -186,7 +209,8 @@ class Manifest:
                 "generation": self.generation, **({"files": dict(self.files)} if self.files is not None else {}),
                 **({"features": dict(self.features)} if self.features is not None else {}),
                 **({"speech": dict(self.speech)} if self.speech is not None else {}),
-                **({"filterbank": self.filterbank.to_dict()} if self.filterbank is not None else {})}
+                **({"filterbank": self.filterbank.to_dict()} if self.filterbank is not None else {}),
+                **({"quality": self.quality.to_dict()} if self.quality is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
@@ -195,7 +219,8 @@ class Manifest:
                    Variant.from_dict(data.get("variant", {})), data.get("tokenizer"), data.get("samples"),
                    dict(data.get("source") or {}), dict(data.get("created_by", {})), data.get("validation"),
                    data.get("generation"), data.get("files"), data.get("features"),
-                   data.get("speech"), Filterbank.from_dict(data["filterbank"]) if data.get("filterbank") else None)
+                   data.get("speech"), Filterbank.from_dict(data["filterbank"]) if data.get("filterbank") else None,
+                   VariantQuality.from_dict(data["quality"]) if data.get("quality") else None)
 
 
 def describe_source(source: Mapping[str, Any]) -> str:

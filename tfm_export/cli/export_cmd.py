@@ -197,6 +197,7 @@ def export_command(model: Path, out: Path | None, adapter: str | None, revision:
         _export_module(model, out, adapter, module_options(options), given)
         return
     from ..export.exporter import check_options, default_out_dir, export_model
+    from ..export.quality import format_variant_quality
     from ..export.validation_report import format_report
     from ..importers import load_model
     from ..files import check_output_dir
@@ -219,6 +220,8 @@ def export_command(model: Path, out: Path | None, adapter: str | None, revision:
         raise
     if manifest.validation:
         click.echo(format_report(manifest.validation))
+    if manifest.quality is not None:
+        click.echo(format_variant_quality(manifest))
     click.echo(f"wrote {out} ({', '.join(g.file for g in manifest.graphs.values())}, manifest.json)")
 
 

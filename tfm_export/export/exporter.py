@@ -33,7 +33,7 @@ from .packing import pack_projections
 from .int4 import width_advice
 from .memory import release_freed_memory
 from .options import ExportOptions, OptionsError, check_options
-from .quality import EvalSet, check_drop, default_eval_set, measure_quality
+from .quality import EvalSet, check_drop, measure_quality, variant_quality
 from .variants import int4_settings, transform_graphs, validation_settings, variant_of
 from ..model.transformer import Transformer
 from .shared import StageCallback, Stages, needs_external_data, quiet_exporter, versions
@@ -101,8 +101,9 @@ def export_model(checkpoint: Checkpoint, out_dir: str | os.PathLike, options: Ex
     if advice:  # after the input checks: a refused command prints its one line alone
         log.warning("%s", advice)
     stage = Stages(on_stage)
-    # A variant's quality is measured against its own float32 graphs, copied aside before the transforms.
-    compare = options.is_variant and options.validate and (eval_set is not None or bool(checkpoint.samples))
+    # A variant's quality is measured against its own float32 graphs, copied aside before the transforms: on the
+    # eval file, else on the folder's own text or speech (export.quality_sources).
+    compare = options.is_variant and options.validate
     float32 = tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.float32-", dir=target.tmp.parent) \
         if compare else contextlib.nullcontext()
     try:
@@ -137,8 +138,10 @@ def _family_defaults(options: ExportOptions, checkpoint: Checkpoint) -> ExportOp
 def _check_quality_options(options: ExportOptions, eval_set: EvalSet | None, checkpoint: Checkpoint) -> None:
     """Refuse a --max-quality-drop that this checkpoint leaves nothing to score on: nothing silently goes
     unchecked (the rules of the options alone are export.options.RULES)."""
-    samples = checkpoint.samples and checkpoint.tokenizer and not checkpoint.meta.get("speech")
-    if options.max_quality_drop is not None and eval_set is None and not samples:
+    # Without one, a variant is scored on the folder's own text (a tokenizer's) or speech (espeak-ng's).
+    speech = bool(checkpoint.meta.get("speech") or checkpoint.meta.get("filterbank"))
+    scorable = shutil.which("espeak-ng") is not None if speech else checkpoint.tokenizer is not None
+    if options.max_quality_drop is not None and eval_set is None and not scorable:
         raise OptionsError("{max_quality_drop} needs a held-out set: pass {eval_file} (source<TAB>reference lines)",
                            options={"max_quality_drop": None, "eval_file": None})
 
@@ -151,7 +154,10 @@ def _validate(folder: Path, model: Transformer, manifest: Manifest, options: Exp
 
     with stage("validate"):
         report = validate_export(folder, model, options.atol, manifest=manifest)
-    eval_set = eval_set or default_eval_set(manifest)
+    if eval_set is None and reference is not None:
+        from .quality_sources import default_eval_set
+
+        eval_set = default_eval_set(folder, manifest)
     # Without float32 graphs to compare with and without references, a report would hold no score.
     if eval_set is not None and (reference is not None or eval_set.references is not None):
         with stage("quality"):
@@ -159,7 +165,7 @@ def _validate(folder: Path, model: Transformer, manifest: Manifest, options: Exp
             report = {**report, "quality": measure_quality(folder, manifest, eval_set, float32,
                                                            validation_settings(manifest.variant)["device"])}
         check_drop(report, options.max_quality_drop)
-    return manifest.replace(validation=report)
+    return manifest.replace(validation=report, quality=variant_quality(report.get("quality")))
 
 
 def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, options: ExportOptions,

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..errors import TfmExportError, ValidationError
 from ..manifest import Manifest, describe_source, load_manifest, write_manifest
 from ..runtime.verify import format_verification, verify_export
-from .quality import format_quality
+from .quality import format_quality, format_variant_quality
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,11 @@ def validate_folder(folder: str | os.PathLike, model: str | os.PathLike | None =
     manifest = load_manifest(folder)  # schema and every sha256
     say(f"{folder}: {describe_source(manifest.source)}")
     say(format_verification(verify_export(folder, manifest=manifest)))
-    if (manifest.validation or {}).get("quality"):  # measured at export (export.quality)
-        say(format_quality(manifest.validation["quality"]))
+    measured = (manifest.validation or {}).get("quality")  # at export (export.quality)
+    if manifest.quality is not None:
+        say(format_variant_quality(manifest))
+    if measured and measured.get("against_references"):
+        say(format_quality(measured))
     try:
         path = _checkpoint(folder, manifest, model, revision, token, progress)
     except ValidationError as exc:
@@ -64,7 +67,8 @@ def validate_folder(folder: str | os.PathLike, model: str | os.PathLike | None =
             raise
         return FolderValidation(manifest, None, exc)
     report = _compare(folder, manifest, path, atol, load_options or {}, on_stage)
-    manifest = manifest.replace(validation=report)
+    # The quality measured at export stays: this comparison has no float32 graphs or references to repeat it.
+    manifest = manifest.replace(validation={**report, **({"quality": measured} if measured else {})})
     write_manifest(folder, manifest)
     return FolderValidation(manifest, report, None)
 

@@ -4,9 +4,11 @@ users quote: chrF and BLEU (sacrebleu) for text, word error rate (jiwer) for spe
 
 "Tokens differ" tells a user nothing; "int8 keeps chrF 99.1 against float32 and loses 0.3 chrF against
 the references" does. The set is the user's (`--eval-file`: source, tab, reference per line; for speech the
-source is an audio file) or, without one, the sample texts the checkpoint carries (scored against float32
-only). The report goes into the manifest's validation (`quality`), and `max_quality_drop` fails the export
-when the variant loses more than that many points.
+source is an audio file) or, without one, the folder's own text (export.quality_sources: its samples, built-in
+sentences the tokenizer encodes, or espeak-ng speaking them), scored against float32's outputs only; that
+comparison is also stored typed (Manifest.quality, `variant_quality`). The report goes into the manifest's
+validation (`quality`), and `max_quality_drop` fails the export when the variant loses more than that many
+points.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, InputError, ValidationError
-from ..manifest import Manifest
+from ..manifest import Manifest, VariantQuality
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +28,15 @@ TEXT_BATCH = 16  # texts decoded per call: bounds the memory of a large set
 
 @dataclass(frozen=True)
 class EvalSet:
-    """A held-out set: sources (texts, or audio paths for a speech model) and, where given, references."""
+    """A held-out set: sources (texts, or audio for a speech model: paths, or a recording's bytes) and, where
+    given, references."""
 
-    sources: tuple[str, ...]
+    sources: tuple[Any, ...]
     references: tuple[str, ...] | None
-    origin: str  # the file's name, or "samples"
+    origin: str  # the file's name, "samples", "built-in sentences, en", ... (export.quality_sources)
     base: Path | None = None  # the folder audio paths are relative to (the eval file's)
+    # Each output's length at most (None: the export's own default): the default sets cap it (quality_sources).
+    max_new_tokens: int | None = None
 
 
 def read_eval_file(path: str | Path) -> EvalSet:
@@ -55,13 +60,6 @@ def read_eval_file(path: str | Path) -> EvalSet:
     return EvalSet(tuple(cells[0] for _, cells in rows), references, path.name, path.parent)
 
 
-def default_eval_set(manifest: Manifest) -> EvalSet | None:
-    """The checkpoint's sample texts (no references), or None when it carries none or is a speech model."""
-    if manifest.speech or not manifest.samples or manifest.tokenizer is None:
-        return None
-    return EvalSet(tuple(manifest.samples), None, "samples")
-
-
 def text_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     import sacrebleu
 
@@ -69,10 +67,14 @@ def text_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[st
             "bleu": round(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score, 2)}
 
 
+EMPTY = "<empty>"  # an empty transcription, as one word: jiwer refuses empty references
+
+
 def speech_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     import jiwer
 
-    return {"wer": round(100 * jiwer.wer(list(references), list(hypotheses)), 2)}  # in points, as chrF
+    hypotheses, references = [h or EMPTY for h in hypotheses], [r or EMPTY for r in references]
+    return {"wer": round(100 * jiwer.wer(references, hypotheses), 2)}  # in points, as chrF
 
 
 # kind -> (scores, the score whose loss is the drop, and whether higher is better)
@@ -92,8 +94,9 @@ def identical(hypotheses: Sequence[str], others: Sequence[str]) -> float:
 def decode_set(runner: Any, sources: Sequence[str], base: Path | None, speech: bool, **options: Any) -> list[str]:
     """Each source's best output text, with the runner's default decoding changed by `options` (transcribe's
     or translate's: num_beams, target_lang, ...)."""
-    if speech:
-        return [runner.transcribe((base or Path()) / s, **options)["text"].strip() for s in sources]
+    if speech:  # a path relative to the eval file, or a recording's bytes (export.quality_sources)
+        return [runner.transcribe((base or Path()) / s if isinstance(s, str) else s, **options)["text"].strip()
+                for s in sources]
     out: list[str] = []
     for i in range(0, len(sources), TEXT_BATCH):
         out += [t.strip() for t in runner.translate(list(sources[i:i + TEXT_BATCH]), **options)]
@@ -108,19 +111,20 @@ def measure_quality(folder: Path, manifest: Manifest, eval_set: EvalSet,
     from ..runtime import RuntimeOptions, open_export
     from .decoding_checks import checking_options
 
-    kind = "speech" if manifest.speech else "text"
+    kind = "speech" if manifest.speech or manifest.filterbank else "text"
     scores, main, higher = KINDS[kind]
     if manifest.tokenizer is None and kind == "text":
         raise ConfigError("measuring quality needs the export's tokenizer; this export takes token ids only")
+    limit = {"max_new_tokens": eval_set.max_new_tokens} if eval_set.max_new_tokens else {}
     hypotheses = decode_set(open_export(folder, device=device, options=checking_options(manifest, RuntimeOptions()),
-                                        manifest=manifest), eval_set.sources, eval_set.base, kind == "speech")
+                                        manifest=manifest), eval_set.sources, eval_set.base, kind == "speech", **limit)
     report: dict[str, Any] = {"kind": kind, "set": eval_set.origin, "size": len(eval_set.sources), "metric": main}
     reference = None
     if float32 is not None:
         runner = open_export(float32[0], device=device, options=checking_options(float32[1], RuntimeOptions()),
                              manifest=float32[1])
-        reference = decode_set(runner, eval_set.sources, eval_set.base, kind == "speech")
-        report["against_float32"] = scores(hypotheses, reference)
+        reference = decode_set(runner, eval_set.sources, eval_set.base, kind == "speech", **limit)
+        report["against_float32"] = against_float32(kind, hypotheses, reference)
     if eval_set.references is not None:
         report["against_references"] = {"export": scores(hypotheses, eval_set.references)}
         if reference is not None:
@@ -128,6 +132,40 @@ def measure_quality(folder: Path, manifest: Manifest, eval_set: EvalSet,
     report["drop"] = quality_drop(report, main, higher)
     log.info("quality on %s (%d sources): %s", eval_set.origin, len(eval_set.sources), report)
     return report
+
+
+def against_float32(kind: str, hypotheses: Sequence[str], float32: Sequence[str]) -> dict[str, float]:
+    """The variant's outputs scored against float32's, and the share identical (`identical`, percent). Pairs
+    where both are empty agree and are left out of the metric (chrF gives empty strings 0); all of them: a
+    perfect score."""
+    scores = KINDS[kind][0]
+    pairs = [(h, f) for h, f in zip(hypotheses, float32) if h or f]
+    if pairs:
+        scored = scores([h for h, _ in pairs], [f for _, f in pairs])
+    else:
+        scored = {"chrf": 100.0, "bleu": 100.0} if kind == "text" else {"wer": 0.0}
+    return {**scored, "identical": identical(hypotheses, float32)}
+
+
+def variant_quality(report: dict[str, Any] | None) -> VariantQuality | None:
+    """The manifest's typed record of a quality report's comparison with float32 (None: there was none)."""
+    if not report or "against_float32" not in report:
+        return None
+    against = report["against_float32"]
+    return VariantQuality(report["metric"], float(against[report["metric"]]), float(against["identical"]),
+                          report["set"], int(report["size"]))
+
+
+def format_variant_quality(manifest: Manifest) -> str:
+    """One line: the variant's score against float32's outputs (Manifest.quality; the CLI prints it after the
+    validation, `tfm-export validate` again)."""
+    quality, variant = manifest.quality, manifest.variant
+    if quality is None:
+        return ""
+    name = (variant.quantize or variant.dtype) + (" optimized" if variant.optimized else "")
+    metric = {"chrf": "chrF", "wer": "WER"}[quality.metric]
+    return (f"quality: {name} against float32 on {quality.size} sources ({quality.sources}): {metric} "
+            f"{quality.score:.2f}, {quality.identical:.0f} % of outputs identical")
 
 
 def quality_drop(report: dict[str, Any], main: str, higher: bool) -> float | None:

@@ -57,7 +57,9 @@ def format_report(report: dict[str, Any]) -> str:
     if greedy and "static_cache_mismatched_rows" in greedy:
         bad = greedy["static_cache_mismatched_rows"]
         lines.append(f"static-cache decoder (--cuda-graph): {'same rows' if not bad else f'DIFFERS on rows {bad}'}")
-    if report.get("quality"):
+    # Against references (--eval-file) in full; against float32 alone, the caller prints Manifest.quality's line
+    # (quality.format_variant_quality).
+    if (report.get("quality") or {}).get("against_references"):
         lines.append(format_quality(report["quality"]))
     return "\n".join(lines)
 
