@@ -10,17 +10,21 @@ sequence of several windows' ids.
 callable `decode_window(window, prompt, temperature)`: `window` the (n_mels, 3000) features from `seek`
 (zero-padded, as transformers pads), `prompt` the forced decoder input (runtime.speech.prompt.decoder_prompt,
 with the previous text when conditioning), and the result the generated ids (ending with EOS when the
-decoder emitted it), or an object with `ids`, `ended`, `avg_logprob`, `no_speech_prob`
+decoder emitted it), or an object with `ids`, `ended`, `avg_logprob`, `no_speech_prob` (and `token_logprobs`)
 (runtime.speech.search.WhisperRow). Each window:
 1. decode at temperatures[0]; when the compression ratio (zlib over the ids' bytes, EOS included) exceeds
    compression_ratio_threshold, or avg_logprob is below logprob_threshold, decode again at the next
    temperature (the last one's result stays); a window whose avg_logprob is below logprob_threshold
-   and whose no_speech_prob exceeds no_speech_threshold is skipped (silence: seek += the window);
+   and whose no_speech_prob exceeds no_speech_threshold is skipped (silence: seek += the window)
+   (runtime.speech.fallback.Fallback judges each try);
 2. its segments (`split_segments`); seek advances to the last timestamp pair's time, or by the whole
    window when the ids end with a single timestamp or have no pair;
 3. with condition_on_prev_tokens (and the temperature below 0.5), the next prompt is <|startofprev|> (or
    the initial prompt, prompt_condition_type "all-segments"), the last max_target_positions // 2 - 1 ids of
    the segments so far (a segment ending in two timestamps without its last), then the init tokens.
+faster-whisper's `hotwords` go right after <|startofprev|> in every window (one with none starts with
+<|startofprev|> and them), and its `prefix` is forced as the first window's first generated ids (the timestamp
+rules see them as generated; that window takes no hotwords, as faster-whisper's get_prompt).
 Each window's `Window` (its seek, the temperature that stayed, that try's avg_logprob, compression ratio
 and no_speech_prob: the values the fallback test judged, computed once) is kept in `Transcript.windows`
 and on each of its segments (`Segment.window`), as openai-whisper's segments carry them.
@@ -38,6 +42,7 @@ import numpy as np
 from ...errors import InputError
 from ..decode.loop import DecoderCache, run
 from ..options.generation import GenerationConfig
+from .fallback import Fallback
 from .prompt import WhisperSettings, max_new_tokens
 from .search import WhisperRow, whisper_strategy
 
@@ -61,6 +66,7 @@ class Window:
     # What it read and generated, for word timestamps (runtime.speech.words), not part of what it measured:
     prompt: tuple[int, ...] = field(default=(), compare=False)  # the decoder's forced input
     ids: tuple[int, ...] = field(default=(), compare=False)  # the ids it generated, EOS included when it ended
+    logprobs: tuple[float, ...] = field(default=(), compare=False)  # each id's log-probability (): not kept
 
 
 @dataclass(frozen=True)
@@ -139,45 +145,6 @@ def compression_ratio(ids: Sequence[int], vocab_size: int) -> float:
     return len(raw) / len(zlib.compress(raw))
 
 
-@dataclass(frozen=True)
-class Fallback:
-    """Temperature fallback and silence skipping (transformers' thresholds; None: off)."""
-
-    temperatures: tuple[float, ...] = (0.0,)  # tried in order while a window needs fallback
-    compression_ratio_threshold: float | None = None  # e.g. 1.35 (transformers' docs) / 2.4 (OpenAI)
-    logprob_threshold: float | None = None  # e.g. -1.0
-    no_speech_threshold: float | None = None  # e.g. 0.6; needs logprob_threshold
-
-    def __post_init__(self) -> None:
-        if not self.temperatures:
-            raise InputError("{temperature} needs at least one temperature", options={"temperature": ()})
-        if self.no_speech_threshold is not None and self.logprob_threshold is None:
-            raise InputError("{no_speech_threshold} needs a {logprob_threshold} (a silent window is one whose "
-                             "average log-probability is below it)",
-                             options={"no_speech_threshold": self.no_speech_threshold, "logprob_threshold": None})
-
-    def judge(self, window: Window) -> tuple[bool, bool]:
-        """(needs fallback, skip the window) for a decoded window, as transformers' `_need_fallback`."""
-        needs = skip = False
-        limit = self.compression_ratio_threshold
-        if limit is not None and window.compression_ratio > limit:
-            needs = True
-        avg_logprob, no_speech = window.avg_logprob, window.no_speech_prob
-        if self.logprob_threshold is not None:
-            if avg_logprob is None:
-                raise InputError("{logprob_threshold} needs each window's avg_logprob from decode_window",
-                                 options={"logprob_threshold": self.logprob_threshold})
-            low = avg_logprob < self.logprob_threshold
-            needs = needs or low
-            if self.no_speech_threshold is not None:
-                if no_speech is None:
-                    raise InputError("{no_speech_threshold} needs each window's no_speech_prob from decode_window",
-                                     options={"no_speech_threshold": self.no_speech_threshold})
-                if low and no_speech > self.no_speech_threshold:
-                    needs, skip = False, True
-        return needs, skip
-
-
 @dataclass
 class Transcript:
     ids: list[int] = field(default_factory=list)  # every segment's tokens in order (generate's sequences)
@@ -197,42 +164,68 @@ def previous_text(segments: Sequence[Segment], timestamp_begin: int, cut_off: in
 
 def window_prompt(settings: WhisperSettings, init: Sequence[int], history: Sequence[Segment], condition: bool,
                   prompt_ids: Sequence[int] | None = None, prompt_condition_type: str = "first-segment",
-                  max_target_positions: int = 448) -> list[int]:
+                  max_target_positions: int = 448, hotword_ids: Sequence[int] = ()) -> list[int]:
     """A window's forced decoder input (transformers' `_prepare_decoder_input_ids` for one audio); `history`:
-    the segments so far, the initial prompt's (without <|startofprev|>) first with "first-segment"."""
+    the segments so far, the initial prompt's (without <|startofprev|>) first with "first-segment";
+    `hotword_ids`: faster-whisper's hotwords, right after <|startofprev|> (before the prompt and the text)."""
+    prev = settings.prev_sot_token_id
+    if prev is None and len(settings.suppress_tokens) >= 2:
+        prev = settings.suppress_tokens[-2]
+    text: list[int] = []
     if condition and history:
-        if prompt_ids and prompt_condition_type == "all-segments":
-            head = list(prompt_ids)
-        else:
-            prev = settings.prev_sot_token_id
-            if prev is None and len(settings.suppress_tokens) >= 2:
-                prev = settings.suppress_tokens[-2]
-            head = [prev] if prev is not None else []
-        return [*head, *previous_text(history, settings.timestamp_begin, max_target_positions // 2 - 1), *init]
-    return [*(prompt_ids or ()), *init]
+        head = list(prompt_ids) if prompt_ids and prompt_condition_type == "all-segments" else \
+            [prev] if prev is not None else []
+        text = previous_text(history, settings.timestamp_begin, max_target_positions // 2 - 1)
+    else:
+        head = list(prompt_ids or ())
+    if hotword_ids:
+        head = [prev, *hotword_ids, *head[1:]]  # head[0], when there is one, is <|startofprev|>
+    return [*head, *text, *init]
 
 
-Decoded = Any  # a sequence of ids, or an object with ids / ended / avg_logprob / no_speech_prob
+Decoded = Any  # a sequence of ids, or an object with ids / ended / avg_logprob / no_speech_prob (/ token_logprobs)
 
 
-def _read(result: Decoded, eos: int) -> tuple[list[int], float | None, float | None]:
+def _read(result: Decoded, eos: int) -> tuple[list[int], float | None, float | None, tuple[float, ...]]:
     if hasattr(result, "ids"):
         ids = [int(t) for t in result.ids] + ([eos] if getattr(result, "ended", False) else [])
-        return ids, getattr(result, "avg_logprob", None), getattr(result, "no_speech_prob", None)
-    return [int(t) for t in result], None, None
+        return (ids, getattr(result, "avg_logprob", None), getattr(result, "no_speech_prob", None),
+                tuple(getattr(result, "token_logprobs", ())))
+    return [int(t) for t in result], None, None, ()
 
 
-def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[int], float], Decoded],
+def _decode_tries(decode_window: Callable[..., Decoded], window: np.ndarray, prompt: list[int], forced: list[int],
+                  fallback: Fallback, seek: int, vocab_size: int, eos: int) -> Window:
+    """The window decoded at each temperature in turn while `fallback` judges the try to need it: the try that
+    stayed, marked skipped when it is silence. `forced`: ids forced as the first generated ones (a prefix),
+    decoded after the prompt and counted as the window's ids."""
+    for temperature in fallback.temperatures:
+        result = (decode_window(window, [*prompt, *forced], temperature, len(forced)) if forced
+                  else decode_window(window, prompt, temperature))
+        ids, avg, no_speech, logprobs = _read(result, eos)
+        ids = [*forced, *ids]
+        logprobs = (0.0,) * len(forced) + logprobs if logprobs else ()
+        decoded = Window(seek, temperature, avg, compression_ratio(ids, vocab_size), no_speech, prompt=tuple(prompt),
+                         ids=tuple(ids), logprobs=logprobs)
+        needs, skip = fallback.judge(decoded)
+        if not needs:
+            break
+    return replace(decoded, skipped=skip)
+
+
+def transcribe(features: np.ndarray, decode_window: Callable[..., Decoded],
                settings: WhisperSettings, init: Sequence[int], vocab_size: int, *,
                prompt_ids: Sequence[int] | None = None, condition_on_prev_tokens: bool = False,
                prompt_condition_type: str = "first-segment", fallback: Fallback = Fallback(),
                num_frames: int | None = None, window_frames: int = WINDOW_FRAMES,
-               max_target_positions: int = 448,
+               max_target_positions: int = 448, hotword_ids: Sequence[int] = (), prefix_ids: Sequence[int] = (),
                on_window: Callable[[list[Segment]], None] | None = None) -> Transcript:
     """One audio's (n_mels, frames) features -> its Transcript (the module docstring's loop); `init`: the
     init tokens (runtime.speech.prompt.init_tokens, with timestamps); `prompt_ids`: an initial prompt
-    (runtime.speech.prompt.prompt_prefix); `num_frames`: the audio's real frames (default: all); `on_window`:
-    called after each window with the segments so far (a server streams them; raising stops the loop)."""
+    (runtime.speech.prompt.prompt_prefix); `hotword_ids`, `prefix_ids`: faster-whisper's hotwords (every window
+    but one with a prefix) and prefix (the first window's first ids, forced); `num_frames`: the audio's real
+    frames (default: all); `on_window`: called after each window with the segments so far (a server streams
+    them; raising stops the loop)."""
     if prompt_condition_type not in ("first-segment", "all-segments"):
         raise InputError('{prompt_condition_type} must be "first-segment" or "all-segments"',
                          options={"prompt_condition_type": prompt_condition_type})
@@ -254,25 +247,19 @@ def transcribe(features: np.ndarray, decode_window: Callable[[np.ndarray, list[i
         window = features[:, seek:seek + frames]
         if frames < window_frames:
             window = np.pad(window, ((0, 0), (0, window_frames - frames)))
+        forced = list(prefix_ids) if seek == 0 else []
         prompt = window_prompt(settings, init, history, condition, prompt_ids, prompt_condition_type,
-                               max_target_positions)
-        for temperature in fallback.temperatures:
-            ids, avg, no_speech = _read(decode_window(window, prompt, temperature), eos)
-            decoded = Window(seek, temperature, avg, compression_ratio(ids, vocab_size), no_speech, prompt=tuple(prompt),
-                             ids=tuple(ids))
-            needs, skip = fallback.judge(decoded)
-            if ids and ids[-1] == eos:
-                ids = ids[:-1]
-            condition = condition_on_prev_tokens and temperature < 0.5
-            if not needs:
-                break
-        out.windows.append(replace(decoded, skipped=skip))
-        if skip:
+                               max_target_positions, () if forced else hotword_ids)
+        decoded = _decode_tries(decode_window, window, prompt, forced, fallback, seek, vocab_size, eos)
+        condition = condition_on_prev_tokens and decoded.temperature < 0.5
+        out.windows.append(decoded)
+        if decoded.skipped:
             seek += frames
             continue
+        ids = list(decoded.ids[:-1] if decoded.ids and decoded.ids[-1] == eos else decoded.ids)
         segments, advance = split_segments(ids, begin, offset, frames)
         seek += advance if advance > 0 else frames  # a pair at <|0.00|>: transformers would decode it again forever
-        history += [replace(s, window=out.windows[-1]) for s in segments]
+        history += [replace(s, window=decoded) for s in segments]
         if on_window is not None:
             on_window(history[start:])
     out.segments = history[start:]
@@ -301,15 +288,16 @@ def cache_runner(cache: DecoderCache) -> WindowRunner:
 
 def window_decoder(run_window: WindowRunner, settings: WhisperSettings, config: GenerationConfig, vocab_size: int,
                    timestamps: bool = True, max_target_positions: int = 448
-                   ) -> Callable[[np.ndarray, list[int], float], WhisperRow]:
-    """`transcribe`'s `decode_window` over a WindowRunner (an encoder that reads (batch, n_mels, frames)
-    features): one source, the Whisper strategy of `window_config`, the best row.
-    (Sampling draws from config.seed in every window: transformers' global generator is not reproduced.)"""
+                   ) -> Callable[..., WhisperRow]:
+    """`transcribe`'s `decode_window(window, prompt, temperature, forced=0)` over a WindowRunner (an encoder that
+    reads (batch, n_mels, frames) features): one source, the Whisper strategy of `window_config`, the best row;
+    the prompt's last `forced` ids are a prefix, generated ids to Whisper's rules (search.whisper_strategy).
+    (Sampling draws from config.seed in every window and try: transformers' global generator is not reproduced.)"""
 
-    def decode_window(window: np.ndarray, prompt: list[int], temperature: float) -> WhisperRow:
+    def decode_window(window: np.ndarray, prompt: list[int], temperature: float, forced: int = 0) -> WhisperRow:
         steps = max_new_tokens(settings, len(prompt), config.max_new_tokens, max_target_positions)
         strategy = whisper_strategy([prompt], steps, settings, window_config(config, temperature), timestamps,
-                                    vocab_size)
+                                    vocab_size, forced=forced)
         return run_window(window, strategy)[0][0]
 
     return decode_window

@@ -56,6 +56,7 @@ class WhisperRow:
     no_speech_prob: float | None  # P(<|nospeech|>) at <|startoftranscript|>
     avg_logprob: float  # mean log-probability of the generated ids, EOS included (transformers' fallback test)
     score: float  # greedy/sampling: sum(log p); beam search: transformers' sequences_score
+    token_logprobs: tuple[float, ...] = ()  # greedy/sampling: each generated id's (EOS included); beam search: ()
 
 
 def prompts_for(settings: WhisperSettings, batch: int, language: str | Sequence[str] | None = None,
@@ -102,6 +103,7 @@ class WhisperStrategy:
         self.sot_pos = int(hits[0]) if len(hits) else -1
         self.fed = 0  # the position of the prompt token the state was just fed
         self.no_speech = np.full(self.rows, np.nan)
+        self.step_logprobs: list[np.ndarray] = []  # (rows,) per generated step: a picker's logprobs' increments
         inner.prompt = self.prompts
         self.finished = self.steps == 0
 
@@ -124,7 +126,11 @@ class WhisperStrategy:
         forced = self._forced(view)
         if forced is not None:
             return forced, None
+        before = getattr(self.inner, "logprobs", None)
+        before = None if before is None else before.copy()
         out = self.inner.advance(view)
+        if before is not None:
+            self.step_logprobs.append(self.inner.logprobs - before)
         self.finished = self.inner.finished
         return out
 
@@ -144,10 +150,11 @@ class WhisperStrategy:
         self.fed += 1
         return self.prompts[:, self.fed].copy() if self.fed < self.begin_index else None
 
-    def row(self, r: int, ids: list[int], ended: bool, avg_logprob: float, score: float) -> WhisperRow:
+    def row(self, r: int, ids: list[int], ended: bool, avg_logprob: float, score: float,
+            logprobs: tuple[float, ...] = ()) -> WhisperRow:
         """Decoder row r's WhisperRow of generated `ids` (EOS not in them)."""
         no_speech = None if np.isnan(self.no_speech[r]) else float(self.no_speech[r])
-        return WhisperRow(ids, ended, self.prompts[r].tolist(), no_speech, avg_logprob, score)
+        return WhisperRow(ids, ended, self.prompts[r].tolist(), no_speech, avg_logprob, score, logprobs)
 
     def results(self) -> list[list[WhisperRow]]:
         """Per source, its rows: num_return_sequences of them (picking), or its best hypotheses (beam search)."""
@@ -166,8 +173,9 @@ def _picked_rows(whisper: WhisperStrategy, inner: TokenPicker) -> list[list[Whis
         n = int(inner.lengths[r])
         ids = inner.ids[r, :n].tolist()
         ended = bool(ids) and ids[-1] == inner.eos_id
+        logprobs = tuple(float(step[r]) for step in whisper.step_logprobs[:n])
         out.append(whisper.row(r, ids[:-1] if ended else ids, ended,
-                               float(inner.logprobs[r] / n) if n else float("nan"), float(inner.scores[r])))
+                               float(inner.logprobs[r] / n) if n else float("nan"), float(inner.scores[r]), logprobs))
     k = inner.config.num_return_sequences
     return [out[i:i + k] for i in range(0, inner.rows, k)]
 
@@ -218,15 +226,17 @@ class LanguageDetector:
 
 def whisper_strategy(prompts: Sequence[Sequence[int]], steps: int, settings: WhisperSettings,
                      config: GenerationConfig, timestamps: bool = False, vocab: int | None = None,
-                     first_row: int = 0, processors: Processors = ()) -> WhisperStrategy:
+                     first_row: int = 0, processors: Processors = (), forced: int = 0) -> WhisperStrategy:
     """The WhisperStrategy of `config` for one prompt per source: beam search (a source's beams share its
     prompt), or picking (greedy, sampling) with each prompt repeated num_return_sequences times; Whisper's
     processors, then `processors` (a caller's own), in the inner strategy's list. `vocab`: the vocabulary's
-    size (beam search); `first_row`: the sources' first row in a larger call (its sampling generators)."""
+    size (beam search); `first_row`: the sources' first row in a larger call (its sampling generators);
+    `forced`: the prompts' last ids that Whisper's rules see as generated (faster-whisper's prefix: the
+    timestamp rules' first position is before them)."""
     checked = _prompt_rows(prompts)
     beams = config.num_beams > 1
     rows = np.repeat(checked, config.num_beams if beams else config.num_return_sequences, axis=0)
-    rules = (*whisper_processors(settings, checked.shape[1], timestamps), *processors)
+    rules = (*whisper_processors(settings, checked.shape[1] - forced, timestamps), *processors)
     eos = settings.eos_token_id
     pad = settings.pad_token_id if settings.pad_token_id is not None else eos
     bos, batch = int(checked[0, 0]), len(checked)

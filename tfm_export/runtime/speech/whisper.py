@@ -21,14 +21,22 @@ for short and long audio:
 
 The decoding settings are the manifest's `speech` (runtime.speech.prompt.WhisperSettings, from the folder's
 generation_config.json); its long-form thresholds (compression ratio, log-probability, no-speech,
-condition_on_prev_tokens) apply when the folder sets them. Sampling fallback temperatures are not used.
+condition_on_prev_tokens) apply unless the call gives its own, as transformers' generate arguments do.
+`temperature` is generate's: None or 0 greedy, a number above 0 sampling at it, a tuple (0.0, 0.2, ..., 1.0)
+the temperature fallback (runtime.speech.fallback), whose sampled tries draw from `seed` (SplitMix64: Node
+draws the same). `prompt_condition_type="all-segments"` puts the initial prompt before every window's
+previous text (transformers'; it needs condition_on_prev_tokens), `hotwords` go after <|startofprev|> in
+every window and `prefix` is forced as the first window's first words (faster-whisper's). `logprobs=True`
+adds each text token's log-probability ({token, logprob, bytes}, OpenAI's include[]=logprobs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -37,8 +45,8 @@ from ...audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectr
 from ...errors import AudioTooLong, InputError
 from ..options.generation import GenerationConfig
 from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
-from .longform import (Fallback, Segment, WindowRunner, cache_runner, transcribe as transcribe_features,
-                       window_decoder)
+from .fallback import fallback_for
+from .longform import Segment, WindowRunner, cache_runner, transcribe as transcribe_features, window_decoder
 from .search import LanguageDetector
 from .words import add_words, alignment_session
 
@@ -83,13 +91,6 @@ def read_samples(audio: Any, sampling_rate: int, max_seconds: float | None = DEF
                      f"{sampling_rate} Hz, got {type(audio).__name__}")
 
 
-def _fallback(settings: WhisperSettings) -> Fallback:
-    """The folder's long-form thresholds (temperature 0 only: no sampling fallback)."""
-    logprob = settings.logprob_threshold
-    return Fallback((0.0,), settings.compression_ratio_threshold, logprob,
-                    settings.no_speech_threshold if logprob is not None else None)
-
-
 def _language_code(settings: WhisperSettings, token_id: int | None) -> str | None:
     for token, tid in (settings.lang_to_id or {}).items():
         if tid == token_id:
@@ -97,22 +98,47 @@ def _language_code(settings: WhisperSettings, token_id: int | None) -> str | Non
     return None
 
 
+def _text_ids(model: Any, settings: WhisperSettings, text: str | Sequence[int], name: str) -> list[int]:
+    """Text as its tokens of " " + the text (transformers' get_prompt_ids, faster-whisper's hotwords and prefix),
+    or token ids checked against the vocabulary."""
+    if isinstance(text, str):
+        ids = model.tokenizer.encode_target(" " + text.strip()) if hasattr(model.tokenizer, "encode_target") \
+            else model.tokenizer.encode(" " + text.strip())
+        return [t for t in ids if t != settings.eos_token_id]
+    ids = [int(t) for t in text]
+    vocab = model.config.tgt_vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise InputError(f"{{{name}}} id {bad[0]} is out of range for the model's vocabulary of {vocab} ids",
+                         options={name: None})
+    return ids
+
+
+def _blank(text: Any) -> bool:
+    return text is None or (isinstance(text, str) and not text.strip()) or (not isinstance(text, str) and not text)
+
+
 def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[int] | None) -> list[int] | None:
     """An initial prompt as transformers' get_prompt_ids: <|startofprev|>, " " + the text's tokens."""
-    if prompt is None or (isinstance(prompt, str) and not prompt.strip()):
-        return None
-    if isinstance(prompt, str):
-        ids = model.tokenizer.encode_target(" " + prompt.strip()) if hasattr(model.tokenizer, "encode_target") \
-            else model.tokenizer.encode(" " + prompt.strip())
-        ids = [t for t in ids if t != settings.eos_token_id]
-    else:
-        ids = [int(t) for t in prompt]
-        vocab = model.config.tgt_vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise InputError(f"{{prompt}} id {bad[0]} is out of range for the model's vocabulary of {vocab} ids",
-                             options={"prompt": None})
-    return prompt_prefix(settings, ids)
+    return None if _blank(prompt) else prompt_prefix(settings, _text_ids(model, settings, prompt, "prompt"))
+
+
+def _hotword_ids(model: Any, settings: WhisperSettings, hotwords: str | Sequence[int] | None) -> list[int]:
+    """faster-whisper's hotwords: the tokens of " " + the text, at most max_target_positions // 2 - 1."""
+    if _blank(hotwords):
+        return []
+    ids = _text_ids(model, settings, hotwords, "hotwords")
+    prompt_prefix(settings, ids)  # a model without <|startofprev|> takes none: one InputError
+    return ids[: model.config.max_len // 2 - 1]
+
+
+def _prefix_ids(model: Any, settings: WhisperSettings, prefix: str | Sequence[int] | None, stamped: bool
+                ) -> list[int]:
+    """faster-whisper's prefix as the first window's forced first ids: <|0.00|> first with timestamps."""
+    if _blank(prefix):
+        return []
+    ids = _text_ids(model, settings, prefix, "prefix")[: model.config.max_len // 2 - 1]
+    return [settings.timestamp_begin, *ids] if stamped else ids
 
 
 def _language_and_task(settings: WhisperSettings, language: str | None, task: str | None
@@ -149,7 +175,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None, runner: WindowRunner | None = None,
-               word_timestamps: bool = False) -> dict[str, Any]:
+               word_timestamps: bool = False, logprobs: bool = False, **decoding: Any) -> dict[str, Any]:
     """One recording -> {"text", "language", "segments", "ids"} (the module docstring; each segment's fields:
     `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
@@ -157,45 +183,43 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     window with the text so far (streaming; an exception it raises stops the transcription); `runner`: what
     decodes each window, the language detection's included (default: the export's own caches, one window at
     a time; a server passes its in-flight window batch, serve.windows); `word_timestamps`: each segment's
-    `words` [{word, start, end}] and all of them as `words` (runtime.speech.words)."""
+    `words` [{word, start, end}] and all of them as `words` (runtime.speech.words); `logprobs`: `logprobs`
+    [{token, logprob, bytes}] of the text's tokens. `decoding`: `LongFormOptions`' fields (temperature, seed,
+    the thresholds, condition_on_prev_tokens, prompt_condition_type, hotwords, prefix)."""
     settings, features_config = speech_settings(model)
+    options = LongFormOptions.of(decoding)
     language, task = _language_and_task(settings, language, task)
+    if logprobs and num_beams > 1:
+        raise InputError("{logprobs} are each picked token's: decode with num_beams 1 to have them",
+                         options={"logprobs": True})
     if word_timestamps:
         alignment_session(model)  # an export without alignment.onnx: refused before any decoding
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
     features, first = _features(samples, features_config)
-    config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens)
+    config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens, seed=options.seed)
     detected = None
     if needs_detection(settings, language, task):
         detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
         detected = detect(np.ascontiguousarray(first), LanguageDetector(1, settings))[0]
-    long_form = features.shape[1] > window
-    stamped = timestamps or long_form
+    stamped = timestamps or features.shape[1] > window  # long audio always decodes with timestamps
     init = init_tokens(settings, language, task, stamped, detected)
-    prompt_ids = _prompt_ids(model, settings, prompt)
-    vocab = model.config.tgt_vocab_size
-    max_positions = model.config.max_len
+    vocab, max_positions = model.config.tgt_vocab_size, model.config.max_len
     decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
                                    vocab, stamped, max_positions)
-    begin = settings.timestamp_begin
-    tokenizer = model.tokenizer if model.manifest.tokenizer else None
-
-    def text_of(ids: Sequence[int]) -> str:
-        kept = [t for t in ids if t < begin]
-        return tokenizer.decode(kept) if tokenizer is not None else " ".join(map(str, kept))
-
+    text_of = _text_reader(model, settings.timestamp_begin)
     on_window = None if on_text is None else lambda done: on_text(text_of([t for s in done for t in s.tokens]))
-    out = transcribe_features(features, decode_window, settings, init, vocab, prompt_ids=prompt_ids,
-                              condition_on_prev_tokens=bool(settings.condition_on_prev_tokens),
-                              fallback=_fallback(settings), window_frames=window, max_target_positions=max_positions,
-                              on_window=on_window)
+    out = transcribe_features(features, decode_window, settings, init, vocab, window_frames=window,
+                              max_target_positions=max_positions, on_window=on_window,
+                              **options.longform(model, settings, _prompt_ids(model, settings, prompt), stamped))
     language_token = init[1] if len(init) > 1 and init[1] in (settings.lang_to_id or {}).values() else None
     seconds = len(samples) / features_config.sampling_rate
     segments = out.segments if stamped else [Segment(0.0, seconds, out.ids, out.windows[0])]  # one window
     code = _language_code(settings, language_token) or ("en" if not settings.lang_to_id else None)
     result = {"text": text_of(out.ids), "language": code,
               "segments": [segment_fields(s, text_of(s.tokens)) for s in segments], "ids": list(out.ids)}
+    if logprobs:
+        result["logprobs"] = token_logprobs(model, segments, settings.timestamp_begin)
     if word_timestamps:
         audio_frames = min(features.shape[-1], -(-len(samples) // features_config.hop_length))
         found = add_words(model, settings, features, segments, out.windows, window, audio_frames, code)
@@ -203,6 +227,75 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
             fields["words"] = segment_words
         result["words"] = [word for segment_words in found for word in segment_words]
     return result
+
+
+@dataclass(frozen=True)
+class LongFormOptions:
+    """transcribe's long-form decoding arguments (the module docstring), as transformers' and faster-whisper's."""
+
+    temperature: float | tuple[float, ...] | None = None  # None/0: greedy; a tuple: the fallback's temperatures
+    seed: int = 0  # the sampled tries' SplitMix64 seed (runtime.decode.sampling)
+    compression_ratio_threshold: float | None = None  # None: the folder's (generation_config.json)
+    logprob_threshold: float | None = None
+    no_speech_threshold: float | None = None
+    condition_on_prev_tokens: bool | None = None  # None: the folder's
+    prompt_condition_type: str = "first-segment"  # "all-segments": the initial prompt before every window
+    hotwords: str | Sequence[int] | None = None  # faster-whisper's: after <|startofprev|> in every window
+    prefix: str | Sequence[int] | None = None  # faster-whisper's: the first window's first words, forced
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> "LongFormOptions":
+        """From transcribe's keyword arguments: an unknown one is one InputError naming the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"transcribe takes no {', '.join(unknown)}; its decoding options are "
+                             f"{', '.join(sorted(known))}", options=dict.fromkeys(unknown))
+        return cls(**{k: v for k, v in options.items() if v is not None})
+
+    def longform(self, model: Any, settings: WhisperSettings, prompt_ids: list[int] | None, stamped: bool
+                 ) -> dict[str, Any]:
+        """runtime.speech.longform.transcribe's keyword arguments for these options."""
+        condition = self.condition_on_prev_tokens
+        if condition is None:
+            condition = bool(settings.condition_on_prev_tokens)
+        return {"prompt_ids": prompt_ids, "condition_on_prev_tokens": condition,
+                "prompt_condition_type": self.prompt_condition_type,
+                "fallback": fallback_for(settings, self.temperature, self.compression_ratio_threshold,
+                                         self.logprob_threshold, self.no_speech_threshold),
+                "hotword_ids": _hotword_ids(model, settings, self.hotwords),
+                "prefix_ids": _prefix_ids(model, settings, self.prefix, stamped)}
+
+
+def _text_reader(model: Any, begin: int) -> Callable[[Sequence[int]], str]:
+    """ids -> their text, the timestamps left out (ids joined by spaces for an export without a tokenizer)."""
+    tokenizer = model.tokenizer if model.manifest.tokenizer else None
+
+    def text_of(ids: Sequence[int]) -> str:
+        kept = [t for t in ids if t < begin]
+        return tokenizer.decode(kept) if tokenizer is not None else " ".join(map(str, kept))
+
+    return text_of
+
+
+def token_logprobs(model: Any, segments: Sequence[Segment], begin: int) -> list[dict[str, Any]]:
+    """Each text token of the segments with its log-probability in the try that stayed, as OpenAI's
+    include[]=logprobs: {token (its text), logprob, bytes (that text's UTF-8 bytes)}. A window's segments are
+    its ids in order (runtime.speech.longform.split_segments), so a segment's tokens are found by position;
+    a prefix's forced ids have logprob 0."""
+    text_of = _text_reader(model, begin)
+    out: list[dict[str, Any]] = []
+    window, cursor = None, 0
+    for segment in segments:
+        if segment.window is not window:
+            window, cursor = segment.window, 0
+        logprobs = window.logprobs if window is not None else ()
+        for n, token in enumerate(segment.tokens):
+            if token < begin and cursor + n < len(logprobs):
+                text = text_of([token])
+                out.append({"token": text, "logprob": logprobs[cursor + n], "bytes": list(text.encode("utf-8"))})
+        cursor += len(segment.tokens)
+    return out
 
 
 def segment_fields(segment: Segment, text: str) -> dict[str, Any]:
