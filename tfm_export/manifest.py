@@ -22,6 +22,8 @@ from .filterbank import Filterbank
 from .config import TransformerConfig
 from .errors import ConfigError, ManifestError
 
+# decoder.onnx's output of every new position's logits (batch, tgt_len, tgt_vocab) (export.specs.decoder_spec)
+POSITION_LOGITS = "position_logits"
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"
 # Key of the config copy each graph carries in its ONNX metadata: opening an export compares it with
@@ -191,6 +193,13 @@ class Manifest:
     def cache_dtype(self) -> str:
         """dtype of the self-attention caches (float16 exports keep them float16)."""
         return self.graphs["decoder"].spec.tensor("past.0.self.key").dtype
+
+    @property
+    def decoder_positions(self) -> bool:
+        """decoder.onnx returns POSITION_LOGITS, every new position's logits (what a speculative step checks
+        drafted ids with, runtime.decode.speculative); False for exports made before it, which decode without."""
+        decoder = self.graphs.get("decoder")
+        return decoder is not None and POSITION_LOGITS in decoder.spec.output_names()
 
     @property
     def cross_per_source(self) -> bool:

@@ -199,11 +199,17 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 @click.option("--greedy", is_flag=True,
               help="Start from plain greedy decoding instead of the export's default settings (e.g. a folder's "
                    "beam search and forced EOS); the decoding flags below still apply.")
+@click.option("--assistant", type=click.Path(path_type=Path), default=None,
+              help="A draft export of the same vocabulary (a smaller model, or this one's int8/int4 variant): greedy "
+                   "decoding speculates, the draft proposing ids that the model checks several at a time (the "
+                   "output is plain greedy's; sources are then decoded one at a time).")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
                      threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
-                     target_lang: str | None, split_sentences: bool, greedy: bool, **decoding: Any) -> None:
+                     target_lang: str | None, split_sentences: bool, greedy: bool,
+                     assistant: Path | None,
+                     **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
     from ..runtime import RuntimeOptions, open_export
 
@@ -215,8 +221,10 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin,
                                                            cuda_graph=cuda_graph))
         config = generation_config(model, decoding, greedy)
+        draft = _assistant(assistant, device, threads, spin, config)
         for translation in model.translate(documents, config=config, source_lang=source_lang,
-                                           target_lang=target_lang, split_sentences=True):
+                                           target_lang=target_lang, split_sentences=True,
+                                           assistant=draft):
             click.echo(translation, nl=not translation.endswith("\n"))  # the document's own last line break
         return
     kind, sources, labels = _sources(text, ids, input_file, input_format, features)
@@ -237,6 +245,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     else:
         encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
     tokenizer = model.tokenizer if has_tokenizer else None
+    draft = _assistant(assistant, device, threads, spin, config)
     if stream:
         for src, ids_ in zip(sources, encoded):
             _stream(model, src, ids_, tokenizer, config)
@@ -244,17 +253,31 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     with click.progressbar(length=len(sources), label="decoding", file=sys.stderr,
                            hidden=input_file is None) as bar:
         for chunk, chunk_src in zip(_batches(encoded, batch_size), _batches(sources, batch_size)):
-            for src, hyps in zip(chunk_src, _decode(model, chunk, config)):
+            for src, hyps in zip(chunk_src, _decode(model, chunk, config, draft)):
                 click.echo(_format(src, hyps, tokenizer, as_json))
             bar.update(len(chunk))
 
 
-def _decode(model: Any, sources: list[list[int]], config: Any) -> list[list[Any]]:
-    """Hypotheses per source; plain greedy keeps the fast loop (CUDA graphs), which gives ids without scores."""
+def _assistant(folder: Path | None, device: str, threads: int | None, spin: bool, config: Any) -> Any:
+    """--assistant's export, opened on the same device (None without it); speculation is plain greedy's."""
+    if (folder is not None or config.prompt_lookup_num_tokens) and not config.is_greedy:
+        raise click.UsageError("--prompt-lookup and --assistant speed up plain greedy decoding only, and this "
+                               "decoding is not (the export's defaults or a decoding flag); add --greedy")
+    if folder is None:
+        return None
+    from ..runtime import RuntimeOptions, open_export
+
+    return open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
+
+
+def _decode(model: Any, sources: list[list[int]], config: Any, assistant: Any = None) -> list[list[Any]]:
+    """Hypotheses per source; plain greedy keeps the fast loop (CUDA graphs), which gives ids without scores
+    (and speculates with --prompt-lookup or an assistant)."""
     if config.is_greedy:
         from ..runtime.options.generation import Hypothesis
 
-        return [[Hypothesis(ids, float("nan"))] for ids in model.generate_ids(sources, config=config)]
+        rows = model.generate_ids(sources, config=config, assistant=assistant)
+        return [[Hypothesis(ids, float("nan"))] for ids in rows]
     return model.generate(sources, config)
 
 

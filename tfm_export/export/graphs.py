@@ -35,9 +35,11 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present...): the growing cache."""
+    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present..., position_logits): the growing
+    cache; position_logits (batch, tgt_len, tgt_vocab) are every new position's (specs.POSITION_LOGITS)."""
 
     n_named_args = 2  # input_ids, src_mask; the caches come as *varargs
+    positions = True  # the spec declares position_logits (the slot graphs' single-token steps do not)
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -52,13 +54,15 @@ class DecoderGraph(nn.Module):
         """One decoder call under the `cache` policy (None: growing), flattened in the specs' order."""
         n = 2 * self.n_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
-        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=True, cache=cache)
-        last = logits.float()  # (batch, tgt_vocab)
+        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=not self.positions,
+                                            cache=cache)
+        every = logits.float()  # (batch, tgt_vocab), or (batch, tgt_len, tgt_vocab) with positions
+        last = every[:, -1] if self.positions else every  # (batch, tgt_vocab)
         next_ids = self.model.pick(last)  # (batch,): banned ids never win
         flat = [last, next_ids]
         for key, value in present:
             flat += [key, value]
-        return tuple(flat)
+        return (*flat, every) if self.positions else tuple(flat)
 
 
 class StaticDecoderGraph(DecoderGraph):
@@ -70,6 +74,7 @@ class StaticDecoderGraph(DecoderGraph):
     """
 
     n_named_args = 3  # input_ids, src_mask, cache_len; the caches come as *varargs
+    positions = False
 
     def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
                 ) -> tuple[Tensor, ...]:
@@ -82,6 +87,7 @@ class RowsDecoderGraph(DecoderGraph):
     Runtime's GroupQueryAttention): bound to the past cache's memory, present.* is written in place."""
 
     n_named_args = 3  # input_ids, src_mask, cache_len; the caches come as *varargs
+    positions = False
 
     def forward(self, input_ids: Tensor, src_mask: Tensor, cache_len: Tensor, *caches: Tensor
                 ) -> tuple[Tensor, ...]:

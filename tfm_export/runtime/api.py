@@ -13,6 +13,7 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
 from ..text import sentences
+from .decode import speculative
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .decode.prefix import prefixed_generate
 from .decode.scoring import ScoreResult, score as score_targets
@@ -41,6 +42,11 @@ class GenerateMixin:
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
         """The decoder cache a decode of `config` for `steps` tokens runs on."""
         ...
+
+    def checking_cache(self) -> DecoderCache | None:
+        """The cache a speculative decode checks drafts on (runtime.decode.speculative); None: this runner has
+        none (an export made before position_logits, the eager model), and speculation is plain greedy."""
+        return None
 
     def generation_config(self, config: GenerationConfig | None = None, **options: Any) -> GenerationConfig:
         """`config` (default: this model's `generation`) with `options` (None values ignored) applied."""
@@ -83,22 +89,48 @@ class GenerateMixin:
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None,
-                     config: GenerationConfig | None = None, **options: Any) -> list[list[int]]:
+                     config: GenerationConfig | None = None, assistant: Any = None, **options: Any
+                     ) -> list[list[int]]:
         """The best hypothesis' ids per source (without BOS/EOS). With `stop_at_eos=False` every row
-        gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step)."""
+        gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step).
+        `assistant`: an opened draft export of the same vocabulary; with it or `prompt_lookup_num_tokens`, greedy
+        decoding speculates, source by source (runtime.decode.speculative: the same ids; `timings` counts the
+        drafted and accepted ids)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
         src, steps = self.source_input(sources), self.steps_for(config)
         # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
         forced = stop_at_eos and config.forced_eos
         if config.is_greedy or (forced and config.replace(forced_eos=False).is_greedy):
+            if stop_at_eos and speculative.wanted(config, assistant):
+                rows = self._speculate(sources, steps - forced, config, assistant, timings)
+                if rows is not None:
+                    return rows
             greedy = Greedy(src.shape[0], steps - forced, self.config, stop_at_eos, config.forced_bos_token_id)
             run(self.cache_for(config, steps - forced), src, greedy, timings)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in greedy.generated()]
+        if speculative.wanted(config, assistant):
+            log.warning("speculative decoding speeds up plain greedy decoding only: decoding without it")
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)
         hyps = run(self.cache_for(config, steps), src, strategy_for(src.shape[0], steps, config, self.config),
                    timings)
         return [h[0].ids for h in hyps]
+
+    def _speculate(self, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
+                   timings: DecodeTimings | None) -> list[list[int]] | None:
+        """Speculative greedy ids, one source at a time; None when this runner cannot check drafts."""
+        cache = self.checking_cache()
+        if cache is None:
+            log.warning("this export's decoder returns only the last position's logits (exported before "
+                        "position_logits): decoding without speculation (the same ids)")
+            return None
+        tokenizer = getattr(getattr(self, "manifest", None), "tokenizer", None)
+        rows = []
+        for i in range(len(sources)):
+            proposer, schedule = speculative.proposal(config, self.config, tokenizer, assistant)
+            rows.append(speculative.speculate(cache, self.source_input(sources[i:i + 1]), proposer, schedule, steps,
+                                              self.config, config.forced_bos_token_id, timings))
+        return rows
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         """Source text -> ids with the tokenizer; a multilingual model's `source_lang` marks the source

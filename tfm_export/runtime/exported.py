@@ -59,7 +59,7 @@ class ExportedModel(GenerateMixin):
                         if is_module_export(manifest) and len(sessions) > 1 else None)
         self.growing = None if is_module_export(manifest) else GrowingCache(
             self.encoder, self.decoder, device, self.config, manifest.cache_dtype, manifest.cross_per_source,
-            manifest.encoder_input.name)
+            manifest.encoder_input.name, manifest.decoder_positions)
         self.static_cache, self.static_search = static, static_search
         self.options, self._extra_sessions, self._extra_lock = options or RuntimeOptions(), {}, threading.Lock()
         if static is not None and static.capture:
@@ -73,6 +73,10 @@ class ExportedModel(GenerateMixin):
     def cache(self) -> DecoderCache:
         """The cache greedy decoding runs on: the static one when opened with it, else the growing one."""
         return self.static_cache or self.growing or self.cache_for(self.generation, 0)
+
+    def checking_cache(self) -> DecoderCache | None:
+        """The growing cache when its decoder returns position_logits (speculative decoding checks drafts on it)."""
+        return self.growing if self.growing is not None and self.growing.positions else None
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
         if self.growing is None:  # a module export

@@ -22,6 +22,8 @@ export const PYTHON_NAMES = {
   noRepeatNgramSize: 'no_repeat_ngram_size',
   forcedEos: 'forced_eos',
   forcedBosTokenId: 'forced_bos_token_id',
+  promptLookupNumTokens: 'prompt_lookup_num_tokens',
+  numAssistantTokens: 'num_assistant_tokens',
   renormalizeLogits: 'renormalize_logits',
 };
 
@@ -42,6 +44,8 @@ export const DEFAULTS = Object.freeze({
   noRepeatNgramSize: 0,
   forcedEos: false,
   forcedBosTokenId: null,
+  promptLookupNumTokens: 0,
+  numAssistantTokens: 20,
   renormalizeLogits: false,
 });
 
@@ -61,6 +65,8 @@ export const CLI_FLAGS = {
   'repetition-penalty': ['repetitionPenalty', 'number'],
   'no-repeat-ngram-size': ['noRepeatNgramSize', 'integer'],
   'forced-eos': ['forcedEos', 'boolean'],
+  'prompt-lookup': ['promptLookupNumTokens', 'integer'],
+  'assistant-tokens': ['numAssistantTokens', 'integer'],
 };
 
 // [option, test of its value, what it must be]: the fields' own checks (Python's CHECKS).
@@ -80,6 +86,8 @@ const CHECKS = [
   ['noRepeatNgramSize', (v) => Number.isInteger(v) && v >= 0, 'must be 0 (off) or more'],
   ['forcedEos', (v) => typeof v === 'boolean', 'must be true or false'],
   ['forcedBosTokenId', (v) => v === null || Number.isInteger(v) && v >= 0, 'must be a token id (0 or more) or null'],
+  ['promptLookupNumTokens', (v) => Number.isInteger(v) && v >= 0, 'must be 0 (off) or more'],
+  ['numAssistantTokens', (v) => Number.isInteger(v) && v >= 1, 'must be at least 1'],
   ['renormalizeLogits', (v) => typeof v === 'boolean', 'must be true or false'],
 ];
 

@@ -98,6 +98,7 @@ class DecodeTimings:
     def __init__(self) -> None:
         self.encoder_s = 0.0
         self.steps_s: list[float] = []
+        self.drafted = self.accepted = 0  # speculative decoding: ids drafted, and accepted (runtime.decode.speculative)
 
 
 def moved(beam_idx: np.ndarray | None) -> bool:

@@ -20,6 +20,7 @@ import onnxruntime as ort
 from ...config import TransformerConfig
 from ..device import Device
 from .head import BeamHead
+from .positions import PastTrim, PositionPicker
 from ..decode.processors import BiasKey
 from .reorder import RowGather
 
@@ -40,11 +41,13 @@ class GrowingCache:
     lock = nullcontext()  # nothing is shared between calls: each has its own binding
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, device: Device,
-                 config: TransformerConfig, cache_dtype: str, per_source: bool, source_name: str):
+                 config: TransformerConfig, cache_dtype: str, per_source: bool, source_name: str,
+                 positions: bool = False):
         """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source);
-        `source_name`: the encoder's input (Manifest.encoder_input)."""
+        `source_name`: the encoder's input (Manifest.encoder_input); `positions`: the decoder returns
+        position_logits (export.specs.POSITION_LOGITS: it can check drafted tokens, runtime.decode.speculative)."""
         self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config
-        self.per_source, self.source_name = per_source, source_name
+        self.per_source, self.source_name, self.positions = per_source, source_name, positions
         self.cache_dtype = np.dtype(cache_dtype)
         self.past_names = kv_names("past", config, "self.")
         self.present_names = kv_names("present", config, "self.")
@@ -68,6 +71,14 @@ class GrowingCache:
     @cached_property
     def head(self) -> BeamHead:
         return BeamHead(self.device, self.helper_threads)
+
+    @cached_property
+    def picker(self) -> PositionPicker:
+        return PositionPicker(self.device, self.helper_threads)
+
+    @cached_property
+    def trim(self) -> PastTrim:
+        return PastTrim(self.device, self.helper_threads)
 
     @property
     def helper_threads(self) -> int:
@@ -102,19 +113,37 @@ class GrowingState:
         empty = np.zeros((rows, cfg.n_heads, 0, cfg.head_dim), cache.cache_dtype)  # past_len = 0
         self.past = [device_value(cache.device, empty)] * len(cache.past_names)
         self.outputs: dict[str, ort.OrtValue] = {}
+        self.length = 0  # positions in the past
 
     def step(self, tokens: np.ndarray) -> None:
+        self.feed(tokens.reshape(-1, 1))  # (rows, tgt_len=1)
+
+    def feed(self, tokens: np.ndarray) -> None:
+        """Feed each row several ids (rows, n) in one decoder step (a forced prefix, drafted ids): next_ids and
+        logits are then the last position's, and `position_ids` every position's."""
         cache, binding, device = self.cache, self.binding, self.cache.device
-        binding.bind_ortvalue_input("input_ids", device_value(device, tokens.reshape(-1, 1)))  # (rows, tgt_len=1)
+        binding.bind_ortvalue_input("input_ids", device_value(device, np.ascontiguousarray(tokens, np.int64)))
         for name, value in zip(cache.past_names, self.past):
             binding.bind_ortvalue_input(name, value)
         binding.clear_binding_outputs()
-        for name in ("logits", "next_ids", *cache.present_names):
+        positions = ("position_logits",) if cache.positions else ()
+        for name in ("logits", "next_ids", *cache.present_names, *positions):
             binding.bind_output(name, device.ort_type, device.index)
         cache.decoder.run_with_iobinding(binding)
         outputs = binding.get_outputs()
-        self.outputs = {"logits": outputs[0], "next_ids": outputs[1]}
-        self.past = outputs[2:]  # present.* of this step: the next step's past.*
+        self.outputs = {"logits": outputs[0], "next_ids": outputs[1], **dict(zip(positions, outputs[-1:]))}
+        self.past = outputs[2:2 + len(cache.present_names)]  # present.* of this step: the next step's past.*
+        self.length += tokens.shape[1]
+
+    def position_ids(self, bias: np.ndarray) -> np.ndarray:
+        """(rows, n) the greedy id after each id the last step fed, under `bias` (vocab,) (the model's bans),
+        picked on the device (runtime.states.positions); needs a decoder with position_logits."""
+        return self.cache.picker(self.outputs["position_logits"], bias)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` positions of the past (a speculative step's rejected ids leave it)."""
+        if length < self.length:
+            self.past, self.length = self.cache.trim(self.past, length), length
 
     def next_ids(self) -> np.ndarray:
         """Greedy: only next_ids (rows,) crosses to the host."""

@@ -1,0 +1,138 @@
+"""Exact speculative greedy decoding: a proposer drafts k ids, the model checks them in one step. Torch-free.
+
+At batch 1 a decoder step reads every weight once whatever the number of new ids, so checking k drafted ids
+costs about one step. Each step feeds the row's last id and the draft d_1..d_k (runtime.states.growing `feed`)
+and reads the model's greedy id g_0..g_k after each (`position_ids`: the argmax of the decoder's
+position_logits under the model's bans, export.specs.POSITION_LOGITS). The draft is accepted while
+d_{i+1} == g_i; the step then emits the accepted ids and g_n, the model's own id after them, and the cache is cut
+back to the ids kept (`truncate`). That is transformers' rule for greedy assisted generation (and
+`prompt_lookup_num_tokens`): the output is plain greedy decoding's, id for id, only in fewer decoder calls.
+(The checked positions' logits come from a call over k + 1 ids rather than one: the same arithmetic up to float
+rounding, so a near-tie could in principle flip, as in transformers.)
+
+The draft length adapts (`Schedule`): transformers' heuristic schedule, +2 after a step that accepted every
+drafted id, -1 (at least 1) otherwise, here capped at the first length. Proposers: runtime.decode.proposers.
+Only rows of one source (batch 1) speculate; runtime.api decodes a larger batch source by source.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...config import TransformerConfig
+from ...errors import InputError
+from .loop import DecodeTimings, DecoderCache, DecoderState
+from .processors import bias_array
+from .proposers import DraftModel, PromptLookup, Proposer, check_draft
+
+
+class CheckingState(DecoderState, Protocol):
+    """A decoder state that takes several ids a step and can forget positions (runtime.states.growing)."""
+
+    length: int
+
+    def feed(self, tokens: np.ndarray) -> None:
+        ...
+
+    def position_ids(self, bias: np.ndarray) -> np.ndarray:
+        ...
+
+    def truncate(self, length: int) -> None:
+        ...
+
+
+@dataclass
+class Schedule:
+    """How many ids to draft: `start` at first, +2 after a fully accepted draft, -1 (>= 1) otherwise, <= cap."""
+
+    start: int
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        self.k = self.start
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:  # nothing was proposed (no n-gram matched): no evidence either way
+            return
+        grown = self.k + 2 if accepted == drafted else max(1, self.k - 1)
+        self.k = grown if self.cap is None else min(grown, self.cap)
+
+
+@dataclass
+class Speculation:
+    """What a speculative decode did: decoder calls, ids drafted and ids of the drafts accepted."""
+
+    calls: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, schedule: Schedule, steps: int,
+              cfg: TransformerConfig, forced_bos: int | None = None, timings: DecodeTimings | None = None,
+              stats: Speculation | None = None) -> list[int]:
+    """Greedy ids of one source (src (1, src_len)), at most `steps` with EOS (EOS not returned), drafted by
+    `proposer`; equal to runtime.decode.strategies.Greedy's. `stats` and `timings` (a step per decoder call,
+    and its drafted/accepted counts) are filled when given."""
+    stats = stats if stats is not None else Speculation()
+    bias = bias_array(cfg.tgt_vocab_size, (tuple(cfg.suppress_ids), None))  # model.pick's ban
+    with cache.lock:
+        start = time.perf_counter()
+        state: Any = cache.start(src, 1)
+        proposer.start(src)
+        if timings is not None:
+            timings.encoder_s = time.perf_counter() - start
+        history, out = [cfg.bos_id], []  # history: the decoder's input, its last id not yet fed
+        try:
+            while len(out) < steps and (not out or out[-1] != cfg.eos_id):
+                start = time.perf_counter()
+                room = steps - len(out) - 1  # the step emits one id beyond the accepted draft
+                first_forced = not out and forced_bos is not None
+                draft = [] if first_forced or room <= 0 else proposer.propose(history, min(schedule.k, room))
+                state.feed(np.array([history[-1:] + draft], dtype=np.int64))  # (1, 1 + k)
+                picked = [forced_bos] if first_forced else (
+                    state.position_ids(bias)[0].tolist() if draft else [int(state.next_ids()[0])])
+                n = 0
+                while n < len(draft) and draft[n] == picked[n]:
+                    n += 1
+                new = draft[:n] + [picked[n]]
+                if cfg.eos_id in new:
+                    new = new[:new.index(cfg.eos_id) + 1]
+                out += new
+                history += new
+                state.truncate(len(history) - 1)
+                schedule.update(len(draft), n)
+                stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
+                if timings is not None:
+                    timings.steps_s.append(time.perf_counter() - start)
+        finally:
+            proposer.close()
+    if timings is not None:
+        timings.drafted, timings.accepted = timings.drafted + stats.drafted, timings.accepted + stats.accepted
+    return out[:-1] if out and out[-1] == cfg.eos_id else out
+
+
+def wanted(config: Any, assistant: Any | None) -> bool:
+    """Whether a decode of `config` (a GenerationConfig) asks for speculation."""
+    return config.prompt_lookup_num_tokens > 0 or assistant is not None
+
+
+def proposal(config: Any, cfg: TransformerConfig, tokenizer: dict | None, assistant: Any | None
+             ) -> tuple[Proposer, Schedule]:
+    """The proposer and draft schedule of a GenerationConfig: the `assistant`'s drafts (an opened export of the
+    same vocabulary, checked: runtime.decode.proposers.check_draft) from config.num_assistant_tokens, else prompt
+    lookup of config.prompt_lookup_num_tokens."""
+    if assistant is None:
+        n = config.prompt_lookup_num_tokens
+        return PromptLookup(cfg), Schedule(n, n)
+    check_draft(cfg, tokenizer, assistant.config, assistant.manifest.tokenizer)
+    if getattr(assistant, "growing", None) is None:
+        raise InputError("the assistant has no KV-cache decoder (a module export): it cannot draft")
+    return DraftModel(assistant.growing, assistant.config.max_len), Schedule(config.num_assistant_tokens)
