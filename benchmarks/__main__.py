@@ -61,6 +61,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       "serve's in-flight windows against one recording at a time and faster-whisper batched"),
     S("js-speech", "speech", "benchmarks.js_speech:js_speech_main",
       "Whisper in Node and the browser: ours vs transformers.js"),
+    S("live-speech", "speech", "benchmarks.live:live_speech_main",
+      "live transcription over the Realtime WebSocket: word-end-to-confirmed latency, RTF at 1/4/8 sessions",
+      None),  # espeak-ng's speech, the fixture's export and real-time sessions: minutes, not a smoke run
     # serving
     S("load", "serving", "benchmarks.serving:load_main",
       "open-loop Poisson load on tfm-export serve, the batching modes taking turns"),
