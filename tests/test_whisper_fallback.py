@@ -154,27 +154,42 @@ await model.release();
 """
 
 
+# Node's options -> Python's: the fallback forced on some windows and on all (seeded), hotwords with a prefix,
+# the prompt on every window
+NODE_CASES = [
+    ({"temperature": list(TEMPERATURES), "compressionRatioThreshold": 0.8, "seed": 3},
+     {"temperature": TEMPERATURES, "compression_ratio_threshold": 0.8, "seed": 3}),
+    ({"temperature": list(TEMPERATURES), "logprobThreshold": 0.0, "seed": 5},
+     {"temperature": TEMPERATURES, "logprob_threshold": 0.0, "seed": 5}),
+    ({"hotwords": "neun acht", "prefix": "one two"}, {"hotwords": "neun acht", "prefix": "one two"}),
+    ({"prompt": "{LONG_PROMPT}", "conditionOnPrevTokens": True, "promptConditionType": "all-segments"},
+     {"prompt": "{LONG_PROMPT}", "condition_on_prev_tokens": True, "prompt_condition_type": "all-segments"}),
+]
+
+
 @pytest.mark.skipif(shutil.which("node") is None or not (NODE / "node_modules" / "pako").exists(),
                     reason="node or runtimes/node/node_modules missing (npm ci there)")
 def test_node_falls_back_like_python(trained, long_en, tmp_path):
-    """Node's transcribe with the fallback's options: Python's ids, text and segments (their temperatures), for
-    both forced cases and a seed that samples every window."""
+    """Node's transcribe: Python's ids, text and segments (their seeks and temperatures) with the seeded fallback
+    (sampled windows included), hotwords and a prefix, and the prompt on every window."""
     out, runtime, _ = trained
     _, path = long_en
-    cases = [({"compressionRatioThreshold": 0.8, "seed": 3}, {"compression_ratio_threshold": 0.8, "seed": 3}),
-             ({"logprobThreshold": 0.0, "seed": 5}, {"logprob_threshold": 0.0, "seed": 5})]
-    runs = [{"language": "en", "timestamps": True, "temperature": list(TEMPERATURES), **mine} for mine, _ in cases]
+    fill = lambda options: {k: LONG_PROMPT if v == "{LONG_PROMPT}" else v for k, v in options.items()}  # noqa: E731
+    cases = [(fill(mine), fill(theirs)) for mine, theirs in NODE_CASES]
+    runs = [{"language": "en", "timestamps": True, **mine} for mine, _ in cases]
     script = tmp_path / "fallback.mjs"
     script.write_text(NODE_JS)
     done = subprocess.run(["node", str(script), str(NODE)], input=json.dumps({"export": str(out), "file": str(path),
                           "runs": runs}), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    sampled = 0
     for got, (_, theirs) in zip(json.loads(done.stdout), cases):
-        want = runtime.transcribe(str(path), language="en", timestamps=True, temperature=TEMPERATURES, **theirs)
+        want = runtime.transcribe(str(path), language="en", timestamps=True, **theirs)
         assert got["ids"] == want["ids"] and got["text"] == want["text"], theirs
         assert [(s["seek"], s["temperature"], s["tokens"]) for s in got["segments"]] == \
-            [(s["seek"], s["temperature"], s["tokens"]) for s in want["segments"]]
-        assert any(s["temperature"] > 0 for s in want["segments"])  # sampled windows compared
+            [(s["seek"], s["temperature"], s["tokens"]) for s in want["segments"]], theirs
+        sampled += any(s["temperature"] > 0 for s in want["segments"])
+    assert sampled == 2  # both fallback cases compared sampled windows
 
 
 PROMPT = "drei sieben"  # the fixture never saw a prompt: it changes what it hears

@@ -1,8 +1,9 @@
 // Whisper's timestamps -> segments, and the window-by-window loop of long recordings: the port of
-// tfm_export/runtime/speech/longform.py (transformers' `_retrieve_segment` and long-form generate) for
-// temperature 0 (Python's temperature fallback is not ported). Each window: decode it from `seek`
-// (frames of 10 ms; the features zero-padded to one window) after its prompt (`windowPrompt`: the
-// initial prompt, or with condition_on_prev_tokens the text of the segments before it), cut its ids into
+// tfm_export/runtime/speech/longform.py (transformers' `_retrieve_segment` and long-form generate). Each
+// window: decode it from `seek` (frames of 10 ms; the features zero-padded to one window) after its prompt
+// (`windowPrompt`: the initial prompt, or with condition_on_prev_tokens the text of the segments before it,
+// faster-whisper's hotwords after <|startofprev|>), at each temperature of the fallback while speech/fallback.mjs
+// judges the try to need it (a prefix forced as the first window's first ids), cut its ids into
 // segments at each pair of timestamp tokens, and move seek to the last pair's time, or a whole window
 // when the ids end with a lone timestamp or have no pair. `windowDecoder` decodes one window with
 // speech/search.mjs's strategy through a runner (`cacheRunner`: decode/loop.mjs's `run` on a cache).
@@ -10,6 +11,7 @@
 import { deflate } from 'pako';
 import { run } from '../decode/loop.mjs';
 import { DETECT, maxNewTokens } from './prompt.mjs';
+import { Fallback } from './fallback.mjs';
 import { whisperStrategy } from './search.mjs';
 
 export const TIME_PRECISION = 0.02; // seconds per timestamp token
@@ -70,20 +72,27 @@ export function previousText(segments, timestampBegin, cutOff) {
 }
 
 /**
- * A window's forced decoder input (Python's window_prompt for "first-segment" prompts, transformers'
- * `_prepare_decoder_input_ids`): with `condition` and segments before it, <|startofprev|>, their text
- * (`history`: the initial prompt's segment first, without <|startofprev|>) and the init tokens; else the
- * initial prompt's ids (`promptIds`, <|startofprev|> first) and the init tokens.
+ * A window's forced decoder input (Python's window_prompt, transformers' `_prepare_decoder_input_ids`): with
+ * `condition` and segments before it, <|startofprev|> (or the initial prompt, promptConditionType
+ * "all-segments"), their text (`history`: the initial prompt's segment first, without <|startofprev|>, with
+ * "first-segment") and the init tokens; else the initial prompt's ids (`promptIds`, <|startofprev|> first) and
+ * the init tokens. `hotwordIds` (faster-whisper's) go right after <|startofprev|>.
  */
-export function windowPrompt(settings, init, history, condition, promptIds, maxTargetPositions) {
-  if (!condition || !history.length) return [...promptIds, ...init];
+export function windowPrompt(settings, init, history, condition, promptIds, maxTargetPositions,
+  promptConditionType = 'first-segment', hotwordIds = []) {
   const given = (v) => v !== undefined && v !== null;
   const suppressed = settings.suppress_tokens ?? [];
   const prev = given(settings.prev_sot_token_id) ? settings.prev_sot_token_id
     : suppressed.length >= 2 ? suppressed.at(-2) : null; // transformers' fallback for older folders
-  const head = given(prev) ? [prev] : [];
-  const begin = settings.no_timestamps_token_id + 1;
-  return [...head, ...previousText(history, begin, Math.floor(maxTargetPositions / 2) - 1), ...init];
+  let head = [...promptIds];
+  let text = [];
+  if (condition && history.length) {
+    head = promptIds.length && promptConditionType === 'all-segments' ? [...promptIds] : given(prev) ? [prev] : [];
+    const begin = settings.no_timestamps_token_id + 1;
+    text = previousText(history, begin, Math.floor(maxTargetPositions / 2) - 1);
+  }
+  if (hotwordIds.length) head = [prev, ...hotwordIds, ...head.slice(1)]; // head[0], when there is one, is <|startofprev|>
+  return [...head, ...text, ...init];
 }
 
 /** Frames [seek, seek + frames) of (nMels x total) features as one (nMels x windowFrames) window, zero-padded. */
@@ -94,30 +103,30 @@ export function featureWindow(features, nMels, total, seek, frames, windowFrames
 }
 
 /**
- * One recording's (nMels x total) features -> { ids, segments, windows } (Python's longform.transcribe
- * at temperature 0): `decodeWindow(window, prompt)` -> the window's { ids (EOS removed), ended, avgLogprob,
- * noSpeechProb, skip } (skip: silence, the folder's no-speech test); `prompt(segments)` the forced decoder
- * input of the next window, given the segments so far. Each window's { seek, temperature, avg_logprob,
- * compression_ratio, no_speech_prob, skipped } is in `windows` and on its segments (`window`), as Python's.
+ * One recording's (nMels x total) features -> { ids, segments, windows } (Python's longform.transcribe):
+ * `decodeWindow(window, prompt, temperature, forced)` -> the try's { ids (EOS removed), ended, avgLogprob,
+ * noSpeechProb }; `prompt(segments, low)` the forced decoder input of the next window, given the segments so far
+ * and whether the last window's kept try was below temperature 0.5 (conditioning on the text stops after one
+ * that was not); `fallback` (speech/fallback.mjs) judges each try; `prefixIds` are forced as the first window's
+ * first ids. Each window's { seek, temperature, avg_logprob, compression_ratio, no_speech_prob, skipped } is in
+ * `windows` and on its segments (`window`), as Python's.
  */
 export async function transcribeWindows(features, { nMels, total, windowFrames, timestampBegin, vocabSize, eosId },
-  prompt, decodeWindow) {
+  prompt, decodeWindow, fallback = new Fallback(), prefixIds = []) {
   const segments = [];
   const windows = [];
   let seek = 0;
+  let low = true;
   while (seek < total) {
     const offset = (seek * TIME_PRECISION) / INPUT_STRIDE;
     const frames = Math.min(total - seek, windowFrames);
     const window = featureWindow(features, nMels, total, seek, frames, windowFrames);
-    const forced = prompt(segments);
-    const { ids, ended, avgLogprob, noSpeechProb, skip, prompt: decoded = forced } = await decodeWindow(window, forced);
-    const generated = ended ? [...ids, eosId] : ids;
-    const measured = { seek, temperature: 0, avg_logprob: Number.isNaN(avgLogprob) ? null : avgLogprob,
-      compression_ratio: compressionRatio(generated, vocabSize), no_speech_prob: noSpeechProb, skipped: skip };
-    // what it read and generated, for word timestamps (speech/words.mjs), as Python's Window.prompt and ids
-    Object.defineProperties(measured, { prompt: { value: decoded }, ids: { value: generated } });
+    const forced = seek === 0 ? prefixIds : [];
+    const input = prompt(segments, low, forced.length > 0);
+    const { ids, measured } = await decodeTries(decodeWindow, window, input, forced, fallback, seek, vocabSize, eosId);
+    low = measured.temperature < 0.5;
     windows.push(measured);
-    if (skip) { // no segment, the next window
+    if (measured.skipped) { // no segment, the next window
       seek += frames;
       continue;
     }
@@ -128,27 +137,50 @@ export async function transcribeWindows(features, { nMels, total, windowFrames, 
   return { ids: segments.flatMap((s) => s.tokens), segments, windows };
 }
 
+/** The window decoded at each temperature while `fallback` judges the try to need it (Python's _decode_tries):
+ * { ids (the forced prefix first, EOS removed), measured (the kept try's window fields) }. */
+async function decodeTries(decodeWindow, window, prompt, forced, fallback, seek, vocabSize, eosId) {
+  let kept;
+  for (const temperature of fallback.temperatures) {
+    const row = await decodeWindow(window, [...prompt, ...forced], temperature, forced.length);
+    const ids = [...forced, ...row.ids];
+    const generated = row.ended ? [...ids, eosId] : ids;
+    const ratio = compressionRatio(generated, vocabSize);
+    const { needs, skip } = fallback.judge({ compressionRatio: ratio, avgLogprob: row.avgLogprob, noSpeechProb: row.noSpeechProb });
+    const measured = { seek, temperature, avg_logprob: Number.isNaN(row.avgLogprob) ? null : row.avgLogprob,
+      compression_ratio: ratio, no_speech_prob: row.noSpeechProb, skipped: skip };
+    // what it read and generated, for word timestamps (speech/words.mjs), as Python's Window.prompt and ids
+    Object.defineProperties(measured, { prompt: { value: prompt }, ids: { value: generated } });
+    kept = { ids, measured };
+    if (!needs) break;
+  }
+  return kept;
+}
+
 /** A window runner that decodes each window alone on `cache` (Python's cache_runner: decode/loop.mjs's run). */
 export function cacheRunner(cache) {
   return (window, strategy) => run(cache, [window], strategy);
 }
 
+/** The decoding settings of one fallback try (Python's window_config): sampling at `temperature` > 0 (one beam),
+ * else `config` as it is with temperature 1. */
+export function windowConfig(config, temperature) {
+  if (temperature > 0) return { ...config, doSample: true, temperature, numBeams: 1, numReturnSequences: 1 };
+  return { ...config, doSample: false, temperature: 1 };
+}
+
 /**
- * `transcribeWindows`' `decodeWindow` over a window runner (Python's window_decoder): one window, the
- * Whisper strategy of `config`, its best row (speech/search.mjs's windowRow), `skip` when the folder's
- * silence test (logprob_threshold with no_speech_threshold, both set) finds it silent. `onDetected(prompt)`
- * gets a prompt whose language was detected.
+ * `transcribeWindows`' `decodeWindow(window, prompt, temperature, forced)` over a window runner (Python's
+ * window_decoder): one window, the Whisper strategy of `windowConfig(config, temperature)`, its best row
+ * (speech/search.mjs's windowRow); the prompt's last `forced` ids are a prefix that Whisper's rules see as
+ * generated. `onDetected(prompt)` gets a prompt whose language was detected.
  */
 export function windowDecoder(runWindow, settings, config, { timestamps, max = null, maxTargetPositions, onDetected }) {
-  const [logprob, noSpeech] = [settings.logprob_threshold, settings.no_speech_threshold];
-  const silenceTest = [logprob, noSpeech].every((v) => v !== undefined && v !== null);
-  return async (window, prompt) => {
+  return async (window, prompt, temperature = 0, forced = 0) => {
     const steps = maxNewTokens(settings, prompt.length, max, maxTargetPositions);
-    const strategy = whisperStrategy(prompt, steps, settings, config, timestamps);
+    const strategy = whisperStrategy(prompt, steps, settings, windowConfig(config, temperature), timestamps, { forced });
     await runWindow(window, strategy);
-    if (prompt.includes(DETECT)) onDetected(strategy.prompt);
-    const row = strategy.windowRow();
-    // the prompt as decoded (its DETECT slot filled: the alignment reads the detected language, as Python's)
-    return { ...row, prompt: strategy.prompt, skip: silenceTest && row.avgLogprob < logprob && row.noSpeechProb > noSpeech };
+    if (prompt.includes(DETECT)) onDetected(strategy.prompt.slice(0, prompt.length - forced));
+    return strategy.windowRow();
   };
 }

@@ -135,13 +135,16 @@ export class WhisperStrategy {
 /**
  * The WhisperStrategy of `config` (options/generation.mjs's generationConfig) for one source's forced
  * `prompt` (Python's whisper_strategy): beam search when numBeams > 1, else TokenPicker (greedy), with
- * Whisper's processors, then `processors` (a caller's own). `scored: false`: greedy keeps no score
+ * Whisper's processors, then `processors` (a caller's own); `forced`: the prompt's last ids that the rules see as
+ * generated (Python's whisper_strategy(forced=): faster-whisper's prefix). `scored: false`: greedy keeps no score
  * (avgLogprob is NaN), for a caller that reads no avg_logprob (transcribe reports it on every segment).
  */
-export function whisperStrategy(prompt, steps, settings, config, timestamps = false, { scored = true, processors = [] } = {}) {
+export function whisperStrategy(prompt, steps, settings, config, timestamps = false,
+  { scored = true, processors = [], forced = 0 } = {}) {
   const eosId = settings.eos_token_id;
   const ids = { bosId: prompt[0], eosId, padId: settings.pad_token_id ?? eosId, banned: [] };
-  const options = { scored, prompt, processors: [...whisperProcessors(settings, prompt.length, timestamps), ...processors] };
+  const rules = whisperProcessors(settings, prompt.length - forced, timestamps); // a forced prefix counts as generated
+  const options = { scored, prompt, processors: [...rules, ...processors] };
   const Strategy = config.numBeams > 1 ? BeamSearch : TokenPicker;
   return new WhisperStrategy(prompt, settings, new Strategy(1, steps, { ...config, numReturnSequences: 1 }, ids, options));
 }

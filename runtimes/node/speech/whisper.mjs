@@ -9,22 +9,26 @@
 // 4. greedy or beam search in each window through decode/loop.mjs's driver with Whisper's processors
 //    (speech/search.mjs); long audio always decodes with timestamps (and seeks on them), as Python and
 //    transformers do.
-// The folder's silence test (logprob_threshold with no_speech_threshold) skips a window as Python's
-// does, and a folder's condition_on_prev_tokens conditions each window on the text before it. Not ported:
-// temperature fallback (Node decodes at temperature 0 only). The result is Python's: { text,
+// The temperature fallback and the silence test (speech/fallback.mjs: `temperature` [0, 0.2, ...], `seed`, the
+// thresholds over the folder's) decide each window as Python's do, sampled tries drawing Python's SplitMix64
+// numbers; the folder's (or the call's) conditionOnPrevTokens conditions each window on the text before it
+// (promptConditionType 'all-segments': after the initial prompt); faster-whisper's `hotwords` and `prefix` as
+// Python's. Not ported: per-token logprobs. The result is Python's: { text,
 // language, segments, ids }; `toSrt` / `toVtt` write its segments as subtitles. No Node APIs: the browser
 // page can import it (exported.mjs reads files and passes their bytes).
 import { readWav } from '../audio/io.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from '../audio/features.mjs';
 import { generationConfig } from '../options/generation.mjs';
 import { GrowingCache } from '../states/growing.mjs';
+import { fallbackFor } from './fallback.mjs';
 import { cacheRunner, featureWindow, transcribeWindows, windowDecoder, windowPrompt } from './longform.mjs';
 import { DETECT, initTokens, languageCode, promptPrefix, whisperSettings } from './prompt.mjs';
 import { LanguageDetector } from './search.mjs';
 import { addWords, alignmentSession, timeWindow } from './words.mjs';
 
-const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'maxSeconds',
-  'label'];
+const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'temperature',
+  'seed', 'compressionRatioThreshold', 'logprobThreshold', 'noSpeechThreshold', 'conditionOnPrevTokens',
+  'promptConditionType', 'hotwords', 'prefix', 'maxSeconds', 'label'];
 const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
 
 /** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
@@ -74,23 +78,34 @@ function checkTimestamps(settings, long) {
   }
 }
 
-/**
- * An initial prompt as Python's `_prompt_ids` (transformers' get_prompt_ids): <|startofprev|>, then the tokens
- * of " " + the text (or the ids given); [] for none or blank text.
- */
-function promptIds(model, settings, prompt) {
-  if (prompt === undefined || prompt === null || (typeof prompt === 'string' && !prompt.trim())) return [];
-  if (Array.isArray(prompt) && prompt.every(Number.isInteger)) {
+/** Text as the tokens of " " + the text (Python's _text_ids), or token ids checked against the vocabulary. */
+function textIds(model, settings, text, name) {
+  if (Array.isArray(text) && text.every(Number.isInteger)) {
     const vocab = model.manifest.config.tgt_vocab_size;
-    const bad = prompt.find((t) => t < 0 || t >= vocab);
-    if (bad !== undefined) throw new Error(`prompt id ${bad} is out of range for the model's vocabulary of ${vocab} ids`);
-    return promptPrefix(settings, prompt);
+    const bad = text.find((t) => t < 0 || t >= vocab);
+    if (bad !== undefined) throw new Error(`${name} id ${bad} is out of range for the model's vocabulary of ${vocab} ids`);
+    return text;
   }
-  if (typeof prompt !== 'string') {
-    throw new Error(`prompt must be text or an array of token ids, got ${JSON.stringify(prompt)}`);
-  }
-  if (!model.tokenizer) throw new Error('this export has no tokenizer: give the prompt as token ids');
-  return promptPrefix(settings, model.tokenizer.encode(` ${prompt.trim()}`).filter((t) => t !== settings.eos_token_id));
+  if (typeof text !== 'string') throw new Error(`${name} must be text or an array of token ids, got ${JSON.stringify(text)}`);
+  if (!model.tokenizer) throw new Error(`this export has no tokenizer: give the ${name} as token ids`);
+  return model.tokenizer.encode(` ${text.trim()}`).filter((t) => t !== settings.eos_token_id);
+}
+
+const blank = (text) => text === undefined || text === null || (typeof text === 'string' && !text.trim()) ||
+  (Array.isArray(text) && !text.length);
+
+/**
+ * The initial prompt (Python's `_prompt_ids`, transformers' get_prompt_ids: <|startofprev|>, then the tokens of
+ * " " + the text, or the ids given), the hotwords and the prefix (Python's `_hotword_ids`, `_prefix_ids`:
+ * faster-whisper's, at most max_target_positions / 2 - 1 ids; the prefix after <|0.00|> with timestamps).
+ */
+function promptParts(model, settings, { prompt, hotwords, prefix }, stamped) {
+  const cut = Math.floor(model.manifest.config.max_len / 2) - 1;
+  const hot = blank(hotwords) ? [] : textIds(model, settings, hotwords, 'hotwords').slice(0, cut);
+  if (hot.length) promptPrefix(settings, hot); // a model without <|startofprev|> takes no hotwords
+  const forced = blank(prefix) ? [] : textIds(model, settings, prefix, 'prefix').slice(0, cut);
+  return { promptIds: blank(prompt) ? [] : promptPrefix(settings, textIds(model, settings, prompt, 'prompt')),
+    hotwordIds: hot, prefixIds: forced.length && stamped ? [settings.no_timestamps_token_id + 1, ...forced] : forced };
 }
 
 /** The init tokens with a language to detect detected on the first window alone, as Python does for a prompted
@@ -115,21 +130,30 @@ export async function transcribe(ort, model, audio, options = {}) {
   const settings = whisperSettings(model.manifest);
   const config = featureConfig(model.manifest);
   const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null,
-    wordTimestamps = false, ...read } = speechOptions(settings, options);
+    wordTimestamps = false, temperature = null, seed = 0, compressionRatioThreshold = null, logprobThreshold = null,
+    noSpeechThreshold = null, conditionOnPrevTokens = null, promptConditionType = 'first-segment', hotwords = null,
+    prefix: prefixText = null, ...read } = speechOptions(settings, options);
+  const fallback = fallbackFor(settings, { temperature, compressionRatioThreshold, logprobThreshold, noSpeechThreshold });
+  const condition = Boolean(conditionOnPrevTokens ?? settings.condition_on_prev_tokens);
+  if (!['first-segment', 'all-segments'].includes(promptConditionType)) {
+    throw new Error(`promptConditionType must be "first-segment" or "all-segments", got ${JSON.stringify(promptConditionType)}`);
+  }
+  if (promptConditionType === 'all-segments' && !condition) throw new Error('promptConditionType "all-segments" needs conditionOnPrevTokens');
   const alignment = wordTimestamps ? await alignmentSession(model) : null; // refused before any decoding
-  const decoding = generationConfig(null, { numBeams }); // Python's fresh GenerationConfig: not the folder's defaults
+  const decoding = generationConfig(null, { numBeams, seed }); // Python's fresh GenerationConfig: not the folder's defaults
   const { features, total, long, seconds, frames } = recordingFeatures(audio, config, read);
   const stamped = Boolean(timestamps) || long;
   if (stamped) checkTimestamps(settings, long);
   let init = initTokens(settings, language, task, stamped);
-  const prefix = promptIds(model, settings, prompt);
-  const promptSegment = prefix.length ? [{ tokens: prefix.slice(1) }] : []; // the text conditioning starts from
-  const condition = Boolean(settings.condition_on_prev_tokens);
-  const promptFor = (segments) => windowPrompt(settings, init, [...promptSegment, ...segments], condition, prefix,
-    model.manifest.config.max_len);
+  const { promptIds: prefix, hotwordIds, prefixIds } = promptParts(model, settings, { prompt, hotwords, prefix: prefixText }, stamped);
+  const first = promptConditionType === 'first-segment';
+  const promptSegment = prefix.length && first ? [{ tokens: prefix.slice(1) }] : []; // the text conditioning starts from
+  const promptFor = (segments, low, prefixed) => windowPrompt(settings, init, [...promptSegment, ...segments],
+    condition && low, prefix, model.manifest.config.max_len, promptConditionType, prefixed ? [] : hotwordIds);
   const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
   const runWindow = cacheRunner(new GrowingCache(ort, model));
-  if (prefix.length && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
+  const ahead = prefix.length || hotwordIds.length || prefixIds.length; // the prompt's start is not <|startoftranscript|>
+  if (ahead && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
   const decodeWindow = windowDecoder(runWindow, settings, decoding, { timestamps: stamped, max,
     maxTargetPositions: model.manifest.config.max_len, onDetected: (p) => { init = p; } });
   // The timestamp tokens' first id. As in Python and transformers, the ids a model emits from there on cut segments,
@@ -137,7 +161,8 @@ export async function transcribe(ort, model, audio, options = {}) {
   const nts = settings.no_timestamps_token_id;
   const begin = nts === undefined || nts === null ? Infinity : nts + 1;
   const out = await transcribeWindows(features, { ...layout, timestampBegin: begin,
-    vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id }, promptFor, decodeWindow);
+    vocabSize: model.manifest.config.tgt_vocab_size, eosId: settings.eos_token_id }, promptFor, decodeWindow, fallback,
+    prefixIds);
   const textOf = (ids) => {
     const kept = ids.filter((t) => t < begin);
     return model.tokenizer ? model.tokenizer.decode(kept) : kept.join(' ');
