@@ -30,7 +30,7 @@ def limit_options(fn):
 
 
 @main_group.command("serve")
-@click.argument("folder", required=False, type=click.Path(path_type=Path))
+@click.argument("folders", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback needs --api-key.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port to listen on.")
@@ -66,20 +66,34 @@ def limit_options(fn):
 # request, the decoder each step, the search lane), and threads spinning in an idle session take the
 # cores of the busy one (in-flight on 2 cores: 545 -> 722 tokens/s, BENCHMARKS.md).
 @ort_thread_options(spin=False)
+@click.option("--idle-unload", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Several exports: close an export's engine once no request has used it for SECONDS (it opens "
+                   "again on the next request). Default: engines stay open.")
+@click.option("--max-loaded", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Several exports: at most N engines open at once; opening another closes the least recently "
+                   "used idle one. Default: no limit.")
+@click.option("--pivot", default="en", show_default=True, metavar="LANG",
+              help="Several exports: the language (two-letter code) a pair without an export of its own is "
+                   "translated through, with one export into LANG and another out of it.")
 @click.option("--ray", "use_ray", is_flag=True, help="Deploy on Ray Serve (the `ray` extra) instead of one process.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="--ray: replicas, each with its own batcher.")
 @click.option("--write-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a Ray Serve config (for `serve deploy`) with these settings and exit.")
 @library_errors
-def serve_command(folder: Path | None, host: str, port: int, device: str, batching: str, max_batch: int,
+def serve_command(folders: tuple[Path, ...], host: str, port: int, device: str, batching: str, max_batch: int,
                   max_queue: int, max_texts: int, max_beams: int, max_rows: int, max_src_len: int | None,
                   window_ms: float, max_upload_mb: float, max_audio_seconds: float, audio_workers: int | None,
                   upload_dir: str | None, api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
-                  spin: bool, use_ray: bool, replicas: int, write_config: Path | None) -> None:
+                  spin: bool, idle_unload: float | None, max_loaded: int | None, pivot: str, use_ray: bool,
+                  replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
     GET /languages (a text model) or OpenAI's POST /v1/audio/transcriptions and /v1/audio/translations
     (a Whisper export); GET /healthz, /metrics, docs at /docs.
+
+    Several text exports (FOLDER FOLDER ..., or a folder of exports) share one server: a request picks one
+    by `model` (GET /v1/models) or by its languages, through --pivot when no export translates the pair;
+    each opens on first use (see --idle-unload, --max-loaded).
 
     SIGTERM or Ctrl+C stops accepting, finishes the requests in flight and exits 0.
     """
@@ -87,17 +101,25 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
     from ..serve.cors import check_origins
     from ..serve.engine import ServeSettings, check_batching, check_bind, is_speech, resolve_batching
     from ..serve.module_exports import auto_request_note
+    from ..serve.registry import serves_several
     from ..serve.server import run_server
     from ..serve.web import check_port
 
-    if folder is None and write_config is None:
+    if not folders and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
-    settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", device, batching,
-                             EngineConfig(max_batch, max_queue, window_ms, max_src_len),
-                             max_texts, threads, spin, api_key, cors_origins=cors_origins, max_beams=max_beams,
-                             max_rows=max_rows, max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
-                             audio_workers=audio_workers, upload_dir=upload_dir)
     check_origins(cors_origins)
+    fields = dict(device=device, batching=batching, engine=EngineConfig(max_batch, max_queue, window_ms, max_src_len),
+                  max_texts=max_texts, threads=threads, spin=spin, api_key=api_key, cors_origins=cors_origins,
+                  max_beams=max_beams, max_rows=max_rows)
+    if serves_several(folders) or idle_unload is not None or max_loaded is not None:
+        if use_ray or write_config is not None:
+            raise click.UsageError("--ray and --write-config serve one export, without --idle-unload or --max-loaded")
+        _serve_several(folders, host, port, (idle_unload, max_loaded, pivot), fields)
+        return
+    folder = folders[0] if folders else None
+    settings = ServeSettings(str(folder.resolve()) if folder else "MODEL_FOLDER", **fields,
+                             max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
+                             audio_workers=audio_workers, upload_dir=upload_dir)
     if write_config is not None:
         from ..serve.ray_config import write_config as write
 
@@ -119,6 +141,25 @@ def serve_command(folder: Path | None, host: str, port: int, device: str, batchi
 
 
 KINDS = {"inflight": "in-flight", "request": "request-level", "single": "one-at-a-time"}
+
+
+def _serve_several(folders: tuple[Path, ...], host: str, port: int, unloading: tuple, fields: dict) -> None:
+    """One server of several exports (serve.multi): their manifests checked now, each opened on first use;
+    `unloading`: (idle_unload, max_loaded, pivot)."""
+    from ..serve.engine import ServeSettings, check_bind
+    from ..serve.registry import ModelRegistry, export_folders
+    from ..serve.server import run_server
+    from ..serve.web import check_port
+
+    check_bind(host, fields["api_key"])
+    check_port(host, port)
+    exports = export_folders(folders)
+    settings = ServeSettings(exports[0], **fields)
+    registry = ModelRegistry(settings, exports, *unloading)
+    names = ", ".join(registry.names())
+    run_server(settings, host, port, lambda _: click.echo(
+        f"serving {len(registry.exports)} exports ({names}) on http://{host}:{port}/, each opened on first use "
+        f"(docs at /docs; Ctrl+C stops)", err=True), registry=registry)
 
 
 def _run_ray(settings, replicas: int, host: str, port: int) -> None:  # noqa: ANN001 (ServeSettings)

@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import TfmExportError
 from .audio import add_audio
-from .contract import install_openapi
+from .contract import install_openapi, served_name
 from .cors import add_cors
 from .documents import document_results, translate_documents
 from .engine import ServeSettings, limits, open_engine, prepare_sources
@@ -101,7 +101,8 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="tfm-export translation server", lifespan=lifespan)
-    _add_error_handling(app, settings, state)
+    bounds = limits(engine.model, settings)
+    _add_error_handling(app, settings, state, body_limit(bounds.max_texts, bounds.src_len))
     add_cors(app, settings.cors_origins)  # after the key check: the outermost middleware
     keyed = (401,) if settings.api_key else ()
 
@@ -143,48 +144,61 @@ def _refuse_other_kind(app: FastAPI, speech: bool) -> None:
 
 def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
     """POST /v1/translate over the engine in state["engine"]."""
-    engine = state["engine"]
     keyed = (401,) if settings.api_key else ()
-    stream_doc = {"description": "The translations (JSON), or with `stream` server-sent events: `token` "
-                                 "{index, id, text?} per token, then `done` (the JSON answer) or `error`.",
-                  "model": TranslateResponse, "content": {"text/event-stream": {"schema": STREAM_EVENT}}}
+    name = served_name(settings.folder)
 
     @app.post("/v1/translate", response_model=None, responses={
-        200: stream_doc, **error_responses(400, *keyed, 413, 422, 429, 500, 503)})
+        200: STREAM_DOC, **error_responses(400, *keyed, 413, 422, 429, 500, 503)})
     async def translate(body: TranslateRequest, request: Request) -> Any:
         """Translate `texts` (or decode `ids`); `"stream": true` answers with server-sent events."""
-        options = body.model_dump(exclude=set(REQUEST_ONLY), exclude_none=True)
-        if body.split_sentences and body.texts is not None:
-            return await translate_split(body, options, request)
-        try:
-            sources, steps, config = prepare_sources(engine.model, settings, body.texts, body.ids, body.max_new_tokens,
-                                                     options, body.source_lang, body.target_lang)
-        except TfmExportError as exc:
-            raise failure_from(exc) from None
-        work = submit(engine, state["mailbox"], sources, steps, config)
-        if body.stream:
-            return StreamingResponse(stream(work, engine.model, state["metrics"]), media_type="text/event-stream")
-        if not await collect(work, state["metrics"], request):
-            return {}  # the client went away: nobody reads this
-        return results(work, engine.model)
+        if body.model is not None and body.model != name:
+            raise HTTPFailure(422, f"model: no model {body.model!r}; this server serves {name!r} (GET /v1/models)",
+                              field="model")
+        return await answer_translate(state, settings, body, request)
 
 
-    async def translate_split(body: Any, options: dict[str, Any], request: Request) -> Any:
-        """split_sentences: the texts as documents (serve.documents)."""
-        if body.stream:
-            raise HTTPFailure(422, "split_sentences answers once the documents are translated; drop stream",
-                              fields=["split_sentences", "stream"])
-        try:
-            rendered = await translate_documents(state, settings, body.texts, body.max_new_tokens, options,
-                                                 body.source_lang, body.target_lang, request)
-        except TfmExportError as exc:
-            raise failure_from(exc) from None
-        return {} if rendered is None else document_results(rendered)
+STREAM_DOC = {"description": "The translations (JSON), or with `stream` server-sent events: `token` "
+                             "{index, id, text?} per token, then `done` (the JSON answer) or `error`.",
+              "model": TranslateResponse, "content": {"text/event-stream": {"schema": STREAM_EVENT}}}
 
 
-def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+async def answer_translate(state: dict[str, Any], settings: ServeSettings, body: Any, request: Request) -> Any:
+    """POST /v1/translate's answer to `body` from the engine in state["engine"] (a server of several exports,
+    serve.multi, runs it on the export it picks, once per leg when it pivots); {} when the client went away."""
+    engine = state["engine"]
+    options = body.model_dump(exclude=set(REQUEST_ONLY), exclude_none=True)
+    if body.split_sentences and body.texts is not None:
+        return await _translate_split(state, settings, body, options, request)
+    try:
+        sources, steps, config = prepare_sources(engine.model, settings, body.texts, body.ids, body.max_new_tokens,
+                                                 options, body.source_lang, body.target_lang)
+    except TfmExportError as exc:
+        raise failure_from(exc) from None
+    work = submit(engine, state["mailbox"], sources, steps, config)
+    if body.stream:
+        return StreamingResponse(stream(work, engine.model, state["metrics"]), media_type="text/event-stream")
+    if not await collect(work, state["metrics"], request):
+        return {}  # the client went away: nobody reads this
+    return results(work, engine.model)
+
+
+async def _translate_split(state: dict[str, Any], settings: ServeSettings, body: Any, options: dict[str, Any],
+                           request: Request) -> Any:
+    """split_sentences: the texts as documents (serve.documents)."""
+    if body.stream:
+        raise HTTPFailure(422, "split_sentences answers once the documents are translated; drop stream",
+                          fields=["split_sentences", "stream"])
+    try:
+        rendered = await translate_documents(state, settings, body.texts, body.max_new_tokens, options,
+                                             body.source_lang, body.target_lang, request)
+    except TfmExportError as exc:
+        raise failure_from(exc) from None
+    return {} if rendered is None else document_results(rendered)
+
+
+def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, Any], max_body: int | None) -> None:
     """JSON errors for our failures, FastAPI's validation and Starlette's 404/405, the API key check,
-    request counting."""
+    request counting, bodies up to `max_body` bytes (serve.guard)."""
 
     @app.exception_handler(HTTPFailure)
     async def _failure(request: Request, exc: HTTPFailure) -> JSONResponse:
@@ -205,6 +219,4 @@ def _add_error_handling(app: FastAPI, settings: ServeSettings, state: dict[str, 
         if "metrics" in state:  # made when the lifespan starts
             state["metrics"].requests.labels(str(status)).inc()
 
-    bounds = limits(state["engine"].model, settings)
-    app.add_middleware(Guard, api_key=settings.api_key, count=count,
-                       max_body=body_limit(bounds.max_texts, bounds.src_len))
+    app.add_middleware(Guard, api_key=settings.api_key, count=count, max_body=max_body)

@@ -14,9 +14,15 @@ a 422 naming the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .engine import Limits, ServeSettings, limits
+
+
+def served_name(folder: str) -> str:
+    """The name a server of one export answers to (GET /v1/models; a request's `model`): its folder's."""
+    return Path(folder).resolve().name
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,11 @@ class LanguageView:
     def of(cls, model: Any) -> "LanguageView":
         if not model.manifest.tokenizer:
             return cls([], [], None)
-        languages = model.tokenizer.languages
+        return cls.of_languages(model.tokenizer.languages)
+
+    @classmethod
+    def of_languages(cls, languages: Any) -> "LanguageView":
+        """The view of a tokenizer's text.languages.Languages (a manifest's, for an export not opened yet)."""
         sources = languages.codes("source")
         default = languages.source_default or (sources[0] if len(sources) == 1 else None)
         return cls(sources, languages.codes("target"), default)
@@ -74,6 +84,7 @@ def constrain(request: dict[str, Any], model: Any, settings: ServeSettings) -> N
     source_ids = {"type": "array", "minItems": 1, "maxItems": bounds.src_len,
                   "items": {"type": "integer", "minimum": 0, "maximum": bounds.src_vocab - 1}}
     texts = {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": text_schema(model, bounds)}
+    _nullable(props, "model", {"type": "string", "enum": [served_name(settings.folder)]})  # its own name only
     _nullable(props, "texts", texts if model.manifest.tokenizer else None)
     _nullable(props, "ids", {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": source_ids})
     _nullable(props, "source_lang", {"type": "string", "enum": view.sources} if view.sources else None)

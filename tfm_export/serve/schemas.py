@@ -41,6 +41,9 @@ class RequestFields(BaseModel):
     refused, so decoding options can be added later without old servers silently ignoring them."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = Field(None, description=(
+        "The export to translate with (GET /v1/models lists them), as OpenAI's `model`. A server of several "
+        "exports otherwise picks one by source_lang and target_lang; a server of one takes its own name only."))
     texts: list[str] | None = Field(None, description="Source texts, encoded with the export's tokenizer.")
     ids: list[list[integer()]] | None = Field(None, description="Source token ids, used as given.")
     source_lang: str | None = Field(None, description="Language code of the texts (GET /languages lists them).")

@@ -12,19 +12,24 @@ from .web import check_port
 
 
 def run_server(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8080,
-               on_ready: Callable[[str], None] | None = None) -> None:
+               on_ready: Callable[[str], None] | None = None, registry: Any = None) -> None:
     """Serve until SIGTERM or Ctrl+C: stop accepting, finish what is in flight, return (exit 0).
 
     `on_ready(batching)` runs once the server accepts requests (engine started, port bound): a
-    "serving on" line printed before would promise a server that may still fail to start."""
+    "serving on" line printed before would promise a server that may still fail to start. With a
+    serve.registry.ModelRegistry, the server of its exports (serve.multi), each opened on first use."""
     import uvicorn
 
     check_bind(host, settings.api_key)
     check_port(host, port)  # uvicorn's own failure is a log line and exit 3, after the model loaded
-    settings = resolve_batching(settings)
-    engine = open_engine(settings)  # before binding: a bad folder fails fast, with one line
-    config = uvicorn.Config(create_app(settings, engine), host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=None)
+    if registry is not None:  # its manifests were read and checked when it was made
+        from .multi import create_multi_app
+
+        app = create_multi_app(settings, registry)
+    else:
+        settings = resolve_batching(settings)
+        app = create_app(settings, open_engine(settings))  # before binding: a bad folder fails fast, with one line
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)
     startup = server.startup
 

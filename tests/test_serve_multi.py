@@ -1,0 +1,290 @@
+"""One server, several exports (serve.registry, serve.multi): three single-pair Marian exports (fr -> en and
+en -> de, two models of their own, and en -> es, a copy of en -> de whose manifest names another target)
+behind one app. A request picks its export by `model` or by its languages; a pair without an export of its
+own goes through English and equals translating twice by hand; /languages and /v1/models list everything;
+engines open on first use and close when idle or beyond --max-loaded, and open again."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import threading
+import time
+import warnings
+import weakref
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from helpers import free_port, run_cli, serving  # noqa: E402
+
+from tfm_export.export.exporter import ExportOptions, export_model  # noqa: E402
+from tfm_export.importers import load_model  # noqa: E402
+from tfm_export.importers.hub import local_origin  # noqa: E402
+from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.serve.batcher import EngineConfig  # noqa: E402
+from tfm_export.serve.engine import ServeSettings  # noqa: E402
+from tfm_export.serve.multi import create_multi_app  # noqa: E402
+from tfm_export.serve.registry import ModelRegistry, export_folders, serves_several  # noqa: E402
+
+FRENCH = ["la maison", "un petit chat", "les arbres verts", "nous mangeons du pain"]
+ENGLISH = ["the house", "a small cat", "green trees grow", "we eat bread"]
+GERMAN = ["das Haus", "eine Katze", "grüne Bäume"]
+TEXTS = ["la maison un petit chat", "nous mangeons", "les arbres verts du pain"]
+FR_EN, EN_DE, EN_ES = "opus-fr-en", "opus-en-de", "opus-en-es"
+STEPS = 6
+
+
+def marian_export(root, name: str, sources: list[str], targets: list[str], pair: tuple[str, str], seed: int,
+                  **options):
+    """A single-pair Marian folder (its tokenizer_config names the pair), exported to root/name."""
+    import transformers
+    from marian_fixtures import marian, train_spm, write_vocab
+
+    folder = root / f"{name}-hf"
+    folder.mkdir()
+    train_spm(folder, "source", [" ".join(sources[(i * 7 + j) % len(sources)] for j in range(3)) for i in range(300)], 28)
+    train_spm(folder, "target", [" ".join(targets[(i * 5 + j) % len(targets)] for j in range(3)) for i in range(300)], 24)
+    vocab = write_vocab(folder / "vocab.json", [folder / "source.spm", folder / "target.spm"])
+    marian(vocab=len(vocab), seed=seed, bad_pad=True, scale_embedding=True).save_pretrained(folder)
+    with warnings.catch_warnings():  # "Recommended: pip install sacremoses": transformers' own tokenising only
+        warnings.simplefilter("ignore")
+        tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
+                                                 str(folder / "vocab.json"), source_lang=pair[0], target_lang=pair[1])
+    tokenizer.save_pretrained(folder)
+    out = root / name
+    export_model(load_model(folder, origin=local_origin(folder)), out, ExportOptions(validate=False, **options))
+    return out
+
+
+def relabelled(folder, out, pair: tuple[str, str]):
+    """A copy of the export in `folder` whose manifest names another language pair."""
+    shutil.copytree(folder, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["tokenizer"]["languages"]["pair"]
+    manifest["tokenizer"]["languages"]["pair"] = list(pair)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """A folder of three exports (one with the static decoder: in-flight batching beside request-level)."""
+    root = tmp_path_factory.mktemp("several")
+    hub = root / "hub"
+    hub.mkdir()
+    fr_en = marian_export(root, FR_EN, FRENCH, ENGLISH, ("fr", "en"), seed=5)
+    en_de = marian_export(root, EN_DE, ENGLISH, GERMAN, ("en", "de"), seed=6, static_cache=True)
+    for export in (fr_en, en_de):
+        shutil.move(export, hub / export.name)
+    relabelled(hub / EN_DE, hub / EN_ES, ("en", "es"))
+    return hub
+
+
+@pytest.fixture(scope="module")
+def models(exports):
+    return {name: open_export(exports / name, "cpu") for name in (FR_EN, EN_DE, EN_ES)}
+
+
+def settings_of(exports) -> ServeSettings:
+    return ServeSettings(str(exports / FR_EN), engine=EngineConfig(max_batch=4), max_texts=8)
+
+
+def registry_of(exports, **unloading) -> ModelRegistry:
+    return ModelRegistry(settings_of(exports), export_folders([exports]), **unloading)
+
+
+@pytest.fixture(scope="module")
+def server(exports):
+    """The three exports on one real server (uvicorn on a free loopback port), for clients over HTTP."""
+    registry = registry_of(exports)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_multi_app(settings_of(exports), registry), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped before it started"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}", registry
+    server.should_exit = True
+    thread.join(30)
+
+
+def native(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/v1/translate", json=body, timeout=120)
+
+
+def texts_of(reply: httpx.Response) -> list[str]:
+    assert reply.status_code == 200, reply.text
+    return [row["text"] for row in reply.json()["translations"]]
+
+
+def libre(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/translate", json=body, timeout=120)
+
+
+def test_a_folder_of_exports_serves_each_of_them(exports, tmp_path):
+    assert serves_several([exports]) and not serves_several([exports / EN_DE])
+    assert [p.split("/")[-1] for p in export_folders([exports])] == [EN_DE, EN_ES, FR_EN]
+    assert not serves_several([tmp_path])
+    reply = run_cli("serve", tmp_path, exports / EN_DE, "--port", free_port())
+    assert reply.exit_code == 1 and "neither an export folder nor a folder of exports" in reply.output, reply.output
+    assert "Traceback" not in reply.output and len(reply.output.strip().splitlines()) == 1
+    reply = run_cli("serve", exports, "--ray")
+    assert reply.exit_code == 2 and "--ray and --write-config serve one export" in reply.output
+
+
+def test_v1_models_lists_every_export(server):
+    url, registry = server
+    listed = httpx.get(f"{url}/v1/models").json()
+    assert [card["id"] for card in listed["data"]] == [EN_DE, EN_ES, FR_EN]
+    assert httpx.get(f"{url}/v1/models/{FR_EN}").json()["id"] == FR_EN
+    assert httpx.get(f"{url}/v1/models/{FR_EN}-hf").json()["id"] == FR_EN  # the folder it was exported from
+    missing = httpx.get(f"{url}/v1/models/opus-xx")
+    assert missing.status_code == 404 and "opus-xx" in missing.json()["error"] and FR_EN in missing.json()["error"]
+
+
+def test_model_picks_the_export(server, models):
+    url, _ = server
+    for name in (FR_EN, EN_DE):
+        assert texts_of(native(url, model=name, texts=TEXTS)) == models[name].translate(TEXTS), name
+    assert models[FR_EN].translate(TEXTS) != models[EN_DE].translate(TEXTS)  # two models, two answers
+    # streamed from the export named, its engine held to the last event and released after
+    events = httpx.post(f"{url}/v1/translate", json={"model": EN_DE, "texts": TEXTS[:1], "stream": True}, timeout=120)
+    done = json.loads(events.text.split("event: done\ndata: ")[1].split("\n")[0])
+    assert done["translations"][0]["text"] == models[EN_DE].translate(TEXTS[:1])[0]
+
+
+def test_languages_pick_the_export(server, models):
+    url, registry = server
+    for (source, target), name in ((("fr", "en"), FR_EN), (("en", "de"), EN_DE), (("en", "es"), EN_ES)):
+        expected = models[name].translate(TEXTS)
+        assert texts_of(native(url, texts=TEXTS, source_lang=source, target_lang=target)) == expected
+        reply = libre(url, q=TEXTS, source=source, target=target)
+        assert reply.json() == {"translatedText": expected}, reply.text
+    assert all(not slot.users for slot in registry.slots.values())  # every lease ended
+
+
+def test_a_pivot_equals_translating_twice_by_hand(server, models):
+    url, _ = server
+    # a random model's long output would be over the second's source limit (a 413): a few tokens per leg
+    english = models[FR_EN].translate(TEXTS, max_new_tokens=STEPS)
+    expected = models[EN_DE].translate(english, max_new_tokens=STEPS)  # by hand, with the runtime
+    reply = native(url, texts=TEXTS, source_lang="fr", target_lang="de", max_new_tokens=STEPS)
+    assert texts_of(reply) == expected
+    # by hand through the server: each export named
+    middle = texts_of(native(url, model=FR_EN, texts=TEXTS, max_new_tokens=STEPS))
+    assert middle == english and texts_of(native(url, model=EN_DE, texts=middle, max_new_tokens=STEPS)) == expected
+    english, expected = models[FR_EN].translate(TEXTS), models[EN_DE].translate(models[FR_EN].translate(TEXTS))
+    # LibreTranslate's route, through the same exports, and twice by hand there
+    pivoted = libre(url, q=TEXTS, source="fr", target="de").json()["translatedText"]
+    by_hand = libre(url, q=libre(url, q=TEXTS, source="fr", target="en").json()["translatedText"],
+                    source="en", target="de").json()["translatedText"]
+    assert pivoted == by_hand == expected
+    # n-best at the second leg: its best is the pivot's answer
+    reply = libre(url, q=TEXTS[0], source="fr", target="es", alternatives=2).json()
+    assert reply["translatedText"] == models[EN_ES].translate(english[:1])[0]
+    assert isinstance(reply["alternatives"], list)
+
+
+def test_languages_lists_every_pair_with_pivots(server):
+    url, registry = server
+    assert httpx.get(f"{url}/languages").json() == [
+        {"code": "de", "name": "de", "targets": []},
+        {"code": "en", "name": "en", "targets": ["de", "es"]},
+        {"code": "es", "name": "es", "targets": []},
+        {"code": "fr", "name": "fr", "targets": ["de", "en", "es"]},  # de, es through en
+    ]
+    for entry in registry.languages():  # each pair it lists is one the server routes
+        for target in entry["targets"]:
+            assert registry.route(entry["code"], target)
+
+
+def test_libretranslatepy_against_several_exports(server, models):
+    libretranslatepy = pytest.importorskip("libretranslatepy")
+    url, _ = server
+    client = libretranslatepy.LibreTranslateAPI(url)
+    assert client.translate(TEXTS[0], "fr", "es") == models[EN_ES].translate(models[FR_EN].translate(TEXTS[:1]))[0]
+    assert client.translate(TEXTS[1], "en", "de") == models[EN_DE].translate(TEXTS[1:2])[0]
+    assert [entry["code"] for entry in client.languages()] == ["de", "en", "es", "fr"]
+
+
+@pytest.mark.parametrize("body, field, says", [
+    ({"model": "opus-xx", "texts": ["a"]}, "model", ["opus-xx", FR_EN, EN_DE]),
+    ({"texts": ["a"], "source_lang": "de", "target_lang": "fr"}, "target_lang", ["'de'", "'fr'", "GET /languages"]),
+    ({"texts": ["a"]}, "model", ["3 exports", "GET /v1/models"]),
+    ({"ids": [[5, 6]], "source_lang": "fr", "target_lang": "de"}, "ids", ["through 'en'"]),
+    ({"texts": ["a"], "source_lang": "fr", "target_lang": "de", "stream": True}, "stream", ["not streamed"]),
+    ({"model": FR_EN, "texts": ["a"], "target_lang": "de"}, "target_lang", ["'de'", "only 'en'"]),
+])
+def test_what_no_export_serves_is_a_4xx_naming_it(server, body, field, says):
+    url, _ = server
+    reply = native(url, **body)
+    assert reply.status_code == 422, reply.text
+    error = reply.json()
+    assert field in (error.get("field"), *(error.get("fields") or [])) and all(s in error["error"] for s in says), error
+
+
+def test_libretranslate_errors_name_the_pair(server):
+    url, _ = server
+    reply = libre(url, q="la maison", source="de", target="fr")
+    assert reply.status_code == 400 and "'de'" in reply.json()["error"] and "'fr'" in reply.json()["error"]
+    reply = libre(url, q="la maison", source="fr", target="de", model="opus-xx")
+    assert reply.status_code == 400 and "opus-xx" in reply.json()["error"]
+    assert libre(url, q="x", target="de").json() == {"error": "Invalid request: missing source parameter"}
+
+
+def wait_for(condition, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_an_idle_export_is_closed_and_opens_again(exports, models):
+    registry = registry_of(exports, idle_unload=0.3)
+    expected = models[EN_DE].translate(TEXTS)
+    with TestClient(create_multi_app(settings_of(exports), registry)) as client:
+        assert client.get("/healthz").json()["loaded"] == []  # nothing opened before a request needs it
+        reply = client.post("/v1/translate", json={"model": EN_DE, "texts": TEXTS})
+        assert [row["text"] for row in reply.json()["translations"]] == expected
+        slot = registry.slots[EN_DE]
+        engine = weakref.ref(slot.engine)
+        thread = engine()._thread
+        assert client.get("/healthz").json()["loaded"] == [EN_DE] and thread.is_alive()
+        wait_for(lambda: client.get("/healthz").json()["loaded"] == [])
+        gc.collect()
+        assert engine() is None and not thread.is_alive()  # closed and let go: its sessions freed
+        reply = client.post("/v1/translate", json={"model": EN_DE, "texts": TEXTS})
+        assert [row["text"] for row in reply.json()["translations"]] == expected and slot.loads == 2
+        assert "tfm_export_tokens_total" in client.get("/metrics").text
+    assert registry.loaded() == []  # the lifespan closed what was open
+
+
+def test_max_loaded_closes_the_least_recently_used(exports, models):
+    registry = registry_of(exports, max_loaded=1)
+    with TestClient(create_multi_app(settings_of(exports), registry)) as client:
+        client.post("/v1/translate", json={"model": EN_DE, "texts": TEXTS[:1]})
+        client.post("/v1/translate", json={"model": FR_EN, "texts": TEXTS[:1]})
+        assert registry.loaded() == [FR_EN]
+        # a pivot with room for one engine: each leg opens its export in turn
+        reply = client.post("/translate", json={"q": TEXTS, "source": "fr", "target": "de"})
+        assert reply.json()["translatedText"] == models[EN_DE].translate(models[FR_EN].translate(TEXTS))
+        assert registry.loaded() == [EN_DE] and registry.slots[EN_DE].loads == 2
+
+
+def test_one_exports_server_takes_its_own_name_only(exports, models):
+    with serving(ServeSettings(str(exports / EN_DE))) as (url, _):
+        assert texts_of(native(url, model=EN_DE, texts=TEXTS)) == models[EN_DE].translate(TEXTS)
+        reply = native(url, model=FR_EN, texts=TEXTS)
+        assert reply.status_code == 422 and reply.json()["field"] == "model" and EN_DE in reply.json()["error"]
+        schema = httpx.get(f"{url}/openapi.json").json()["components"]["schemas"]["TranslateRequest"]
+        assert schema["properties"]["model"]["anyOf"][0]["enum"] == [EN_DE]

@@ -1,0 +1,243 @@
+"""A server of several exports (`tfm-export serve A B C`): a one-export server's text routes, each request
+run on the export serve.registry picks for it, with that export's engine and limits.
+
+    POST /v1/translate   as one export's (serve.app), the export named by `model` or chosen by
+                         source_lang/target_lang; through the pivot language (two exports) for `texts`,
+                         not streamed: the first leg's best translation is the second's source, and the
+                         answer is the second leg's (n-best there only)
+    POST /translate      LibreTranslate's (serve.libretranslate), chosen by source and target (or `model`);
+                         pivoting likewise (`alternatives` from the second leg); source "auto" is the
+                         default source of an export into the target
+    GET  /languages      every code, with the targets it reaches directly or through the pivot
+    GET  /v1/models      every export; /v1/models/{model} one by name or alias (404 otherwise)
+    GET  /healthz        the engines together, and `loaded`: the exports open now
+    GET  /metrics        the engines together
+
+An unknown `model` is a 422 naming `model` (LibreTranslate: 400), a pair no export reaches a 422 naming
+target_lang (400), an export that cannot be opened when first needed a 503. Exports open on first use and
+close when idle (--idle-unload) or beyond --max-loaded (serve.registry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi import Path as PathParameter
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
+
+from ..errors import TfmExportError
+from .app import STREAM_DOC, _add_error_handling, _refuse_other_kind, answer_translate
+from .contract import add_security
+from .cors import add_cors
+from .engine import ServeSettings
+from .guard import body_limit
+from .libretranslate import ANSWER, as_libretranslate, check_key, read_params, translate_params
+from .mailbox import Mailbox
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .model_list import ModelCard, ModelList
+from .registry import Leg, LoadFailed, ModelRegistry
+from .schemas import Language, TranslateRequest, error_responses
+from .translation import HTTPFailure, failure_from
+
+
+class MultiHealth(BaseModel):
+    status: str = "ok"
+    batching: str = Field(description="multi: each export has its own engine.")
+    queue_depth: int = Field(description="Sources waiting for a row, every export's.")
+    active: int = Field(description="Rows decoding now, every export's.")
+    loaded: list[str] = Field(description="The exports open now (GET /v1/models lists every one).")
+
+
+def create_multi_app(settings: ServeSettings, registry: ModelRegistry) -> FastAPI:
+    """The app over `registry`'s exports; its lifespan sweeps idle engines and closes every one at the end."""
+    state: dict[str, Any] = {"engine": registry}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state["mailbox"] = Mailbox(asyncio.get_running_loop())
+        state["metrics"] = ServerMetrics(registry)
+        watcher = asyncio.ensure_future(registry.watch())
+        yield
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await registry.close()
+
+    app = FastAPI(title="tfm-export translation server (several exports)", lifespan=lifespan)
+    longest = max(export.src_len for export in registry.exports)
+    _add_error_handling(app, settings, state, body_limit(settings.max_texts, longest))
+    add_cors(app, settings.cors_origins)
+    keyed = (401,) if settings.api_key else ()
+
+    @app.get("/healthz", response_model=MultiHealth)
+    async def healthz() -> dict[str, Any]:
+        """Liveness: queue depth and busy rows of every open engine, and which exports are open."""
+        return {"status": "ok", "batching": registry.name, "queue_depth": registry.queue_depth,
+                "active": registry.active, "loaded": registry.loaded()}
+
+    @app.get("/metrics", response_class=Response, responses=error_responses(*keyed))
+    async def metrics() -> Response:
+        """Prometheus text format, every export's engine together."""
+        return Response(state["metrics"].render(), media_type=CONTENT_TYPE)
+
+    _add_models(app, registry, keyed)
+    _add_translate(app, settings, state, registry, keyed)
+    _add_libretranslate(app, settings, state, registry)
+    _refuse_other_kind(app, False)
+    _install_openapi(app, registry, settings)
+    return app
+
+
+def _add_models(app: FastAPI, registry: ModelRegistry, keyed: tuple[int, ...]) -> None:
+    cards = {e.name: ModelCard(id=e.name, created=e.created) for e in registry.exports}
+
+    @app.get("/v1/models", response_model=ModelList, responses=error_responses(*keyed))
+    async def list_models() -> ModelList:
+        """Every export this server serves (OpenAI's list models), opened or not."""
+        return ModelList(data=list(cards.values()))
+
+    @app.get("/v1/models/{model:path}", response_model=ModelCard, responses=error_responses(*keyed, 404))
+    async def retrieve_model(model: str = PathParameter(description="An export's name (GET /v1/models).")) -> ModelCard:
+        """One export, by its name or an alias (OpenAI's retrieve model)."""
+        try:
+            return cards[registry.find(model).name]
+        except TfmExportError as exc:
+            raise HTTPFailure(404, str(exc), field="model") from None
+
+
+def _legs(registry: ModelRegistry, model: str | None, source: str | None, target: str | None) -> list[Leg]:
+    try:
+        return registry.pick(model, source, target)
+    except TfmExportError as exc:
+        raise failure_from(exc) from None
+
+
+@asynccontextmanager
+async def _on(registry: ModelRegistry, state: dict[str, Any], leg: Leg) -> AsyncIterator[dict[str, Any]]:
+    """The request state with `leg`'s engine, held for the block; 503 when it cannot be opened."""
+    try:
+        async with registry.lease(leg.export) as engine:
+            yield {**state, "engine": engine}
+    except LoadFailed as exc:
+        raise HTTPFailure(503, str(exc), {"Retry-After": "5"}) from None
+
+
+def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry,
+                   keyed: tuple[int, ...]) -> None:
+    @app.post("/v1/translate", response_model=None, responses={
+        200: STREAM_DOC, **error_responses(400, *keyed, 413, 422, 429, 500, 503)})
+    async def translate(body: TranslateRequest, request: Request) -> Any:
+        """Translate `texts` (or decode `ids`) with the export `model` names, or the one(s) that translate
+        source_lang into target_lang; `"stream": true` answers with server-sent events (one export)."""
+        legs = _legs(registry, body.model, body.source_lang, body.target_lang)
+        if len(legs) == 1:
+            return await _one_leg(registry, state, settings, body.model_copy(update=_codes(legs[0])), legs[0],
+                                  request)
+        if body.texts is None or body.stream:
+            given = ["ids"] if body.texts is None else ["stream"]
+            raise HTTPFailure(422, f"{given[0]}: no export translates {body.source_lang!r} into {body.target_lang!r} "
+                                   f"directly; through {registry.pivot!r} this server takes texts, not streamed",
+                              fields=given)
+        first, second = legs
+        async with _on(registry, state, first) as leg_state:  # its best translation only: n-best at the end
+            middle = await answer_translate(leg_state, settings, body.model_copy(
+                update={**_codes(first), "num_return_sequences": None}), request)
+        if not middle:
+            return {}  # the client went away
+        texts = [row["text"] for row in middle["translations"]]
+        async with _on(registry, state, second) as leg_state:
+            return await answer_translate(leg_state, settings, body.model_copy(
+                update={**_codes(second), "texts": texts}), request)
+
+
+def _codes(leg: Leg) -> dict[str, Any]:
+    return {"source_lang": leg.source, "target_lang": leg.target, "model": None}
+
+
+async def _one_leg(registry: ModelRegistry, state: dict[str, Any], settings: ServeSettings, body: Any, leg: Leg,
+                   request: Request) -> Any:
+    """One export's answer; a stream holds its engine until the last event."""
+    stack = AsyncExitStack()
+    leg_state = await stack.enter_async_context(_on(registry, state, leg))
+    try:
+        reply = await answer_translate(leg_state, settings, body, request)
+    except BaseException:
+        await stack.aclose()
+        raise
+    if isinstance(reply, StreamingResponse):
+        reply.body_iterator = _then_release(reply.body_iterator, stack)
+    else:
+        await stack.aclose()
+    return reply
+
+
+async def _then_release(events: AsyncIterator[Any], stack: AsyncExitStack) -> AsyncIterator[Any]:
+    try:
+        async for event in events:
+            yield event
+    finally:
+        await stack.aclose()
+
+
+def _add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry) -> None:
+    @app.get("/languages", response_model=list[Language])
+    async def languages() -> list[dict[str, Any]]:
+        """Every code of every export, with the targets it reaches (directly or through the pivot)."""
+        return registry.languages()
+
+    @app.post("/translate", response_model=None, responses={
+        200: {"description": "The translation(s).", "content": {"application/json": {"schema": ANSWER}}},
+        **error_responses(400, *((403,) if settings.api_key else ()), 429, 500, 503)})
+    async def translate(request: Request) -> Any:
+        """LibreTranslate's translate: `q` from `source` into `target` (GET /languages), with the export
+        that translates them (or the one `model` names)."""
+        params = await read_params(request)
+        check_key(request, params, settings.api_key)
+        for name in ("source", "target"):
+            if params.get(name) in (None, ""):
+                raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
+            if not isinstance(params[name], str):
+                raise HTTPFailure(400, "Invalid request: source and target must be language codes")
+        model = params.get("model")
+        if model is not None and not isinstance(model, str):
+            raise HTTPFailure(400, "Invalid request: model must be a text (GET /v1/models)")
+        source = None if params["source"] == "auto" else params["source"]
+        try:
+            legs = registry.pick(model, source, params["target"])
+        except TfmExportError as exc:
+            raise as_libretranslate(failure_from(exc)) from None
+        if len(legs) == 1:
+            async with _on(registry, state, legs[0]) as leg_state:
+                return await translate_params(leg_state, settings, params, request)
+        first, second = legs  # the first leg's best translation is the second's q
+        async with _on(registry, state, first) as leg_state:
+            middle = await translate_params(leg_state, settings, {**params, "target": first.target,
+                                                                  "alternatives": 0}, request)
+        if not middle:
+            return {}  # the client went away
+        async with _on(registry, state, second) as leg_state:
+            return await translate_params(leg_state, settings, {**params, "q": middle["translatedText"],
+                                                                "source": second.source}, request)
+
+
+def _install_openapi(app: FastAPI, registry: ModelRegistry, settings: ServeSettings) -> None:
+    """The schema with `model`'s names (and the API key's bearer scheme)."""
+    generate = app.openapi
+    names = [n for e in registry.exports for n in (e.name, *e.aliases)]
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            props = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+            props["model"] = {**{k: v for k, v in props["model"].items() if k in ("title", "description")},
+                              "anyOf": [{"type": "string", "enum": names}, {"type": "null"}]}
+            if settings.api_key:
+                add_security(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi
