@@ -141,3 +141,26 @@ def test_cli_batch_size(digits_export, talk, tmp_path):
     assert [json.loads(line)["file"] for line in together.output.splitlines()] == list(map(str, files))
     bad = CliRunner().invoke(cli, [*args, "--batch-size", "0"])
     assert bad.exit_code != 0 and "'--batch-size': 0 is not in the range x>=1" in bad.output
+
+
+def test_server_chunks_decode_together(digits_export, digits, talk, tmp_path):
+    """chunking_strategy auto: the recording's chunks (over 30 s of speech: several) on the server's in-flight
+    windows together, the answer of transcribe(vad=True)."""
+    import httpx
+    import soundfile
+    from helpers import server_process
+
+    samples = np.concatenate([talk] * 4)
+    wav = tmp_path / "talk.wav"
+    soundfile.write(wav, samples, RATE, subtype="FLOAT")
+    samples = soundfile.read(wav, dtype="float32")[0]
+    want = digits.transcribe(samples, vad=True, timestamps=True)
+    assert len(chunks.speech_chunks(samples, plan_of(digits, 30.0)).chunks) >= 2
+    with server_process("serve", digits_export, "--max-audio-seconds", 120) as proc:
+        answer = httpx.post(f"{proc.url}/v1/audio/transcriptions", timeout=120,
+                            data={"model": "whisper-1", "response_format": "verbose_json", "chunking_strategy": "auto"},
+                            files={"file": ("talk.wav", wav.read_bytes(), "audio/wav")})
+    assert answer.status_code == 200, answer.text
+    got = answer.json()
+    assert got["text"] == want["text"]
+    assert [(s["start"], s["end"]) for s in got["segments"]] == [(s["start"], s["end"]) for s in want["segments"]]

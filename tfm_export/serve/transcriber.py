@@ -23,6 +23,8 @@ from .jobs import Cancelled, Closed, QueueFull
 
 log = logging.getLogger(__name__)
 
+CHUNK_BATCH = 8  # a recording's VAD chunks (chunking_strategy) transcribed together, as faster-whisper's batch
+
 __all__ = ["Cancelled", "Done", "Recording", "Transcriber"]
 
 
@@ -120,7 +122,8 @@ class Transcriber:
         result = self.model.transcribe(samples, language=request.language, task=request.task,
                                        timestamps=request.timestamps, prompt=request.prompt, max_seconds=None,
                                        on_text=each_window, runner=runner, word_timestamps=request.word_timestamps,
-                                       vad=request.vad is not None, vad_parameters=request.vad)
+                                       vad=request.vad is not None, vad_parameters=request.vad,
+                                       batch_size=CHUNK_BATCH if request.vad is not None else 1)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)

@@ -87,7 +87,8 @@ class WindowBatcher(Engine):
         """One recording's WindowRunner (call it on the recording's worker thread); `gone()` True stops the
         window it waits for (Cancelled) and frees its rows. Equal consecutive windows (the language
         detection's and the first window's; a fallback's retry) are encoded once."""
-        last: list[Any] = [None, None]  # the last window and its encoder outputs
+        seen = threading.local()  # each thread's last window and its encoder outputs (a recording's VAD
+        # chunks run on several threads with one runner: runtime.speech.batch)
 
         def run_window(window: np.ndarray, strategy: Any) -> Any:
             if strategy.finished:
@@ -95,8 +96,9 @@ class WindowBatcher(Engine):
             if positions(strategy) > self.slots or strategy.rows > self.config.max_batch:
                 self._alone(strategy)
                 return run(self.model.growing, window[None], strategy)
-            if last[0] is None or not np.array_equal(last[0], window):
-                last[:] = window, self.batch.rows.encode(np.ascontiguousarray(window[None]), self._encoder)
+            last = getattr(seen, "last", None)
+            if last is None or not np.array_equal(last[0], window):
+                seen.last = last = window, self.batch.rows.encode(np.ascontiguousarray(window[None]), self._encoder)
             return self._wait(WindowJob(last[1], strategy, gone))
 
         return run_window
