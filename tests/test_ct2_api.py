@@ -143,3 +143,82 @@ def test_text_api_and_bad_input(pair):
         runtime.generate(srcs, target_prefix=[[1]])
     with pytest.raises(InputError, match="one target per source"):
         runtime.score(srcs, [[1]])
+
+
+# --- the vocabulary shortlist (CTranslate2's vmap) ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vmap(pair):
+    """A map from a third of the Marian fixture's training pairs (never the held-out numbers)."""
+    from hf_fixtures import TARGETS, example, split_numbers
+    from tfm_export.runtime.decode.vmap import VocabularyMap
+
+    runtime, _, _ = pair("marian")
+    pairs = [example("marian", n, lang) for n in split_numbers()[0][::3] for lang in TARGETS["marian"]]
+    return VocabularyMap.from_pairs([runtime.encode(p.source) for p in pairs],
+                                    [runtime.encode_target(p.target) for p in pairs])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_shortlist_of_every_id_is_the_full_head(family, pair):
+    """The rewritten decoder (the head's rows gathered by the shortlist input) gives the full head's ids and scores."""
+    runtime, _, _ = pair(family)
+    _, srcs, _ = sources_of(runtime, family)
+    every = runtime.with_shortlist(range(runtime.config.tgt_vocab_size))
+    for beams in (1, 4):
+        full, short = runtime.generate(srcs, num_beams=beams), every.generate(srcs, num_beams=beams)
+        assert [h.ids for row in short for h in row] == [h.ids for row in full for h in row]
+        np.testing.assert_allclose([h.score for row in short for h in row], [h.score for row in full for h in row],
+                                   atol=1e-5)
+
+
+def test_shortlist_under_a_vocabulary_map(pair, vmap, tmp_path):
+    """Per sentence its shortlist (about a third of the vocabulary): most translations equal the full head's,
+    chrF against them stays near 100, and masking the full logits to the same ids gives the same tokens."""
+    import sacrebleu
+
+    from tfm_export.runtime.exported import Shortlisted
+    from tfm_export.runtime.decode.vmap import VocabularyMap
+    from tfm_export.runtime.states.shortlist import MaskedCache
+
+    runtime, _, _ = pair("marian")
+    examples = task_examples("marian", 100)
+    texts, refs = [e.source for e in examples], [e.target for e in examples]
+    runtime.vmap = vmap
+    try:
+        full = runtime.translate(texts, num_beams=1)
+        short = [runtime.translate([t], num_beams=1, use_vmap=True)[0] for t in texts]
+    finally:
+        runtime.vmap = None
+    sizes = [len(vmap.shortlist([runtime.encode(t)])) for t in texts]
+    assert np.mean(sizes) < 0.5 * runtime.config.tgt_vocab_size
+    assert np.mean([a == b for a, b in zip(full, short)]) >= 0.95
+    assert sacrebleu.corpus_chrf(short, [full]).score >= 99.0
+    assert abs(sacrebleu.corpus_chrf(short, [refs]).score - sacrebleu.corpus_chrf(full, [refs]).score) < 1.0
+    srcs = [runtime.encode(t) for t in texts[:10]]
+    ids = vmap.shortlist(srcs)
+    gathered = runtime.with_shortlist(ids)
+    masked = Shortlisted(runtime, MaskedCache(runtime.growing, gathered.shortlist_cache.ids,
+                                              runtime.config.tgt_vocab_size, runtime.config.suppress_ids))
+    for beams in (1, 4):
+        assert [h.ids for h in gathered.generate(srcs, num_beams=beams)[0]] == \
+            [h.ids for h in masked.generate(srcs, num_beams=beams)[0]]
+    vmap.save(tmp_path / "vmap.json")
+    assert VocabularyMap.load(tmp_path / "vmap.json") == vmap
+    with pytest.raises(InputError, match="not a vocabulary map"):
+        VocabularyMap.load(tmp_path / "missing.json")
+    with pytest.raises(InputError, match="needs a vocabulary map"):
+        runtime.translate(texts[:1], use_vmap=True)
+
+
+def test_ct2_vmap_text_file(pair, tmp_path):
+    """CTranslate2's format: `source<TAB>targets`, an empty source for the fixed set; tokens by the tokenizer."""
+    from tfm_export.runtime.decode.vmap import VocabularyMap
+
+    runtime, _, _ = pair("marian")
+    tokenizer = runtime.tokenizer
+    (tmp_path / "vmap.txt").write_text("\t</s> ▁six\n7\t▁seven sieben nosuch\n", encoding="utf-8")
+    vmap = VocabularyMap.load_ct2(tmp_path / "vmap.txt", tokenizer.encoder.get, tokenizer.encoder.get)
+    enc = tokenizer.encoder
+    assert vmap.fixed == tuple(sorted({enc["</s>"], enc["▁six"]}))
+    assert vmap.candidates == {enc["7"]: tuple(sorted({enc["▁seven"], enc["sieben"]}))}  # unknown tokens dropped

@@ -73,6 +73,8 @@ PYTHON_ONLY: dict[str, str] = {
                                 "ported to Node yet",
     "runtime/decode/scoring.py": "CTranslate2's score_batch, teacher-forced (Python and the server): not ported to "
                                  "Node yet",
+    "runtime/decode/vmap.py": "CTranslate2's vocabulary map (use_vmap): not ported to Node yet",
+    "runtime/states/shortlist.py": "the vocabulary shortlist's decoder rewrite (use_vmap): not ported to Node yet",
     "runtime/inflight.py": "the server's in-flight batching (tfm-export serve); Node calls a server (client.mjs)",
     "runtime/verify.py": "`tfm-export validate` of an export folder, a Python CLI command",
     "runtime/options/spec.py": "the option declarations tools/options_codegen.py reads to write "

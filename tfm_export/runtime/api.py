@@ -69,7 +69,7 @@ class GenerateMixin:
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
                  timings: DecodeTimings | None = None, row_offset: int = 0, observer: Observer | None = None,
                  target_prefix: Sequence[Sequence[int]] | None = None, return_alternatives: bool = False,
-                 **options: Any) -> list[list[Hypothesis]]:
+                 use_vmap: bool = False, **options: Any) -> list[list[Hypothesis]]:
         """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
 
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
@@ -77,7 +77,11 @@ class GenerateMixin:
         (a server decoding one source of a request alone). `observer` watches every step
         (runtime.decode.loop.Observer: export validation records the logits). `target_prefix`: each source's
         first target ids, completed (CTranslate2's; hypotheses start with them); `return_alternatives`:
-        num_return_sequences alternatives at the first position after the prefix (runtime.decode.prefix)."""
+        num_return_sequences alternatives at the first position after the prefix (runtime.decode.prefix);
+        `use_vmap`: the output head restricted to the sources' shortlist under the model's vocabulary map."""
+        if use_vmap:
+            return self.shortlisted(sources).generate(sources, config, timings, row_offset, observer, target_prefix,
+                                                      return_alternatives, **options)
         config = self.generation_config(config, **options)
         if target_prefix is not None or return_alternatives:
             n = config.num_return_sequences if return_alternatives else 0
@@ -146,7 +150,7 @@ class GenerateMixin:
                   config: GenerationConfig | None = None, source_lang: str | None = None,
                   target_lang: str | None = None, split_sentences: bool = False,
                   target_prefix: Sequence[str | Sequence[int]] | None = None, return_alternatives: bool = False,
-                  num_hypotheses: int = 1, **options: Any) -> list[Any]:
+                  num_hypotheses: int = 1, use_vmap: bool = False, **options: Any) -> list[Any]:
         """Encode texts with the tokenizer, decode (the export's default decoding unless configured),
         return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages).
 
@@ -157,7 +161,14 @@ class GenerateMixin:
         document, with a logged warning (a call that used to raise an InputError now translates).
 
         CTranslate2's `target_prefix` (each text's translation starts with it), `return_alternatives` and
-        `num_hypotheses` (> 1: per text a list of translations, best first) decode through `hypotheses`."""
+        `num_hypotheses` (> 1: per text a list of translations, best first) decode through `hypotheses`;
+        `use_vmap` (CTranslate2's): the output head scores only the texts' shortlist under the model's vocabulary
+        map (runtime.decode.vmap; one shortlist for the call)."""
+        if use_vmap:
+            runner = self.shortlisted([self.encode(t, source_lang, target_lang) for t in texts])
+            return runner.translate(texts, max_new_tokens, config, source_lang=source_lang, target_lang=target_lang,
+                                    split_sentences=split_sentences, target_prefix=target_prefix,
+                                    return_alternatives=return_alternatives, num_hypotheses=num_hypotheses, **options)
         if target_prefix is not None or return_alternatives or num_hypotheses > 1:
             rows = self.hypotheses(texts, target_prefix, return_alternatives, num_hypotheses, source_lang, target_lang,
                                    config, max_new_tokens=max_new_tokens, **options)
@@ -182,6 +193,10 @@ class GenerateMixin:
                                              **options)]
         decoded = iter(self.tokenizer.decode(ids) for ids in rows)
         return [sentences.join(plan, [next(decoded) for _ in sentences.texts_of(plan)]) for plan in plans]
+
+    def shortlisted(self, sources: Sequence[Sequence[int]]) -> "GenerateMixin":
+        """This runner with its output head restricted to the sources' vocabulary shortlist (use_vmap)."""
+        raise InputError("use_vmap: this runner has no vocabulary shortlist (an opened export has)")
 
     def encode_target(self, text: str) -> list[int]:
         """Target text -> ids without EOS (a target prefix, a translation to score)."""

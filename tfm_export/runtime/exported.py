@@ -33,6 +33,8 @@ from .sources import feature_batch, float_source, source_batch  # feature_batch:
 from .device import Device, RuntimeOptions, open_sessions
 from .states.static import GRAPH_NAME as STATIC_GRAPH
 from .states.static import StaticCache, open_static
+from .states.shortlist import MaskedCache, ShortlistCache, open_shortlist_decoder
+from .decode.vmap import VocabularyMap
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,35 @@ class ExportedModel(GenerateMixin):
         if static is not None and (config.is_greedy or (self.static_search and steps <= static.slots)):
             return static
         return self.growing
+
+    vmap: VocabularyMap | None = None  # CTranslate2's vocabulary map: translate(..., use_vmap=True) shortlists by it
+
+    def with_shortlist(self, ids: Sequence[int]) -> "Shortlisted":
+        """This model with its output head restricted to `ids` (and EOS, the decoder start, the forced first
+        token): a runner whose decodes choose among them only (runtime.states.shortlist; CTranslate2's vmap)."""
+        cfg = self.config
+        own = [cfg.eos_id, cfg.bos_id, *([] if self.generation.forced_bos_token_id is None
+                                         else [self.generation.forced_bos_token_id])]
+        ids = np.unique(np.array([*own, *ids], dtype=np.int64))
+        if ids.min() < 0 or ids.max() >= cfg.tgt_vocab_size:
+            raise InputError(f"a shortlist id is out of range for a vocabulary of {cfg.tgt_vocab_size} ids")
+        if self.growing is None:
+            raise InputError("a vocabulary shortlist needs an export with a cached decoder (decoder.onnx)")
+        with self._extra_lock:
+            if "shortlist" not in self._extra_sessions:
+                path = self.folder / self.manifest.graphs["decoder"].file
+                self._extra_sessions["shortlist"] = open_shortlist_decoder(path, cfg.tgt_vocab_size, self.device.name,
+                                                                           self.options)
+            session = self._extra_sessions["shortlist"]
+        cache = (MaskedCache(self.growing, ids, cfg.tgt_vocab_size, cfg.suppress_ids) if session is None
+                 else ShortlistCache(self.growing, session, ids))
+        return Shortlisted(self, cache)
+
+    def shortlisted(self, sources: Sequence[Sequence[int]]) -> "Shortlisted":
+        """`with_shortlist` of the sources' tokens under `vmap` (runtime.decode.vmap)."""
+        if self.vmap is None:
+            raise InputError("use_vmap needs a vocabulary map: set model.vmap = VocabularyMap.load(path)")
+        return self.with_shortlist(self.vmap.shortlist(sources))
 
     def extra_session(self, name: str) -> ort.InferenceSession:
         """A graph the decode loops do not run (alignment.onnx), opened on first use with this model's device
@@ -158,6 +189,25 @@ class ExportedModel(GenerateMixin):
         if config.is_greedy and slots is not None and slots < self.config.max_len:
             return slots, "the static decoder's cache slots"
         return super()._step_limit(config)
+
+
+class Shortlisted(GenerateMixin):
+    """An ExportedModel decoding on a shortlist cache (`ExportedModel.with_shortlist`): the model's methods,
+    every decode on the growing cache with the restricted head."""
+
+    def __init__(self, model: ExportedModel, cache: DecoderCache):
+        self.model, self.shortlist_cache = model, cache
+        self.config, self.generation = model.config, model.generation
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    def source_input(self, sources: Any) -> Any:
+        return self.model.source_input(sources)
+
+    def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        return self.shortlist_cache
 
 
 def uses_static_decoder(options: RuntimeOptions, device: Device, manifest: Manifest) -> bool:
