@@ -124,3 +124,31 @@ def test_a_speech_variant_stores_wer(tmp_path):
     assert quality.metric == "wer" and math.isfinite(quality.score) and quality.score >= 0.0
     assert quality.sources == "built-in sentences, en, spoken by espeak-ng" and quality.size == 3
     assert "quality: int8 against float32 on 3 sources" in result.output and "WER" in result.output
+
+
+@pytest.mark.slow
+def test_a_default_set_that_cannot_be_scored_never_fails_the_export(tiny_checkpoint, tmp_path, monkeypatch):
+    """The tiny model with a digits-in tokenizer: int8 is scored on digit strings; when the scoring itself fails
+    (a tokenizer that refuses, say), the export still succeeds without the field, unless --max-quality-drop asked
+    for the score."""
+    import dataclasses
+
+    from tfm_export.errors import InputError
+    from tfm_export.export import exporter
+    from tfm_export.export.exporter import ExportOptions, export_model
+    from tfm_export.model.checkpoint import load_checkpoint
+
+    tokenizer = CharTokenizer.build(["0123456789 "], ["abcdefghijklmnopqrstuvwxyz -"])
+    checkpoint = dataclasses.replace(load_checkpoint(tiny_checkpoint), tokenizer=tokenizer.to_dict())
+    scored = export_model(checkpoint, tmp_path / "int8", ExportOptions(quantize="int8"))
+    assert scored.quality.sources == "tokenizer text" and math.isfinite(scored.quality.score)
+
+    def refuse(*args, **kwargs):
+        raise InputError("cannot encode this")
+
+    monkeypatch.setattr(exporter, "measure_quality", refuse)
+    unscored = export_model(checkpoint, tmp_path / "unscored", ExportOptions(quantize="int8"))
+    assert unscored.quality is None and "quality" not in unscored.validation
+    with pytest.raises(InputError, match="cannot encode this"):
+        export_model(checkpoint, tmp_path / "asked", ExportOptions(quantize="int8", max_quality_drop=5.0))
+    assert not (tmp_path / "asked").exists()
