@@ -76,12 +76,12 @@ def relabelled(folder, out, pair: tuple[str, str]):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """A folder of three exports (one with the static decoder: in-flight batching beside request-level)."""
+    """A folder of three exports (request-level batching; test_an_inflight_export_beside_others has in-flight)."""
     root = tmp_path_factory.mktemp("several")
     hub = root / "hub"
     hub.mkdir()
     fr_en = marian_export(root, FR_EN, FRENCH, ENGLISH, ("fr", "en"), seed=5)
-    en_de = marian_export(root, EN_DE, ENGLISH, GERMAN, ("en", "de"), seed=6, static_cache=True)
+    en_de = marian_export(root, EN_DE, ENGLISH, GERMAN, ("en", "de"), seed=6)
     for export in (fr_en, en_de):
         shutil.move(export, hub / export.name)
     relabelled(hub / EN_DE, hub / EN_ES, ("en", "es"))
@@ -193,6 +193,13 @@ def test_a_pivot_equals_translating_twice_by_hand(server, models):
     reply = libre(url, q=TEXTS[0], source="fr", target="es", alternatives=2).json()
     assert reply["translatedText"] == models[EN_ES].translate(english[:1])[0]
     assert isinstance(reply["alternatives"], list)
+    # "auto": French detected among the sources that reach de (fr through en, en directly)
+    reply = libre(url, q=TEXTS, source="auto", target="de").json()
+    assert reply == {"translatedText": expected, "detectedLanguage": [{"confidence": reply["detectedLanguage"][0][
+        "confidence"], "language": "fr"}] * len(TEXTS)}, reply
+    reply = libre(url, q="the house a small cat", source="auto", target="de").json()
+    assert reply["detectedLanguage"]["language"] == "en"
+    assert reply["translatedText"] == models[EN_DE].translate(["the house a small cat"])[0]
 
 
 def test_languages_lists_every_pair_with_pivots(server):
@@ -279,6 +286,21 @@ def test_max_loaded_closes_the_least_recently_used(exports, models):
         reply = client.post("/translate", json={"q": TEXTS, "source": "fr", "target": "de"})
         assert reply.json()["translatedText"] == models[EN_DE].translate(models[FR_EN].translate(TEXTS))
         assert registry.loaded() == [EN_DE] and registry.slots[EN_DE].loads == 2
+
+
+def test_an_inflight_export_beside_others(exports, static_export, serial, models):
+    """The session's static-cache export (ids only, no codes: chosen by model) with its in-flight engine, beside a
+    request-level one, each answering as alone."""
+    registry = ModelRegistry(settings_of(exports), [str(static_export), str(exports / FR_EN)])
+    with TestClient(create_multi_app(settings_of(exports), registry)) as client:
+        reply = client.post("/v1/translate", json={"model": static_export.name, "ids": [[5, 6, 7]], "max_new_tokens": 8})
+        assert reply.json()["translations"][0]["ids"] == serial([5, 6, 7], 8)
+        reply = client.post("/v1/translate", json={"model": FR_EN, "texts": TEXTS})
+        assert [row["text"] for row in reply.json()["translations"]] == models[FR_EN].translate(TEXTS)
+        engines = {name: slot.engine.name for name, slot in registry.slots.items()}
+        assert engines == {static_export.name: "inflight", FR_EN: "request"}
+        assert client.get("/languages").json() == [{"code": "en", "name": "en", "targets": []},
+                                                   {"code": "fr", "name": "fr", "targets": ["en"]}]
 
 
 def test_one_exports_server_takes_its_own_name_only(exports, models):

@@ -6,8 +6,8 @@ run on the export serve.registry picks for it, with that export's engine and lim
                          not streamed: the first leg's best translation is the second's source, and the
                          answer is the second leg's (n-best there only)
     POST /translate      LibreTranslate's (serve.libretranslate), chosen by source and target (or `model`);
-                         pivoting likewise (`alternatives` from the second leg); source "auto" is the
-                         default source of an export into the target
+                         pivoting likewise (`alternatives` from the second leg); source "auto" detects
+                         q's language among the codes that reach the target (text.detect)
     GET  /languages      every code, with the targets it reaches directly or through the pivot
     GET  /v1/models      every export; /v1/models/{model} one by name or alias (404 otherwise)
     GET  /healthz        the engines together, and `loaded`: the exports open now
@@ -31,6 +31,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from ..errors import TfmExportError
+from ..text import detect, markup
 from .app import STREAM_DOC, _add_error_handling, _refuse_other_kind, answer_translate
 from .contract import add_security
 from .cors import add_cors
@@ -206,23 +207,54 @@ def _add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, 
         model = params.get("model")
         if model is not None and not isinstance(model, str):
             raise HTTPFailure(400, "Invalid request: model must be a text (GET /v1/models)")
+        detected = None
+        if params["source"] == "auto" and model is None:  # the texts' language among the sources that reach target
+            detected = await asyncio.to_thread(_detect, registry, params)
+            params = {**params, "source": detected["language"]}
         source = None if params["source"] == "auto" else params["source"]
         try:
             legs = registry.pick(model, source, params["target"])
         except TfmExportError as exc:
             raise as_libretranslate(failure_from(exc)) from None
-        if len(legs) == 1:
-            async with _on(registry, state, legs[0]) as leg_state:
-                return await translate_params(leg_state, settings, params, request)
-        first, second = legs  # the first leg's best translation is the second's q
-        async with _on(registry, state, first) as leg_state:
-            middle = await translate_params(leg_state, settings, {**params, "target": first.target,
-                                                                  "alternatives": 0}, request)
-        if not middle:
-            return {}  # the client went away
-        async with _on(registry, state, second) as leg_state:
-            return await translate_params(leg_state, settings, {**params, "q": middle["translatedText"],
-                                                                "source": second.source}, request)
+        reply = await _libre_legs(registry, state, settings, params, legs, request)
+        if detected is not None and reply:
+            reply["detectedLanguage"] = [detected] * len(params["q"]) if isinstance(params["q"], list) else detected
+        return reply
+
+
+def _detect(registry: ModelRegistry, params: dict[str, Any]) -> dict[str, Any]:
+    """LibreTranslate's detectedLanguage for source "auto": the language of q (its text nodes for markup)
+    among the source codes from which target is reached (text.detect)."""
+    q, form = params.get("q"), params.get("format") or "text"
+    texts = q if isinstance(q, list) else [q]
+    if not q or not all(isinstance(text, str) for text in texts):
+        raise HTTPFailure(400, "Invalid request: missing q parameter" if not q else
+                          "Invalid request: q must be a text or a list of texts")
+    if form not in markup.FORMATS:
+        raise HTTPFailure(400, f"{form} format is not supported: send text, html or markdown")
+    codes = registry.sources_into(params["target"])
+    if not codes:
+        raise HTTPFailure(400, f"Invalid request: no export translates into {params['target']!r}; GET /languages "
+                               f"lists the pairs this server translates")
+    plain = texts if form == "text" else [markup.plain_text(text, form) for text in texts]
+    return detect.detect_many(plain, codes, codes[0])
+
+
+async def _libre_legs(registry: ModelRegistry, state: dict[str, Any], settings: ServeSettings,
+                      params: dict[str, Any], legs: list[Leg], request: Request) -> Any:
+    """One export's answer, or the pivot's: the first leg's best translation is the second's q."""
+    if len(legs) == 1:
+        async with _on(registry, state, legs[0]) as leg_state:
+            return await translate_params(leg_state, settings, params, request)
+    first, second = legs
+    async with _on(registry, state, first) as leg_state:
+        middle = await translate_params(leg_state, settings, {**params, "target": first.target,
+                                                              "alternatives": 0}, request)
+    if not middle:
+        return {}  # the client went away
+    async with _on(registry, state, second) as leg_state:
+        return await translate_params(leg_state, settings, {**params, "q": middle["translatedText"],
+                                                            "source": second.source}, request)
 
 
 def _install_openapi(app: FastAPI, registry: ModelRegistry, settings: ServeSettings) -> None:

@@ -208,9 +208,10 @@ class ModelRegistry:
             for first, second, code_in, code_out in self._pivots(source):
                 if second.translates(code_out, target):
                     return [self._leg(first, source, code_in), self._leg(second, code_out, target)]
-        via = f", directly or through {self.pivot!r}" if source is not None else ""
-        raise NoRoute(f"no export translates {source or 'its default source'!r} into {target!r}{via}; GET /languages "
-                      f"lists the pairs this server translates", options={"target_lang": target})
+        pair = f"{source!r} into {target!r}, directly or through {self.pivot!r}" if source is not None else \
+            f"into {target!r} from its default source (give the source language)"
+        raise NoRoute(f"no export translates {pair}; GET /languages lists the pairs this server translates (an "
+                      f"export without language codes is chosen by model only)", options={"target_lang": target})
 
     def _pivots(self, source: str) -> list[tuple[ExportInfo, ExportInfo, str, str]]:
         """(first, second, first's pivot code, second's pivot code) for every pair of exports that pivot from `source`."""
@@ -225,6 +226,10 @@ class ModelRegistry:
                     if code_out and second is not first:
                         out.append((first, second, code_in, code_out))
         return out
+
+    def sources_into(self, target: str) -> list[str]:
+        """The source codes from which `target` is reached (directly or through the pivot), sorted."""
+        return [entry["code"] for entry in self.languages() if target in entry["targets"]]
 
     @staticmethod
     def _leg(export: ExportInfo, source: str | None, target: str) -> Leg:
