@@ -27,7 +27,8 @@ class Bundle:
 
 BUNDLES = {
     "web": Bundle("web", "runtimes/web", ("index.html", "app.mjs", "ids.mjs", "speech-page.mjs", "audio-in.mjs",
-                                          "recorder-worklet.js", "commonjs.mjs", "fft-shim.mjs", "wavefile-shim.mjs")),
+                                          "live-text.mjs", "recorder-worklet.js", "commonjs.mjs", "fft-shim.mjs",
+                                          "wavefile-shim.mjs")),
     # The runtime-agnostic modules the page shares with Node, in the folders of the Python runtime they port
     # (decode/, states/, options/, speech/; text/ and audio/ as tfm_export's), with the compatibility entry
     # points decoding.mjs and greedy.mjs, and the client of `tfm-export serve` (client.mjs) for server mode.
@@ -42,8 +43,8 @@ BUNDLES = {
                                           # Whisper transcription (the page's speech section)
                                           "speech/whisper.mjs", "speech/prompt.mjs", "speech/rules.mjs",
                                           "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
-                                          "speech/alignment.mjs", "audio/features.mjs", "audio/spectrum.mjs",
-                                          "audio/io.mjs")),
+                                          "speech/alignment.mjs", "speech/fallback.mjs", "speech/streaming.mjs",
+                                          "audio/features.mjs", "audio/spectrum.mjs", "audio/io.mjs")),
     # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
     "wavefile": Bundle("wavefile", "runtimes/node/node_modules/wavefile/dist", ("wavefile.js",), optional=True),

@@ -71,19 +71,23 @@ async function openExport(base) {
   const manifest = checkManifest(await (await fetchOk(`${base}/manifest.json`)).json(), `${base}/manifest.json`);
   // a module export's decoder is decoder_nocache.onnx; an encoder-only export has none (null)
   const graphs = Object.entries(runtimeGraphs(manifest)).filter(([, name]) => name);
-  const model = { manifest, tokenizer: await openTokenizer(base, manifest), decoder: null };
-  for (const [role, name] of graphs) {
-    const graph = manifest.graphs[name];
-    if (Object.keys(graphFiles(graph)).length > 1) {
-      throw new Error(`${graph.file} keeps its weights in external data files (a model over 2 GB): too big for the browser`);
-    }
-    const bytes = new Uint8Array(await (await fetchOk(`${base}/${graph.file}`)).arrayBuffer());
-    if ((await sha256(bytes)) !== graph.sha256) {
-      throw new Error(`${graph.file} does not match the sha256 in manifest.json; re-run the export`);
-    }
-    model[role] = await ort.InferenceSession.create(bytes, { executionProviders: ['wasm'] });
-  }
+  const extra = {}; // graphs the decode loops do not run (alignment.onnx: the live text's word times), on first use
+  const model = { manifest, tokenizer: await openTokenizer(base, manifest), decoder: null,
+    extraSession: (name) => (extra[name] ??= openGraph(base, manifest.graphs[name])) };
+  for (const [role, name] of graphs) model[role] = await openGraph(base, manifest.graphs[name]);
   return model;
+}
+
+/** One graph of the manifest (sha256 checked) as a WASM session. */
+async function openGraph(base, graph) {
+  if (Object.keys(graphFiles(graph)).length > 1) {
+    throw new Error(`${graph.file} keeps its weights in external data files (a model over 2 GB): too big for the browser`);
+  }
+  const bytes = new Uint8Array(await (await fetchOk(`${base}/${graph.file}`)).arrayBuffer());
+  if ((await sha256(bytes)) !== graph.sha256) {
+    throw new Error(`${graph.file} does not match the sha256 in manifest.json; re-run the export`);
+  }
+  return ort.InferenceSession.create(bytes, { executionProviders: ['wasm'] });
 }
 
 /** A results row (input, output, tokens, ms / token); returns its cells. */

@@ -47,6 +47,65 @@ export async function resample(samples, fromRate, toRate) {
   return (await context.startRendering()).getChannelData(0);
 }
 
+/**
+ * A streaming resampler for the live text (`push` blocks as they come, `flush` at the end): a Hann-windowed
+ * sinc low-passed below the lower rate's Nyquist (16 zero crossings a side), so 48 kHz -> 16 kHz has no
+ * aliasing. Its output, block by block, is what it would be on the whole recording at once.
+ */
+export class StreamResampler {
+  constructor(fromRate, toRate, zeros = 16) {
+    this.step = fromRate / toRate; // input samples per output sample
+    this.cutoff = 0.5 * Math.min(1, toRate / fromRate) * 0.95; // cycles per input sample
+    this.half = Math.ceil(zeros / (2 * this.cutoff)); // input samples a side
+    this.input = new Float32Array(0);
+    this.base = 0; // the input index of input[0]
+    this.seen = 0; // input samples pushed
+    this.next = 0; // the next output sample's index
+  }
+
+  /** The output samples the input pushed so far allows (a Float32Array, maybe empty). */
+  push(block) {
+    const grown = new Float32Array(this.input.length + block.length);
+    grown.set(this.input);
+    grown.set(block, this.input.length);
+    this.input = grown;
+    this.seen += block.length;
+    return this.drain(this.seen);
+  }
+
+  /** The rest: the last samples as if silence followed. */
+  flush() {
+    const last = Math.ceil(this.seen / this.step);
+    this.input = Float32Array.from([...this.input, ...new Float32Array(2 * this.half + 1)]);
+    return this.drain(Infinity, last);
+  }
+
+  drain(known, last = Infinity) {
+    const out = [];
+    const { step, cutoff, half } = this;
+    for (;;) {
+      const t = this.next * step;
+      const right = Math.floor(t) + half;
+      if (this.next >= last || right >= Math.min(known, this.base + this.input.length)) break;
+      let sum = 0;
+      for (let k = Math.max(0, Math.floor(t) - half + 1); k <= right; k++) {
+        const d = t - k;
+        const x = 2 * Math.PI * cutoff * d;
+        const sinc = d === 0 ? 1 : Math.sin(x) / x;
+        sum += this.input[k - this.base] * 2 * cutoff * sinc * (0.5 + 0.5 * Math.cos((Math.PI * d) / half));
+      }
+      out.push(sum);
+      this.next += 1;
+    }
+    const keep = Math.max(0, Math.floor(this.next * step) - half); // what the next output still reads
+    if (keep > this.base) {
+      this.input = this.input.slice(keep - this.base);
+      this.base = keep;
+    }
+    return Float32Array.from(out);
+  }
+}
+
 /** The microphone's stream, or one line saying why there is none. */
 async function microphone() {
   if (!navigator.mediaDevices?.getUserMedia) {
@@ -69,7 +128,9 @@ async function microphone() {
  * because not every browser connects a microphone to a context at another rate.
  */
 export class Recorder {
-  static async start() {
+  /** `live`: { rate, onChunk(samples) }: the audio also comes as it is recorded, resampled to `rate`
+   * (StreamResampler), about every 100 ms; `stop` then sends the last chunk before it returns. */
+  static async start(live = null) {
     const stream = await microphone();
     const context = new AudioContext();
     try {
@@ -79,15 +140,37 @@ export class Recorder {
       await context.close();
       throw new Error(`cannot start the recorder (${err.message})`);
     }
-    return new Recorder(stream, context);
+    return new Recorder(stream, context, live);
   }
 
-  constructor(stream, context) {
-    Object.assign(this, { stream, context, chunks: [], frames: 0 });
+  constructor(stream, context, live = null) {
+    Object.assign(this, { stream, context, chunks: [], frames: 0, feed: live });
     // no outputs: the browser pulls the node anyway, and nothing is played back
     this.node = new AudioWorkletNode(context, 'tfm-recorder', { numberOfOutputs: 0 });
-    this.node.port.onmessage = ({ data }) => { this.chunks.push(data); this.frames += data.length; };
+    if (live) Object.assign(live, { resampler: new StreamResampler(context.sampleRate, live.rate), held: [], count: 0 });
+    this.node.port.onmessage = ({ data }) => {
+      this.chunks.push(data);
+      this.frames += data.length;
+      if (live) this.liveBlock(data);
+    };
     context.createMediaStreamSource(stream).connect(this.node);
+  }
+
+  /** A block to the live resampler; every 100 ms of output to `onChunk`. */
+  liveBlock(block) {
+    const live = this.feed;
+    const out = live.resampler.push(block);
+    live.held.push(out);
+    live.count += out.length;
+    if (live.count >= live.rate / 10) this.sendLive();
+  }
+
+  sendLive() {
+    const live = this.feed;
+    const chunk = new Float32Array(live.count);
+    live.held.reduce((at, part) => { chunk.set(part, at); return at + part.length; }, 0);
+    [live.held, live.count] = [[], 0];
+    if (chunk.length) live.onChunk(chunk);
   }
 
   get seconds() {
@@ -97,6 +180,11 @@ export class Recorder {
   async stop(rate) {
     this.stream.getTracks().forEach((track) => track.stop());
     this.node.port.onmessage = null;
+    if (this.feed) {
+      this.feed.held.push(this.feed.resampler.flush());
+      this.feed.count += this.feed.held.at(-1).length;
+      this.sendLive();
+    }
     const { sampleRate } = this.context;
     await this.context.close();
     const samples = new Float32Array(this.frames);

@@ -5,9 +5,11 @@
 // file gives Python's ids and text.
 // app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
 // The latest transcript's subtitles can be downloaded (#speech-srt, speech/whisper.mjs's toSrt: Python's --format srt).
+// While the microphone records, its live text (live-text.mjs: confirmed and tentative) shows as it is spoken.
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
+import { liveText } from './live-text.mjs';
 import { featureConfig } from '/lib/audio/features.mjs';
 import { audioSamples, toSrt, transcribe } from '/lib/speech/whisper.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
@@ -109,25 +111,39 @@ export function showSpeech(ort, model, setStatus) {
   });
   $('record').addEventListener('click', async () => {
     if (!recorder) {
-      recorder = await startRecording(setStatus);
+      recorder = await startRecording(setStatus, startLive(ort, model, samplingRate, () => window.tfmRecordedSeconds ?? 0, setStatus));
       return;
     }
     const stopping = recorder;
     recorder = null;
     clearInterval(stopping.ticker);
     $('record').textContent = 'Record';
-    await run('microphone', 'microphone', () => stopping.stop(samplingRate));
+    const audio = stopping.stop(samplingRate); // sends the live text its last chunk, now
+    audio.catch(() => {}); // (its error is run's: one line)
+    await stopping.live?.finish();
+    await run('microphone', 'microphone', () => audio);
   });
 }
 
-/** Opens the microphone: the button becomes "Stop", the recorded length ticks; null (and the error line) if it cannot. */
-async function startRecording(setStatus) {
+/** The live text of a recording about to start (the form's options), or null with "live text" off. */
+function startLive(ort, model, samplingRate, seconds, setStatus) {
+  if (!$('speech-live').checked) return null;
+  const options = { ...speechOptions(), promptChars: Number($('speech-context').value) };
+  delete options.timestamps;
+  const onError = (line) => { setStatus(`error: ${line}`, true); window.tfmSpeechError = line; };
+  return { rate: samplingRate, ...liveText(ort, model, options, seconds, onError) };
+}
+
+/** Opens the microphone (with `live`, its live text: liveText's, fed as it records): the button becomes "Stop",
+ * the recorded length ticks; null (and the error line) if it cannot. */
+async function startRecording(setStatus, live = null) {
   window.tfmSpeechError = null;
   $('record').disabled = true; // a second click while the microphone opens would open another
   try {
-    const recorder = await Recorder.start();
+    const recorder = await Recorder.start(live && { rate: live.rate, onChunk: live.chunk });
+    recorder.live = live;
     $('record').textContent = 'Stop';
-    setStatus('recording… (Stop transcribes)');
+    setStatus(live ? 'recording… live text below (Stop transcribes the whole recording)' : 'recording… (Stop transcribes)');
     recorder.ticker = setInterval(() => {
       window.tfmRecordedSeconds = recorder.seconds;
       $('recorded').textContent = `${recorder.seconds.toFixed(1)} s`;

@@ -150,7 +150,7 @@ async function decodeTries(decodeWindow, window, prompt, forced, fallback, seek,
     const measured = { seek, temperature, avg_logprob: Number.isNaN(row.avgLogprob) ? null : row.avgLogprob,
       compression_ratio: ratio, no_speech_prob: row.noSpeechProb, skipped: skip };
     // what it read and generated, for word timestamps (speech/words.mjs), as Python's Window.prompt and ids
-    Object.defineProperties(measured, { prompt: { value: prompt }, ids: { value: generated } });
+    Object.defineProperties(measured, { prompt: { value: row.prompt ?? prompt }, ids: { value: generated } });
     kept = { ids, measured };
     if (!needs) break;
   }
@@ -180,7 +180,8 @@ export function windowDecoder(runWindow, settings, config, { timestamps, max = n
     const steps = maxNewTokens(settings, prompt.length, max, maxTargetPositions);
     const strategy = whisperStrategy(prompt, steps, settings, windowConfig(config, temperature), timestamps, { forced });
     await runWindow(window, strategy);
-    if (prompt.includes(DETECT)) onDetected(strategy.prompt.slice(0, prompt.length - forced));
-    return strategy.windowRow();
+    const decoded = strategy.prompt.slice(0, prompt.length - forced); // its DETECT slot filled
+    if (prompt.includes(DETECT)) onDetected(decoded);
+    return { ...strategy.windowRow(), prompt: decoded }; // the alignment reads the detected language, as Python's
   };
 }
