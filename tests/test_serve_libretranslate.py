@@ -118,7 +118,7 @@ def test_the_native_request_takes_language_codes(nllb):
 
 
 @pytest.mark.parametrize("body, status, says", [
-    ({"q": "1", "source": ENG, "target": DEU, "format": "html"}, 400, "plain text"),
+    ({"q": "1", "source": ENG, "target": DEU, "format": "pdf"}, 400, "pdf format is not supported"),
     ({"source": ENG, "target": DEU}, 400, "missing q"),
     ({"q": "1", "source": ENG}, 400, "missing target"),
     ({"q": "1", "source": ENG, "target": "xx"}, 400, "xx is not supported"),

@@ -12,10 +12,10 @@ request hold for its texts (max_texts); its sentences are counted in waves.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 from ..errors import InputError
-from ..text import sentences
+from ..text import markup, sentences
 from .engine import LimitError, ServeSettings, check_codes, limits, naming, prepare_sources, rows_per_source
 from .translation import collect, submit
 
@@ -99,6 +99,33 @@ async def translate_texts(state: dict[str, Any], settings: ServeSettings, texts:
             return None
         out += [renderings[0][1] for renderings in rendered]
     return out
+
+
+async def translate_markup_texts(state: dict[str, Any], settings: ServeSettings, texts: Sequence[str], form: str,
+                                 options: dict[str, Any], source_lang: str | None, target_lang: str | None,
+                                 request: Any) -> list[str] | None:
+    """Texts with markup (`form` "html" or "markdown"): their text nodes translated as documents, the markup
+    kept (text.markup); None when the client went away."""
+    run = markup.steps_many([markup.parse(text, form) for text in texts])
+    return await run_steps(state, settings, run, options, source_lang, target_lang, request)
+
+
+async def run_steps(state: dict[str, Any], settings: ServeSettings, run: Generator[list[str], list[str], Any],
+                    options: dict[str, Any], source_lang: str | None, target_lang: str | None, request: Any) -> Any:
+    """text.markup's protocol (markup, a .docx file) on the engine: each round's texts (the blocks and
+    inline elements of every document in one batch, then the blocks that fell back) translated as documents;
+    the protocol's result, or None when the client went away."""
+    try:
+        wanted = next(run)
+        while True:
+            got = await translate_texts(state, settings, wanted, options, source_lang, target_lang, request) \
+                if wanted else []
+            if got is None:
+                run.close()
+                return None
+            wanted = run.send(got)
+    except StopIteration as done:
+        return done.value
 
 
 def document_results(rendered: list[list[Rendering]]) -> dict[str, Any]:

@@ -14,13 +14,15 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-# Answered without the API key: probes, the schema, and LibreTranslate's language list (open there too).
-OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/languages")
-# Checked by the route itself: LibreTranslate clients may send the key as `api_key` in the body.
-SELF_CHECKED = ("/translate",)
+# Answered without the API key: probes, the schema, and LibreTranslate's language list, front-end settings and
+# translated files' downloads (open there too: a file's address is an unguessable name).
+OPEN_PATHS = ("/healthz", "/docs", "/openapi.json", "/languages", "/frontend/settings")
+OPEN_PREFIXES = ("/download_file/",)
+# Checked by the route itself: LibreTranslate clients may send the key as `api_key` in the body (or the form).
+SELF_CHECKED = ("/translate", "/detect", "/translate_file")
 COUNTED = ("/v1/", "/translate")  # requests on these paths are counted by status (tfm_export_requests_total)
 # A body over the limit is answered with this status: LibreTranslate's route answers every limit with 400.
-OVER_LIMIT = {"/translate": 400}
+OVER_LIMIT = {"/translate": 400, "/detect": 400}
 # Bytes a source token may take in a request (a long subword, escaped in JSON, with its separators): the body
 # limit is this per token of max_texts sources of the longest length, and room for the options.
 BYTES_PER_TOKEN, OPTIONS_BYTES = 256, 64 * 1024
@@ -65,7 +67,7 @@ class Guard:
                 self.count(message["status"])
             await send(message)
 
-        checked = path in OPEN_PATHS or path in SELF_CHECKED
+        checked = path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path in SELF_CHECKED
         if self.api_key and not checked and not authorized(scope, self.api_key):
             refused = JSONResponse({"error": "missing or wrong API key; send Authorization: Bearer KEY"}, 401,
                                    {"WWW-Authenticate": "Bearer"})

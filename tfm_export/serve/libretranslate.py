@@ -14,10 +14,13 @@ Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [..
 - every text is translated sentence by sentence (serve.documents), as LibreTranslate does: a sentence-level
   model given several sentences drops some; a sentence over the source limit is cut at it, not refused.
   Alternatives join each sentence's n-th hypothesis.
-- format "html" is refused (400) for now: markup would be translated as words.
-- source "auto" detects nothing: it is the model's source language when it has one (a single pair's
-  source, the tokenizer's default source), reported in detectedLanguage with confidence 100 when the
-  model has exactly one source language and 0 when it was a default among several ("und": none).
+- format "html" (and "markdown", which LibreTranslate has not) translates the text nodes and keeps the markup
+  (text.markup: tags, attributes, comments, code and <pre>/<script>/<style> byte for byte, inline tags carried
+  to the translated words, as LibreTranslate's translate_html does); alternatives are [] there, as LibreTranslate's.
+- source "auto" detects the language among the model's source codes (text.detect, py3langid), a batch as one
+  (LibreTranslate's way); a model without source codes reports its default source ("und": none) with
+  confidence 0, as before: there is nothing to choose between.
+- /detect, /frontend/settings, /translate_file and its /download_file/{name} are serve.libretranslate_routes'.
 - a model without language codes lists no languages and takes any source and target: they cannot be
   checked (the model translates its one direction). A model with target codes but no source codes
   (multi-target Marian) checks the target only.
@@ -26,6 +29,7 @@ Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [..
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import re
@@ -35,8 +39,9 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request
 
 from ..errors import TfmExportError
+from ..text import detect, markup
 from .contract import LanguageView, text_schema
-from .documents import translate_documents
+from .documents import translate_documents, translate_markup_texts
 from .engine import ServeSettings, limits
 from .guard import authorized
 from .schemas import Language, error_responses, integral
@@ -68,6 +73,10 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
         check_key(request, params, settings.api_key)
         return await translate_params(state, settings, params, request)
 
+    from .libretranslate_routes import add_routes  # they read requests with this module's readers
+
+    add_routes(app, settings, state, view)
+
 
 async def translate_params(state: dict[str, Any], settings: ServeSettings, params: dict[str, Any],
                            request: Request) -> Any:
@@ -77,8 +86,14 @@ async def translate_params(state: dict[str, Any], settings: ServeSettings, param
     model = state["engine"].model
     view, bounds = LanguageView.of(model), limits(model, settings)
     most_alternatives = min(bounds.max_beams, bounds.max_rows) - 1
-    texts, batch, alternatives = read_texts(params, bounds.max_texts, most_alternatives)
+    texts, batch, alternatives, form = read_texts(params, bounds.max_texts, most_alternatives)
     source, target, detected = pick_languages(params, view)
+    if detected is not None and view.sources:  # "auto": the texts' language among the model's
+        detected = await asyncio.to_thread(detect_source, texts, form, view)
+        source = detected["language"]
+    if form != "text":  # markup: its text nodes as documents (serve.documents), no alternatives
+        return await translate_markup_answer(state, settings, texts, form, source, target, request, batch,
+                                             alternatives, detected)
     options = {}
     if alternatives:  # n-best: one more beam than alternatives, whatever the export's default
         wanted = alternatives + 1
@@ -95,6 +110,28 @@ async def translate_params(state: dict[str, Any], settings: ServeSettings, param
     # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
     hypotheses = [[text for _, text in renderings] for renderings in rendered]
     return answer(hypotheses, batch, alternatives, detected)
+
+
+async def translate_markup_answer(state: dict[str, Any], settings: ServeSettings, texts: list[str], form: str,
+                                  source: str | None, target: str | None, request: Request, batch: bool,
+                                  alternatives: int, detected: dict | None) -> Any:
+    """format html or markdown: the texts' markup kept, their text nodes translated (serve.documents)."""
+    try:
+        rendered = await translate_markup_texts(state, settings, texts, form, {}, source, target, request)
+    except TfmExportError as exc:
+        raise as_libretranslate(failure_from(exc)) from None
+    except HTTPFailure as exc:
+        raise as_libretranslate(exc) from None
+    if rendered is None:
+        return {}  # the client went away
+    return answer([[text] for text in rendered], batch, alternatives, detected)
+
+
+def detect_source(texts: list[str], form: str, view: LanguageView) -> dict[str, Any]:
+    """detectedLanguage for source "auto": the texts' language among the model's sources (their text
+    nodes for markup); the model's default with confidence 0 when nothing tells."""
+    plain = texts if form == "text" else [markup.plain_text(text, form) for text in texts]
+    return detect.detect_many(plain, view.sources, view.default or view.sources[0])
 
 
 def language_entries(view: LanguageView) -> list[dict[str, Any]]:
@@ -149,8 +186,8 @@ def check_key(request: Request, params: dict[str, Any], key: str | None) -> None
         raise HTTPFailure(403, "Invalid API key")
 
 
-def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -> tuple[list[str], bool, int]:
-    """(texts, whether q was a list, alternatives), checked as LibreTranslate does (400s)."""
+def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -> tuple[list[str], bool, int, str]:
+    """(texts, whether q was a list, alternatives, format), checked as LibreTranslate does (400s)."""
     for name in ("q", "source", "target"):
         if params.get(name) in (None, "", []):
             raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
@@ -160,8 +197,9 @@ def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -
         raise HTTPFailure(400, "Invalid request: q must be a text or a list of texts")
     if len(texts) > max_texts:
         raise HTTPFailure(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
-    if params.get("format") not in (None, "", "text"):
-        raise HTTPFailure(400, f"{params['format']} format is not supported: this server translates plain text")
+    form = params.get("format") or "text"
+    if form not in markup.FORMATS:
+        raise HTTPFailure(400, f"{form} format is not supported: send text, html or markdown")
     alternatives = integral(params.get("alternatives", 0))
     if isinstance(alternatives, str) and DIGITS.fullmatch(alternatives):  # a form's value
         alternatives = int(alternatives)
@@ -169,7 +207,7 @@ def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -
         raise HTTPFailure(400, "Invalid request: alternatives parameter is not a number of 0 or more")
     if alternatives > most_alternatives:
         raise HTTPFailure(400, f"Invalid request: alternatives parameter must be <= {most_alternatives}")
-    return texts, batch, alternatives
+    return texts, batch, alternatives, form
 
 
 def pick_languages(params: dict[str, Any], view: LanguageView) -> tuple[str | None, str | None, dict | None]:
@@ -225,7 +263,7 @@ ANSWER = {"type": "object", "required": ["translatedText"], "properties": {
     "alternatives": {"anyOf": [STRINGS, {"type": "array", "items": STRINGS}],
                      "description": "Other translations (n-best, distinct), when alternatives > 0."},
     "detectedLanguage": {"anyOf": [DETECTED, {"type": "array", "items": DETECTED}],
-                         "description": 'The source used for "auto" (nothing is detected; see the docs).'}}}
+                         "description": 'The language detected for source "auto".'}}}
 
 
 def alternatives_rows(model: Any, alternatives: int) -> int:
@@ -251,13 +289,13 @@ def openapi_body(model: Any, view: LanguageView, bounds: Any, most_alternatives:
               "api_key": {"type": "string", "description": "The API key (or Authorization: Bearer KEY)."}}
     texts = {"type": "array", "minItems": 1, "maxItems": bounds.max_texts, "items": text}
     as_json = {"type": "object", "required": ["q", "source", "target"], "properties": {
-        "q": {"anyOf": [one, texts]}, "format": {"enum": ["text", "", None]}, **common}}
+        "q": {"anyOf": [one, texts]}, "format": {"enum": [*markup.FORMATS, "", None]}, **common}}
     caps = [min(bounds.max_texts, bounds.max_rows // alternatives_rows(model, a)) for a in range(most_alternatives + 1)]
     if min(caps) < bounds.max_texts:  # one branch per alternatives value; absent is 0
         as_json["anyOf"] = [{"properties": {"alternatives": {"const": a}, "q": {"maxItems": cap}},
                              "required": [] if a == 0 else ["alternatives"]} for a, cap in enumerate(caps)]
     as_form = {"type": "object", "required": ["q", "source", "target"], "properties": {
-        "q": one, "format": {"type": "string", "enum": ["text", ""]}, **common}}
+        "q": one, "format": {"type": "string", "enum": [*markup.FORMATS, ""]}, **common}}
     if not model.manifest.tokenizer:  # text in, text out: nothing is valid without a tokenizer
         as_json = as_form = {"not": {}}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": as_json},

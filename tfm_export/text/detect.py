@@ -48,11 +48,13 @@ def candidates_of(codes: Sequence[str]) -> dict[str, str]:
 
 def detect(text: str, codes: Sequence[str] = (), default: str = "en", top: int = TOP) -> list[dict[str, Any]]:
     """LibreTranslate's detections, best first: [{"language": a code of `codes`, "confidence": 0-100}] (any
-    language py3langid knows when `codes` is empty). A text with nothing to go on (empty, digits, or no
+    language py3langid knows when `codes` is empty). A text with nothing to go on (no letter: empty, digits; or no
     candidate known to the identifier) answers [{"language": default, "confidence": 0}], as LibreTranslate."""
     pool = candidates_of(codes) if codes else {code: code for code in known()}
-    if not pool or not text.strip():
+    if not pool or not any(char.isalpha() for char in text):  # digits and punctuation say nothing
         return [{"confidence": 0.0, "language": default}]
+    if len(pool) == 1:  # the one language the export reads
+        return [{"confidence": 100.0, "language": next(iter(pool.values()))}]
     ranked = identifier(tuple(sorted(pool)) if codes else None).rank(text)
     if len({round(p, 6) for _, p in ranked}) == 1:  # no feature of any language: a uniform guess
         return [{"confidence": 0.0, "language": default}]
