@@ -38,6 +38,14 @@ def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | Non
     return kind, sources, labels
 
 
+# --input's extension -> its markup (generate --format's default)
+MARKUP_EXTENSIONS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
+
+
+def _format_of(path: Path | None) -> str:
+    return MARKUP_EXTENSIONS.get(path.suffix.lower(), "text") if path is not None and str(path) != "-" else "text"
+
+
 def _documents(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
                features: tuple[Path, ...], per_source_output: bool) -> list[str]:
     """--split-sentences' documents: each --text, or the --input file whole."""
@@ -196,6 +204,10 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
                    "document; each is split into sentences, translated in batches and printed as the translated "
                    "document, its whitespace and line breaks kept. A sentence over the model's max_len is cut at "
                    "the limit (a warning). Text only; not with --json or --stream.")
+@click.option("--format", "doc_format", type=click.Choice(["text", "html", "markdown"]), default=None,
+              help="The documents' markup: html or markdown translate their text nodes and keep the markup (tags, "
+                   "attributes, code; inline tags carried to the words) and imply --split-sentences. Default: "
+                   "from --input's extension (.html, .htm, .md, .markdown), else text.")
 @click.option("--greedy", is_flag=True,
               help="Start from plain greedy decoding instead of the export's default settings (e.g. a folder's "
                    "beam search and forced EOS); the decoding flags below still apply.")
@@ -207,7 +219,7 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
                      threads: int | None, spin: bool, cuda_graph: bool | None, as_json: bool, stream: bool, source_lang: str | None,
-                     target_lang: str | None, split_sentences: bool, greedy: bool,
+                     target_lang: str | None, split_sentences: bool, doc_format: str | None, greedy: bool,
                      assistant: Path | None,
                      **decoding: Any) -> None:
     """Decode with the export in FOLDER on ONNX Runtime (its default decoding unless flags say otherwise)."""
@@ -216,14 +228,15 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     if stream and as_json:  # one of them would be ignored
         raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
                                "done; pick one")
-    if split_sentences:
+    doc_format = doc_format or _format_of(input_file)
+    if split_sentences or doc_format != "text":
         documents = _documents(text, ids, input_file, input_format, features, stream or as_json)
         model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin,
                                                            cuda_graph=cuda_graph))
         config = generation_config(model, decoding, greedy)
         draft = _assistant(assistant, device, threads, spin, config)
         for translation in model.translate(documents, config=config, source_lang=source_lang,
-                                           target_lang=target_lang, split_sentences=True,
+                                           target_lang=target_lang, split_sentences=True, format=doc_format,
                                            assistant=draft):
             click.echo(translation, nl=not translation.endswith("\n"))  # the document's own last line break
         return

@@ -12,7 +12,7 @@ import logging
 from typing import Any, Iterator, Sequence
 
 from ..errors import InputError
-from ..text import sentences
+from ..text import markup, sentences
 from .decode import speculative
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .decode.prefix import prefixed_generate
@@ -148,7 +148,7 @@ class GenerateMixin:
 
     def translate(self, texts: Sequence[str], max_new_tokens: int | None = None,
                   config: GenerationConfig | None = None, source_lang: str | None = None,
-                  target_lang: str | None = None, split_sentences: bool = False,
+                  target_lang: str | None = None, split_sentences: bool = False, format: str = "text",
                   target_prefix: Sequence[str | Sequence[int]] | None = None, return_alternatives: bool = False,
                   num_hypotheses: int = 1, use_vmap: bool = False, **options: Any) -> list[Any]:
         """Encode texts with the tokenizer, decode (the export's default decoding unless configured),
@@ -159,11 +159,17 @@ class GenerateMixin:
         whitespace; a sentence over max_len is cut at the limit (logged). Without it each text is one
         source, as always, except a text over max_len: rather than refuse it, it is translated as a
         document, with a logged warning (a call that used to raise an InputError now translates).
+        `format` "html" or "markdown": each text's text nodes translated as documents and its markup kept
+        (text.markup: tags, attributes, comments, code byte for byte; inline tags carried to the words).
 
         CTranslate2's `target_prefix` (each text's translation starts with it), `return_alternatives` and
         `num_hypotheses` (> 1: per text a list of translations, best first) decode through `hypotheses`;
         `use_vmap` (CTranslate2's): the output head scores only the texts' shortlist under the model's vocabulary
         map (runtime.decode.vmap; one shortlist for the call)."""
+        if format != "text":
+            return markup.translate_markup(texts, format, lambda pieces: self.translate(
+                pieces, max_new_tokens, config, source_lang, target_lang, split_sentences=True, use_vmap=use_vmap,
+                **options))
         if use_vmap:
             runner = self.shortlisted([self.encode(t, source_lang, target_lang) for t in texts])
             return runner.translate(texts, max_new_tokens, config, source_lang=source_lang, target_lang=target_lang,
