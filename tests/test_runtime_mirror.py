@@ -55,6 +55,11 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                                     ("Agreement", "StreamOptions", "StreamTranscriber", "StreamUpdate", "Word"),
                                     ("segment_words", "stream_transcribe", "agree", "confirm", "forget", "append",
                                      "feed", "step", "finish")),
+    "runtime/speech/vad.py": ("speech/vad.mjs", ("VadParameters", "Span", "Chunk", "SpeechMap"),
+                              ("speech_probabilities", "speech_timestamps", "timestamps_from_probabilities",
+                               "collect_chunks", "vad_session", "of", "span_of", "to_recording")),
+    "runtime/speech/chunks.py": ("speech/chunks.mjs", ("ChunkPlan",),
+                                 ("join_text", "speech_chunks", "joined", "transcribe_speech")),
     # the non-runtime modules the JS side ports, under their Python packages' names
     "text/tokenizer.py": ("text/tokenizer.mjs", (), ("tokenizer_from_dict=makeTokenizer",)),
     "text/hf.py": ("text/tokenizer.mjs", (), ("clean_up_spaces",)),
@@ -93,8 +98,9 @@ PYTHON_ONLY: dict[str, str] = {
                                 "transcribes Whisper exports only",
     "runtime/speech/transcribe.py": "the dispatch between Whisper and frames models; Node's transcribe is Whisper's "
                                     "(speech/whisper.mjs)",
-    "runtime/speech/vad.py": "Silero VAD (transcribe --vad): not ported to Node",
-    "runtime/speech/chunks.py": "transcribing the VAD's speech chunks (transcribe --vad): not ported to Node",
+    "runtime/speech/batch.py": "several recordings' or VAD chunks' windows decoded together on worker threads "
+                               "(batch_size); Node transcribes one window at a time",
+    "runtime/speech/batch_rounds.py": "the rounds of runtime/speech/batch.py's worker threads",
 }
 
 # Node modules without a Python partner, and why.

@@ -22,11 +22,14 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import * as ort from 'onnxruntime-node';
 import * as api from './api.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
 import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
 import * as speech from './speech/whisper.mjs';
+import { transcribeSpeech, whisperPlan } from './speech/chunks.mjs';
+import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './speech/vad.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
 
@@ -214,7 +217,9 @@ export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...
  * segments, ids }, the ids of Python's `open_export(OUT).transcribe(audio, ...)` (speech/whisper.mjs). `audio`:
  * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz); options:
  * `language` (default: detected), `task` ('transcribe' or 'translate'), `timestamps`, `numBeams`,
- * `maxNewTokens`, `maxSeconds`.
+ * `maxNewTokens`, `maxSeconds`; `vad: true` transcribes only the speech (Silero VAD: speech/chunks.mjs, as
+ * Python's vad=True), with `vadParameters` (Python's VadParameters fields) and `vadModel` (the ONNX file; default
+ * the checkout's models/silero-vad).
  */
 export async function transcribe(exportDirOrModel, audio, opts = {}) {
   let label = opts.label;
@@ -225,8 +230,24 @@ export async function transcribe(exportDirOrModel, audio, opts = {}) {
         : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
     });
   }
-  return withModel(exportDirOrModel, (model) => speech.transcribe(ort, model, audio, { ...opts, label }));
+  const { vad = false, vadParameters = null, vadModel = VAD_MODEL, ...rest } = opts;
+  if (!vad) {
+    if (vadParameters !== null) throw new Error('vadParameters are the VAD\'s: pass vad: true with them');
+    return withModel(exportDirOrModel, (model) => speech.transcribe(ort, model, audio, { ...rest, label }));
+  }
+  return withModel(exportDirOrModel, async (model) => { // only the speech (speech/chunks.mjs, speech/vad.mjs)
+    const samples = speech.audioSamples(audio, RATE, label);
+    const limit = rest.maxSeconds === undefined ? 3600 : rest.maxSeconds;
+    if (limit !== null && samples.length / RATE > limit) {
+      throw new Error(`the audio is ${(samples.length / RATE).toFixed(1)} s long, over the limit of ${limit} s (maxSeconds)`);
+    }
+    const session = await (vadSessions[vadModel] ??= vadSession(ort, vadModel));
+    return transcribeSpeech(ort, session, samples, (chunk, o) => speech.transcribe(ort, model, chunk, o),
+      whisperPlan(model.manifest), vadParameters, { ...rest, label });
+  });
 }
+const VAD_MODEL = fileURLToPath(new URL(`../../models/silero-vad/${VAD_FILE}`, import.meta.url)); // the checkout's
+const vadSessions = {}; // one session per VAD model file: it keeps no state
 
 /**
  * The language codes the export takes (Python's `tfm-export languages --json`): { source, target,
