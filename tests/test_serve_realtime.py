@@ -5,13 +5,14 @@ OpenAI's clients send it: base64 PCM16 at 24 kHz in 100 ms appends, paced at fou
 A plain `websockets` client following OpenAI's event schema, and the `openai` package's own realtime client:
 deltas come while the audio is sent, add up to the transcript, and the transcript is offline `transcribe`'s of the
 same audio (as the server resamples it); server VAD cuts a recording into one item per utterance; 8 sessions at
-once; each bad input is one error event and the session goes on; the API key applies; a dropped connection
-leaves no work behind.
+once; each bad input is one error event and the session goes on; a client that stops reading stops its session
+alone; the API key applies; a dropped connection leaves no work behind.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import sys
@@ -314,3 +315,63 @@ def test_intent_and_api_key(server, digits_export):
             client = Client(url, **options)
             assert client.wait("session.created")
             client.close()
+
+
+def test_a_client_that_stops_reading_stops_its_session_alone(server, direct, monkeypatch):
+    """A client that sends but never reads (a raw socket with a small receive buffer; each event it sends answered
+    with its prompt of 200 kB): its session stops within SEND_TIMEOUT_S and leaves no work behind, another session
+    transcribes as ever meanwhile, and when the client reads again it finds one error event (client_not_reading),
+    then the close (1008)."""
+    import socket
+
+    from websockets.frames import Frame, Opcode
+
+    monkeypatch.setattr(realtime_session, "SEND_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(realtime_session, "FAREWELL_S", 300.0)  # however long the other session takes here
+    host, port = server.removeprefix("ws://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(f"GET /v1/realtime?intent=transcription HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101")
+
+    def frame(event: dict) -> bytes:
+        return Frame(Opcode.TEXT, json.dumps(event).encode()).serialize(mask=True, extensions=[])
+
+    sock.sendall(frame(MANUAL))
+    for at in range(0, 2 * CLIENT_RATE, 2 * CHUNK):  # a second of audio: its steps are in flight
+        sock.sendall(frame({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(2 * CHUNK)).decode()}))
+    flood = frame({"type": "transcription_session.update", "session": {
+        "input_audio_transcription": {"model": "whisper-1", "prompt": "seven " * 35000}}})
+
+    def send_flood():
+        with contextlib.suppress(OSError):
+            for _ in range(60):  # 12 MB of answers: more than the sockets and the server's transport hold
+                sock.sendall(flood)
+
+    threading.Thread(target=send_flood, daemon=True).start()
+    audio = pcm(heldout(43, 1), 0.4)
+    other, _ = transcribe_manually(server, audio)  # meanwhile
+    other.close()
+    done = other.of("conversation.item.input_audio_transcription.completed")[0]
+    assert words(done["transcript"]) == words(direct.transcribe(as_served(audio))["text"])
+    health = server.replace("ws://", "http://") + "/healthz"
+    deadline = time.monotonic() + 30
+    while (answer := httpx.get(health).json())["active"] or answer["queue_depth"]:
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.1)
+    sock.settimeout(30)
+    data = b""
+    close = b"\x03\xf0the client stopped reading"  # a close frame's payload: 1008, its reason
+    while close not in data[-200:]:
+        more = sock.recv(1 << 20)
+        assert more, f"the server closed the connection without its close frame: {data[-300:]!r}"
+        data += more
+    sock.close()
+    assert data.count(b'"type": "error"') == 1 and data.count(b'"code": "client_not_reading"') == 1
+    assert data.endswith(close)

@@ -13,7 +13,9 @@ so the deltas of an item add up to its transcript, and they come while it is spo
 server's transcription workers (serve.transcriber) and its windows in the in-flight window batch (serve.windows):
 sessions share decoder rows with each other and with uploads. A dropped connection stops its work at the next
 window. Bad input (bad JSON, an unknown event, a wrong format, an append over the limits) is one `error` event,
-and the session goes on. Where this differs from OpenAI's service: `model` may be any name; semantic_vad,
+and the session goes on. A client that stops reading (an event not taken within SEND_TIMEOUT_S) stops its
+session at once, as a dropped one does, and gets one `error` event (client_not_reading) and a close should it read
+again; the other sessions go on. Where this differs from OpenAI's service: `model` may be any name; semantic_vad,
 noise reduction, logprobs and the conversation.item.* events besides transcription's are not done.
 """
 
@@ -135,12 +137,18 @@ def add_realtime(app: FastAPI, settings: Any, state: dict[str, Any]) -> None:
             await ws.close(code=1008)
             return
         await session.send("session.created", session=session.session_fields())
-        steps = asyncio.create_task(session.run_steps())
+        tasks = [asyncio.create_task(work) for work in (session.run_steps(), receive(session),
+                                                        session.stalled.wait())]
         try:
-            await receive(session)
+            done, _ = await asyncio.wait(tasks[1:], return_when=asyncio.FIRST_COMPLETED)  # gone, or not reading
         finally:
             session.gone.set()  # the windows in flight stop; the rows are freed
-            steps.cancel()
+            for task in tasks:
+                task.cancel()
+        if session.stalled.is_set():
+            await session.farewell()
+        for task in done:
+            task.result()  # receive's own error, if any, as before: raised here
 
 
 async def receive(session: Session) -> None:

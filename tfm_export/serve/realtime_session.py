@@ -9,6 +9,7 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -21,11 +22,15 @@ from ..runtime.speech.streaming import StreamOptions, StreamTranscriber, StreamU
 from .jobs import Cancelled, QueueFull
 from .turns import TurnDetection, TurnDetector
 
+log = logging.getLogger(__name__)
+
 CLIENT_RATE = 24000  # OpenAI's: audio/pcm is 24 kHz mono PCM16
 MAX_APPEND_BYTES = 15 * 2**20  # OpenAI's limit on one append's audio
 MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
 STREAM_OPTIONS = StreamOptions()  # each item's streaming policy (a test's fixture may need another)
 RETRY_S = 0.2  # a step the workers' queue refused waits this long and runs with the audio that came meanwhile
+SEND_TIMEOUT_S = 10.0  # an event the client has not taken in this long: it stopped reading (the session stops)
+FAREWELL_S = 30.0  # how long a stopped session's error event and close wait for that client to read again
 
 
 class Refused(Exception):
@@ -70,11 +75,37 @@ class Session:
         self.previous: str | None = None
         self.work: asyncio.Queue = asyncio.Queue()
         self.gone = threading.Event()
+        self.stalled = asyncio.Event()  # the client stopped reading: the session stops, farewell() tells it
         self.lock = asyncio.Lock()
 
     async def send(self, kind: str, **fields: Any) -> None:
+        """One event to the client; one it does not take within SEND_TIMEOUT_S (its socket's buffers full: it
+        stopped reading) stalls the session, and nothing more is sent but farewell's."""
         async with self.lock:
-            await self.ws.send_text(json.dumps({"type": kind, "event_id": new_id("event"), **fields}))
+            if self.stalled.is_set():
+                return
+            try:
+                await asyncio.wait_for(self.ws.send_text(self.event(kind, **fields)), SEND_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                log.warning("realtime session %s: the client took no event for %g s; the session stops", self.id,
+                            SEND_TIMEOUT_S)
+                self.stalled.set()
+
+    @staticmethod
+    def event(kind: str, **fields: Any) -> str:
+        return json.dumps({"type": kind, "event_id": new_id("event"), **fields})
+
+    async def farewell(self) -> None:
+        """A stalled session's one error event and close, should its client read again within FAREWELL_S."""
+        message = (f"this client took no event for {SEND_TIMEOUT_S:g} s (it stopped reading): the session stopped "
+                   "and its audio was dropped; read the events as they come")
+        try:
+            await asyncio.wait_for(self.ws.send_text(self.event("error", error={
+                "type": "invalid_request_error", "code": "client_not_reading", "message": message, "param": None,
+                "event_id": None})), FAREWELL_S)
+            await asyncio.wait_for(self.ws.close(code=1008, reason="the client stopped reading"), FAREWELL_S)
+        except (asyncio.TimeoutError, RuntimeError, OSError):
+            log.info("realtime session %s: its client never read again", self.id)
 
     async def error(self, message: str, code: str, param: str | None = None, event_id: str | None = None) -> None:
         await self.send("error", error={"type": "invalid_request_error", "code": code, "message": message,
