@@ -21,6 +21,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       "two or more exports of one family folder against each other and CTranslate2"),
     S("nocache", "decode", "benchmarks.decode:nocache_main",
       "a module export without a KV cache against the native KV-cache export", ("--tiny", "--repeat", "1")),
+    S("speculative", "decode", "benchmarks.speculative:speculative_main",
+      "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
+      ("--quick", "--rounds", "1", "--new-tokens", "8", "--sources", "2")),
     S("gpu", "decode", "benchmarks.decode:gpu_main",
       "the CUDA rows: bench --device cuda on base and opus-mt size, greedy and beam 4, and a step's profile"),
     # profiles (where a step's time goes)

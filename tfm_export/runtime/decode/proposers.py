@@ -15,7 +15,7 @@ is the model's own greedy output: the speculative step keeps only the ids the mo
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,6 +28,8 @@ MAX_NGRAM = 2  # transformers' max_matching_ngram_size default
 
 
 class Proposer(Protocol):
+    lock: AbstractContextManager[Any]  # what the decode holds besides the model's cache lock
+
     def start(self, src: np.ndarray) -> None:
         """A new decode of `src` (1, src_len) begins."""
         ...
@@ -52,6 +54,8 @@ def _first_match(haystack: list[int], tail: list[int], k: int, eos_id: int) -> l
 
 class PromptLookup:
     """Drafts from n-grams of the source and of the output so far (see the module docstring)."""
+
+    lock = nullcontext()
 
     def __init__(self, config: TransformerConfig, max_ngram: int = MAX_NGRAM):
         self.config, self.max_ngram, self.source = config, max_ngram, []
@@ -81,14 +85,11 @@ class DraftModel:
 
     def __init__(self, cache: DecoderCache, max_len: int):
         """`cache`: the draft's growing cache; `max_len`: the draft's positions."""
-        self.cache, self.max_len = cache, max_len
+        self.cache, self.max_len, self.lock = cache, max_len, cache.lock
         self.state: Any = None
         self.fed: list[int] = []  # the ids in the draft's cache
-        self.locked = ExitStack()
 
     def start(self, src: np.ndarray) -> None:
-        self.close()
-        self.locked.enter_context(self.cache.lock)
         self.state, self.fed = self.cache.start(src), []
 
     def propose(self, history: list[int], k: int) -> list[int]:
@@ -109,7 +110,6 @@ class DraftModel:
 
     def close(self) -> None:
         self.state = None
-        self.locked.close()
 
 
 def check_draft(config: TransformerConfig, tokenizer: dict | None, draft_config: TransformerConfig,

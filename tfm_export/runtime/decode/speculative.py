@@ -18,6 +18,7 @@ Only rows of one source (batch 1) speculate; runtime.api decodes a larger batch 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,7 +84,8 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, schedule
     and its drafted/accepted counts) are filled when given."""
     stats = stats if stats is not None else Speculation()
     bias = bias_array(cfg.tgt_vocab_size, (tuple(cfg.suppress_ids), None))  # model.pick's ban
-    with cache.lock:
+    # the draft's cache may be the model's own (a self-draft): its lock is then held once
+    with cache.lock, (nullcontext() if proposer.lock is cache.lock else proposer.lock):
         start = time.perf_counter()
         state: Any = cache.start(src, 1)
         proposer.start(src)
