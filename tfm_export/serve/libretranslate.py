@@ -20,7 +20,8 @@ Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [..
 - source "auto" detects the language among the model's source codes (text.detect, py3langid), a batch as one
   (LibreTranslate's way); a model without source codes reports its default source ("und": none) with
   confidence 0, as before: there is nothing to choose between.
-- /detect, /frontend/settings, /translate_file and its /download_file/{name} are serve.libretranslate_routes'.
+- /detect, /frontend/settings, /translate_file and its /download_file/{name} are serve.libretranslate_routes'
+  (added by serve.app next to these).
 - a model without language codes lists no languages and takes any source and target: they cannot be
   checked (the model translates its one direction). A model with target codes but no source codes
   (multi-target Marian) checks the target only.
@@ -72,10 +73,6 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
         params = await read_params(request)
         check_key(request, params, settings.api_key)
         return await translate_params(state, settings, params, request)
-
-    from .libretranslate_routes import add_routes  # they read requests with this module's readers
-
-    add_routes(app, settings, state, view)
 
 
 async def translate_params(state: dict[str, Any], settings: ServeSettings, params: dict[str, Any],

@@ -53,8 +53,10 @@ def docx_available() -> bool:
     return True
 
 
-def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any], view: LanguageView) -> None:
-    """/detect, /frontend/settings, /translate_file and /download_file/{name} on `app`."""
+def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
+    """/detect, /frontend/settings, /translate_file and /download_file/{name} on `app`, over the engine in
+    state["engine"]."""
+    view = LanguageView.of(state["engine"].model)
     keyed = (403,) if settings.api_key else ()
     formats = [ext for ext, kind in FILE_FORMATS.items() if kind != "docx" or docx_available()]
     files = tempfile.TemporaryDirectory(prefix="tfm-export-files-", dir=settings.upload_dir)
