@@ -194,8 +194,9 @@ def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -
         raise HTTPFailure(400, "Invalid request: q must be a text or a list of texts")
     if len(texts) > max_texts:
         raise HTTPFailure(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
-    form = params.get("format") or "text"
-    if form not in markup.FORMATS:
+    form = params.get("format")
+    form = "text" if form is None or form == "" else form
+    if not isinstance(form, str) or form not in markup.FORMATS:
         raise HTTPFailure(400, f"{form} format is not supported: send text, html or markdown")
     alternatives = integral(params.get("alternatives", 0))
     if isinstance(alternatives, str) and DIGITS.fullmatch(alternatives):  # a form's value
