@@ -222,3 +222,46 @@ def test_ct2_vmap_text_file(pair, tmp_path):
     enc = tokenizer.encoder
     assert vmap.fixed == tuple(sorted({enc["</s>"], enc["▁six"]}))
     assert vmap.candidates == {enc["7"]: tuple(sorted({enc["▁seven"], enc["sieben"]}))}  # unknown tokens dropped
+
+
+# --- the server ---------------------------------------------------------------------------------------------
+
+def test_the_server_takes_prefixes_alternatives_and_scores(pair, trained_export):
+    """/v1/translate's target_prefix and return_alternatives, and /v1/score, answer what the Python API does;
+    bad requests are one-line 4xx JSON errors."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from tfm_export.serve.app import create_app
+    from tfm_export.serve.engine import ServeSettings
+
+    runtime, _, _ = pair("marian")
+    texts, srcs, targets = sources_of(runtime, "marian", 3)
+    with TestClient(create_app(ServeSettings(str(trained_export("marian"))))) as client:
+        body = {"texts": texts, "target_prefix": ["six", "", [runtime.encode_target("vier")[0]]],
+                "max_new_tokens": STEPS}
+        answer = client.post("/v1/translate", json=body)
+        assert answer.status_code == 200, answer.text
+        expected = runtime.translate(texts, target_prefix=["six", "", runtime.encode_target("vier")[:1]],
+                                     max_new_tokens=STEPS)
+        assert [t["text"] for t in answer.json()["translations"]] == expected
+        answer = client.post("/v1/translate", json={"texts": texts, "return_alternatives": True,
+                                                    "num_return_sequences": 3, "max_new_tokens": STEPS})
+        assert answer.status_code == 200, answer.text
+        expected = runtime.translate(texts, return_alternatives=True, num_hypotheses=3, max_new_tokens=STEPS)
+        assert [[h["text"] for h in t["hypotheses"]] for t in answer.json()["translations"]] == expected
+        answer = client.post("/v1/score", json={"texts": texts, "targets": targets})
+        assert answer.status_code == 200, answer.text
+        scores = runtime.score(texts, targets)
+        for got, want in zip(answer.json()["scores"], scores):
+            assert got["tokens"] == want.tokens
+            np.testing.assert_allclose(got["log_probs"], want.log_probs, atol=1e-9)
+            assert got["normalized_score"] == pytest.approx(want.normalized)
+        for path, bad, says in [
+                ("/v1/translate", {"texts": texts, "target_prefix": ["a"]}, "1 prefixes for 3 sources"),
+                ("/v1/translate", {"texts": texts[:1], "target_prefix": [[10**6]]}, "out of range"),
+                ("/v1/translate", {"texts": texts[:1], "target_prefix": ["a"], "stream": True}, "drop stream"),
+                ("/v1/score", {"texts": texts, "targets": targets[:1]}, "1 targets for 3 sources"),
+                ("/v1/score", {"texts": texts}, "exactly one of targets")]:
+            answer = client.post(path, json=bad)
+            assert answer.status_code == 422 and says in answer.json()["error"], (bad, answer.text)

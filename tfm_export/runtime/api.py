@@ -82,14 +82,24 @@ class GenerateMixin:
         if use_vmap:
             return self.shortlisted(sources).generate(sources, config, timings, row_offset, observer, target_prefix,
                                                       return_alternatives, **options)
-        config = self.generation_config(config, **options)
         if target_prefix is not None or return_alternatives:
-            n = config.num_return_sequences if return_alternatives else 0
-            alt = config.replace(num_return_sequences=1, num_beams=1) if return_alternatives else config
-            return prefixed_generate(self, sources, target_prefix, alt, n)
+            return self._prefixed(sources, config, target_prefix, return_alternatives, options)
+        config = self.generation_config(config, **options)
         src, steps = self.source_input(sources), self.steps_for(config)
         strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)
         return run(self.cache_for(config, steps), src, strategy, timings, observer)
+
+    def _prefixed(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None,
+                  target_prefix: Sequence[Sequence[int]] | None, alternatives: bool, options: dict[str, Any]
+                  ) -> list[list[Hypothesis]]:
+        """`generate` with a target prefix or alternatives (runtime.decode.prefix): the alternatives' count is
+        num_return_sequences, decoded greedily whatever num_beams says."""
+        n = options.pop("num_return_sequences", None) if alternatives else None
+        config = self.generation_config(config, **options)
+        if alternatives:
+            n = n or config.num_return_sequences
+            config = GenerationConfig.from_dict({**config.to_dict(), "num_return_sequences": 1, "num_beams": 1})
+        return prefixed_generate(self, sources, target_prefix, config, n or 0)
 
     def generate_ids(self, sources: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                      stop_at_eos: bool = True, timings: DecodeTimings | None = None,
@@ -222,7 +232,7 @@ class GenerateMixin:
         prefixes = None if target_prefix is None else [
             self.encode_target(p) if isinstance(p, str) else list(p) for p in target_prefix]
         options = {**self.language_options(target_lang), **options, "num_return_sequences": num_hypotheses}
-        if not return_alternatives and num_hypotheses > 1:
+        if not return_alternatives and num_hypotheses > 1 and not options.get("do_sample"):
             options.setdefault("num_beams", max(num_hypotheses, self.generation.num_beams))
         rows = self.generate(sources, config, target_prefix=prefixes, return_alternatives=return_alternatives,
                              **options)

@@ -37,6 +37,7 @@ from ..errors import TfmExportError
 from .audio import add_audio
 from .contract import install_openapi, served_name
 from .cors import add_cors
+from .ct2 import add_score, translate_prefixed, wants_prefix
 from .documents import document_results, translate_documents
 from .engine import ServeSettings, limits, open_engine, prepare_sources
 from .guard import BodyTooLarge, Guard, body_limit
@@ -126,6 +127,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         add_realtime(app, settings, state)  # after add_audio: it shares its workers
     else:
         _add_translate(app, settings, state)
+        add_score(app, settings, state)
         add_libretranslate(app, settings, state)
         add_libretranslate_routes(app, settings, state)  # /detect, /translate_file, /frontend/settings
     _refuse_other_kind(app, speech)
@@ -168,6 +170,8 @@ async def answer_translate(state: dict[str, Any], settings: ServeSettings, body:
     """POST /v1/translate's answer to `body` from the engine in state["engine"] (a server of several exports,
     serve.multi, runs it on the export it picks, once per leg when it pivots); {} when the client went away."""
     engine = state["engine"]
+    if wants_prefix(body):  # CTranslate2's target_prefix / return_alternatives (serve.ct2)
+        return await translate_prefixed(state, settings, body)
     options = body.model_dump(exclude=set(REQUEST_ONLY), exclude_none=True)
     if body.split_sentences and body.texts is not None:
         return await _translate_split(state, settings, body, options, request)

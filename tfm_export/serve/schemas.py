@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic.json_schema import SkipJsonSchema
 
 from ..runtime.options.generation import OPTIONS
 from ..runtime.options.spec import BOUNDS, render_help
@@ -55,6 +56,14 @@ class RequestFields(BaseModel):
         "sentences' ids one after another, without a score; the k-th of `hypotheses` joins each sentence's "
         "k-th. For `texts`, not `ids`, and not with `stream`. Without it a text is one source (413 over the "
         "limit)."))
+    # CTranslate2's decoding fields (serve.ct2) are left out of /openapi.json: their rules across fields (one
+    # prefix per source, prefixes the tokenizer can encode) are not in the contract's schema yet
+    target_prefix: SkipJsonSchema[list[str | list[integer()]] | None] = Field(None, description=(
+        "CTranslate2's target_prefix: per source, the start its translation must have (text, or target ids; \"\" "
+        "or [] for none); the translation completes it and includes it. Not with `stream` or `split_sentences`."))
+    return_alternatives: SkipJsonSchema[bool] = Field(False, description=(
+        "CTranslate2's alternatives: the num_return_sequences most likely tokens at the first position after the "
+        "prefix, each continued greedily, under `hypotheses`."))
 
 
 def option_field(option: Any) -> tuple[Any, Any]:
