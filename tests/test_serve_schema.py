@@ -94,7 +94,10 @@ def empty_texts_translate_to_empty_texts(ctx, response, case):
     return None
 """
 OPERATIONS = {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics",
-              "GET /v1/models", "GET /v1/models/{model}"}
+              "GET /v1/models", "GET /v1/models/{model}", "POST /detect", "GET /frontend/settings"}
+# LibreTranslate's /translate_file: its file's name picks the format (.txt, .html, .docx), which OpenAPI cannot
+# state, so generated uploads are refused; tests/test_serve_files.py covers it.
+LEFT_OUT = ("--exclude-path", "/translate_file")
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +117,7 @@ def run_schemathesis(url: str, folder, config_text: str = CONFIG, examples: int 
     config.write_text(config_text)
     hooks.write_text(HOOKS)
     cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", f"{url}/openapi.json",
-           "--checks", "all", *extra, "--mode", "all", "--phases", "examples,coverage,fuzzing",
+           "--checks", "all", *LEFT_OUT, *extra, "--mode", "all", "--phases", "examples,coverage,fuzzing",
            "--max-examples", str(examples), "--generation-deterministic", "--workers", "1", "--request-timeout", "30",
            "--no-color", "--output-sanitize", "false", "--report", "json", "--report-json-path", str(report)]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(hooks)}
