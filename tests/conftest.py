@@ -41,7 +41,8 @@ def has_cuda_gpu() -> bool:
 # (its module fixtures are built once), and modules that share heavy session fixtures or write the same
 # files also share a worker (pytest_xdist_make_scheduler below).
 SHARED_GROUPS = {
-    "trained": ("test_hf_families", "test_runtimes_families", "test_serve_libretranslate"),  # trained_export
+    "trained": ("test_hf_families", "test_runtimes_families", "test_serve_libretranslate",
+                "test_ct2_api"),  # trained_export
     "wheel": ("test_wheel_install", "test_runtime_install"),  # both build this checkout's wheel in place
     "whisper": ("test_serve_audio", "test_serve_schema"),  # whisper_export
     "npm": ("test_node_package", "test_runtimes", "test_runtimes_fixture", "test_runtime_client"),  # runtimes/
