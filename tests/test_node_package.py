@@ -119,8 +119,9 @@ def app(tmp_path_factory) -> Path:
          "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
          "decode/beam.mjs", "decode/loop.mjs", "decode/processors.mjs", "decode/sampling.mjs", "decode/strategies.mjs",
          "options/generation.mjs",
-         "speech/alignment.mjs", "speech/longform.mjs", "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs",
-         "speech/streaming.mjs", "speech/whisper.mjs", "speech/words.mjs",
+         "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
+         "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/vad.mjs",
+         "speech/whisper.mjs", "speech/words.mjs",
          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
          "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")
