@@ -147,13 +147,22 @@ def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any],
         first, second = legs
         async with _on(registry, state, first) as leg_state:  # its best translation only: n-best at the end
             middle = await answer_translate(leg_state, settings, body.model_copy(
-                update={**_codes(first), "num_return_sequences": None}), request)
+                update={**_codes(first), **_last_leg_only(body)}), request)
         if not middle:
             return {}  # the client went away
         texts = [row["text"] for row in middle["translations"]]
         async with _on(registry, state, second) as leg_state:
             return await answer_translate(leg_state, settings, body.model_copy(
                 update={**_codes(second), "texts": texts}), request)
+
+
+# What only the pivot's second leg is asked for (the n-best, a target's prefix, alternatives), and the
+# first leg's value instead; a field this server's request has not is left out.
+LAST_LEG_ONLY = {"num_return_sequences": None, "target_prefix": None, "return_alternatives": False}
+
+
+def _last_leg_only(body: Any) -> dict[str, Any]:
+    return {name: value for name, value in LAST_LEG_ONLY.items() if name in type(body).model_fields}
 
 
 def _codes(leg: Leg) -> dict[str, Any]:
