@@ -28,7 +28,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 soundfile = pytest.importorskip("soundfile")
 
-from helpers import run_cli_ok  # noqa: E402
+from helpers import run_cli, run_cli_ok  # noqa: E402
 from whisper_fixtures import reference_features  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
@@ -262,3 +262,23 @@ def test_hotwords_are_in_every_window_prompt_and_a_prefix_is_forced(trained, lon
     assert all(p[: 1 + len(hot)] == [prev, *hot] for p in prompts[1:])
     short = runtime.transcribe(samples[: 3 * RATE], language="en", prefix="one two")  # no timestamps: no <|0.00|>
     assert short["ids"][: len(prefix)] == prefix and short["text"].startswith(" one two")
+
+
+def test_the_cli_takes_the_decoding_options(trained, long_en):
+    """`tfm-export transcribe --temperature 0,0.2,... --logprob-threshold 0 --seed 5 --json`: Python's ids;
+    --hotwords and --prefix; bad values are one line, no traceback."""
+    out, runtime, _ = trained
+    _, path = long_en
+    flags = ["--language", "en", "--timestamps", "--json"]
+    fallback = run_cli_ok("transcribe", out, path, *flags, "--temperature", ",".join(map(str, TEMPERATURES)),
+                          "--logprob-threshold", "0", "--seed", "5")
+    want = runtime.transcribe(str(path), language="en", timestamps=True, temperature=TEMPERATURES,
+                              logprob_threshold=0.0, seed=5)
+    assert json.loads(fallback.output)["ids"] == want["ids"]
+    hot = run_cli_ok("transcribe", out, path, *flags, "--hotwords", "neun acht", "--prefix", "one two")
+    assert json.loads(hot.output)["ids"] == runtime.transcribe(str(path), language="en", timestamps=True,
+                                                               hotwords="neun acht", prefix="one two")["ids"]
+    for bad, named in ((["--temperature", "0,hot"], "--temperature"), (["--prompt", "drei", "--prompt-condition-type",
+                                                                        "all-segments"], "--condition-on-prev-tokens")):
+        result = run_cli("transcribe", out, path, *bad)
+        assert result.exit_code != 0 and named in result.output and "Traceback" not in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -58,6 +59,30 @@ from .common import library_errors, main_group, ort_thread_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Whisper: decode this many windows together: --vad's chunks, and the files given (their "
                    "encoder in one batch, the decoder's rows together); the same text as 1, faster.")
+@click.option("--temperature", "temperatures", default=None, metavar="T[,T...]",
+              help="Whisper: 0 greedy, above 0 sampling; several (0,0.2,0.4,0.6,0.8,1) the temperature fallback: a "
+                   "window that fails a threshold is decoded again at the next one [default: 0].")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None,
+              help="Whisper: the seed of the sampled tries (the same seed, the same text; Node draws the same) "
+                   "[default: 0].")
+@click.option("--compression-ratio-threshold", type=float, default=None,
+              help="Whisper: fall back when a window's token ids compress better than this (repetition; "
+                   "openai-whisper: 2.4) [default: the folder's].")
+@click.option("--logprob-threshold", type=float, default=None,
+              help="Whisper: fall back when a window's average log-probability is below this (openai-whisper: -1.0) "
+                   "[default: the folder's].")
+@click.option("--no-speech-threshold", type=float, default=None,
+              help="Whisper: with --logprob-threshold, skip a window as silence when P(<|nospeech|>) is above this "
+                   "(openai-whisper: 0.6) [default: the folder's].")
+@click.option("--condition-on-prev-tokens/--no-condition-on-prev-tokens", default=None,
+              help="Whisper: decode each window after the text before it [default: the folder's].")
+@click.option("--prompt-condition-type", type=click.Choice(["first-segment", "all-segments"]), default=None,
+              help="Whisper: all-segments keeps --prompt before every window's previous text (transformers'; needs "
+                   "--condition-on-prev-tokens) [default: first-segment, the first window's].")
+@click.option("--hotwords", default=None,
+              help="Whisper: words to expect (names, terms), put before every window's text (faster-whisper's).")
+@click.option("--prefix", default=None,
+              help="Whisper: the first window's first words, forced (faster-whisper's prefix).")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors
@@ -65,7 +90,8 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
                        word_timestamps: bool,
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
                        out_format: str, as_json: bool, output_dir: Path | None, vad: bool, batch_size: int,
-                       device: str, threads: int | None, spin: bool, **vad_options: float | int | None) -> None:
+                       device: str, threads: int | None, spin: bool, temperatures: str | None,
+                       **options: Any) -> None:
     """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG; - reads one from standard input) with the
     speech export in FOLDER: Whisper, or a frames model whose manifest names its filterbank (Whisper-only options
     are refused for it)."""
@@ -80,14 +106,15 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     if word_timestamps and fmt != "json":  # the words would be computed and not shown
         raise click.UsageError(f"--word-timestamps shows in --json (or --format json), not in --format {fmt}")
     _check_stdin(audio, output_dir)
-    vad_parameters = _vad_parameters(vad, vad_options)
+    vad_parameters = _vad_parameters(vad, {name: options.pop(name) for name in VAD_FIELDS})
+    decoding = _decoding_options(temperatures, options)
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
     sources = [sys.stdin.buffer.read() if str(path) == "-" else str(path) for path in audio]  # - : piped in
     options = dict(language=language, task=task, timestamps=timestamps, word_timestamps=word_timestamps,
                    num_beams=num_beams, prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens,
-                   vad=vad, vad_parameters=vad_parameters, batch_size=batch_size)
+                   vad=vad, vad_parameters=vad_parameters, batch_size=batch_size, **decoding)
     # one file at a time, each written when done; with --batch-size, all files' windows together
     results = model.transcribe(sources, **options) if batch_size > 1 else (
         model.transcribe(source, **options) for source in sources)
@@ -108,6 +135,20 @@ def _check_stdin(audio: tuple[Path, ...], output_dir: Path | None) -> None:
     if piped and output_dir is not None:
         raise click.UsageError("--output-dir names each transcript after its recording, and - (standard input) has "
                                "no name; redirect the output instead (> talk.srt)")
+
+
+def _decoding_options(temperatures: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The Whisper decoding options given (transcribe's keyword arguments; those left out are not passed, so a
+    frames model takes the command without them)."""
+    given = {name: value for name, value in options.items() if value is not None}
+    if temperatures is not None:
+        try:
+            values = tuple(float(t) for t in temperatures.split(","))
+        except ValueError:
+            raise click.UsageError(f"--temperature takes numbers separated by commas (0,0.2,0.4), got "
+                                   f"{temperatures!r}") from None
+        given["temperature"] = values if len(values) > 1 else values[0]
+    return given
 
 
 # --vad-* -> runtime.speech.vad.VadParameters' field

@@ -230,7 +230,7 @@ def transcribe(features: np.ndarray, decode_window: Callable[..., Decoded],
         raise InputError('{prompt_condition_type} must be "first-segment" or "all-segments"',
                          options={"prompt_condition_type": prompt_condition_type})
     if prompt_condition_type == "all-segments" and not condition_on_prev_tokens:
-        raise InputError('{prompt_condition_type} "all-segments" needs {condition_on_prev_tokens}',
+        raise InputError("{prompt_condition_type} needs {condition_on_prev_tokens}",
                          options={"prompt_condition_type": "all-segments", "condition_on_prev_tokens": None})
     begin, eos = settings.timestamp_begin, settings.eos_token_id
     history: list[Segment] = []

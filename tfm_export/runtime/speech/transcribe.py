@@ -55,6 +55,10 @@ def transcribe(model: Any, audio: Any, vad: bool = False, vad_parameters: VadPar
     if model.config.source != "features" and options.pop("word_timestamps", False):
         raise InputError("word timestamps need a Whisper export (its alignment heads time the tokens); this "
                          "frames model has none")
+    whisper_only = sorted(set(options) & whisper.DECODING_OPTIONS) if model.config.source != "features" else []
+    if whisper_only:
+        raise InputError(f"{', '.join(whisper_only)} {'is' if len(whisper_only) == 1 else 'are'} Whisper's long-form "
+                         f"decoding; this export is a frames model, decoded whole: drop them")
     if vad_parameters is not None and not vad:
         raise InputError("vad_parameters are the VAD's: pass vad=True with them")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -267,6 +267,10 @@ class LongFormOptions:
                 "prefix_ids": _prefix_ids(model, settings, self.prefix, stamped)}
 
 
+# transcribe's options that only Whisper's long form takes (runtime.speech.transcribe refuses them for a frames model)
+DECODING_OPTIONS = frozenset({f.name for f in dataclasses.fields(LongFormOptions)} | {"logprobs"})
+
+
 def _text_reader(model: Any, begin: int) -> Callable[[Sequence[int]], str]:
     """ids -> their text, the timestamps left out (ids joined by spaces for an export without a tokenizer)."""
     tokenizer = model.tokenizer if model.manifest.tokenizer else None
