@@ -186,10 +186,11 @@ async def translate_upload(state: dict[str, Any], settings: ServeSettings, kind:
 
 
 def store(folder: Path, name: str, data: bytes) -> None:
-    """The translated file, where download_file finds it; files older than FILE_LIFETIME removed."""
+    """The translated file, where download_file finds it; files older than FILE_LIFETIME removed (only names
+    this server stored, in the server's own temporary folder)."""
     now = time.time()
     for old in folder.iterdir():
-        if now - old.stat().st_mtime > FILE_LIFETIME:
+        if STORED.fullmatch(old.name) and old.is_file() and now - old.stat().st_mtime > FILE_LIFETIME:
             old.unlink(missing_ok=True)
     (folder / name).write_bytes(data)
 
