@@ -143,9 +143,10 @@ def server_process(*args, wait: str | None = "/healthz", timeout: float = 60, cl
 
 
 @contextmanager
-def serving(settings, engine=None):
+def serving(settings, engine=None, **uvicorn_options):
     """`tfm-export serve`'s app (create_app) run by uvicorn in a thread of this process, on a free loopback
-    port; yields its base URL and the engine (opened from `settings` unless given). Stopped afterwards."""
+    port; yields its base URL and the engine (opened from `settings` unless given). Stopped afterwards.
+    `uvicorn_options`: more of uvicorn.Config's."""
     uvicorn = pytest.importorskip("uvicorn")
     pytest.importorskip("fastapi")
     from tfm_export.serve.app import create_app
@@ -154,7 +155,7 @@ def serving(settings, engine=None):
     engine = engine or open_engine(settings)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+                                           log_level="warning", **uvicorn_options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

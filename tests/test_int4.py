@@ -229,15 +229,17 @@ def int8_weight_shapes(path: Path) -> list[tuple[int, ...]]:
 
 def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None:
     """Every weight MatMul of `graph` is MatMulNBits (block 32) but the vocabulary head, int8 as int8 makes it
-    (the tied head too: torch.onnx writes it as a MatMul of Transpose(embedding), which the quantisers fold)."""
+    (the tied head too: torch.onnx writes it as a MatMul of Transpose(embedding), which the quantisers fold). The
+    head is two MatMuls, the last position's and the earlier ones' (earlier_logits), reading one int8 weight."""
     nodes = ops(folder / f"{graph}.onnx")
-    assert "WeightMatMul" not in nodes and len(nodes["MatMulInteger"]) == 1, graph
+    assert "WeightMatMul" not in nodes and len(nodes["MatMulInteger"]) == 2, graph
+    assert {n.input[1] for n in nodes["MatMulInteger"]} == {nodes["MatMulInteger"][0].input[1]}
     assert nodes["MatMulInteger"][0].input[1].endswith("_quantized")
     vocab = json.loads((folder / "manifest.json").read_text())["config"]["tgt_vocab_size"]
     assert int8_weight_shapes(folder / f"{graph}.onnx")[0][1] == vocab  # (d_model, vocab): the head, no other
     assert all(n.input[0] != "model.lm_head.weight" for n in nodes.get("Transpose", []))
     projections = int4_projections(folder / f"{graph}.onnx")
-    assert counts == {"int4_matmuls": projections, "int8_matmuls": 1, "block_32": projections}  # all under 512 wide
+    assert counts == {"int4_matmuls": projections, "int8_matmuls": 2, "block_32": projections}  # all under 512 wide
     # each layer's self-attention query/key/value packed into one (export.packing): two nodes fewer per Split
     assert counts["int4_matmuls"] - len(nodes["MatMulNBits"]) == 2 * len(nodes["Split"]) > 0
     assert {helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute

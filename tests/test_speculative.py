@@ -1,7 +1,7 @@
 """Speculative greedy decoding (runtime.decode.speculative): with prompt lookup or a draft export, the ids are
 plain greedy decoding's, id for id, on the trained fixtures (tests/fixtures/trained) and the tiny model; drafts
 are accepted (fewer decoder calls than ids), the cache rolls back to the kept ids, a draft of another vocabulary
-is refused, and an export made before position_logits decodes without speculation."""
+is refused, and an export made before earlier_logits decodes without speculation."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import hf_fixtures
 from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
-from tfm_export.manifest import POSITION_LOGITS
+from tfm_export.manifest import EARLIER_LOGITS
 from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.runtime.decode.loop import DecodeTimings
 from tfm_export.runtime.decode.proposers import PromptLookup
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """family -> its trained fixture exported without validation (the decoder with position_logits)."""
+    """family -> its trained fixture exported without validation (the decoder with earlier_logits)."""
     made = {}
 
     def export(family: str):
@@ -160,11 +160,11 @@ def test_position_ids_are_each_positions_greedy_id(tiny_export):
     assert int(fed.next_ids()[0]) == expected[-1]
 
 
-def test_an_export_without_position_logits_decodes_plainly(exported, caplog):
+def test_an_export_without_earlier_logits_decodes_plainly(exported, caplog):
     folder = exported("t5")
     model = open_export(folder, "cpu")
     entry = model.manifest.graphs["decoder"]
-    old = dataclasses.replace(entry.spec, outputs=tuple(t for t in entry.spec.outputs if t.name != POSITION_LOGITS))
+    old = dataclasses.replace(entry.spec, outputs=tuple(t for t in entry.spec.outputs if t.name != EARLIER_LOGITS))
     graphs = {**model.manifest.graphs, "decoder": dataclasses.replace(entry, spec=old)}
     assert model.manifest.decoder_positions and not model.manifest.replace(graphs=graphs).decoder_positions
     model.growing.positions = False  # what open_export makes of such a manifest

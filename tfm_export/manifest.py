@@ -22,8 +22,9 @@ from .filterbank import Filterbank
 from .config import TransformerConfig
 from .errors import ConfigError, ManifestError
 
-# decoder.onnx's output of every new position's logits (batch, tgt_len, tgt_vocab) (export.specs.decoder_spec)
-POSITION_LOGITS = "position_logits"
+# decoder.onnx's output of the logits of the new positions before the last (batch, tgt_len - 1, tgt_vocab)
+# (export.specs.decoder_spec): with `logits`, a speculative step's every position
+EARLIER_LOGITS = "earlier_logits"
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"
 # Key of the config copy each graph carries in its ONNX metadata: opening an export compares it with
@@ -196,10 +197,10 @@ class Manifest:
 
     @property
     def decoder_positions(self) -> bool:
-        """decoder.onnx returns POSITION_LOGITS, every new position's logits (what a speculative step checks
+        """decoder.onnx returns EARLIER_LOGITS: with `logits`, every new position's (what a speculative step checks
         drafted ids with, runtime.decode.speculative); False for exports made before it, which decode without."""
         decoder = self.graphs.get("decoder")
-        return decoder is not None and POSITION_LOGITS in decoder.spec.output_names()
+        return decoder is not None and EARLIER_LOGITS in decoder.spec.output_names()
 
     @property
     def cross_per_source(self) -> bool:

@@ -35,11 +35,12 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present..., position_logits): the growing
-    cache; position_logits (batch, tgt_len, tgt_vocab) are every new position's (specs.POSITION_LOGITS)."""
+    """(input_ids, src_mask, past..., cross...) -> (logits, next_ids, present..., earlier_logits): the growing
+    cache; earlier_logits (batch, tgt_len - 1, tgt_vocab) are the new positions' before the last
+    (specs.EARLIER_LOGITS: none in a plain step, the drafted ids' in a speculative one)."""
 
     n_named_args = 2  # input_ids, src_mask; the caches come as *varargs
-    positions = True  # the spec declares position_logits (the slot graphs' single-token steps do not)
+    positions = True  # the spec declares earlier_logits (the slot graphs' single-token steps do not)
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -54,15 +55,17 @@ class DecoderGraph(nn.Module):
         """One decoder call under the `cache` policy (None: growing), flattened in the specs' order."""
         n = 2 * self.n_layers
         past, cross = _pairs(caches[:n]), _pairs(caches[n:])
-        logits, present = self.model.decode(input_ids, src_mask, cross, past, last_only=not self.positions,
-                                            cache=cache)
-        every = logits.float()  # (batch, tgt_vocab), or (batch, tgt_len, tgt_vocab) with positions
-        last = every[:, -1] if self.positions else every  # (batch, tgt_vocab)
+        hidden, present = self.model.decode_hidden(input_ids, src_mask, cross, past, cache=cache)
+        if self.positions:
+            earlier, last = self.model.project_apart(hidden)
+        else:  # (batch, d_model): the head's MatMul writes the graph's logits output itself
+            earlier, last = None, self.model.project(self.model.decoder_norm(hidden[:, -1]))
+        last = last.float()  # (batch, tgt_vocab)
         next_ids = self.model.pick(last)  # (batch,): banned ids never win
         flat = [last, next_ids]
         for key, value in present:
             flat += [key, value]
-        return (*flat, every) if self.positions else tuple(flat)
+        return tuple(flat) if earlier is None else (*flat, earlier.float())
 
 
 class StaticDecoderGraph(DecoderGraph):

@@ -19,6 +19,7 @@ log-softmax) and sampling's tail read. The 4-bit scan (blocks of 128) reads 0.53
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,16 +37,24 @@ CANDIDATES = 256  # 32 missed 13 % of uncertain winners at 2 bits; 256 cost 3 % 
 CHUNK_ROWS = 4096  # vocabulary entries packed, compared or made int8 at once: temporaries of 16 MB, not 1 GB
 
 
-def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int) -> bool:
-    """Replace the head MatMul `node` (B = `weight`, float32 (K, N)) of the onnx_ir `model` by the scan and the
-    exact scoring of its candidates; whether the embedding's float rows score them (tied), else int8 rows."""
-    import onnx_ir as ir
+@dataclass(frozen=True)
+class ScanTables:
+    """What the scan of one head weight reads: made once, shared by the head's MatMuls (the last position's and
+    the earlier ones', model.Transformer.project_apart)."""
+    packed: tuple[Any, Any, Any]  # MatMulNBits' weight, scales and zero points
+    table: Any  # the rows that score the candidates: the tied embedding (float32) or int8 rows
+    scale: Any  # the int8 rows' scale each; None when tied
+    count: Any  # the number of candidates (1,) int64
+    last: Any  # the axis -1 (1,) int64
+    k: int
+    n: int
 
+
+def scan_tables(model: Any, weight: Any, bits: int) -> ScanTables:
+    """The scan's initializers for the head `weight` (float32 (K, N))."""
     array = weight.const_value.numpy()
     k, n = array.shape
-    table = _tied_table(model.graph, array)
-    tied = table is not None
-    scale = None
+    table, scale = _tied_table(model.graph, array), None
     if table is None:
         q, row_scale = _int8_rows(array)
         table = initializer(model, f"{weight.name}_rows_int8", q)
@@ -53,14 +62,31 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
     packed = _pack_scan(model, weight, array, bits)
     del array  # no view of the mapping may outlive it
     unmap(weight.const_value)
+    count = initializer(model, f"{weight.name}_candidates", np.array([min(CANDIDATES, n)], dtype=np.int64))
+    last = initializer(model, f"{weight.name}_last_axis", np.array([-1], dtype=np.int64))
+    return ScanTables(packed, table, scale, count, last, int(k), int(n))
+
+
+def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int, made: dict,
+              may_be_empty: bool = False) -> bool:
+    """Replace the head MatMul `node` (B = `weight`, float32 (K, N)) of the onnx_ir `model` by the scan and the
+    exact scoring of its candidates; whether the embedding's float rows score them (tied), else int8 rows.
+    `made` maps a weight to its ScanTables, made once; `may_be_empty`: the MatMul can have no rows (the earlier
+    positions' head in a plain step)."""
+    import onnx_ir as ir
+
+    if weight not in made:
+        made[weight] = scan_tables(model, weight, bits)
+    tables = made[weight]
+    packed, table, scale, count, last, k, n = (tables.packed, tables.table, tables.scale, tables.count,
+                                               tables.last, tables.k, tables.n)
+    tied = scale is None
     x, out = node.inputs[0], node.outputs[0]
-    attributes = {"K": int(k), "N": int(n), "bits": bits, "block_size": SCAN_BLOCK}
+    attributes = {"K": k, "N": n, "bits": bits, "block_size": SCAN_BLOCK}
     if accuracy_level:
         attributes["accuracy_level"] = accuracy_level
     name = node.name or out.name
     scan = ir.node("MatMulNBits", [x, *packed], attributes=attributes, domain="com.microsoft", name=f"{name}_scan")
-    count = initializer(model, f"{weight.name}_candidates", np.array([min(CANDIDATES, n)], dtype=np.int64))
-    last = initializer(model, f"{weight.name}_last_axis", np.array([-1], dtype=np.int64))
     top = ir.node("TopK", [scan.outputs[0], count], attributes={"axis": -1, "sorted": 0}, num_outputs=2,
                   name=f"{name}_candidates")
     gathered = ir.node("Gather", [table, top.outputs[1]], attributes={"axis": 0}, name=f"{name}_rows")
@@ -79,13 +105,40 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
     scored = new[-1].outputs[0]
     merged = ir.node("ScatterElements", [scan.outputs[0], top.outputs[1], scored], attributes={"axis": -1},
                      name=f"{name}_merged")
-    ir.convenience.replace_nodes_and_values(model.graph, node, [node], [*new, merged], [out], [merged.outputs[0]])
+    new, result = [*new, merged], merged.outputs[0]
+    if may_be_empty:
+        new, result = _unless_empty(model, x, out, new, result, scan, name)
+    ir.convenience.replace_nodes_and_values(model.graph, node, [node], new, [out], [result])
     if not weight.uses():
         model.graph.initializers.pop(weight.name)
     _pick_among_candidates(model, merged.outputs[0], top.outputs[1], scored, name)
     log.info("%s: a %d-bit scan of %d tokens, %d candidates scored from %s", name, bits, n, min(CANDIDATES, n),
              "the tied embedding" if tied else "int8 rows")
     return tied
+
+
+def _unless_empty(model: Any, x: Any, out: Any, nodes: list[Any], result: Any, scan: Any, name: str
+                  ) -> tuple[list[Any], Any]:
+    """`nodes` (computing `result` from `x`) under an If that runs them only when `x` has rows, else the bare
+    scan (an empty result): ONNX Runtime 1.30's TopK, which Node and the browser run, dies of a division by zero
+    on zero rows, and the earlier positions' head has none in every plain step."""
+    import onnx_ir as ir
+
+    zero = initializer(model, f"{name}_no_elements", np.array(0, dtype=np.int64))
+    size = ir.node("Size", [x], name=f"{name}_elements")
+    has_rows = ir.node("Greater", [size.outputs[0], zero], name=f"{name}_has_rows")
+    bare = ir.node("MatMulNBits", list(scan.inputs), attributes=scan.attributes, domain="com.microsoft",
+                   name=f"{name}_scan_no_rows")
+    for value in (result, bare.outputs[0]):
+        value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), out.shape
+    for inner in (*nodes, bare):  # a subgraph names its values afresh (val_0, ...): SSA needs them unique
+        for i, value in enumerate(inner.outputs):
+            value.name = value.name or f"{inner.name}_{i}"
+    then = ir.Graph([], [result], nodes=nodes, name=f"{name}_rows")
+    otherwise = ir.Graph([], [bare.outputs[0]], nodes=[bare], name=f"{name}_no_rows")
+    branch = ir.node("If", [has_rows.outputs[0]], attributes={"then_branch": then, "else_branch": otherwise},
+                     name=f"{name}_unless_empty")
+    return [size, has_rows, branch], branch.outputs[0]
 
 
 def _pick_among_candidates(model: Any, logits: Any, ids: Any, scored: Any, name: str) -> None:

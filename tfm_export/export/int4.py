@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..manifest import EARLIER_LOGITS
 from .gptq import pack_gptq
 from .head_scan import SCAN_BITS, scan_head
 from .int8 import float_matrix, initializer, quantize_matmul_int8, unmap
@@ -59,7 +60,9 @@ AUTO_BLOCKS = ((1024, 128), (0, 32))
 # Under this width int4 was measured no faster than int8 and further from float32 than int8 (docs/exporting.md,
 # "int8 or int4?"): the export says so (width_advice).
 PAYS_FROM_WIDTH = 1024
-HEAD_OUTPUTS = ("logits",)  # graph outputs whose nearest weight MatMul is the vocabulary head
+# graph outputs whose nearest weight MatMul is the vocabulary head: the decoder projects the last position and the
+# earlier ones apart over one weight (model.Transformer.project_apart), and both MatMuls are made the same
+HEAD_OUTPUTS = ("logits", EARLIER_LOGITS)
 # The module path torch.onnx's dynamo exporter records on every node it writes (a list's repr: the scopes from
 # the graph module down to the op), and the suffix of model.layers.FeedForward's output projection in it.
 SCOPES_KEY = "pkg.torch.onnx.name_scopes"
@@ -156,21 +159,25 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
     import onnx_ir as ir
 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
-    head = None if settings.head == "int4" else _head_matmul(model.graph)
+    heads = {} if settings.head == "int4" else _head_matmuls(model.graph)
     packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
-    int8_inputs: dict[Any, Any] = {}  # an input read by several int8 MatMuls is quantised once
+    int8_made: dict[Any, Any] = {}  # an input or weight read by several int8 MatMuls is quantised once
+    scans: dict[Any, Any] = {}  # the head's scan tables, made once for its two MatMuls
     counts = {"int4_matmuls": 0, "int8_matmuls": 0, **({"gptq_matmuls": 0} if settings.method == "gptq" else {})}
     for node in list(model.graph):
         weight = float_matrix(node)
         if weight is None:
             continue
-        kind = head_kind(settings.head, weight.const_value.shape) if node is head else None
+        head = next((output for output, head in heads.items() if node is head), None)
+        is_head = head is not None
+        kind = head_kind(settings.head, weight.const_value.shape) if is_head else None
         if kind in SCAN_BITS:
-            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[kind])
-            counts.update(scan_heads=1, scan_tied_rows=int(tied))
+            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[kind], scans,
+                             may_be_empty=head == EARLIER_LOGITS)
+            counts.update(scan_heads=1, scan_tied_rows=int(tied))  # one head, whichever positions it projects
             continue
-        if node is head or (settings.ffn_output == "int8" and _is_ffn_output(node)):
-            quantize_matmul_int8(model, node, weight, int8_inputs)
+        if is_head or (settings.ffn_output == "int8" and _is_ffn_output(node)):
+            quantize_matmul_int8(model, node, weight, int8_made)
             counts["int8_matmuls"] += 1
             continue
         hessian = (hessians or {}).get(_module_of(node)) if settings.method == "gptq" else None
@@ -277,10 +284,16 @@ def _is_ffn_output(node: Any) -> bool:
     return module is not None and module.endswith(FFN_OUTPUT)
 
 
-def _head_matmul(graph: Any) -> Any:
-    """The weight MatMul nearest to the logits output (walking producers back), or None (an encoder)."""
-    frontier = [v for v in graph.outputs if v.name in HEAD_OUTPUTS]
-    seen = set()
+def _head_matmuls(graph: Any) -> dict[str, Any]:
+    """output name -> the weight MatMul nearest to it, for each HEAD_OUTPUTS output the graph has (none in an
+    encoder)."""
+    heads = {value.name: _nearest_matmul(value) for value in graph.outputs if value.name in HEAD_OUTPUTS}
+    return {name: head for name, head in heads.items() if head is not None}
+
+
+def _nearest_matmul(output: Any) -> Any:
+    """The weight MatMul nearest to `output` (walking producers back), or None."""
+    frontier, seen = [output], set()
     while frontier:
         value = frontier.pop(0)
         node = value.producer() if value is not None else None

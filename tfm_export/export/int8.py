@@ -30,29 +30,33 @@ def quantize_int8(src: Path, dst: Path, external: bool) -> int:
     import onnx_ir as ir
 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
-    activations: dict[ir.Value, tuple[ir.Value, ...]] = {}
+    made: dict[ir.Value, tuple[ir.Value, ...]] = {}
     count = 0
     for node in list(model.graph):
         weight = float_matrix(node)
         if weight is None:
             continue
-        quantize_matmul_int8(model, node, weight, activations)
+        quantize_matmul_int8(model, node, weight, made)
         count += 1
     ir.save(model, str(dst), external_data=dst.name + ".data" if external else None)
     return count
 
 
-def quantize_matmul_int8(model, node, weight, activations: dict) -> None:
-    """One MatMul of `model` made int8 (B = `weight`); `activations` maps an input to its DynamicQuantizeLinear
-    outputs, made once per input: q, k and v projections of one input share its quantisation."""
+def quantize_matmul_int8(model, node, weight, made: dict) -> None:
+    """One MatMul of `model` made int8 (B = `weight`); `made` maps an input to what it became, made once: an
+    activation to its DynamicQuantizeLinear outputs (q, k and v projections of one input share its
+    quantisation), a weight to its int8 initializers (the head's two MatMuls, model.Transformer.project_apart,
+    share one)."""
     import onnx_ir as ir
 
     a = node.inputs[0]
-    if a not in activations:
+    if a not in made:
         dql = ir.node("DynamicQuantizeLinear", [a], num_outputs=3, name=f"{a.name}_QuantizeLinear")
         model.graph.insert_before(node, dql)
-        activations[a] = tuple(dql.outputs)
-    _replace(model, node, weight, activations[a])
+        made[a] = tuple(dql.outputs)
+    if weight not in made:
+        made[weight] = _quantized_weight(model, weight)
+    _replace(model, node, weight, made[a], made[weight])
 
 
 def float_matrix(node) -> "object | None":
@@ -68,18 +72,23 @@ def float_matrix(node) -> "object | None":
     return b if tensor.dtype == ir.DataType.FLOAT and len(tensor.shape) == 2 else None
 
 
-def _replace(model, node, weight, quantized_a: tuple) -> None:
+def _quantized_weight(model, weight) -> tuple:
+    """(B_q int8, B_scale, B_zero) initializers of the float32 `weight`."""
+    zero, scale, q = _quantized(weight.const_value.numpy())
+    unmap(weight.const_value)
+    base = weight.name
+    return (initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8)),
+            initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(())),
+            initializer(model, f"{base}_zero_point", np.asarray(zero, dtype=np.int8).reshape(())))
+
+
+def _replace(model, node, weight, quantized_a: tuple, quantized_b: tuple) -> None:
     """MatMul(A, B) -> MatMulInteger, Cast, Mul, Mul, with B quantised (a new initializer; the float one
     is dropped when nothing else reads it, as a tied embedding's Gather still does)."""
     import onnx_ir as ir
 
-    zero, scale, q = _quantized(weight.const_value.numpy())
-    unmap(weight.const_value)
-    base = weight.name
-    b_q = initializer(model, f"{base}_quantized", np.asarray(q, dtype=np.int8))
-    b_scale = initializer(model, f"{base}_scale", np.asarray(scale, dtype=np.float32).reshape(()))
-    b_zero = initializer(model, f"{base}_zero_point", np.asarray(zero, dtype=np.int8).reshape(()))
     a_q, a_scale, a_zero = quantized_a
+    b_q, b_scale, b_zero = quantized_b
     out = node.outputs[0]
     integer = ir.node("MatMulInteger", [a_q, b_q, a_zero, b_zero], name=f"{out.name}_MatMulInteger")
     cast = ir.node("Cast", [integer.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{out.name}_Cast")

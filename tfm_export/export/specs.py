@@ -8,7 +8,7 @@ rows; src_batch: sources, whose encoder outputs the decoder takes once for all o
 from __future__ import annotations
 
 from ..config import SOURCE_KINDS, TransformerConfig
-from ..manifest import POSITION_LOGITS, GraphSpec, TensorSpec
+from ..manifest import EARLIER_LOGITS, GraphSpec, TensorSpec
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
 DYNAMIC_AXES = ("batch", "src_batch", "src_len", "tgt_len", "past_len")
@@ -62,7 +62,7 @@ def encoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
 
 def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec:
     """One step (or a forced prefix) of the decoder with a growing self-attention cache: `logits` and `next_ids`
-    of the last new position, and POSITION_LOGITS of every new position."""
+    of the last new position, and EARLIER_LOGITS of the new positions before it."""
     h, d, layers = config.n_heads, config.head_dim, range(config.n_decoder_layers)
     inputs = [TensorSpec("input_ids", "int64", ("batch", "tgt_len")),
               TensorSpec("src_mask", "bool", ("src_batch", "src_len"))]
@@ -75,7 +75,7 @@ def decoder_spec(config: TransformerConfig, dtype: str = "float32") -> GraphSpec
     for i in layers:
         outputs += _kv(present_names(i), h, "past_len + tgt_len", d, dtype)
     # after the caches: a speculative step checks k drafted ids in one call (runtime.decode.speculative)
-    outputs.append(TensorSpec(POSITION_LOGITS, "float32", ("batch", "tgt_len", config.tgt_vocab_size)))
+    outputs.append(TensorSpec(EARLIER_LOGITS, "float32", ("batch", "tgt_len - 1", config.tgt_vocab_size)))
     return GraphSpec("decoder", "decoder.onnx", tuple(inputs), tuple(outputs))
 
 

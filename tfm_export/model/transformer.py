@@ -156,6 +156,15 @@ class Transformer(nn.Module):
         `last_only` projects only the last position: logits (batch, tgt_vocab), all decoding needs.
         `cache` defaults to the growing cache (AppendCache after `past`); SlotCache writes in place.
         """
+        x, present = self.decode_hidden(tgt_ids, src_mask, cross, past, cache)
+        if last_only:  # (batch, d_model): the head's MatMul then writes the graph's logits output itself
+            x = x[:, -1]  # (a (batch, 1, tgt_vocab) result cost a copy of every logit to drop its axis)
+        return self.project(self.decoder_norm(x)), present
+
+    def decode_hidden(self, tgt_ids: Tensor, src_mask: Tensor, cross: list[KV], past: list[KV],
+                      cache: CachePolicy | None = None) -> tuple[Tensor, list[KV]]:
+        """decode()'s decoder layers: the last layer's output (batch, tgt_len, d_model) before the final norm,
+        and the present cache (a graph that projects some positions apart, export.graphs.DecoderGraph)."""
         if cache is None:
             cache = AppendCache.after(past[0][0].shape[2], tgt_ids.shape[1], tgt_ids.device)
         src_allowed = src_mask[:, None, None, :]  # (src_batch, 1, 1, src_len)
@@ -166,9 +175,7 @@ class Transformer(nn.Module):
         for layer, layer_past, layer_cross in zip(self.decoder_layers, past, cross):
             x, kv = layer(x, cache, layer_past, layer_cross, src_allowed, bias)
             present.append(kv)
-        if last_only:  # (batch, d_model): the head's MatMul then writes the graph's logits output itself
-            x = x[:, -1]  # (a (batch, 1, tgt_vocab) result cost a copy of every logit to drop its axis)
-        return self.project(self.decoder_norm(x)), present
+        return x, present
 
     def project(self, hidden: Tensor) -> Tensor:
         """Output logits (..., tgt_vocab), as the model computes them: banned ids are not masked here.
@@ -179,7 +186,18 @@ class Transformer(nn.Module):
         # A MatMul with the weight transposed once (constant-folded at export), not nn.Linear: on the
         # (batch, d_model) rows of a decoder step Linear exports as a Gemm reading the tied embedding
         # with transB, which ORT's int8 quantizer neither quantizes nor shape-checks.
-        logits = torch.matmul(hidden * self.output_scale, self.lm_head.weight.t())  # (..., tgt_vocab)
+        return self._head(hidden, self.lm_head.weight.t())
+
+    def project_apart(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """decode_hidden's (batch, tgt_len, d_model) as the logits of the positions before the last (batch,
+        tgt_len - 1, tgt_vocab) and of the last (batch, tgt_vocab): two MatMuls reading one transposed weight (one
+        initializer in the graph), so that a plain step's head writes the logits output itself and its other
+        MatMul has no rows, while a speculative step reads every position (export.graphs.DecoderGraph)."""
+        x, weight = self.decoder_norm(hidden), self.lm_head.weight.t()
+        return self._head(x[:, :-1], weight), self._head(x[:, -1], weight)
+
+    def _head(self, hidden: Tensor, weight: Tensor) -> Tensor:
+        logits = torch.matmul(hidden * self.output_scale, weight)  # (..., tgt_vocab)
         return logits if self.lm_head.bias is None else logits + self.lm_head.bias
 
     def pick(self, logits: Tensor) -> Tensor:

@@ -45,7 +45,7 @@ class GenerateMixin:
 
     def checking_cache(self) -> DecoderCache | None:
         """The cache a speculative decode checks drafts on (runtime.decode.speculative); None: this runner has
-        none (an export made before position_logits, the eager model), and speculation is plain greedy."""
+        none (an export made before earlier_logits, the eager model), and speculation is plain greedy."""
         return None
 
     def generation_config(self, config: GenerationConfig | None = None, **options: Any) -> GenerationConfig:
@@ -136,7 +136,7 @@ class GenerateMixin:
         cache = self.checking_cache()
         if cache is None:
             log.warning("this export's decoder returns only the last position's logits (exported before "
-                        "position_logits): decoding without speculation (the same ids)")
+                        "earlier_logits): decoding without speculation (the same ids)")
             return None
         tokenizer = getattr(getattr(self, "manifest", None), "tokenizer", None)
         rows = []

@@ -77,7 +77,7 @@ class ExportedModel(GenerateMixin):
         return self.static_cache or self.growing or self.cache_for(self.generation, 0)
 
     def checking_cache(self) -> DecoderCache | None:
-        """The growing cache when its decoder returns position_logits (speculative decoding checks drafts on it)."""
+        """The growing cache when its decoder returns earlier_logits (speculative decoding checks drafts on it)."""
         return self.growing if self.growing is not None and self.growing.positions else None
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:

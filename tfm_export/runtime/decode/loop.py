@@ -71,7 +71,7 @@ class Strategy(Protocol):
     """How the next ids of some rows are chosen (runtime.decode.strategies, runtime.decode.beam)."""
 
     rows: int  # decoder rows it decides for
-    bos_id: int  # every row's first input
+    bos_id: int  # every row's first input (runtime.decode.together's: (rows,) ids, each strategy its own)
     finished: bool
 
     def advance(self, view: StepView) -> tuple[np.ndarray, np.ndarray | None]:

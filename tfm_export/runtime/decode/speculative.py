@@ -3,7 +3,7 @@
 At batch 1 a decoder step reads every weight once whatever the number of new ids, so checking k drafted ids
 costs about one step. Each step feeds the row's last id and the draft d_1..d_k (runtime.states.growing `feed`)
 and reads the model's greedy id g_0..g_k after each (`position_ids`: the argmax of the decoder's
-position_logits under the model's bans, export.specs.POSITION_LOGITS). The draft is accepted while
+logits at every position under the model's bans, export.specs.EARLIER_LOGITS). The draft is accepted while
 d_{i+1} == g_i; the step then emits the accepted ids and g_n, the model's own id after them, and the cache is cut
 back to the ids kept (`truncate`). That is transformers' rule for greedy assisted generation (and
 `prompt_lookup_num_tokens`): the output is plain greedy decoding's, id for id, only in fewer decoder calls.

@@ -6,7 +6,7 @@ known up front. Each transcription therefore runs its own loop on a worker threa
 (serve.windows), with `WindowRounds.run_window` as its WindowRunner: a worker hands its window and strategy
 over and waits. Once every live worker waits, the round's windows are decoded together on the thread that
 came last: their encoder in one batch (batch, n_mels, frames), then every window's strategy over its own
-rows of one decoder state (`decode_together`: each strategy reads its rows of each step, forces its own
+rows of one decoder state (`decode_together`, runtime.decode.together: each strategy reads its rows of each step, forces its own
 prompt, ends on its own), the rows of the windows that end idling until the longest is done. So a round
 of n windows costs one encoder call and the decoder steps of its longest window, each of batch n; and a
 window's tokens are those of the window decoded alone (its rows see only its own tokens and features).
@@ -22,79 +22,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..decode.loop import DecoderCache, Strategy, moved
-from ..decode.processors import BiasKey
+from ..decode.loop import DecoderCache, Strategy, run
+from ..decode.together import Together
 from .longform import WindowRunner
 
 __all__ = ["WindowRounds", "decode_together", "run_jobs"]
 
 
-class _Step:
-    """One decoder step of the state, read once however many strategies read it."""
-
-    def __init__(self, state: Any):
-        self.state, self.device_top = state, state.device_top
-        self._ids: np.ndarray | None = None
-        self._logits: np.ndarray | None = None
-        self._tops: dict[tuple[Any, int, bool], tuple[np.ndarray, np.ndarray]] = {}
-
-    def next_ids(self) -> np.ndarray:
-        if self._ids is None:
-            self._ids = self.state.next_ids()
-        return self._ids
-
-    def logits(self) -> np.ndarray:
-        if self._logits is None:
-            self._logits = self.state.logits()
-        return self._logits
-
-    def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
-        key = (bias, width, renormalize)
-        if key not in self._tops:
-            self._tops[key] = self.state.top(bias, width, renormalize)
-        return self._tops[key]
-
-
-class _Rows:
-    """A runtime.decode.loop.StepView of one strategy's rows [start, end) of a step."""
-
-    def __init__(self, step: _Step, start: int, end: int):
-        self.step, self.rows, self.device_top = step, slice(start, end), step.device_top
-
-    def next_ids(self) -> np.ndarray:
-        return self.step.next_ids()[self.rows]
-
-    def logits(self) -> np.ndarray:
-        return self.step.logits()[self.rows]
-
-    def top(self, bias: BiasKey, width: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
-        logp, ids = self.step.top(bias, width, renormalize)
-        return logp[self.rows], ids[self.rows]
-
-
 def decode_together(cache: DecoderCache, windows: Sequence[np.ndarray], strategies: Sequence[Strategy]) -> None:
     """Decode each window with its strategy (one source each, all of the same rows per source), in one
-    decoder state: its rows i*rows .. i*rows + rows-1 are window i's. The strategies hold the results."""
-    widths = {strategy.rows for strategy in strategies}
-    assert len(widths) == 1, "decode_together: windows of one width (rows per source) only"
-    width = widths.pop()
-    starts = [i * width for i in range(len(strategies))]
-    with cache.lock:
-        state = cache.start(np.stack([np.asarray(w, np.float32) for w in windows]), width)
-        tokens = np.concatenate([np.full(width, s.bos_id, dtype=np.int64) for s in strategies])
-        while not all(s.finished for s in strategies):
-            state.step(tokens)
-            step, order = _Step(state), None
-            for strategy, start in zip(strategies, starts):
-                if strategy.finished:  # its rows idle on their last token
-                    continue
-                chosen, beam_idx = strategy.advance(_Rows(step, start, start + width))
-                tokens[start:start + width] = chosen
-                if not strategy.finished and moved(beam_idx):
-                    order = np.arange(len(tokens)) if order is None else order
-                    order[start:start + width] = np.asarray(beam_idx) + start
-            if order is not None:
-                state.reorder(order)
+    decoder state through the one loop (runtime.decode.together): its rows i*rows .. i*rows + rows-1 are
+    window i's. The strategies hold the results."""
+    run(cache, np.stack([np.asarray(w, np.float32) for w in windows]), Together(strategies))
 
 
 class _Waiting:

@@ -45,7 +45,7 @@ class GrowingCache:
                  positions: bool = False):
         """`per_source`: the decoder takes the encoder's outputs once per source (Manifest.cross_per_source);
         `source_name`: the encoder's input (Manifest.encoder_input); `positions`: the decoder returns
-        position_logits (export.specs.POSITION_LOGITS: it can check drafted tokens, runtime.decode.speculative)."""
+        earlier_logits (export.specs.EARLIER_LOGITS: it can check drafted tokens, runtime.decode.speculative)."""
         self.encoder, self.decoder, self.device, self.config = encoder, decoder, device, config
         self.per_source, self.source_name, self.positions = per_source, source_name, positions
         self.cache_dtype = np.dtype(cache_dtype)
@@ -126,7 +126,7 @@ class GrowingState:
         for name, value in zip(cache.past_names, self.past):
             binding.bind_ortvalue_input(name, value)
         binding.clear_binding_outputs()
-        positions = ("position_logits",) if cache.positions else ()
+        positions = ("earlier_logits",) if cache.positions else ()
         for name in ("logits", "next_ids", *cache.present_names, *positions):
             binding.bind_output(name, device.ort_type, device.index)
         cache.decoder.run_with_iobinding(binding)
@@ -137,8 +137,8 @@ class GrowingState:
 
     def position_ids(self, bias: np.ndarray) -> np.ndarray:
         """(rows, n) the greedy id after each id the last step fed, under `bias` (vocab,) (the model's bans),
-        picked on the device (runtime.states.positions); needs a decoder with position_logits."""
-        return self.cache.picker(self.outputs["position_logits"], bias)
+        picked on the device (runtime.states.positions); needs a decoder with earlier_logits."""
+        return self.cache.picker(self.outputs["earlier_logits"], self.outputs["logits"], bias)
 
     def truncate(self, length: int) -> None:
         """Keep the first `length` positions of the past (a speculative step's rejected ids leave it)."""

@@ -2,8 +2,8 @@
 
 A speculative step (runtime.decode.speculative) feeds a row its last id and k drafted ids in one decoder call
 and reads the greedy id after every one of them: `PositionPicker` takes the argmax of the step's
-position_logits (rows, k + 1, tgt_vocab) plus a ban bias (processors.bias_array: the model's suppressed ids)
-where the logits are, so that only (rows, k + 1) ids cross. Then the cache keeps only what was accepted:
+earlier_logits (rows, k, tgt_vocab) and logits (rows, tgt_vocab) plus a ban bias (processors.bias_array: the
+model's suppressed ids) where the logits are, so that only (rows, k + 1) ids cross. Then the cache keeps only what was accepted:
 `PastTrim` cuts every past tensor (rows, heads, past_len, head_dim) to its first `length` positions.
 
 Both are tiny ONNX graphs built with onnx.helper, as runtime.states.reorder's gather, run through IOBinding on
@@ -20,17 +20,22 @@ from onnx import TensorProto, helper
 from ..device import Device
 from .reorder import IR_VERSION, ONNX_TYPES, helper_session, numpy_dtype
 
-OPSET = 13  # Slice-13 and ArgMax-13
+OPSET = 13  # Slice-13, ArgMax-13 and Unsqueeze-13
 
 
 def pick_model(vocab: int) -> bytes:
-    """logits (rows, positions, vocab) float32 and bias (vocab,) -> ids (rows, positions) int64."""
+    """earlier (rows, positions, vocab) and last (rows, vocab) float32, bias (vocab,) -> ids (rows, positions + 1)
+    int64."""
     t = helper.make_tensor_value_info
-    inputs = [t("logits", TensorProto.FLOAT, ["rows", "positions", vocab]), t("bias", TensorProto.FLOAT, [vocab])]
-    outputs = [t("ids", TensorProto.INT64, ["rows", "positions"])]
-    nodes = [helper.make_node("Add", ["logits", "bias"], ["biased"]),
+    inputs = [t("earlier", TensorProto.FLOAT, ["rows", "positions", vocab]),
+              t("last", TensorProto.FLOAT, ["rows", vocab]), t("bias", TensorProto.FLOAT, [vocab])]
+    outputs = [t("ids", TensorProto.INT64, ["rows", "positions + 1"])]
+    axis = helper.make_tensor("axis", TensorProto.INT64, [1], [1])
+    nodes = [helper.make_node("Unsqueeze", ["last", "axis"], ["last_position"]),
+             helper.make_node("Concat", ["earlier", "last_position"], ["logits"], axis=1),
+             helper.make_node("Add", ["logits", "bias"], ["biased"]),
              helper.make_node("ArgMax", ["biased"], ["ids"], axis=-1, keepdims=0, select_last_index=0)]
-    graph = helper.make_graph(nodes, "tfm_export_position_pick", inputs, outputs)
+    graph = helper.make_graph(nodes, "tfm_export_position_pick", inputs, outputs, initializer=[axis])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                              ir_version=IR_VERSION).SerializeToString()
 
@@ -57,15 +62,18 @@ class PositionPicker:
         self.device, self.threads = device, threads
         self._sessions: dict[int, ort.InferenceSession] = {}
 
-    def __call__(self, logits: ort.OrtValue, bias: np.ndarray) -> np.ndarray:
-        """position_logits (rows, positions, vocab) on the device, bias (vocab,) -> ids (rows, positions)."""
+    def __call__(self, earlier: ort.OrtValue, last: ort.OrtValue, bias: np.ndarray) -> np.ndarray:
+        """earlier_logits (rows, positions, vocab) and logits (rows, vocab) on the device, bias (vocab,) -> ids
+        (rows, positions + 1)."""
         if self.device.ort_type == "cpu":
-            return np.argmax(logits.numpy() + bias, axis=-1)
-        vocab = logits.shape()[-1]
+            return np.concatenate([np.argmax(earlier.numpy() + bias, axis=-1),
+                                   np.argmax(last.numpy() + bias, axis=-1)[:, None]], axis=1)
+        vocab = last.shape()[-1]
         if vocab not in self._sessions:
             self._sessions[vocab] = helper_session(pick_model(vocab), self.device, self.threads)
         binding = self._sessions[vocab].io_binding()
-        binding.bind_ortvalue_input("logits", logits)
+        binding.bind_ortvalue_input("earlier", earlier)
+        binding.bind_ortvalue_input("last", last)
         bias = np.ascontiguousarray(bias, dtype=np.float32)
         binding.bind_ortvalue_input("bias", ort.OrtValue.ortvalue_from_numpy(bias, self.device.ort_type,
                                                                              self.device.index))
