@@ -213,6 +213,32 @@ export interface TranscribeOptions {
   /** Time each word (the export's alignment.onnx, as Python's word_timestamps): `words` in the result and in each
    * segment. */
   wordTimestamps?: boolean;
+  /** Decoding temperature: one number, or the fallback's list (e.g. [0, 0.2, 0.4, 0.6, 0.8, 1]: a window whose try
+   * fails a threshold is decoded again at the next one, as Python's and transformers'); default 0 (greedy). */
+  temperature?: number | number[] | null;
+  /** The sampling seed of temperatures above 0 (default 0): a seeded fallback gives Python's ids. */
+  seed?: number;
+  /** A try whose compression ratio is above this falls back (default: the folder's). */
+  compressionRatioThreshold?: number | null;
+  /** A try whose average log-probability is below this falls back (default: the folder's). */
+  logprobThreshold?: number | null;
+  /** With logprobThreshold: a low try whose P(<|nospeech|>) is above this is silence, skipped (default: the folder's). */
+  noSpeechThreshold?: number | null;
+  /** Each window decoded after the text of the segments before it (default: the folder's condition_on_prev_tokens). */
+  conditionOnPrevTokens?: boolean | null;
+  /** 'first-segment' (default): the prompt before the first window only; 'all-segments': before every window
+   * (needs conditionOnPrevTokens), as transformers'. */
+  promptConditionType?: 'first-segment' | 'all-segments';
+  /** Words to favour (faster-whisper's hotwords): in the prompt of every window without a prefix. */
+  hotwords?: string | null;
+  /** Text every window's transcript starts with (forced after the prompt). */
+  prefix?: string | null;
+  /** Transcribe only the speech found by Silero VAD (Python's vad=True; default false). */
+  vad?: boolean;
+  /** The VAD's parameters, as Python's VadParameters fields (threshold, min_silence_duration_ms, speech_pad_ms, ...), with vad. */
+  vadParameters?: Record<string, number> | null;
+  /** The VAD's ONNX file (default: the checkout's models/silero-vad). */
+  vadModel?: string;
 }
 
 /** A word and its times in seconds (Python's `words`). */
@@ -245,7 +271,7 @@ export interface Segment {
   text: string;
   /** The segment's ids, timestamp tokens included. */
   tokens: number[];
-  /** The window's decoding temperature (0: the Node runtime decodes at temperature 0 only). */
+  /** The temperature of the window's kept try (0 unless the temperature fallback moved on). */
   temperature: number;
   /** The window's mean log-probability per generated token, EOS counted (null: nothing generated). */
   avg_logprob: number | null;
