@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.speech import free_port, served_exported
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,15 +59,8 @@ def speech():
 
 
 def exported(work: Path) -> Path:
-    import subprocess
-
-    out = work / "digits-onnx"
-    if not (out / "manifest.json").exists():
-        done = subprocess.run([sys.executable, "-m", "tfm_export", str(FIXTURE), "-o", str(out), "--no-validate",
-                               "--static-slots", "64"], capture_output=True, text=True)
-        if done.returncode:
-            raise SystemExit(f"the export failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    return out
+    """The fixture exported once into `work`, with its static decoder for all 64 target positions (in flight)."""
+    return served_exported(FIXTURE, work / "digits-onnx", slots=64)
 
 
 def recordings(model: Any, sessions: int, utterances: int) -> list[dict[str, Any]]:
@@ -188,8 +182,7 @@ def run_sessions(url: str, recs: list[dict[str, Any]], busy: Busy) -> dict[str, 
 
 
 def serve(export: Path, threads: int, step: float):
-    import socket
-
+    """The server's app in this process (uvicorn in a thread: its live sessions' steps timed by a Busy)."""
     import uvicorn
 
     from tfm_export.runtime.speech.streaming import StreamOptions
@@ -201,9 +194,7 @@ def serve(export: Path, threads: int, step: float):
     busy = Busy()
     busy.install(realtime_session)
     settings = ServeSettings(folder=str(export), threads=threads)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, open_engine(settings)), host="127.0.0.1", port=port,
                                            log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()

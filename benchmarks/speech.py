@@ -843,12 +843,13 @@ def folder_of(layout: str, max_length: int, work: Path) -> Path:
     return folder
 
 
-def served_exported(folder: Path, out: Path) -> Path:
-    """The export with its static decoder for all 448 target positions (the served answers are checked against
-    the one-at-a-time server's, which decodes on decoder.onnx)."""
+def served_exported(folder: Path, out: Path, slots: int = 448) -> Path:
+    """`folder` exported to `out` (unless done already) with its static decoder for `slots` target positions (448:
+    all of Whisper's; served, its windows are batched in flight; the served answers are checked against the
+    one-at-a-time server's, which decodes on decoder.onnx)."""
     if not (out / "manifest.json").exists():
         done = subprocess.run([sys.executable, "-m", "tfm_export", str(folder), "-o", str(out), "--static-slots",
-                               "448", "--no-validate"], capture_output=True, text=True)
+                               str(slots), "--no-validate"], capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"the export failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return out
@@ -872,6 +873,7 @@ def recordings(count: int, work: Path, seed: int = 0) -> list[tuple[Path, float]
 
 
 def free_port() -> int:
+    """A loopback port that nothing listens on now (the OS's pick)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
