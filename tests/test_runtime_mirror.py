@@ -23,11 +23,14 @@ NODE = ROOT / "runtimes" / "node"
 # Python module (under tfm_export/) -> (its JS partner under runtimes/node, classes in both, functions in both).
 # A function is named as in Python; its JS name is the camelCase one unless given as "python=js".
 MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces")),
+    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces", "score")),
     "runtime/checks.py": ("checks.mjs", (), ()),
     "runtime/sources.py": ("sources.mjs", (), ("resolve_max_new_tokens", "trim", "pad_batch=padSources")),
     "runtime/exported.py": ("exported.mjs", ("ExportedModel",), ("open_export",)),
     "runtime/decode/loop.py": ("decode/loop.mjs", (), ("decode", "run", "moved")),
+    # target_prefix in Node; return_alternatives (Alternatives) is Python's and the server's only
+    "runtime/decode/prefix.py": ("decode/prefix.mjs", ("PrefixStrategy",), ("with_forced_first", "prefix_strategy")),
+    "runtime/decode/scoring.py": ("decode/scoring.mjs", ("TeacherForced",), ()),
     "runtime/decode/strategies.py": ("decode/strategies.mjs", ("Greedy", "TokenPicker"), ("strategy_for",)),
     "runtime/decode/beam.py": ("decode/beam.mjs", ("BeamSearch",), ()),
     "runtime/decode/sampling.py": ("decode/sampling.mjs", ("SplitMix64",), ("row_generators", "warp", "sample")),
@@ -74,10 +77,6 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/device.py": "ONNX Runtime's execution providers and the CPU/CUDA choice: Node runs onnxruntime-node's "
                          "CPU provider, the page onnxruntime-web's WASM",
     "runtime/hugepages.py": "transparent huge pages for the Python process's ONNX Runtime arenas (Linux servers)",
-    "runtime/decode/prefix.py": "CTranslate2's target_prefix and return_alternatives (Python and the server): not "
-                                "ported to Node yet",
-    "runtime/decode/scoring.py": "CTranslate2's score_batch, teacher-forced (Python and the server): not ported to "
-                                 "Node yet",
     "runtime/decode/vmap.py": "CTranslate2's vocabulary map (use_vmap): not ported to Node yet",
     "runtime/states/shortlist.py": "the vocabulary shortlist's decoder rewrite (use_vmap): not ported to Node yet",
     "runtime/inflight.py": "the server's in-flight batching (tfm-export serve); Node calls a server (client.mjs)",
@@ -90,6 +89,7 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/decode/speculative.py": "speculative greedy decoding (--prompt-lookup, --assistant): not ported to "
                                      "Node, which decodes plain greedy (the same ids) and ignores the option",
     "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
+    "runtime/decode/draft_length.py": "the speculative draft length and its switch-off: not ported to Node",
     "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim: not "
                                    "ported to Node",
     "runtime/states/head.py": "beam candidates picked on the device by a head graph; Node's beam search takes the "

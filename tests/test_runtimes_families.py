@@ -27,6 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tokenizers")
@@ -514,3 +515,72 @@ def browser_translates_like_python(folder: Path, family: str, tmp_path: Path) ->
                          env={"TFM_FAMILY_EXPORT_DIR": str(folder), "TFM_FAMILY_EXPECTED": str(expected)},
                          skips="TFM_EXPORT_DIR is not set")
     assert re.search(r"^ok \d+ - an export with language codes", out, re.M), out[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# CTranslate2's target_prefix and score in Node
+
+CT2_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
+const { openExport } = await lib('exported.mjs');
+const { fromPythonNames } = await lib('options/generation.mjs');
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const model = await openExport(job.dir);
+const prefixed = [];
+for (const options of job.options) {
+  prefixed.push(await model.generate(job.sources, { ...fromPythonNames(options), targetPrefix: job.prefixes }));
+}
+const scores = await model.score(job.sources, job.targets);
+const errors = [];
+for (const bad of job.bad_prefixes) {
+  try { await model.generate(job.sources, { targetPrefix: bad }); errors.push(null); } catch (e) { errors.push(e.message); }
+}
+await model.release();
+process.stdout.write(JSON.stringify({ prefixed, scores, errors }));
+"""
+
+
+@pytest.fixture(scope="module")
+def ct2_job(trained_export) -> dict:
+    folder = trained_export(MULTILINGUAL)
+    model = open_export(folder, "cpu")
+    source, (target, *_) = hf_fixtures.LANGS[MULTILINGUAL]
+    examples = hf_fixtures.task_examples(MULTILINGUAL, 5)
+    sources = [model.encode(e.source, source, target) for e in examples]
+    forced = model.language_options(target)["forced_bos_token_id"]
+    greedy = model.generate_ids(sources, **model.language_options(target))
+    # prefixes: none, the forced token alone, a translation's first tokens (with and without the forced one), a
+    # token the model would not choose: equal prefixes decode as one group in Node, and groups come back in order
+    prefixes = [[], [forced], greedy[2][:3], greedy[3][1:3], [greedy[4][1] + 1]]
+    targets = [greedy[0], greedy[1][:-1], greedy[2][::-1], [forced], greedy[4]]
+    return {"dir": str(folder), "sources": sources, "prefixes": prefixes, "targets": targets, "forced": forced,
+            "options": [{"num_beams": 1, "forced_bos_token_id": forced}, {"num_beams": 3, "forced_bos_token_id": forced}],
+            "bad_prefixes": [[[0]] * 2, [[model.config.tgt_vocab_size]] * 5]}
+
+
+def test_node_target_prefix_and_score_equal_python(ct2_job, tmp_path):
+    """CTranslate2's decoding API in Node (issue #62): `targetPrefix` and `score` equal Python's runtime (whose
+    own tests check them against transformers) on the trained multilingual export: the forced target language in
+    front of a prefix, beam search after it, and the one-line errors."""
+    job = ct2_job
+    node = node_script(tmp_path, CT2_JS, job, NODE)
+    model = open_export(job["dir"], "cpu")
+    for options, got in zip(job["options"], node["prefixed"]):
+        want = model.generate(job["sources"], target_prefix=job["prefixes"], **options)
+        assert [[h["ids"] for h in row] for row in got] == [[h.ids for h in row] for row in want], options
+        np.testing.assert_allclose([[h["score"] for h in row] for row in got],
+                                   [[h.score for h in row] for row in want], rtol=1e-5, atol=1e-5)
+        for prefix, row in zip(job["prefixes"], want):  # every hypothesis starts with its prefix (forced one first)
+            full = prefix if prefix[:1] == [job["forced"]] else [job["forced"], *prefix]
+            assert all(h.ids[:len(full)] == full for h in row)
+    want = model.score(job["sources"], job["targets"])
+    assert [s["tokens"] for s in node["scores"]] == [s.tokens for s in want]
+    for got, ref in zip(node["scores"], want):
+        np.testing.assert_allclose(got["logProbs"], ref.log_probs, rtol=1e-5, atol=1e-5)
+        assert got["score"] == pytest.approx(ref.score, abs=1e-4)
+        assert got["normalizedScore"] == pytest.approx(ref.normalized, abs=1e-5)
+    assert min(s.score for s in want) < max(s.score for s in want) - 1  # real scores: a reversed target is worse
+    assert "2 prefixes for 5 sources" in node["errors"][0]
+    assert "out of range for a vocabulary" in node["errors"][1]

@@ -12,6 +12,8 @@
 // encoder reads log-mel features instead: `decodeFeatures` feeds it (speech/whisper.mjs transcribes).
 // It uses only globals common to Node and browsers, so the page imports this very file.
 import { decode, run as runToEnd } from './decode/loop.mjs';
+import { prefixGroups, prefixStrategy, withForcedFirst } from './decode/prefix.mjs';
+import { SCORE_BATCH, TeacherForced, scoredTargets } from './decode/scoring.mjs';
 import { strategyFor } from './decode/strategies.mjs';
 import { generationConfig, isGreedy } from './options/generation.mjs';
 import { encoderFeeds, padSources, resolveMaxNewTokens, sourceInput } from './sources.mjs';
@@ -46,14 +48,59 @@ export function cacheFor(ort, model) {
  * { scored, stopAtEos } (strategyFor).
  */
 async function* decodeSources(ort, model, sources, config, { timings, ...pick } = {}) {
-  const c = model.manifest.config;
-  if (sourceInput(model.manifest).features) throw new Error(SPEECH);
+  const c = textConfig(model);
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
-  const strategy = strategyFor(sources.length, steps, config, {
-    bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [],
-  }, pick);
+  const strategy = strategyFor(sources.length, steps, config, strategyIds(c), pick);
   yield* decode(cacheFor(ort, model), padded, strategy, timings);
+}
+
+/** The manifest's model config of a text export (a speech one is refused in one line). */
+function textConfig(model) {
+  if (sourceInput(model.manifest).features) throw new Error(SPEECH);
+  return model.manifest.config;
+}
+
+/** The special ids a strategy reads, from the model config. */
+function strategyIds(c) {
+  return { bosId: c.bos_id, eosId: c.eos_id, padId: c.tgt_pad_id, banned: c.suppress_ids ?? [] };
+}
+
+/**
+ * CTranslate2's target_prefix (Python's prefixed_generate): per source its hypotheses, each starting with its
+ * `targetPrefix` entry (token ids; [] for none), decoded in groups of equal prefixes (decode/prefix.mjs).
+ */
+async function decodePrefixed(ort, model, sources, config, targetPrefix) {
+  const c = textConfig(model);
+  const groups = prefixGroups(targetPrefix, sources.length, config, c.tgt_vocab_size, c.max_len);
+  const plain = withForcedFirst([], config).config;
+  const out = Array(sources.length);
+  for (const { prefix, members } of groups) {
+    const steps = Math.min(resolveMaxNewTokens(plain.maxNewTokens, c.max_len), c.max_len - prefix.length);
+    const strategy = prefixStrategy(members.length, prefix, steps, plain, strategyIds(c));
+    const hyps = await runToEnd(cacheFor(ort, model), padSources(c, members.map((i) => sources[i])), strategy);
+    members.forEach((i, j) => { out[i] = hyps[j]; });
+  }
+  return out;
+}
+
+/**
+ * CTranslate2's score_batch (Python's `score`): per source, the log-probabilities of its target (token ids
+ * without the decoder start and EOS; EOS is appended), teacher-forced, SCORE_BATCH at a time:
+ * [{ tokens, logProbs, score, normalizedScore }].
+ */
+export async function score(ort, model, sources, targets) {
+  const c = textConfig(model);
+  if (sources.length !== targets.length) {
+    throw new Error(`${sources.length} sources and ${targets.length} targets: score needs one target per source`);
+  }
+  const full = scoredTargets(targets, c, c.max_len);
+  const out = [];
+  for (let start = 0; start < full.length; start += SCORE_BATCH) {
+    const strategy = new TeacherForced(full.slice(start, start + SCORE_BATCH), c.bos_id, c.tgt_pad_id);
+    out.push(...await runToEnd(cacheFor(ort, model), padSources(c, sources.slice(start, start + SCORE_BATCH)), strategy));
+  }
+  return out;
 }
 
 /**
@@ -79,10 +126,12 @@ async function decodeAll(ort, model, sources, config, options) {
  * Per source, `numReturnSequences` hypotheses { ids (without BOS/EOS), score }: beam search's best
  * first (score: sum(log p) / length ** lengthPenalty), samples in order (score: sum(log p)); plain
  * greedy too reads the logits here, for its score. `opts`: the decoding options (options/generation.mjs;
- * defaults: the manifest's `generation`) and `timings`.
+ * defaults: the manifest's `generation`), `timings`, and `targetPrefix` (CTranslate2's: per source the token ids
+ * its hypotheses start with, [] for none; they are returned with it).
  */
-export async function generate(ort, model, sources, { timings, ...options } = {}) {
+export async function generate(ort, model, sources, { timings, targetPrefix = null, ...options } = {}) {
   const config = generationConfig(model.manifest, options);
+  if (targetPrefix !== null) return decodePrefixed(ort, model, sources, config, targetPrefix);
   return decodeAll(ort, model, sources, config, { timings, scored: true });
 }
 
@@ -93,8 +142,9 @@ export async function generate(ort, model, sources, { timings, ...options } = {}
  * stop_at_eos, for benchmarks) gives every row exactly maxNewTokens ids: greedy keeps going after
  * EOS, other decoding bans EOS (minNewTokens) and returns the best hypothesis.
  */
-export async function generateIds(ort, model, sources, { timings, stopAtEos = true, ...options } = {}) {
+export async function generateIds(ort, model, sources, { timings, stopAtEos = true, targetPrefix = null, ...options } = {}) {
   let config = generationConfig(model.manifest, options);
+  if (targetPrefix !== null) return (await decodePrefixed(ort, model, sources, config, targetPrefix)).map((best) => best[0].ids);
   if (!stopAtEos && !isGreedy(config)) {
     const steps = resolveMaxNewTokens(config.maxNewTokens, model.manifest.config.max_len);
     config = { ...config, minNewTokens: steps, forcedEos: false };

@@ -130,6 +130,8 @@ export class ExportedModel {
 
   generate(idLists, opts) { return generate(this, idLists, opts); }
 
+  score(idLists, targets) { return score(this, idLists, targets); }
+
   translate(texts, opts) { return translate(this, texts, opts); }
 
   stream(source, opts) { return api.stream(ort, this, source, opts); }
@@ -188,6 +190,11 @@ export function generateIds(exportDirOrModel, idLists, opts = {}) {
 /** Per source, `numReturnSequences` hypotheses { ids, score } (beam search: best first). */
 export function generate(exportDirOrModel, idLists, opts = {}) {
   return withModel(exportDirOrModel, (model) => api.generate(ort, model, idLists, opts));
+}
+
+/** CTranslate2's score_batch: per source, the teacher-forced log-probabilities of its target (api.mjs `score`). */
+export function score(exportDirOrModel, idLists, targets) {
+  return withModel(exportDirOrModel, (model) => api.score(ort, model, idLists, targets));
 }
 
 /**

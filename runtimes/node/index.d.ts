@@ -133,6 +133,8 @@ export class ExportedModel {
   /** generateIds / generate / translate / stream / languages bound to this model. */
   generateIds(idLists: number[][], opts?: GenerateIdsOptions): Promise<number[][]>;
   generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
+  /** Per source, the log-probabilities of its target (ids without BOS and EOS; EOS is appended). */
+  score(idLists: number[][], targets: number[][]): Promise<ScoreResult[]>;
   translate(texts: string[], opts?: TranslateOptions): Promise<string[]>;
   languages(): LanguageCodes;
   stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
@@ -357,6 +359,20 @@ export interface DecodingOptions {
 
 export interface GenerateOptions extends DecodingOptions {
   timings?: Timings;
+  /** CTranslate2's target_prefix: per source the token ids its hypotheses start with ([] for none); they are
+   * returned with them, and maxNewTokens counts the tokens after them. */
+  targetPrefix?: number[][] | null;
+}
+
+/** One target's scores (Python's ScoreResult, CTranslate2's score_batch): `tokens` the target and EOS. */
+export interface ScoreResult {
+  tokens: number[];
+  /** One log-probability per token, teacher-forced, without processors. */
+  logProbs: number[];
+  /** Their sum: log P(target | source). */
+  score: number;
+  /** Their mean (minus transformers' loss of these labels). */
+  normalizedScore: number;
 }
 
 /** generateIds also takes `stopAtEos: false` (benchmarks): every row gets exactly maxNewTokens ids. */
@@ -376,7 +392,7 @@ export interface LanguageOptions {
 export interface TranslateOptions extends DecodingOptions, LanguageOptions {}
 
 /** `numReturnSequences` is always 1 for a stream. */
-export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences'> & LanguageOptions;
+export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences' | 'targetPrefix'> & LanguageOptions;
 
 /** One decoded row: ids without BOS/EOS and its score (beam search: sum(log p) / length ** lengthPenalty; else sum(log p)). */
 export interface Hypothesis {
@@ -394,6 +410,10 @@ export function generateIds(exportDirOrModel: string | ExportedModel, idLists: n
 /** Per source, `numReturnSequences` hypotheses with scores (beam search: best first). */
 export function generate(exportDirOrModel: string | ExportedModel, idLists: number[][],
   opts?: GenerateOptions): Promise<Hypothesis[][]>;
+
+/** CTranslate2's score_batch: per source, the teacher-forced log-probabilities of its target (EOS appended). */
+export function score(exportDirOrModel: string | ExportedModel, idLists: number[][],
+  targets: number[][]): Promise<ScoreResult[]>;
 
 /**
  * An encoder-only export's outputs by name for token-id sources padded into one batch (row i: source
