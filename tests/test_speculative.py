@@ -1,12 +1,17 @@
 """Speculative greedy decoding (runtime.decode.speculative): with prompt lookup or a draft export, the ids are
 plain greedy decoding's, id for id, on the trained fixtures (tests/fixtures/trained) and the tiny model; drafts
 are accepted (fewer decoder calls than ids), the cache rolls back to the kept ids, a draft of another vocabulary
-is refused, and an export made before earlier_logits decodes without speculation."""
+is refused, and an export made before earlier_logits decodes without speculation. The draft-length policy
+(runtime.decode.draft_length): the schedule grows a right proposer's drafts to their cap, and a proposer that
+does not pay is switched off after a few steps (at most a few percent over plain greedy), the ids unchanged."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +21,8 @@ from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
 from tfm_export.manifest import EARLIER_LOGITS
 from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.runtime.decode import draft_length, speculative
+from tfm_export.runtime.decode.draft_length import DraftLength
 from tfm_export.runtime.decode.loop import DecodeTimings
 from tfm_export.runtime.decode.proposers import PromptLookup
 from tfm_export.runtime.options.generation import GREEDY
@@ -38,6 +45,12 @@ def exported(tmp_path_factory):
     return export
 
 
+@pytest.fixture
+def schedule_only(monkeypatch):
+    """transformers' schedule without the switch-off: the decoder calls then do not depend on timing."""
+    monkeypatch.setattr(speculative, "DraftLength", functools.partial(DraftLength, switch_off=False))
+
+
 def sources_of(model, family: str) -> list[list[int]]:
     return [model.encode(e.source) for e in hf_fixtures.task_examples(family)]
 
@@ -49,17 +62,19 @@ def speculated(model, sources, **options) -> tuple[list[list[int]], DecodeTiming
 
 @pytest.mark.parametrize("family", ["t5", "marian"])
 @pytest.mark.parametrize("lookup", [1, 3, 10])
-def test_prompt_lookup_is_greedy(exported, family, lookup):
+def test_prompt_lookup_is_greedy(exported, family, lookup, monkeypatch):
     model = open_export(exported(family), "cpu")
     sources = sources_of(model, family)
     plain = model.generate_ids(sources, config=GREEDY)
-    got, timings = speculated(model, sources, prompt_lookup_num_tokens=lookup)
-    assert got == plain
-    assert len(timings.steps_s) <= sum(len(r) + 1 for r in plain)  # a call per emitted id at most
-    assert 0 <= timings.accepted <= timings.drafted
+    for switch_off in (True, False):  # the adaptive length with and without the switch-off
+        monkeypatch.setattr(speculative, "DraftLength", functools.partial(DraftLength, switch_off=switch_off))
+        got, timings = speculated(open_export(exported(family), "cpu"), sources, prompt_lookup_num_tokens=lookup)
+        assert got == plain
+        assert len(timings.steps_s) <= sum(len(r) + 1 for r in plain)  # a call per emitted id at most
+        assert 0 <= timings.accepted <= timings.drafted
 
 
-def test_a_draft_export_is_greedy_and_saves_calls(exported):
+def test_a_draft_export_is_greedy_and_saves_calls(exported, schedule_only):
     """t5 drafted by flan_t5 (another model of the same tokenizer): the same ids in fewer decoder calls."""
     model, draft = open_export(exported("t5"), "cpu"), open_export(exported("flan_t5"), "cpu")
     sources = sources_of(model, "t5")
@@ -74,7 +89,7 @@ def test_a_draft_export_is_greedy_and_saves_calls(exported):
         assert len(timings.steps_s) < tokens / 2
 
 
-def test_the_model_as_its_own_draft_accepts_everything(exported):
+def test_the_model_as_its_own_draft_accepts_everything(exported, schedule_only):
     model = open_export(exported("t5"), "cpu")
     sources = sources_of(model, "t5")
     plain = model.generate_ids(sources, config=GREEDY)
@@ -82,6 +97,19 @@ def test_the_model_as_its_own_draft_accepts_everything(exported):
     assert got == plain
     assert timings.accepted == timings.drafted == sum(len(r) + 1 for r in plain)  # every id, EOS included
     assert len(timings.steps_s) == len(sources)  # one decoder call per source: 20 drafted ids cover each
+
+
+def test_a_draft_export_with_the_switch_off_is_greedy(exported):
+    """The policy as it runs by default (timed online): the ids stay greedy's, the first step is plain (the
+    figure to beat), and a second call on the same runner goes on with the first one's policy."""
+    model, draft = open_export(exported("t5"), "cpu"), open_export(exported("flan_t5"), "cpu")
+    sources = sources_of(model, "t5")
+    plain = model.generate_ids(sources, config=GREEDY)
+    for _ in range(2):
+        got, timings = speculated(model, sources, assistant=draft, num_assistant_tokens=5)
+        assert got == plain and timings.accepted <= timings.drafted
+    (policy,) = model.draft_lengths.values()
+    assert policy.plain.count > 0 and policy.start == 5
 
 
 def test_translate_and_the_cli_speculate(exported):
@@ -111,7 +139,7 @@ def test_speculation_asks_for_greedy_on_the_cli(exported):
     assert result.exit_code != 0 and "plain greedy decoding only" in result.output
 
 
-def test_the_tiny_model_on_the_growing_and_the_static_cache(tiny_export, static_export):
+def test_the_tiny_model_on_the_growing_and_the_static_cache(tiny_export, static_export, schedule_only):
     """The random tiny model repeats itself: prompt lookup accepts most drafts. Opened with its static cache
     (CUDA graphs' loop, uncaptured on CPU), plain greedy runs there and speculation on the growing cache."""
     rng = np.random.default_rng(3)
@@ -190,3 +218,94 @@ def test_prompt_lookup_finds_the_source_first_then_the_output():
     lookup = PromptLookup(dataclasses.replace(cfg, share_embeddings=False))  # source ids are not target ids
     lookup.start(np.array([[10, 11, 12]]))
     assert lookup.propose([cfg.bos_id, 10], 5) == []
+
+
+def drive(policy: DraftLength, steps: int, cost, accepts) -> tuple[float, int]:
+    """Run `policy` over `steps` steps of a simulated decode: a plain step takes 1 s for one id, a step that
+    drafts k ids takes cost(k) s and accepts accepts(k) of them. Returns (seconds, ids emitted)."""
+    seconds = ids = 0
+    for _ in range(steps):
+        k = policy.length(room=1000)
+        taken, accepted = (cost(k), accepts(k)) if k else (1.0, 0)
+        policy.record(k, accepted, accepted + 1, taken)
+        seconds, ids = seconds + taken, ids + accepted + 1
+    return seconds, ids
+
+
+def test_a_proposer_that_is_always_wrong_is_switched_off():
+    """Every draft rejected, each speculative step 30 % dearer than a plain one: after the first plain step
+    and TRIAL speculative ones speculation pauses, its retries ever rarer; in all, within 5 % of plain."""
+    policy = DraftLength(10)
+    drive(policy, 1 + draft_length.TRIAL, cost=lambda k: 1.3, accepts=lambda k: 0)
+    assert policy.pauses == 1 and policy.off == draft_length.FIRST_PAUSE and policy.length(1000) == 0
+    assert policy.k == 4  # 10, then -1 twice (the schedule), then halved at the switch-off
+    seconds, ids = drive(policy, 3000, cost=lambda k: 1.3, accepts=lambda k: 0)
+    assert policy.pauses > 4 and policy.pause == draft_length.MAX_PAUSE and policy.k == 1
+    assert seconds / ids < 1.05  # plain greedy: 1 s per id
+
+
+def test_a_proposer_that_is_always_right_grows_to_its_cap():
+    """Every draft accepted, a check of k ids costing 1 + 0.1 k steps (a memory-bound step, as on a GPU):
+    the length grows by 2 a step up to its cap and speculation stays on."""
+    policy = DraftLength(3, cap=10)
+    seen = []
+    for _ in range(8):
+        seen.append(policy.length(1000))
+        policy.record(seen[-1], seen[-1], seen[-1] + 1, 1.0 + 0.1 * seen[-1] if seen[-1] else 1.0)
+    assert seen == [0, 3, 5, 7, 9, 10, 10, 10]  # the first step is plain: the figure to beat
+    seconds, ids = drive(policy, 100, cost=lambda k: 1 + 0.1 * k, accepts=lambda k: k)
+    assert policy.pauses == 0 and policy.k == 10 and ids == 100 * 11 and seconds / ids < 0.2
+
+
+def test_right_drafts_that_cost_too_much_are_switched_off_too():
+    """Every draft accepted, but a check of k ids costs k + 1 steps and drafting 0.1 a step (a compute-bound
+    CPU with a draft model): no id is cheaper than a plain step's, and speculation pauses."""
+    policy = DraftLength(4)
+    seconds, ids = drive(policy, 2000, cost=lambda k: 1.1 * k + 1, accepts=lambda k: k)
+    assert policy.pauses > 4 and seconds / ids < 1.05
+
+
+def test_without_the_switch_off_the_schedule_alone_runs():
+    policy = DraftLength(4, switch_off=False)
+    assert policy.length(1000) == 4 and policy.length(2) == 2  # no plain step first
+    policy.record(4, 1, 2, 9.0)
+    policy.record(3, 3, 4, 9.0)
+    assert policy.k == 5 and policy.pauses == 0 and policy.length(1000) == 5
+    policy.record(0, 0, 1, 1.0)  # nothing proposed: no change
+    assert policy.k == 5
+
+
+class SlowWrong:
+    """A proposer whose drafts take 20 ms each (the tiny model's step: well under 1 ms), always the same id."""
+
+    lock = contextlib.nullcontext()
+
+    def __init__(self, token: int):
+        self.token, self.calls = token, 0
+
+    def start(self, src):
+        pass
+
+    def propose(self, history, k):
+        self.calls += 1
+        time.sleep(0.02)
+        return [self.token] * k
+
+    def close(self):
+        pass
+
+
+def test_a_slow_proposer_is_switched_off_in_a_real_decode(tiny_export):
+    """On the tiny model a proposer that spends 20 ms a draft never pays: after TRIAL speculative steps it
+    pauses, retried ever more rarely, and the ids are greedy's."""
+    model = open_export(tiny_export, "cpu")
+    rng = np.random.default_rng(4)
+    sources = [rng.integers(4, 64, size=n).tolist() for n in (6, 9, 4)]
+    plain = model.generate_ids(sources, max_new_tokens=40, config=GREEDY)
+    policy, proposer = DraftLength(4), SlowWrong(model.config.bos_id)
+    got = [speculative.speculate(model.checking_cache(), model.source_input([src]), proposer, policy, 40,
+                                 model.config) for src in sources]
+    assert got == plain
+    steps = sum(len(r) + 1 for r in plain)
+    assert policy.pauses >= 1 and proposer.calls <= draft_length.TRIAL * (1 + policy.pauses)
+    assert proposer.calls < steps / 4

@@ -139,10 +139,10 @@ class GenerateMixin:
                         "earlier_logits): decoding without speculation (the same ids)")
             return None
         tokenizer = getattr(getattr(self, "manifest", None), "tokenizer", None)
-        rows = []
+        rows, policies = [], self.__dict__.setdefault("draft_lengths", {})  # kept across calls: draft_length.py
         for i in range(len(sources)):
-            proposer, schedule = speculative.proposal(config, self.config, tokenizer, assistant)
-            rows.append(speculative.speculate(cache, self.source_input(sources[i:i + 1]), proposer, schedule, steps,
+            proposer, policy = speculative.proposal(config, self.config, tokenizer, assistant, policies)
+            rows.append(speculative.speculate(cache, self.source_input(sources[i:i + 1]), proposer, policy, steps,
                                               self.config, config.forced_bos_token_id, timings))
         return rows
 

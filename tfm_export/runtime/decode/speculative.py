@@ -10,8 +10,9 @@ back to the ids kept (`truncate`). That is transformers' rule for greedy assiste
 (The checked positions' logits come from a call over k + 1 ids rather than one: the same arithmetic up to float
 rounding, so a near-tie could in principle flip, as in transformers.)
 
-The draft length adapts (`Schedule`): transformers' heuristic schedule, +2 after a step that accepted every
-drafted id, -1 (at least 1) otherwise, here capped at the first length. Proposers: runtime.decode.proposers.
+The draft length adapts, and speculation switches itself off where it does not pay (runtime.decode.draft_length:
+transformers' heuristic schedule, +2 after a step that accepted every drafted id, -1 otherwise, and plain steps for
+a while when speculative ones cost more per emitted id). Proposers: runtime.decode.proposers.
 Only rows of one source (batch 1) speculate; runtime.api decodes a larger batch source by source.
 """
 
@@ -28,7 +29,10 @@ from ...config import TransformerConfig
 from ...errors import InputError
 from .loop import DecodeTimings, DecoderCache, DecoderState
 from .processors import bias_array
+from .draft_length import DraftLength
 from .proposers import DraftModel, PromptLookup, Proposer, check_draft
+
+MAX_POLICIES = 16  # a runner's draft-length policies (`proposal`)
 
 
 class CheckingState(DecoderState, Protocol):
@@ -47,23 +51,6 @@ class CheckingState(DecoderState, Protocol):
 
 
 @dataclass
-class Schedule:
-    """How many ids to draft: `start` at first, +2 after a fully accepted draft, -1 (>= 1) otherwise, <= cap."""
-
-    start: int
-    cap: int | None = None
-
-    def __post_init__(self) -> None:
-        self.k = self.start
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted == 0:  # nothing was proposed (no n-gram matched): no evidence either way
-            return
-        grown = self.k + 2 if accepted == drafted else max(1, self.k - 1)
-        self.k = grown if self.cap is None else min(grown, self.cap)
-
-
-@dataclass
 class Speculation:
     """What a speculative decode did: decoder calls, ids drafted and ids of the drafts accepted."""
 
@@ -76,7 +63,7 @@ class Speculation:
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
-def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, schedule: Schedule, steps: int,
+def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: DraftLength, steps: int,
               cfg: TransformerConfig, forced_bos: int | None = None, timings: DecodeTimings | None = None,
               stats: Speculation | None = None) -> list[int]:
     """Greedy ids of one source (src (1, src_len)), at most `steps` with EOS (EOS not returned), drafted by
@@ -97,7 +84,8 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, schedule
                 start = time.perf_counter()
                 room = steps - len(out) - 1  # the step emits one id beyond the accepted draft
                 first_forced = not out and forced_bos is not None
-                draft = [] if first_forced or room <= 0 else proposer.propose(history, min(schedule.k, room))
+                k = 0 if first_forced else policy.length(room)
+                draft = proposer.propose(history, k) if k > 0 else []
                 state.feed(np.array([history[-1:] + draft], dtype=np.int64))  # (1, 1 + k)
                 picked = [forced_bos] if first_forced else (
                     state.position_ids(bias)[0].tolist() if draft else [int(state.next_ids()[0])])
@@ -110,7 +98,7 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, schedule
                 out += new
                 history += new
                 state.truncate(len(history) - 1)
-                schedule.update(len(draft), n)
+                policy.record(len(draft), n, len(new), time.perf_counter() - start)
                 stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
                 if timings is not None:
                     timings.steps_s.append(time.perf_counter() - start)
@@ -126,15 +114,25 @@ def wanted(config: Any, assistant: Any | None) -> bool:
     return config.prompt_lookup_num_tokens > 0 or assistant is not None
 
 
-def proposal(config: Any, cfg: TransformerConfig, tokenizer: dict | None, assistant: Any | None
-             ) -> tuple[Proposer, Schedule]:
-    """The proposer and draft schedule of a GenerationConfig: the `assistant`'s drafts (an opened export of the
-    same vocabulary, checked: runtime.decode.proposers.check_draft) from config.num_assistant_tokens, else prompt
-    lookup of config.prompt_lookup_num_tokens."""
+def proposal(config: Any, cfg: TransformerConfig, tokenizer: dict | None, assistant: Any | None,
+             policies: dict[tuple, DraftLength] | None = None) -> tuple[Proposer, DraftLength]:
+    """The proposer and draft-length policy of a GenerationConfig: the `assistant`'s drafts (an opened export of
+    the same vocabulary, checked: runtime.decode.proposers.check_draft) from config.num_assistant_tokens, else
+    prompt lookup of config.prompt_lookup_num_tokens. `policies` (a runner's, kept across its calls) holds the
+    policy of each proposer already used, which then goes on from where it was."""
     if assistant is None:
         n = config.prompt_lookup_num_tokens
-        return PromptLookup(cfg), Schedule(n, n)
-    check_draft(cfg, tokenizer, assistant.config, assistant.manifest.tokenizer)
-    if getattr(assistant, "growing", None) is None:
-        raise InputError("the assistant has no KV-cache decoder (a module export): it cannot draft")
-    return DraftModel(assistant.growing, assistant.config.max_len), Schedule(config.num_assistant_tokens)
+        proposer: Proposer = PromptLookup(cfg)
+        key, fresh = ("lookup", n), (lambda: DraftLength(n, n))
+    else:
+        check_draft(cfg, tokenizer, assistant.config, assistant.manifest.tokenizer)
+        if getattr(assistant, "growing", None) is None:
+            raise InputError("the assistant has no KV-cache decoder (a module export): it cannot draft")
+        proposer = DraftModel(assistant.growing, assistant.config.max_len)
+        n = config.num_assistant_tokens
+        key, fresh = ("draft", id(assistant.growing), n), (lambda: DraftLength(n))
+    if policies is None:
+        return proposer, fresh()
+    if key not in policies and len(policies) >= MAX_POLICIES:  # drafts opened and dropped: forget the oldest
+        policies.pop(next(iter(policies)))
+    return proposer, policies.setdefault(key, fresh())
