@@ -62,6 +62,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       "what word timestamps cost on long-form transcription"),
     S("served-speech", "speech", "benchmarks.speech:served_speech_main",
       "serve's in-flight windows against one recording at a time and faster-whisper batched"),
+    S("speech-batched", "speech", "benchmarks.speech_batched:speech_batched_main",
+      "10 min with pauses: ours with VAD + batching vs faster-whisper's BatchedInferencePipeline, time and WER",
+      None),  # faster-whisper (benchmark-only, installed by hand) and espeak-ng's speech: not a smoke run
     S("js-speech", "speech", "benchmarks.js_speech:js_speech_main",
       "Whisper in Node and the browser: ours vs transformers.js"),
     S("live-speech", "speech", "benchmarks.live:live_speech_main",

@@ -1,0 +1,289 @@
+"""A 10-minute recording with pauses: ours with VAD + batching against faster-whisper's BatchedInferencePipeline
+(issue #60), same weights, same precision, CPU, one interleaved run; time and WER.
+
+    .venv/bin/python -m benchmarks speech-batched [--fixture models/whisper-digits] [--seconds 600] \
+        [--rounds 3] [--threads 2] [--batch-size 8] [--precisions float32,int8] [--work DIR] [--json OUT.json]
+
+faster-whisper is a benchmark-only dependency, installed without its dependencies (it asks for the CPU
+`onnxruntime` wheel, which must never sit beside this venv's onnxruntime-gpu: both are the `onnxruntime`
+package; the GPU wheel runs its Silero VAD as well): `.venv/bin/pip install -c constraints.txt --no-deps
+faster-whisper av` (constraints.txt pins both).
+
+The recording: --seconds of held-out English digit strings (the fixture's speech.py: espeak-ng, random voice,
+speed and pitch, strings never trained on), separated by pauses of 1-12 s, over faint noise (std 0.003); the
+spoken words are the reference. The same float32 16 kHz samples go to every side. Cached in --work.
+
+Sides (each per precision: float32, and int8 with `--precisions float32,int8`), all greedy, language "en"
+given, task transcribe, no timestamps (the batched pipeline's default), no temperature fallback and no
+compression-ratio / log-prob / no-speech thresholds, --threads threads, batches of --batch-size:
+  ours              `tfm-export FOLDER -o OUT` (int8: `--quantize int8`), open_export(OUT, "cpu",
+                    RuntimeOptions(intra_op_threads=--threads)).transcribe(samples, vad=True,
+                    batch_size=B, vad_parameters=the batched pipeline's): its VAD is silero 6.2.3's model
+                    (runtime.speech.vad), and the parameters are those faster-whisper's batched pipeline
+                    sets (max_speech_duration_s = the model's window, min_silence_duration_ms 160), so both
+                    cut the recording into chunks of at most one window
+  ours-default-vad  the same call with the default VadParameters (faster-whisper's non-batched VadOptions:
+                    2 s of silence end a span, no length limit: a span over a window is transcribed long-form)
+  faster-whisper    faster_whisper.BatchedInferencePipeline(WhisperModel(CT2, "cpu", compute_type,
+                    cpu_threads=--threads)).transcribe(samples, vad_filter=True, batch_size=B, ...) on the
+                    folder converted by ctranslate2's TransformersConverter (int8: quantization "int8"); its
+                    own Silero VAD (silero_vad_v6.onnx)
+Each side runs once as a warm-up, then --rounds rounds, every side once per round in rotated order
+(harness.interleave). The table: median wall seconds, RTF (median / audio seconds), the median of the
+per-round ratio to ours of the same precision, the WER of the text against the spoken words (jiwer; both
+texts lower-cased, punctuation removed), and the chunks each side's VAD made (counted apart, untimed).
+Where the time goes: each side's VAD alone over the recording (median of 3), and cProfile of one ours run,
+top 15 functions by own time.
+
+Known differences, reported rather than hidden:
+- CTranslate2 calls a Whisper model multilingual only with 51,865 ids or more; the fixture (532 ids, English
+  and German) then reads as English-only, and faster-whisper prompts <|startoftranscript|><|notimestamps|>
+  without the language and task it was trained with (WER 0.74 on a 90 s try, most chunks cut after one word).
+  So the side's CTranslate2 model is wrapped to say it is multilingual (Multilingual) when the folder's
+  generation_config does; nothing else changes.
+- faster-whisper pads every chunk's features to 3000 frames (pad_or_trim's default); the fixture's window is
+  400 (4 s), which CTranslate2 refuses otherwise: pad_or_trim is made to pad to the model's window, as
+  whisper-speed does. It pads the log-mel features with zeros where Whisper (and ours) pad the audio with
+  silence (features = the chunk's maximum - 2); padding with that value instead gave the same text.
+- CTranslate2 decodes at most max_length // 2 new tokens and the pipeline passes max_length = prompt +
+  max_new_tokens: max_new_tokens is set so that both may write the model's max_target_positions - 4.
+- the VADs differ: ours runs silero 6.2.3's 16 kHz model window by window (its state carried in Python, one
+  session.run per 32 ms), faster-whisper's silero_vad_v6.onnx takes up to 10,000 windows in one run; the chunk counts
+  show whether they cut the recording alike.
+Before each timed run the script rests 0.3 s (the last side's spinning threads go idle). The machine's load
+average is in the JSON: these 2-core machines are shared, so quote ratios within one run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import random
+import sys
+import time
+
+import numpy as np
+
+from benchmarks import fixtures
+from benchmarks.speech import converted, exported, normalized, versions, wer, window_padding
+from tfm_export.bench import harness
+
+ROOT = Path(__file__).resolve().parent.parent
+RATE = 16000
+PROMPT = 4  # <|startoftranscript|>, <|en|>, <|transcribe|>, <|notimestamps|>
+PAUSES = (1.0, 12.0)  # seconds between utterances
+NOISE = 0.003  # std of the noise under the whole recording
+OPTIONS = dict(language="en", task="transcribe", num_beams=1)  # ours (timestamps off by default)
+PAUSE = 0.3  # seconds of rest before each timed run: the last side's spinning threads (OpenMP, ORT) go idle
+
+
+def recording(fixture: Path, seconds: float, seed: int, work: Path) -> tuple[np.ndarray, str]:
+    """(samples, the spoken words): held-out English digit strings with pauses of 1-12 s over faint noise,
+    `seconds` long; cached in `work` (a wav and its words)."""
+    import soundfile
+
+    wav, txt = work / f"pauses_{seconds:g}s_{seed}.wav", work / f"pauses_{seconds:g}s_{seed}.txt"
+    if wav.exists() and txt.exists():
+        return soundfile.read(wav, dtype="float32")[0], txt.read_text()
+    speech = fixtures._load("whisper_digits_speech", fixture / "speech.py")
+    rng, target = random.Random(seed), int(seconds * RATE)
+    parts, words, total = [], [], 0
+    while True:
+        spoken = speech.draw(rng, "en", heldout=True)
+        pause, said = np.zeros(int(rng.uniform(*PAUSES) * RATE), np.float32), spoken.samples()
+        if total + len(pause) + len(said) > target:
+            break
+        parts += [pause, said]
+        words.append(spoken.text())
+        total += len(pause) + len(said)
+    parts.append(np.zeros(target - total, np.float32))
+    noise = NOISE * np.random.default_rng(seed).standard_normal(target)
+    samples = (np.concatenate(parts) + noise).astype(np.float32)
+    soundfile.write(wav, samples, RATE, subtype="FLOAT")
+    txt.write_text(" ".join(words))
+    return samples, " ".join(words)
+
+
+# ---- sides ---------------------------------------------------------------------------------------
+
+class Ours:
+    """The export's transcribe with VAD and batching; `vad_parameters` None: the defaults."""
+
+    def __init__(self, model: Any, batch: int, vad_parameters: dict[str, Any] | None):
+        self.model, self.batch, self.vad_parameters = model, batch, vad_parameters
+
+    def __call__(self, samples: np.ndarray) -> str:
+        return self.model.transcribe(samples, vad=True, batch_size=self.batch, vad_parameters=self.vad_parameters,
+                                     **OPTIONS)["text"]
+
+    def chunks(self, samples: np.ndarray, window_s: float) -> int:
+        from tfm_export.runtime.speech.vad import VadParameters, collect_chunks, speech_timestamps
+
+        spans = speech_timestamps(samples, VadParameters.of(self.vad_parameters))
+        return len(collect_chunks(samples, spans, window_s))
+
+
+class Multilingual:
+    """A CTranslate2 Whisper model that says it is multilingual: CTranslate2 decides by the vocabulary's size
+    (51,865 ids or more), so a small multilingual model (the fixture: 532) reads as English-only, and
+    faster-whisper then prompts without <|en|><|transcribe|>, which the model was trained with."""
+
+    is_multilingual = True
+
+    def __init__(self, model: Any):
+        self._model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+class Faster:
+    """faster-whisper's BatchedInferencePipeline with its own VAD."""
+
+    def __init__(self, model: Any, batch: int, max_positions: int):
+        from faster_whisper import BatchedInferencePipeline
+
+        self.pipeline, self.batch = BatchedInferencePipeline(model), batch
+        self.frames = model.feature_extractor.nb_max_frames
+        # CTranslate2 decodes at most max_length // 2 new ids (speech.FasterBatched)
+        self.max_new_tokens = 2 * (max_positions - PROMPT) - 3
+
+    def __call__(self, samples: np.ndarray) -> str:
+        with window_padding(self.frames):
+            segments, _ = self.pipeline.transcribe(
+                samples, language="en", task="transcribe", beam_size=1, best_of=1, temperature=0.0,
+                vad_filter=True, without_timestamps=True, compression_ratio_threshold=None,
+                log_prob_threshold=None, no_speech_threshold=None, max_new_tokens=self.max_new_tokens,
+                batch_size=self.batch)
+            return "".join(segment.text for segment in segments)  # a generator: decoding happens here
+
+    def chunks(self, samples: np.ndarray, window_s: float) -> int:
+        from faster_whisper.vad import VadOptions, collect_chunks, get_speech_timestamps
+
+        spans = get_speech_timestamps(samples, VadOptions(max_speech_duration_s=window_s, min_silence_duration_ms=160))
+        return len(collect_chunks(samples, spans, max_duration=window_s)[0])
+
+
+def open_sides(fixture: Path, precision: str, args: argparse.Namespace, window_s: float) -> dict[str, Any]:
+    """The three sides of one precision, on the export and the conversion of `fixture` (made in --work)."""
+    from faster_whisper import WhisperModel
+    from tfm_export.runtime import RuntimeOptions, open_export
+
+    int8 = precision == "int8"
+    export = exported(fixture, args.work / f"ours-{precision}", "int8" if int8 else None)
+    ct2 = converted(fixture, args.work / f"ct2-{precision}", "int8" if int8 else None)
+    model = open_export(export, "cpu", RuntimeOptions(intra_op_threads=args.threads))
+    faster = WhisperModel(str(ct2), device="cpu", compute_type=precision, cpu_threads=args.threads, num_workers=1)
+    if json.loads((fixture / "generation_config.json").read_text()).get("is_multilingual"):
+        faster.model = Multilingual(faster.model)
+    positions = json.loads((fixture / "config.json").read_text())["max_target_positions"]
+    batched_vad = {"max_speech_duration_s": window_s, "min_silence_duration_ms": 160}  # the pipeline's own
+    made = {"ours": Ours(model, args.batch_size, batched_vad), "ours-default-vad": Ours(model, args.batch_size, None),
+            "faster-whisper": Faster(faster, args.batch_size, positions)}
+    return {f"{name} {precision}": side for name, side in made.items()}
+
+
+# ---- measures ------------------------------------------------------------------------------------
+
+def measure(sides: dict[str, Any], samples: np.ndarray, reference: str, rounds: int, window_s: float) -> list[dict]:
+    texts: dict[str, str] = {}
+
+    def timed(name: str) -> Callable[[], float]:
+        def run() -> float:
+            time.sleep(PAUSE)
+            start = time.perf_counter()
+            texts[name] = sides[name](samples)
+            return time.perf_counter() - start
+        return run
+
+    runs = harness.interleave({name: timed(name) for name in sides}, harness.Plan(rounds=rounds, warmup=1),
+                              lambda line: print(line, file=sys.stderr, flush=True))
+    seconds, rows = len(samples) / RATE, []
+    for name, times in runs.items():
+        base = runs["ours " + name.rsplit(" ", 1)[1]]
+        rows.append({"side": name, "runs_s": times, "median_s": harness.median(times),
+                     "rtf": harness.median(times) / seconds,
+                     "x_ours": harness.median(t / b for t, b in zip(times, base)),
+                     "wer": wer(reference, texts[name]), "words": len(normalized(texts[name]).split()),
+                     "chunks": sides[name].chunks(samples, window_s), "text_head": texts[name][:100]})
+    return rows
+
+
+def vad_seconds(samples: np.ndarray, window_s: float) -> dict[str, float]:
+    """Each side's VAD alone over the recording (speech probabilities and spans), median of 3."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+    from tfm_export.runtime.speech.vad import VadParameters, speech_timestamps
+
+    ours = VadParameters(max_speech_duration_s=window_s, min_silence_duration_ms=160)
+    theirs = VadOptions(max_speech_duration_s=window_s, min_silence_duration_ms=160)
+    return {"ours": harness.median(harness.timed(lambda: speech_timestamps(samples, ours)) for _ in range(3)),
+            "faster-whisper": harness.median(harness.timed(lambda: get_speech_timestamps(samples, theirs))
+                                             for _ in range(3))}
+
+
+def profiled(side: Any, samples: np.ndarray, top: int = 15) -> str:
+    """cProfile of one run of `side`: the `top` functions by own time."""
+    profile = cProfile.Profile()
+    profile.runcall(side, samples)
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    lines = [f"{s['seconds']:g} s, {report['words']} words, {s['threads']} threads, batch {s['batch_size']}, "
+             f"median of {s['rounds']} interleaved rounds; load average before {report['load_before']}, after "
+             f"{report['machine']['load']}", "",
+             "| side | median s | RTF | x ours | WER | words | chunks |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['side']} | {r['median_s']:.2f} | {r['rtf']:.4f} | {r['x_ours']:.2f} | {r['wer']:.3f} "
+              f"| {r['words']} | {r['chunks']} |" for r in report["rows"]]
+    vad = report["vad_s"]
+    lines += ["", f"VAD alone over the recording: ours {vad['ours']:.2f} s, faster-whisper {vad['faster-whisper']:.2f} s"]
+    if report.get("profile"):
+        lines += ["", f"cProfile of one `ours {s['precisions'].split(',')[0]}` run, top 15 by own time:", "```", report["profile"].strip(),
+                  "```"]
+    return "\n".join(lines)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fixture", type=Path, default=fixtures.WHISPER_DIGITS, help="the trained Whisper folder")
+    p.add_argument("--seconds", type=float, default=600.0, help="length of the recording")
+    p.add_argument("--seed", type=int, default=0, help="the recording's digits, voices and pauses")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (after one warm-up run of each side)")
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads of ours, cpu_threads of faster-whisper")
+    p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together, on both")
+    p.add_argument("--precisions", default="float32", help="float32 and/or int8, comma-separated")
+    p.add_argument("--no-profile", action="store_true", help="skip the cProfile of ours")
+    p.add_argument("--work", type=Path, default=Path("/tmp/speech-batched"), help="exports, conversions, recording")
+    p.add_argument("--json", type=Path, help="write the report here")
+    return p.parse_args()
+
+
+def speech_batched_main() -> None:
+    args = parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    preprocessor = json.loads((args.fixture / "preprocessor_config.json").read_text())
+    window_s = float(preprocessor["chunk_length"])
+    samples, reference = recording(args.fixture, args.seconds, args.seed, args.work)
+    print(f"recording: {len(samples) / RATE:.1f} s, {len(reference.split())} words", file=sys.stderr, flush=True)
+    sides: dict[str, Any] = {}
+    for precision in args.precisions.split(","):
+        sides |= open_sides(args.fixture, precision, args, window_s)
+    load_before = harness.machine_info()["load"]
+    rows = measure(sides, samples, reference, args.rounds, window_s)
+    report = {"tool": "tfm-export `benchmarks speech-batched`", "machine": {**harness.machine_info(args.threads),
+              **versions(None)}, "settings": {**vars(args), "fixture": str(args.fixture), "work": str(args.work),
+              "json": str(args.json)}, "words": len(reference.split()), "load_before": load_before, "rows": rows,
+              "vad_s": vad_seconds(samples, window_s)}
+    if not args.no_profile:
+        report["profile"] = profiled(sides[f"ours {args.precisions.split(',')[0]}"], samples)
+    print(markdown(report))
+    if args.json:
+        harness.write_text(args.json, json.dumps(report, indent=2) + "\n")
