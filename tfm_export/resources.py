@@ -36,7 +36,8 @@ BUNDLES = {
     "lib": Bundle("lib", "runtimes/node", ("api.mjs", "checks.mjs", "sources.mjs", "decoding.mjs", "greedy.mjs",
                                           "client.mjs", "options/generation.mjs",
                                           "decode/loop.mjs", "decode/strategies.mjs", "decode/beam.mjs",
-                                          "decode/sampling.mjs", "decode/processors.mjs",
+                                          "decode/sampling.mjs", "decode/processors.mjs", "decode/prefix.mjs",
+                                          "decode/scoring.mjs",
                                           "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
                                           "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",
                                           "text/marian.mjs",
@@ -44,6 +45,7 @@ BUNDLES = {
                                           "speech/whisper.mjs", "speech/prompt.mjs", "speech/rules.mjs",
                                           "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
                                           "speech/alignment.mjs", "speech/fallback.mjs", "speech/streaming.mjs",
+                                          "speech/vad.mjs", "speech/chunks.mjs",
                                           "audio/features.mjs", "audio/spectrum.mjs", "audio/io.mjs")),
     # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),
