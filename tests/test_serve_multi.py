@@ -310,3 +310,71 @@ def test_one_exports_server_takes_its_own_name_only(exports, models):
         assert reply.status_code == 422 and reply.json()["field"] == "model" and EN_DE in reply.json()["error"]
         schema = httpx.get(f"{url}/openapi.json").json()["components"]["schemas"]["TranslateRequest"]
         assert schema["properties"]["model"]["anyOf"][0]["enum"] == [EN_DE]
+
+
+# LibreTranslate's other routes (serve.libretranslate_routes over serve.libretranslate_served.registry_served)
+NOTE = "la maison. un petit chat.\n\nnous mangeons du pain les arbres verts.\n"
+PAGE = "<html><body><h1>la maison</h1>\n<p>un petit chat. <b>les arbres verts</b></p></body></html>\n"
+
+
+def by_hand(models, names, text: str, form: str) -> str:
+    """`text` through the exports `names` one after the other, with the runtime (a document per leg)."""
+    for name in names:
+        text = models[name].translate([text], split_sentences=True, format=form)[0]
+    return text
+
+
+def upload(url: str, name: str, data: str, **fields) -> httpx.Response:
+    reply = httpx.post(f"{url}/translate_file", data=fields, files={"file": (name, data.encode())}, timeout=120)
+    assert reply.status_code == 200 and list(reply.json()) == ["translatedFileUrl"], reply.text
+    download = httpx.get(reply.json()["translatedFileUrl"], timeout=30)
+    assert download.status_code == 200 and f'filename="{name}"' in download.headers["content-disposition"]
+    return download
+
+
+def test_detect_among_every_exports_sources(server):
+    pytest.importorskip("py3langid")
+    libretranslatepy = pytest.importorskip("libretranslatepy")
+    url, _ = server
+    client = libretranslatepy.LibreTranslateAPI(url)
+    found = client.detect("nous mangeons du pain avec les enfants dans la maison")
+    assert found[0]["language"] == "fr" and found[0]["confidence"] > 50, found
+    assert client.detect("the house is small and we eat bread with the children")[0]["language"] == "en"
+    # only the codes some export translates from: German is a target only here
+    assert {entry["language"] for entry in client.detect("das Haus ist sehr schön und der Garten auch")} <= {"en", "fr"}
+    assert client.detect("12345") == [{"confidence": 0.0, "language": "en"}]  # nothing tells: the pivot's code
+    reply = httpx.post(f"{url}/detect", json={"q": ""})
+    assert reply.status_code == 400 and reply.json() == {"error": "Invalid request: missing q parameter"}
+
+
+@pytest.mark.parametrize("name, form", [("notes.txt", "text"), ("page.html", "html")])
+def test_a_file_is_translated_through_the_pivot(server, models, name, form):
+    url, registry = server
+    data = {"text": NOTE, "html": PAGE}[form]
+    expected = by_hand(models, [FR_EN, EN_DE], data, form)
+    assert expected != by_hand(models, [EN_DE], data, form) and expected.strip()  # the two legs, not one
+    assert upload(url, name, data, source="fr", target="de").content.decode() == expected
+    assert upload(url, name, data, source="auto", target="de").content.decode() == expected  # French detected
+    assert upload(url, name, data, source="en", target="es", model=EN_ES).content.decode() == \
+        by_hand(models, [EN_ES], data, form)
+    assert all(not slot.users for slot in registry.slots.values())  # every lease ended
+
+
+def test_translate_file_errors_name_the_pair(server):
+    url, _ = server
+    for fields, says in (({"source": "de", "target": "fr"}, ["'de'", "'fr'"]), ({"source": "fr"}, ["missing target"]),
+                         ({"source": "fr", "target": "de", "model": "opus-xx"}, ["opus-xx", FR_EN]),
+                         ({"source": "auto", "target": "fr"}, ["'fr'", "GET /languages"])):
+        reply = httpx.post(f"{url}/translate_file", data=fields, files={"file": ("a.txt", b"la maison")}, timeout=60)
+        assert reply.status_code == 400 and all(s in reply.json()["error"] for s in says), (fields, reply.text)
+
+
+def test_frontend_settings_list_what_the_server_has(server):
+    url, _ = server
+    settings = httpx.get(f"{url}/frontend/settings").json()
+    assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
+                                    "target": {"code": "de", "name": "de"}}  # the first target not the pivot
+    assert {".txt", ".html", ".md"} <= set(settings["supportedFilesFormat"]) and settings["filesTranslation"]
+    assert settings["keyRequired"] is False and settings["charLimit"] == -1
+    paths = httpx.get(f"{url}/openapi.json").json()["paths"]
+    assert {"/detect", "/translate_file", "/frontend/settings"} <= set(paths)

@@ -43,6 +43,7 @@ from .engine import ServeSettings, limits, open_engine, prepare_sources
 from .guard import BodyTooLarge, Guard, body_limit
 from .libretranslate import add_libretranslate
 from .libretranslate_routes import add_routes as add_libretranslate_routes
+from .libretranslate_served import engine_served
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .model_list import add_model_list
@@ -129,7 +130,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         _add_translate(app, settings, state)
         add_score(app, settings, state)
         add_libretranslate(app, settings, state)
-        add_libretranslate_routes(app, settings, state)  # /detect, /translate_file, /frontend/settings
+        add_libretranslate_routes(app, settings, state, engine_served(state))  # /detect, /translate_file, ...
     _refuse_other_kind(app, speech)
     install_openapi(app, engine.model, settings)
     return app

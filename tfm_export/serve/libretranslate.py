@@ -26,29 +26,25 @@ Answers as LibreTranslate's: {"translatedText": str | [str], "alternatives": [..
   checked (the model translates its one direction). A model with target codes but no source codes
   (multi-target Marian) checks the target only.
 - the key may come as `api_key` or as `Authorization: Bearer KEY`; /languages is open, as LibreTranslate's.
+  Reading the parameters, the key and LibreTranslate's statuses are serve.libretranslate_params'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import re
 from typing import Any
-from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 
-from ..errors import TfmExportError
 from ..text import detect, markup
 from .contract import LanguageView, text_schema
 from .documents import translate_documents, translate_markup_texts
 from .engine import ServeSettings, limits
-from .guard import authorized
+from .libretranslate_params import FORM, codes_of, keyed_params, libretranslate_errors, require
 from .schemas import Language, error_responses, integral
-from .translation import HTTPFailure, failure_from
+from .translation import HTTPFailure
 
-FORM = "application/x-www-form-urlencoded"
 DIGITS = re.compile(r"[0-9]+")
 
 
@@ -70,9 +66,7 @@ def add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, A
         **error_responses(400, *((403,) if settings.api_key else ()), 429, 500, 503)})
     async def translate(request: Request) -> Any:
         """LibreTranslate's translate: `q` from `source` into `target` (see GET /languages)."""
-        params = await read_params(request)
-        check_key(request, params, settings.api_key)
-        return await translate_params(state, settings, params, request)
+        return await translate_params(state, settings, await keyed_params(request, settings.api_key), request)
 
 
 async def translate_params(state: dict[str, Any], settings: ServeSettings, params: dict[str, Any],
@@ -96,12 +90,8 @@ async def translate_params(state: dict[str, Any], settings: ServeSettings, param
         wanted = alternatives + 1
         options = {"num_beams": max(model.generation.num_beams, wanted), "num_return_sequences": wanted,
                    "do_sample": False}
-    try:  # every text a document, split into sentences as LibreTranslate splits (serve.documents)
+    with libretranslate_errors():  # every text a document, split into sentences as LibreTranslate splits
         rendered = await translate_documents(state, settings, texts, None, options, source, target, request)
-    except TfmExportError as exc:
-        raise as_libretranslate(failure_from(exc)) from None
-    except HTTPFailure as exc:
-        raise as_libretranslate(exc) from None
     if rendered is None:
         return {}  # the client went away: nobody reads this
     # an empty text's translation is empty (answered without decoding: engine.prepare_sources)
@@ -113,12 +103,8 @@ async def translate_markup_answer(state: dict[str, Any], settings: ServeSettings
                                   source: str | None, target: str | None, request: Request, batch: bool,
                                   alternatives: int, detected: dict | None) -> Any:
     """format html or markdown: the texts' markup kept, their text nodes translated (serve.documents)."""
-    try:
+    with libretranslate_errors():
         rendered = await translate_markup_texts(state, settings, texts, form, {}, source, target, request)
-    except TfmExportError as exc:
-        raise as_libretranslate(failure_from(exc)) from None
-    except HTTPFailure as exc:
-        raise as_libretranslate(exc) from None
     if rendered is None:
         return {}  # the client went away
     return answer([[text] for text in rendered], batch, alternatives, detected)
@@ -145,49 +131,10 @@ def language_entries(view: LanguageView) -> list[dict[str, Any]]:
     return entries
 
 
-async def read_params(request: Request) -> dict[str, Any]:
-    """The parameters of a JSON body or a url-encoded form (the first value of a repeated field, as
-    LibreTranslate's Flask reads them); 400 for anything else."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = await request.body()
-    if kind == "application/json" or kind.endswith("+json"):
-        try:
-            params = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise HTTPFailure(400, "Invalid JSON format") from None
-        if not isinstance(params, dict):
-            raise HTTPFailure(400, "Invalid JSON format: send an object, e.g. {\"q\": \"...\", ...}")
-        return params
-    if kind in ("", FORM):
-        try:
-            fields = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
-        except (ValueError, UnicodeDecodeError):
-            raise HTTPFailure(400, "Invalid form: send UTF-8 text url-encoded") from None
-        params: dict[str, Any] = {}
-        for name, value in fields:
-            params.setdefault(name, value)
-        return params
-    raise HTTPFailure(400, f"send the parameters as JSON or as {FORM}, not {kind}")
-
-
-def check_key(request: Request, params: dict[str, Any], key: str | None) -> None:
-    """LibreTranslate's key check (403): `api_key`, or this server's Bearer header."""
-    given = params.get("api_key")
-    if "api_key" in params and not isinstance(given, str):
-        raise HTTPFailure(400, "Invalid request: api_key must be a text")
-    if not key or authorized(request.scope, key):
-        return
-    if not isinstance(given, str) or not given:
-        raise HTTPFailure(403, "Missing API key: send api_key or Authorization: Bearer KEY")
-    if not hmac.compare_digest(given.encode(), key.encode()):
-        raise HTTPFailure(403, "Invalid API key")
-
-
 def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -> tuple[list[str], bool, int, str]:
     """(texts, whether q was a list, alternatives, format), checked as LibreTranslate does (400s)."""
-    for name in ("q", "source", "target"):
-        if params.get(name) in (None, "", []):
-            raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
+    require(params, "q")
+    codes_of(params)
     q, batch = params["q"], isinstance(params["q"], list)
     texts = q if batch else [q]
     if not all(isinstance(text, str) for text in texts):
@@ -210,9 +157,7 @@ def read_texts(params: dict[str, Any], max_texts: int, most_alternatives: int) -
 
 def pick_languages(params: dict[str, Any], view: LanguageView) -> tuple[str | None, str | None, dict | None]:
     """(source_lang, target_lang for the model, detectedLanguage when source is "auto")."""
-    source, target = params["source"], params["target"]
-    if not isinstance(source, str) or not isinstance(target, str):
-        raise HTTPFailure(400, "Invalid request: source and target must be language codes")
+    source, target = codes_of(params)
     if target not in view.targets and view.targets:
         raise HTTPFailure(400, f"{target} is not supported; this model translates into {listed(view.targets)}")
     if source == "auto":
@@ -228,16 +173,6 @@ def pick_languages(params: dict[str, Any], view: LanguageView) -> tuple[str | No
 def listed(codes: list[str], most: int = 40) -> str:
     """Codes for a one-line message (NLLB has 202)."""
     return ", ".join(codes[:most]) + (", ..." if len(codes) > most else "")
-
-
-def as_libretranslate(failure: HTTPFailure) -> HTTPFailure:
-    """A native failure in LibreTranslate's statuses: limits and bad values are its 400s."""
-    message = failure.body["error"]
-    if failure.status == 429:
-        return HTTPFailure(429, f"Slowdown: {message}", failure.headers)
-    if failure.status in (413, 422):
-        return HTTPFailure(400, f"Invalid request: {message}")
-    return HTTPFailure(failure.status, message, failure.headers)
 
 
 def answer(texts: list[list[str]], batch: bool, alternatives: int, detected: dict | None) -> dict[str, Any]:

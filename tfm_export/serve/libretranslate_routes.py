@@ -1,12 +1,16 @@
 """LibreTranslate's other routes, which its clients and front end call besides /translate and /languages:
 
-    POST /detect                  q -> [{"language", "confidence"}] (text.detect, among the model's sources)
+    POST /detect                  q -> [{"language", "confidence"}] (text.detect, among the sources served)
     GET  /frontend/settings       the front end's settings (limits, key, file formats, default languages)
     POST /translate_file          multipart: file (.txt, .html/.htm, .md, .docx with python-docx), source, target,
                                   api_key -> {"translatedFileUrl"}
     GET  /download_file/{name}    the translated file, as an attachment named as the upload was
 
-Shapes and messages as LibreTranslate's (its app.py). A translated file is kept FILE_LIFETIME seconds in a
+The routes take what they serve (serve.libretranslate_served.Served: the languages, and a translator for a
+pair), so one export's server and a server of several exports register the same ones; on the latter a file
+goes to the export that translates its source into its target (or `model`'s), through the pivot language
+when none does (each leg's translated file is the next one's upload). Shapes and messages as
+LibreTranslate's (its app.py). A translated file is kept FILE_LIFETIME seconds in a
 temporary folder of the server's (removed at exit) under an unguessable name, as LibreTranslate keeps its
 own; the download is open, as there.
 """
@@ -24,14 +28,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
 
-from ..errors import TfmExportError
 from ..text import detect, markup
-from .contract import LanguageView
 from .documents import run_steps, translate_texts
 from .engine import ServeSettings
-from .libretranslate import as_libretranslate, check_key, pick_languages, read_params
+from .libretranslate_params import check_key, codes_of, keyed_params, libretranslate_errors, require
+from .libretranslate_served import Served, Translator
 from .schemas import error_responses
-from .translation import HTTPFailure, failure_from
+from .translation import HTTPFailure
 from .upload import spooled_form
 
 FILE_LIFETIME = 30 * 60  # seconds a translated file can be downloaded (LibreTranslate removes its after 30 min)
@@ -53,10 +56,9 @@ def docx_available() -> bool:
     return True
 
 
-def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> None:
-    """/detect, /frontend/settings, /translate_file and /download_file/{name} on `app`, over the engine in
-    state["engine"]."""
-    view = LanguageView.of(state["engine"].model)
+def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any], served: Served) -> None:
+    """/detect, /frontend/settings, /translate_file and /download_file/{name} on `app`, over what `served`
+    serves (serve.libretranslate_served: one export's engine, or a server of several exports)."""
     keyed = (403,) if settings.api_key else ()
     formats = [ext for ext, kind in FILE_FORMATS.items() if kind != "docx" or docx_available()]
     files = tempfile.TemporaryDirectory(prefix="tfm-export-files-", dir=settings.upload_dir)
@@ -66,21 +68,18 @@ def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> 
         200: {"description": "The text's likeliest languages, best first.",
               "content": {"application/json": {"schema": DETECTIONS}}}, **error_responses(400, *keyed)})
     async def detect_route(request: Request) -> Any:
-        """LibreTranslate's detect: the language of `q` among this model's source languages."""
-        params = await read_params(request)
-        check_key(request, params, settings.api_key)
-        q = params.get("q")
-        if q in (None, "", []):
-            raise HTTPFailure(400, "Invalid request: missing q parameter")
-        if not isinstance(q, str):
+        """LibreTranslate's detect: the language of `q` among the source languages served."""
+        params = await keyed_params(request, settings.api_key)
+        require(params, "q")
+        if not isinstance(params["q"], str):
             raise HTTPFailure(400, "Invalid request: q must be a text")
-        return await asyncio.to_thread(detect.detect, q, view.sources, default_source(view))
+        return await asyncio.to_thread(detect.detect, params["q"], served.sources, served.default)
 
     @app.get("/frontend/settings", responses={200: {"description": "LibreTranslate's front-end settings."}})
     async def frontend_settings() -> dict[str, Any]:
         """LibreTranslate's front-end settings: no character limit (long texts are split), the key, the files."""
-        target = next((code for code in view.targets if code != view.default), view.targets[0] if view.targets
-                      else "")
+        target = next((code for code in served.targets if code != served.default),
+                      served.targets[0] if served.targets else "")
         return {"charLimit": -1, "frontendTimeout": 500, "apiKeys": bool(settings.api_key),
                 "keyRequired": bool(settings.api_key), "suggestions": False, "filesTranslation": True,
                 "supportedFilesFormat": formats,
@@ -94,17 +93,13 @@ def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> 
         """LibreTranslate's translate_file: `file` from `source` into `target`; GET its translatedFileUrl."""
         name, data, params = await read_upload(request, settings, formats)
         kind = FILE_FORMATS[Path(name).suffix.lower()]
-        source, target, detected = pick_languages(params, view)
-        try:
-            if detected is not None and view.sources:
-                text = await asyncio.to_thread(file_text, kind, data)
-                source = (await asyncio.to_thread(detect.detect, text, view.sources, default_source(view)))[0]
-                source = source["language"]
-            translated = await translate_upload(state, settings, kind, data, source, target, request)
-        except TfmExportError as exc:
-            raise as_libretranslate(failure_from(exc)) from None
-        except HTTPFailure as exc:
-            raise as_libretranslate(exc) from None
+        with libretranslate_errors():
+            translator = await choose(served, params, kind, data)
+
+            async def leg(leg_state: dict[str, Any], value: bytes, source: str | None, target: str | None) -> Any:
+                return await translate_upload(leg_state, settings, kind, value, source, target, request)
+
+            translated = await translator.run(leg, data)
         if translated is None:
             return {}  # the client went away
         stored = f"{uuid.uuid4().hex}.{UNSAFE.sub('_', Path(name).name)}"
@@ -122,8 +117,19 @@ def add_routes(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> 
         return FileResponse(path, filename=filename.split(".", 1)[1])
 
 
-def default_source(view: LanguageView) -> str:
-    return view.default or (view.sources[0] if view.sources else "en")
+async def choose(served: Served, params: dict[str, Any], kind: str, data: bytes) -> Translator:
+    """The translator for the upload's source (for "auto" the file's language, detected among the codes that
+    reach the target) and target, or the export `model` names (a server of several exports)."""
+    source, target = codes_of(params)
+    model = params.get("model") or None
+    if source == "auto":
+        codes = served.candidates(target, model)
+        source = None
+        if codes:
+            text = await asyncio.to_thread(file_text, kind, data)
+            default = served.default if served.default in codes else codes[0]
+            source = (await asyncio.to_thread(detect.detect, text, codes, default))[0]["language"]
+    return served.translator(source, target, model)
 
 
 async def read_upload(request: Request, settings: ServeSettings, formats: list[str]) -> tuple[str, bytes, dict]:
@@ -135,9 +141,7 @@ async def read_upload(request: Request, settings: ServeSettings, formats: list[s
         async with spooled_form(request, limit, settings.upload_dir) as upload:
             params = {name: values[0] for name, values in upload.fields.items()}
             check_key(request, params, settings.api_key)
-            for name in ("source", "target"):
-                if not params.get(name):
-                    raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
+            codes_of(params)
             if upload.file_field != "file":
                 raise HTTPFailure(400, "Invalid request: missing file parameter")
             if not upload.filename:

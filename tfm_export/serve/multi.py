@@ -9,6 +9,10 @@ run on the export serve.registry picks for it, with that export's engine and lim
                          pivoting likewise (`alternatives` from the second leg); source "auto" detects
                          q's language among the codes that reach the target (text.detect)
     GET  /languages      every code, with the targets it reaches directly or through the pivot
+    POST /detect, /translate_file, GET /frontend/settings, /download_file/{name}
+                         LibreTranslate's other routes, as one export's (serve.libretranslate_routes) over
+                         every export's codes (serve.libretranslate_served): /detect among every source
+                         code, a file to the export(s) /translate would pick (through the pivot likewise)
     GET  /v1/models      every export; /v1/models/{model} one by name or alias (404 otherwise)
     GET  /healthz        the engines together, and `loaded`: the exports open now
     GET  /metrics        the engines together
@@ -37,11 +41,14 @@ from .contract import add_security
 from .cors import add_cors
 from .engine import ServeSettings
 from .guard import body_limit
-from .libretranslate import ANSWER, as_libretranslate, check_key, read_params, translate_params
+from .libretranslate import ANSWER, translate_params
+from .libretranslate_params import codes_of, keyed_params
+from .libretranslate_routes import add_routes as add_libretranslate_routes
+from .libretranslate_served import Served, Translator, leased, registry_served
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .model_list import ModelCard, ModelList
-from .registry import Leg, LoadFailed, ModelRegistry
+from .registry import Leg, ModelRegistry
 from .schemas import Language, TranslateRequest, error_responses
 from .translation import HTTPFailure, failure_from
 
@@ -88,7 +95,9 @@ def create_multi_app(settings: ServeSettings, registry: ModelRegistry) -> FastAP
 
     _add_models(app, registry, keyed)
     _add_translate(app, settings, state, registry, keyed)
-    _add_libretranslate(app, settings, state, registry)
+    served = registry_served(registry, state)
+    _add_libretranslate(app, settings, state, registry, served)
+    add_libretranslate_routes(app, settings, state, served)  # /detect, /translate_file, /frontend/settings
     _refuse_other_kind(app, False)
     _install_openapi(app, registry, settings)
     return app
@@ -118,16 +127,6 @@ def _legs(registry: ModelRegistry, model: str | None, source: str | None, target
         raise failure_from(exc) from None
 
 
-@asynccontextmanager
-async def _on(registry: ModelRegistry, state: dict[str, Any], leg: Leg) -> AsyncIterator[dict[str, Any]]:
-    """The request state with `leg`'s engine, held for the block; 503 when it cannot be opened."""
-    try:
-        async with registry.lease(leg.export) as engine:
-            yield {**state, "engine": engine}
-    except LoadFailed as exc:
-        raise HTTPFailure(503, str(exc), {"Retry-After": "5"}) from None
-
-
 def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry,
                    keyed: tuple[int, ...]) -> None:
     @app.post("/v1/translate", response_model=None, responses={
@@ -145,13 +144,13 @@ def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any],
                                    f"directly; through {registry.pivot!r} this server takes texts, not streamed",
                               fields=given)
         first, second = legs
-        async with _on(registry, state, first) as leg_state:  # its best translation only: n-best at the end
+        async with leased(registry, state, first) as leg_state:  # its best translation only: n-best at the end
             middle = await answer_translate(leg_state, settings, body.model_copy(
                 update={**_codes(first), **_last_leg_only(body)}), request)
         if not middle:
             return {}  # the client went away
         texts = [row["text"] for row in middle["translations"]]
-        async with _on(registry, state, second) as leg_state:
+        async with leased(registry, state, second) as leg_state:
             return await answer_translate(leg_state, settings, body.model_copy(
                 update={**_codes(second), "texts": texts}), request)
 
@@ -173,7 +172,7 @@ async def _one_leg(registry: ModelRegistry, state: dict[str, Any], settings: Ser
                    request: Request) -> Any:
     """One export's answer; a stream holds its engine until the last event."""
     stack = AsyncExitStack()
-    leg_state = await stack.enter_async_context(_on(registry, state, leg))
+    leg_state = await stack.enter_async_context(leased(registry, state, leg))
     try:
         reply = await answer_translate(leg_state, settings, body, request)
     except BaseException:
@@ -194,7 +193,8 @@ async def _then_release(events: AsyncIterator[Any], stack: AsyncExitStack) -> As
         await stack.aclose()
 
 
-def _add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry) -> None:
+def _add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry,
+                        served: Served) -> None:
     @app.get("/languages", response_model=list[Language])
     async def languages() -> list[dict[str, Any]]:
         """Every code of every export, with the targets it reaches (directly or through the pivot)."""
@@ -206,34 +206,25 @@ def _add_libretranslate(app: FastAPI, settings: ServeSettings, state: dict[str, 
     async def translate(request: Request) -> Any:
         """LibreTranslate's translate: `q` from `source` into `target` (GET /languages), with the export
         that translates them (or the one `model` names)."""
-        params = await read_params(request)
-        check_key(request, params, settings.api_key)
-        for name in ("source", "target"):
-            if params.get(name) in (None, ""):
-                raise HTTPFailure(400, f"Invalid request: missing {name} parameter")
-            if not isinstance(params[name], str):
-                raise HTTPFailure(400, "Invalid request: source and target must be language codes")
+        params = await keyed_params(request, settings.api_key)
+        source, target = codes_of(params)
         model = params.get("model")
         if model is not None and not isinstance(model, str):
             raise HTTPFailure(400, "Invalid request: model must be a text (GET /v1/models)")
         detected = None
-        if params["source"] == "auto" and model is None:  # the texts' language among the sources that reach target
-            detected = await asyncio.to_thread(_detect, registry, params)
+        if source == "auto" and model is None:  # the texts' language among the sources that reach target
+            detected = await asyncio.to_thread(_detect, served.candidates(target, None), params)
             params = {**params, "source": detected["language"]}
-        source = None if params["source"] == "auto" else params["source"]
-        try:
-            legs = registry.pick(model, source, params["target"])
-        except TfmExportError as exc:
-            raise as_libretranslate(failure_from(exc)) from None
-        reply = await _libre_legs(registry, state, settings, params, legs, request)
+        translator = served.translator(None if params["source"] == "auto" else params["source"], target, model)
+        reply = await _libre_legs(settings, params, translator, request)
         if detected is not None and reply:
             reply["detectedLanguage"] = [detected] * len(params["q"]) if isinstance(params["q"], list) else detected
         return reply
 
 
-def _detect(registry: ModelRegistry, params: dict[str, Any]) -> dict[str, Any]:
+def _detect(codes: list[str], params: dict[str, Any]) -> dict[str, Any]:
     """LibreTranslate's detectedLanguage for source "auto": the language of q (its text nodes for markup)
-    among the source codes from which target is reached (text.detect)."""
+    among `codes`, those from which target is reached (text.detect)."""
     q, form = params.get("q"), params.get("format") or "text"
     texts = q if isinstance(q, list) else [q]
     if not q or not all(isinstance(text, str) for text in texts):
@@ -241,29 +232,24 @@ def _detect(registry: ModelRegistry, params: dict[str, Any]) -> dict[str, Any]:
                           "Invalid request: q must be a text or a list of texts")
     if form not in markup.FORMATS:
         raise HTTPFailure(400, f"{form} format is not supported: send text, html or markdown")
-    codes = registry.sources_into(params["target"])
-    if not codes:
-        raise HTTPFailure(400, f"Invalid request: no export translates into {params['target']!r}; GET /languages "
-                               f"lists the pairs this server translates")
     plain = texts if form == "text" else [markup.plain_text(text, form) for text in texts]
     return detect.detect_many(plain, codes, codes[0])
 
 
-async def _libre_legs(registry: ModelRegistry, state: dict[str, Any], settings: ServeSettings,
-                      params: dict[str, Any], legs: list[Leg], request: Request) -> Any:
-    """One export's answer, or the pivot's: the first leg's best translation is the second's q."""
-    if len(legs) == 1:
-        async with _on(registry, state, legs[0]) as leg_state:
-            return await translate_params(leg_state, settings, params, request)
-    first, second = legs
-    async with _on(registry, state, first) as leg_state:
-        middle = await translate_params(leg_state, settings, {**params, "target": first.target,
-                                                              "alternatives": 0}, request)
-    if not middle:
-        return {}  # the client went away
-    async with _on(registry, state, second) as leg_state:
-        return await translate_params(leg_state, settings, {**params, "q": middle["translatedText"],
-                                                            "source": second.source}, request)
+async def _libre_legs(settings: ServeSettings, params: dict[str, Any], translator: Translator,
+                      request: Request) -> Any:
+    """One export's answer, or the pivot's: a leg's best translation is the next one's q (alternatives at the
+    last leg only)."""
+    reply, last = None, len(translator.legs) - 1
+    for index, (opened, source, target) in enumerate(translator.legs):
+        asked = params if not index else {**params, "q": reply["translatedText"], "source": source}
+        if index < last:
+            asked = {**asked, "target": target, "alternatives": 0}
+        async with opened() as leg_state:
+            reply = await translate_params(leg_state, settings, asked, request)
+        if not reply:
+            return {}  # the client went away
+    return reply
 
 
 def _install_openapi(app: FastAPI, registry: ModelRegistry, settings: ServeSettings) -> None:
