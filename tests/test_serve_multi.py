@@ -6,6 +6,7 @@ engines open on first use and close when idle or beyond --max-loaded, and open a
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import shutil
@@ -378,3 +379,17 @@ def test_frontend_settings_list_what_the_server_has(server):
     assert settings["keyRequired"] is False and settings["charLimit"] == -1
     paths = httpx.get(f"{url}/openapi.json").json()["paths"]
     assert {"/detect", "/translate_file", "/frontend/settings"} <= set(paths)
+
+
+def test_the_key_guards_the_other_routes_too(exports):
+    pytest.importorskip("py3langid")
+    settings = dataclasses.replace(settings_of(exports), api_key="s3cret")
+    with TestClient(create_multi_app(settings, registry_of(exports))) as client:
+        text = {"q": "nous mangeons du pain avec les enfants"}
+        assert client.post("/detect", data=text).json() == {"error": "Missing API key: send api_key or "
+                                                                     "Authorization: Bearer KEY"}
+        assert client.post("/detect", data={**text, "api_key": "s3cret"}).json()[0]["language"] == "fr"
+        refused = client.post("/translate_file", data={"source": "fr", "target": "de", "api_key": "nope"},
+                              files={"file": ("a.txt", b"la maison")})
+        assert refused.status_code == 403 and refused.json() == {"error": "Invalid API key"}
+        assert client.get("/frontend/settings").json()["keyRequired"] is True
