@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import io
 import json
 import shutil
 import threading
@@ -393,3 +394,25 @@ def test_the_key_guards_the_other_routes_too(exports):
                               files={"file": ("a.txt", b"la maison")})
         assert refused.status_code == 403 and refused.json() == {"error": "Invalid API key"}
         assert client.get("/frontend/settings").json()["keyRequired"] is True
+
+
+def test_a_word_document_through_the_pivot_equals_two_uploads(server):
+    docx = pytest.importorskip("docx")
+    url, _ = server
+    document = docx.Document()
+    document.add_paragraph("la maison. ").add_run("un petit chat.").bold = True
+    data = io.BytesIO()
+    document.save(data)
+
+    def sent(data: bytes, source: str, target: str) -> bytes:
+        reply = httpx.post(f"{url}/translate_file", data={"source": source, "target": target},
+                           files={"file": ("report.docx", data)}, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return httpx.get(reply.json()["translatedFileUrl"], timeout=30).content
+
+    def runs(data: bytes) -> list[tuple[str, bool | None]]:
+        return [(run.text, run.bold) for p in docx.Document(io.BytesIO(data)).paragraphs for run in p.runs]
+
+    pivoted, by_hand = sent(data.getvalue(), "fr", "de"), sent(sent(data.getvalue(), "fr", "en"), "en", "de")
+    assert runs(pivoted) == runs(by_hand) and runs(pivoted)[-1][1] is True  # the bold run carried through both
+    assert runs(pivoted) != runs(sent(data.getvalue(), "en", "de"))
