@@ -1,6 +1,6 @@
-"""Helpers shared by the test modules (`import helpers`): a free loopback port, the CLI run in-process, and
-live servers (a `tfm-export` subprocess, uvicorn in a thread, a stdlib HTTP server in a thread), each on a
-free loopback port and always stopped.
+"""Helpers shared by the test modules (`import helpers`): a free loopback port, the CLI run in-process, live
+servers (a `tfm-export` subprocess, uvicorn in a thread, a stdlib HTTP server in a thread), each on a free
+loopback port and always stopped, and Node (runtimes/node) run on the trained Whisper fixture's spoken speech.
 
 Heavy or optional imports (the CLI, httpx, uvicorn, the server app) are made where they are used, so that
 importing this module costs nothing and skips nothing.
@@ -9,6 +9,7 @@ importing this module costs nothing and skips nothing.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+NODE = ROOT / "runtimes" / "node"
+DIGITS = ROOT / "models" / "whisper-digits"  # the trained Whisper fixture (speech.py speaks its held-out set)
 
 
 def free_port() -> int:
@@ -191,3 +194,32 @@ def import_hf(path, options=None):
     from tfm_export.importers.source import Source
 
     return run(HFImporter(), Source(Path(path)), dict(options or {}))
+
+
+# Node and the spoken fixture
+
+
+def spoken_marks(browser: bool = False) -> list:
+    """The pytestmark of a module that has espeak-ng speak models/whisper-digits' held-out set (its speech.py) and
+    runs runtimes/node on it (in headless Chromium too, with `browser`): warnings ignored, skipped (saying why)
+    without espeak-ng, node or runtimes/node's packages (npm ci there), or Chromium (test_runtimes.CHROMIUM)."""
+    marks = [pytest.mark.filterwarnings("ignore"),
+             pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
+             pytest.mark.skipif(shutil.which("node") is None or not (NODE / "node_modules" / "fft.js").exists(),
+                                reason="node or runtimes/node/node_modules missing (npm ci there)")]
+    if browser:
+        from test_runtimes import CHROMIUM
+
+        marks.append(pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}"))
+    return marks
+
+
+def node(*args, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`node ARGS...` (str()-ed) with `stdin` as its input; stdout and stderr captured as text."""
+    return subprocess.run(["node", *map(str, args)], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def node_module(script: str, *args, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """An ES module given as text, run by `node --input-type=module -e SCRIPT ARGS...` (process.argv[1] is the
+    first of ARGS): node()'s result."""
+    return node("--input-type=module", "-e", script, *args, stdin=stdin, timeout=timeout)

@@ -16,7 +16,6 @@ is one error line and exit 1.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,22 +27,17 @@ soundfile = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")
 pytest.importorskip("transformers")
 
-from helpers import run_cli_ok  # noqa: E402
+from helpers import DIGITS as FOLDER  # noqa: E402
+from helpers import NODE, node, node_module, run_cli_ok, spoken_marks  # noqa: E402
 from tfm_export.audio import load_audio, log_mel  # noqa: E402
 from tfm_export.audio.features import FeatureConfig  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.runtime.speech.whisper import to_srt, to_vtt  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-NODE = ROOT / "runtimes" / "node"
-FOLDER = ROOT / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, SILENCE, Spoken, words  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(shutil.which("node") is None or not (NODE / "node_modules" / "fft.js").exists(),
-                                 reason="node or runtimes/node/node_modules missing (npm ci there)")]
+pytestmark = spoken_marks()
 
 FEATURE_TOLERANCE = 1e-4
 # A segment's fields: Node's equal Python's, but for its window's measures, within 1e-4 (float32 logits
@@ -104,10 +98,6 @@ LONG = {"en-greedy": ("en", 1), "de-beam2": ("de", 2)}  # recordings of several 
 # The silence test as a folder may set it (generation_config.json), at values that skip some windows of
 # SILENT_RECORDING on this fixture (its <|nospeech|> probabilities are tiny: it never saw silence in training).
 SILENCE_TEST = {"logprob_threshold": -0.5, "no_speech_threshold": 1e-10}
-
-
-def node(*args: object, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["node", *map(str, args)], input=stdin, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -321,8 +311,7 @@ def test_languages_are_python_s(export):
     want = run_cli_ok("languages", export).output
     assert done.stdout == want and want.startswith("spoken (2): en de"), (done.stdout, want)
     script = "const m = await import(process.argv[1]); console.log(JSON.stringify(await m.languages(process.argv[2])));"
-    done = subprocess.run(["node", "--input-type=module", "-e", script, (NODE / "exported.mjs").as_uri(), str(export)],
-                          capture_output=True, text=True, timeout=60)
+    done = node_module(script, (NODE / "exported.mjs").as_uri(), export, timeout=60)
     got, theirs = json.loads(done.stdout), json.loads(run_cli_ok("languages", export, "--json").output)
     assert (got["spoken"], got["translateInto"]) == (theirs["spoken"], theirs["translate_into"]) == (["en", "de"], "en")
 

@@ -15,26 +15,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import DIGITS as FOLDER
+from helpers import NODE, node_module, spoken_marks
 from tfm_export.runtime import open_export
 from tfm_export.runtime.speech.streaming import StreamOptions, StreamTranscriber
 
-ROOT = Path(__file__).resolve().parents[1]
-NODE = ROOT / "runtimes" / "node"
-FOLDER = ROOT / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, Spoken  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(shutil.which("node") is None or not (NODE / "node_modules" / "fft.js").exists(),
-                                 reason="node or runtimes/node/node_modules missing (npm ci there)")]
+pytestmark = spoken_marks()
 CHUNK = RATE // 10  # 100 ms
 
 # Node feeds each case's samples (FILE.f32) in 100 ms chunks: per case, each chunk's updates (or the final one)
@@ -133,8 +128,7 @@ def test_node_confirms_pythons_text_chunk_for_chunk(digits_export, no_alignment,
         assert StreamTranscriber(model).timed == (folder == digits_export)
         options = {**py, "options": StreamOptions(**py["options"])}
         want.append(python_updates(model, samples, **options))
-    done = subprocess.run(["node", "--input-type=module", "-e", STREAM_JS, str(NODE)], input=json.dumps(job),
-                          capture_output=True, text=True, timeout=600)
+    done = node_module(STREAM_JS, NODE, stdin=json.dumps(job), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout)
     for n, (mine, theirs) in enumerate(zip(got, want)):
@@ -159,8 +153,7 @@ def test_bad_chunks_are_one_line(digits_export):
     }
     await model.release();
     """
-    done = subprocess.run(["node", "--input-type=module", "-e", script, str(NODE), str(digits_export)],
-                          capture_output=True, text=True, timeout=120)
+    done = node_module(script, NODE, digits_export, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["stream samples must be a Float32Array at 16000 Hz, got Int16Array",
                                         "stepSeconds and trimSeconds must be above 0"]

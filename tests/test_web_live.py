@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -24,19 +23,16 @@ import pytest
 soundfile = pytest.importorskip("soundfile")
 pytest.importorskip("transformers")
 
-from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
+from helpers import DIGITS as FOLDER  # noqa: E402
+from helpers import spoken_marks  # noqa: E402
+from test_runtimes import RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.runtime.speech.streaming import StreamOptions, StreamTranscriber  # noqa: E402
 
-FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, Spoken  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}"),
-              pytest.mark.skipif(not (RUNTIMES / "node" / "node_modules" / "fft.js").exists(),
-                                 reason="runtimes/node/node_modules missing (npm ci there): fft.js, wavefile")]
+pytestmark = spoken_marks(browser=True)
 PAUSE = 0.6  # seconds between the utterances
 TAIL = 1.2  # seconds of silence after the last: the recording starts late by the device's start-up
 
@@ -47,8 +43,7 @@ def words(text: str) -> list[str]:
 
 def live_file(runtime, folder: Path) -> dict:
     """Three consecutive English held-out utterances that Python transcribes right, offline and live."""
-    rows = [Spoken.from_row(row) for row in (FOLDER / "heldout.tsv").read_text().splitlines()]
-    english = [s for s in rows if s.language == "en"]
+    english = [s for s in map(Spoken.from_row, (FOLDER / "heldout.tsv").read_text().splitlines()) if s.language == "en"]
     for first in range(0, len(english) - 2):
         spoken = english[first:first + 3]
         gap = np.zeros(int(PAUSE * RATE), np.float32)

@@ -1,7 +1,7 @@
 """The browser page transcribes a Whisper export like the Python runtime (issue #43).
 
 runtimes/web/test/speech.test.mjs drives headless Chromium on `tfm-export serve-web` of the trained
-fixture (models/whisper-digits, exported once, --no-validate: tests/test_whisper_trained.py validates it).
+fixture (models/whisper-digits: conftest's digits_export, shared with test_web_live and the Node tests).
 Held-out utterances are spoken by espeak-ng (models/whisper-digits/speech.py) and written as 16 kHz WAV
 files. A file chosen with the page's file input (language detected), one dropped on it (German given,
 beam search, timestamps) and a dropped 16 kHz FLAC file (decoded by the browser, losslessly; with an
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -32,21 +31,17 @@ soundfile = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")
 pytest.importorskip("transformers")
 
-from helpers import run_cli_ok  # noqa: E402
+from helpers import DIGITS as FOLDER  # noqa: E402
+from helpers import spoken_marks  # noqa: E402
 from test_node_speech import EXACT, MEASURES  # noqa: E402
-from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests  # noqa: E402
+from test_runtimes import RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.runtime.speech.whisper import to_srt  # noqa: E402
 
-FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, Spoken  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}"),
-              pytest.mark.skipif(not (RUNTIMES / "node" / "node_modules" / "fft.js").exists(),
-                                 reason="runtimes/node/node_modules missing (npm ci there): fft.js, wavefile")]
+pytestmark = spoken_marks(browser=True)
 
 PAD = 0.4  # seconds of silence around the microphone's utterance
 # (how the page gets the file, its format, Node's options as the form sets them, Python's). WAV goes
@@ -55,13 +50,6 @@ FILES = [("input", "wav", {}, {}),
          ("drop", "wav", {"language": "de", "numBeams": 2, "timestamps": True},
           {"language": "de", "num_beams": 2, "timestamps": True}),
          ("drop", "flac", {"language": "en", "prompt": "drei sieben"}, {"language": "en", "prompt": "drei sieben"})]
-
-
-@pytest.fixture(scope="module")
-def export(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("digits") / "onnx"
-    run_cli_ok(FOLDER, "-o", out, "--no-validate")
-    return out
 
 
 def held_out(language: str) -> list[Spoken]:
@@ -97,15 +85,15 @@ def for_the_page(result: dict) -> dict:
             "measures": [{k: s[k] for k in MEASURES} for s in result["segments"]], "srt": to_srt(result["segments"])}
 
 
-def test_the_page_transcribes_like_python(export, tmp_path):
-    runtime = open_export(export, device="cpu")
+def test_the_page_transcribes_like_python(digits_export, tmp_path):
+    runtime = open_export(digits_export, device="cpu")
     files = []
     for (how, kind, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0], held_out("en")[1]]):
         path = tmp_path / f"{how}-{spoken.language}.{kind}"
         want = for_the_page(runtime.transcribe(write(path, spoken.samples()), **theirs))
         files.append({"path": str(path), "how": how, "options": mine, "expected": want})
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
-    expected = {"export": str(export), "files": files, "mic": microphone_file(runtime, tmp_path)}
+    expected = {"export": str(digits_export), "files": files, "mic": microphone_file(runtime, tmp_path)}
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     out = run_node_tests(RUNTIMES / "web", None, files=("test/speech.test.mjs",),
                          env={"TFM_SPEECH_EXPECTED": str(tmp_path / "expected.json")})

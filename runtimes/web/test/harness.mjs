@@ -1,9 +1,10 @@
-// What the page's browser tests share (browser, module and speech .test.mjs): headless Chromium with a fresh
-// profile, `tfm-export serve-web` and `tfm-export serve` started on loopback, and pages that record every
-// problem they meet. `closeAll` stops what a test file started.
+// What the page's browser tests share (browser, module, speech and live .test.mjs): what a test file reads from
+// its environment, headless Chromium with a fresh profile (and a fake microphone), `tfm-export serve-web` and
+// `tfm-export serve` started on loopback, and pages that record every problem they meet. `closeAll` stops what
+// a test file started.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -14,6 +15,18 @@ let profile; // Chromium's --user-data-dir
 
 const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+/** A test file's environment: `expected`, the JSON file the variable `name` names (set by `runner`, the pytest
+ * module that runs the file), CHROMIUM (`browserPath`, default /usr/bin/chromium) and TFM_PYTHON (`python`,
+ * default python3); `skip`, why the file's tests cannot run (false when they can: `expected` is null then not). */
+export function testEnvironment(name, runner) {
+  const file = process.env[name];
+  const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+  const skip = !file ? `${name} is not set (${runner} sets it)`
+    : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
+  return { skip, browserPath, python: process.env.TFM_PYTHON ?? 'python3',
+    expected: skip ? null : JSON.parse(readFileSync(file, 'utf8')) };
+}
 
 /** Headless Chromium at `executablePath` with a fresh profile (and `args` more); its browser context. */
 export function launchChromium(executablePath, args = []) {
@@ -34,6 +47,16 @@ export function startServeWeb(python, dir) {
     });
     proc.on('exit', (code) => reject(new Error(`serve-web exited (${code}): ${text}`)));
   });
+}
+
+/** `tfm-export serve-web DIR` and headless Chromium whose microphone is a fake device playing the WAV file at
+ * `micPath` in a loop (access granted, audio allowed to start without a gesture); resolves with { url, context }. */
+export async function withMicrophone(python, browserPath, dir, micPath) {
+  const { url } = await startServeWeb(python, dir);
+  const context = await launchChromium(browserPath, ['--autoplay-policy=no-user-gesture-required',
+    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${micPath}`,
+    '--use-fake-ui-for-media-stream']);
+  return { url, context };
 }
 
 /** A free loopback port (`tfm-export serve --port` takes no 0). */

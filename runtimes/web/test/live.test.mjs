@@ -8,26 +8,16 @@
 // Environment: TFM_LIVE_EXPECTED (a JSON file: { export, mic: { path, seconds, text, language } }), TFM_PYTHON,
 // CHROMIUM (default /usr/bin/chromium).
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
-import { closeAll, launchChromium, openPage, startServeWeb } from './harness.mjs';
+import { closeAll, openPage, testEnvironment, withMicrophone } from './harness.mjs';
 
-const expectedPath = process.env.TFM_LIVE_EXPECTED;
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const skip = !expectedPath ? 'TFM_LIVE_EXPECTED is not set (tests/test_web_live.py sets it)'
-  : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
-const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
-const python = process.env.TFM_PYTHON ?? 'python3';
+const { skip, expected, browserPath, python } = testEnvironment('TFM_LIVE_EXPECTED', 'tests/test_web_live.py');
 let url;
 let context;
 const words = (text) => text.split(/\s+/).filter(Boolean);
 
 before(async () => {
-  if (skip) return;
-  ({ url } = await startServeWeb(python, expected.export));
-  context = await launchChromium(browserPath, ['--autoplay-policy=no-user-gesture-required',
-    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${expected.mic.path}`,
-    '--use-fake-ui-for-media-stream']);
+  if (!skip) ({ url, context } = await withMicrophone(python, browserPath, expected.export, expected.mic.path));
 });
 
 after(() => closeAll(context));

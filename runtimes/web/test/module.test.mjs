@@ -8,17 +8,11 @@
 // beam }, encoderOnly: { dir, sources, outputs } }), TFM_PYTHON (default python3), CHROMIUM (default
 // /usr/bin/chromium).
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { closeAll, launchChromium, openPage as openPageAt, startApi as startServeApi, startServeWeb } from './harness.mjs';
+import { closeAll, launchChromium, openPage as openPageAt, startApi as startServeApi, startServeWeb,
+  testEnvironment } from './harness.mjs';
 
-const expectedPath = process.env.TFM_MODULE_EXPECTED;
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const skip = !expectedPath ? 'TFM_MODULE_EXPECTED is not set (tests/test_runtimes_nocache.py sets it)'
-  : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
-const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
-const python = process.env.TFM_PYTHON ?? 'python3';
+const { skip, expected, browserPath, python } = testEnvironment('TFM_MODULE_EXPECTED', 'tests/test_runtimes_nocache.py');
 /** `tfm-export serve-web DIR`'s URL. */
 const startServer = async (dir) => (await startServeWeb(python, dir)).url;
 /** `tfm-export serve DIR` allowing `origin`: its URL. */

@@ -10,19 +10,14 @@
 // compression_ratio, no_speech_prob), ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { closeAll, launchChromium, openPage as openPageAt, startServeWeb } from './harness.mjs';
+import { closeAll, openPage as openPageAt, testEnvironment, withMicrophone } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const expectedPath = process.env.TFM_SPEECH_EXPECTED;
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const skip = !expectedPath ? 'TFM_SPEECH_EXPECTED is not set (tests/test_web_speech.py sets it)'
-  : !existsSync(browserPath) && `SKIPPED: chromium not found at ${browserPath}`;
-const expected = skip ? null : JSON.parse(readFileSync(expectedPath, 'utf8'));
-const python = process.env.TFM_PYTHON ?? 'python3';
+const { skip, expected, browserPath, python } = testEnvironment('TFM_SPEECH_EXPECTED', 'tests/test_web_speech.py');
 let url;
 let context;
 const openPage = (problems) => openPageAt(context, url, problems);
@@ -57,13 +52,8 @@ async function drop(page, file) {
   await page.dispatchEvent('#drop', 'drop', { dataTransfer });
 }
 
-before(async () => {
-  if (skip) return;
-  ({ url } = await startServeWeb(python, expected.export));
-  context = await launchChromium(browserPath, ['--autoplay-policy=no-user-gesture-required',
-    // a microphone without a microphone: Chromium plays this WAV file in a loop, and grants access
-    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${expected.mic.path}`,
-    '--use-fake-ui-for-media-stream']);
+before(async () => { // a microphone without a microphone: Chromium plays this WAV file in a loop, and grants access
+  if (!skip) ({ url, context } = await withMicrophone(python, browserPath, expected.export, expected.mic.path));
 });
 
 after(() => closeAll(context));
