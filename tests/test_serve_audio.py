@@ -208,7 +208,7 @@ BAD = {  # name -> (form fields, file part, status, what the error names)
     "damaged": ({}, ("bad.wav", b"RIFF0000WAVEnope" + bytes(64)), 422, "bad.wav"),
     "no file": ({}, {"prompt": (None, "a form field, not a file")}, 422, "file"),
     "unknown field": ({"speed": "2"}, "short", 422, "speed"),
-    "temperature": ({"temperature": "0.5"}, "short", 422, "temperature"),
+    "temperature": ({"temperature": "1.5"}, "short", 422, "temperature"),
     "format": ({"response_format": "xml"}, "short", 422, "response_format"),
     "word timestamps in json": ({"timestamp_granularities[]": "word"}, "short", 422,
                                 "word timestamps come with response_format verbose_json"),

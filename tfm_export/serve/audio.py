@@ -2,7 +2,8 @@
 for api.openai.com) work unchanged:
 
     POST /v1/audio/transcriptions   multipart/form-data: file, model, language?, prompt?, response_format?,
-                                    temperature?, timestamp_granularities[]?, stream?, chunking_strategy?
+                                    temperature?, timestamp_granularities[]?, include[]?, stream?,
+                                    chunking_strategy?
     POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?
 
 Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech.whisper):
@@ -12,11 +13,22 @@ json {"text", "usage"}; text the text; verbose_json {"task", "language", "durati
 with timestamps (segments with their times), json and text without. Where this differs from OpenAI's service:
 
 - `model` may be any name: a server serves one export (GET /v1/models lists it by its folder's name, serve.model_list).
-- `temperature` must be 0: transcription is greedy (no sampling, no temperature fallback).
+- `temperature` (0 to 1) means what OpenAI's does (runtime.speech.fallback.openai_fallback): 0 is the
+  temperature fallback (each window decoded at 0, then 0.2, ..., 1.0 while its compression ratio or
+  log-probability misses the folder's thresholds, else openai-whisper's 2.4 and -1.0; a silent window,
+  no_speech_prob over 0.6 with a low log-probability, is skipped), above 0 sampling at it. Sampled tries draw
+  from transcribe's fixed seed (0), so an answer is repeatable, where OpenAI's service is not. Left out, the
+  window is decoded greedily once (this server's default, where OpenAI's is 0).
+- `include[]=logprobs` (response_format json): `logprobs` [{token, logprob, bytes}] of the text's tokens, as
+  `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the UTF-8 of
+  the token's text (a token that is only part of a character reads as U+FFFD). With `stream=true`,
+  transcript.text.done carries them; the delta events do not (a window hands the stream its text only).
 - verbose_json segments carry OpenAI's fields (id, seek, start, end, text, tokens, temperature,
   avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of
   the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
-  OpenAI's service for the same text; temperature is always 0.
+  OpenAI's service for the same text; temperature is the try that stayed (0 without `temperature`).
+- `prompt` goes before every window, as `transcribe`'s prompt (with the folder's condition_on_prev_tokens
+  it is the first window's previous text instead, carried on as openai-whisper's initial_prompt).
 - `timestamp_granularities[]=word` (verbose_json): `words` [{word, start, end}] as OpenAI's, timed by the export's
   alignment.onnx (runtime.speech.words: transformers' token timestamps); an export without it is a 422.
 - `chunking_strategy` (transcriptions): `auto` transcribes only the recording's speech, found by Silero VAD
@@ -89,9 +101,14 @@ def verbose(done: Done, task: str) -> dict[str, Any]:
     return answer
 
 
+def logprobs_of(result: dict[str, Any]) -> dict[str, Any]:
+    """{"logprobs": [...]} where include[]=logprobs asked for them (transcribe added them), else {}."""
+    return {"logprobs": result["logprobs"]} if "logprobs" in result else {}
+
+
 # response_format -> the answer, given the finished transcription and the task
 FORMATS: dict[str, Callable[[Done, str], Response]] = {
-    "json": lambda done, task: JSONResponse({"text": done.result["text"], "usage": {
+    "json": lambda done, task: JSONResponse({"text": done.result["text"], **logprobs_of(done.result), "usage": {
         "type": "duration", "seconds": round(done.seconds, 3)}}),
     "text": lambda done, task: PlainTextResponse(done.result["text"]),
     "verbose_json": lambda done, task: JSONResponse(verbose(done, task)),
@@ -103,7 +120,8 @@ FORMATS: dict[str, Callable[[Done, str], Response]] = {
 STREAM_EVENT = {"type": "object", "required": ["data"], "properties": {
     "data": {"type": "string", "contentMediaType": "application/json",
              "description": '{"type": "transcript.text.delta", "delta"} per window, then {"type": '
-                            '"transcript.text.done", "text"}, or {"type": "error", "error": {"message"}}.'}}}
+                            '"transcript.text.done", "text", "logprobs"? (include[]=logprobs)}, or {"type": '
+                            '"error", "error": {"message"}}.'}}}
 ERRORS = {"s400": "The body is not a multipart/form-data form with one file.",
           "s413": "The upload is over --max-upload-mb or the recording over --max-audio-seconds (`limit` names it).",
           "s422": "A bad or unknown field (`field`/`fields` name it), or a file the decoder cannot read (`file`)."}
@@ -124,6 +142,10 @@ SEGMENT = {"type": "object", "required": ["id", "seek", "start", "end", "text", 
 JSON_ANSWER = {"type": "object", "required": ["text"], "properties": {
     "text": {"type": "string"}, "usage": {"type": "object"}, "task": {"type": "string"},
     "language": {"type": "string"}, "duration": NUMBER,
+    "logprobs": {"type": "array", "description": "json with include[]=logprobs only: the text's tokens.",
+                 "items": {"type": "object", "required": ["token", "logprob", "bytes"], "properties": {
+                     "token": {"type": "string"}, "logprob": NUMBER,
+                     "bytes": {"type": "array", "items": {"type": "integer"}}}}},
     "segments": {"type": "array", "items": SEGMENT, "description": "verbose_json only."},
     "words": {"type": "array", "description": "verbose_json with timestamp_granularities[]=word only.",
               "items": {"type": "object", "required": ["word", "start", "end"], "properties": {
@@ -160,13 +182,18 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
                 raise HTTPFailure(422, "timestamp_granularities[]: this export has no alignment.onnx for word "
                                        "timestamps (export the Whisper folder again)",
                                   field="timestamp_granularities[]")
+            logprobs = "logprobs" in getattr(form, "include", [])
+            if logprobs and form.response_format != "json":  # OpenAI's rule
+                raise HTTPFailure(422, f"include[]: logprobs come with response_format json, not "
+                                       f"{form.response_format}", field="include[]")
             if stream and form.response_format not in STREAMED:
                 raise HTTPFailure(422, f"stream: a stream carries text; use response_format json or text, not "
                                        f"{form.response_format}", field="stream")
             recording = Recording(str(upload.path), f"the uploaded file {upload.filename!r}",
                                   getattr(form, "language", "") or None, task, form.response_format in TIMESTAMPED,
                                   form.prompt or None, words,
-                                  chunking_parameters(getattr(form, "chunking_strategy", None)))
+                                  chunking_parameters(getattr(form, "chunking_strategy", None)),
+                                  form.temperature, logprobs)
             if stream:
                 return await streamed(recording, transcriber, state, settings)
             done = await finished(recording, transcriber, request, settings)
@@ -244,7 +271,7 @@ async def streamed(recording: Recording, transcriber: Transcriber, state: dict[s
             delta, _ = text_delta(done.result["text"], shown)
             if delta:
                 yield sse({"type": "transcript.text.delta", "delta": delta})
-            yield sse({"type": "transcript.text.done", "text": done.result["text"]})
+            yield sse({"type": "transcript.text.done", "text": done.result["text"], **logprobs_of(done.result)})
         except TfmExportError as exc:
             yield sse({"type": "error", "error": {"message": str(exc)}})
         finally:

@@ -27,7 +27,11 @@ class TranslationForm(BaseModel):
     prompt: str = Field("", description="Text the transcript is conditioned on (spellings, names).")
     response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = Field(
         "json", description="verbose_json, srt and vtt decode with timestamps (segments with their times).")
-    temperature: float = Field(0.0, ge=0, le=0, description="0 only: decoding is greedy, without sampling.")
+    # OpenAI's meaning (runtime.speech.fallback.openai_fallback); left out: greedy, one try (this server's default)
+    temperature: float | None = Field(
+        None, ge=0, le=1, allow_inf_nan=False,
+        description="0: OpenAI's temperature fallback (0, 0.2, ..., 1 while a window misses the thresholds: "
+                    "the folder's, else openai-whisper's); above 0: sampling at it. Left out: greedy, one try.")
 
 
 class ServerVad(BaseModel):
@@ -67,6 +71,9 @@ class TranscriptionForm(TranslationForm):
                                                              "segments come with every verbose_json answer.")
     stream: bool = Field(False, description="Server-sent events: transcript.text.delta per window, then "
                                             "transcript.text.done (response_format json or text).")
+    include: list[Literal["logprobs"]] = Field(
+        [], alias="include[]", description="logprobs: each text token's {token, logprob, bytes} as `logprobs` "
+                                           "(response_format json; a stream's transcript.text.done).")
     chunking_strategy: ChunkingStrategy | None = Field(
         None, description='auto: only the speech is transcribed (Silero VAD, its defaults); or {"type": '
                           '"server_vad", "threshold", "prefix_padding_ms", "silence_duration_ms"} (JSON text or '
@@ -85,7 +92,7 @@ class TranscriptionForm(TranslationForm):
 
 
 # The forms' fields that are lists, as OpenAI's clients send them: the name with [] once per value.
-LISTS = {"timestamp_granularities[]"}
+LISTS = {"timestamp_granularities[]", "include[]"}
 # ... and those that are objects: OpenAI's clients send `name[key]` once per key
 OBJECTS = {"chunking_strategy"}
 # A refused value of these fields is something OpenAI's service does and this server does not: say so

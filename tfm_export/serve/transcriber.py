@@ -40,6 +40,8 @@ class Recording:
     prompt: str | None
     word_timestamps: bool = False  # timestamp_granularities[]=word
     vad: Any = None  # runtime.speech.vad.VadParameters: only the speech (chunking_strategy); None: all of it
+    temperature: float | None = None  # OpenAI's (runtime.speech.fallback.openai_fallback); None: greedy, one try
+    logprobs: bool = False  # include[]=logprobs: the text tokens' log-probabilities
 
 
 @dataclass
@@ -104,12 +106,13 @@ class Transcriber:
 
     def _run(self, request: Recording, on_text: Callable[[str], None] | None, cancelled: Callable[[], bool]) -> Done:
         from ..audio import load_audio
+        from ..runtime.speech.fallback import openai_fallback
         from ..runtime.speech.whisper import speech_settings
 
         if cancelled():  # gone while it waited for a worker
             raise Cancelled("the client went away")
         started = time.perf_counter()
-        _, features = speech_settings(self.model)
+        settings, features = speech_settings(self.model)
         samples = load_audio(request.path, features.sampling_rate, max_seconds=self.max_seconds, name=request.name)
 
         def each_window(text: str) -> None:
@@ -119,11 +122,13 @@ class Transcriber:
                 on_text(text)
 
         runner = None if self.windows is None else self.windows.runner(cancelled)
+        decoding = {} if request.temperature is None else openai_fallback(settings, request.temperature)
         result = self.model.transcribe(samples, language=request.language, task=request.task,
                                        timestamps=request.timestamps, prompt=request.prompt, max_seconds=None,
                                        on_text=each_window, runner=runner, word_timestamps=request.word_timestamps,
                                        vad=request.vad is not None, vad_parameters=request.vad,
-                                       batch_size=CHUNK_BATCH if request.vad is not None else 1)
+                                       batch_size=CHUNK_BATCH if request.vad is not None else 1,
+                                       logprobs=request.logprobs, **decoding)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)

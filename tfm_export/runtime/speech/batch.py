@@ -106,8 +106,8 @@ def transcribe_batch(model: Any, audios: Sequence[Any], transcribe: Transcribe, 
             jobs.append(_chunk_job(model, chunk.samples, transcribe, languages[n], prefix, index, options))
             owners.append(n)
     results = run_jobs(jobs, batch_size, cache, runner)
-    words = bool(options.get("word_timestamps"))
-    return [joined(speech, [r for r, owner in zip(results, owners) if owner == n], plan, language, words)
+    words, logprobs = bool(options.get("word_timestamps")), bool(options.get("logprobs"))
+    return [joined(speech, [r for r, owner in zip(results, owners) if owner == n], plan, language, words, logprobs)
             for n, speech in enumerate(speeches)]
 
 

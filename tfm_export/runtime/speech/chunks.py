@@ -97,8 +97,9 @@ def speech_chunks(audio: Any, plan: ChunkPlan, parameters: VadParameters | dict[
 
 
 def joined(speech: SpeechChunks, results: list[dict[str, Any]], plan: ChunkPlan, language: str | None = None,
-           word_timestamps: bool = False) -> dict[str, Any]:
-    """Each chunk's answer, in order, as one answer with the recording's times (the module docstring)."""
+           word_timestamps: bool = False, logprobs: bool = False) -> dict[str, Any]:
+    """Each chunk's answer, in order, as one answer with the recording's times (the module docstring); the
+    chunks' `words` and `logprobs` joined in order where asked for."""
     text, ids, segments, words, detected = "", [], [], [], None
     for chunk, result in zip(speech.chunks, results):
         detected = detected or result.get("language")
@@ -110,6 +111,8 @@ def joined(speech: SpeechChunks, results: list[dict[str, Any]], plan: ChunkPlan,
     out = {"text": text, "language": language if detected is None else detected, "segments": segments, "ids": ids}
     if word_timestamps:
         out["words"] = words
+    if logprobs:
+        out["logprobs"] = [entry for result in results for entry in result.get("logprobs", ())]
     return out
 
 
@@ -128,4 +131,5 @@ def transcribe_speech(model: Any, audio: Any, transcribe: Transcribe, plan: Chun
         detected = detected or result.get("language")
         text = join_text(text, result["text"])
         results.append(result)
-    return joined(speech, results, plan, language, bool(options.get("word_timestamps")))
+    return joined(speech, results, plan, language, bool(options.get("word_timestamps")),
+                  bool(options.get("logprobs")))

@@ -1,0 +1,200 @@
+"""OpenAI's `temperature` and `include[]=logprobs` on `/v1/audio/transcriptions` (serve.audio, issue #60),
+through OpenAI's own Python client against the in-process server (helpers.serving) of conftest's random
+Whisper (4 s windows: the 10 s recording is three): each answer equals `transcribe` of the same export
+called directly with what the field means (runtime.speech.fallback.openai_fallback; logprobs=True), the
+server's windows decoded in flight together (serve.windows) as well as each alone (--batching request).
+Also: the route's prompt goes before every window, out-of-range temperatures and include[] without json
+are 4xx naming the field, and the VAD chunks' logprobs are joined in order (runtime.speech.chunks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+sf = pytest.importorskip("soundfile")
+
+from helpers import serving  # noqa: E402
+from test_serve_audio import direct, recordings, tones  # noqa: E402,F401  # fixtures
+
+import tfm_export.runtime.speech.longform as longform  # noqa: E402
+from tfm_export.runtime.speech.fallback import OPENAI_TEMPERATURES, openai_fallback  # noqa: E402
+from tfm_export.runtime.speech.whisper import speech_settings  # noqa: E402
+from tfm_export.serve.engine import ServeSettings  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=["inflight", "request"])
+def url(request, whisper_export):
+    """The server, its windows batched in flight (the export has its static decoder) or each on its worker."""
+    with serving(ServeSettings(str(whisper_export), batching=request.param, audio_workers=2)) as (base, _):
+        assert httpx.get(f"{base}/healthz").json()["batching"] == request.param
+        yield base
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def fallback(direct, temperature):
+    return openai_fallback(speech_settings(direct)[0], temperature)
+
+
+def create(client, path, **fields):
+    with open(path, "rb") as audio:
+        return client.audio.transcriptions.create(file=audio, model="whisper-1", **fields)
+
+
+def test_temperature_zero_is_the_fallback(client, direct, recordings):
+    """0: each window at 0, 0.2, ... while it misses the thresholds (this random model's windows all do:
+    their avg_logprob is far below -1), as transcribe with openai_fallback; left out: greedy, as before."""
+    path = recordings["long"]
+    got = create(client, path, temperature=0, response_format="verbose_json")
+    want = direct.transcribe(str(path), timestamps=True, **fallback(direct, 0))
+    assert got.text == want["text"]
+    assert [(s.seek, s.tokens, s.temperature) for s in got.segments] == \
+        [(s["seek"], s["tokens"], s["temperature"]) for s in want["segments"]]
+    assert {s.temperature for s in got.segments} - {0.0} <= set(OPENAI_TEMPERATURES)
+    assert any(s.temperature > 0 for s in got.segments)  # the fallback ran, not one greedy try
+    greedy = direct.transcribe(str(path))["text"]
+    assert create(client, path, temperature=0).text == direct.transcribe(str(path), **fallback(direct, 0))["text"]
+    assert create(client, path).text == greedy != got.text  # left out: greedy
+
+
+def test_temperature_above_zero_samples_at_it(client, direct, recordings):
+    """0.5: every window sampled at 0.5 alone (the library's fixed seed: the same answer as a direct call)."""
+    for name in ("window", "long"):
+        path = recordings[name]
+        got = create(client, path, temperature=0.5, response_format="verbose_json")
+        want = direct.transcribe(str(path), timestamps=True, **fallback(direct, 0.5))
+        assert got.text and got.text == want["text"], name
+        assert [s.tokens for s in got.segments] == [s["tokens"] for s in want["segments"]]
+        assert {s.temperature for s in got.segments} == {0.5}
+        assert got.text != direct.transcribe(str(path), timestamps=True)["text"]  # sampled, not greedy
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client's mark on translations
+def test_translations_take_the_temperature_too(client, direct, recordings):
+    path = recordings["long"]
+    for temperature in (0, 0.5):
+        with open(path, "rb") as audio:
+            got = client.audio.translations.create(file=audio, model="whisper-1", temperature=temperature)
+        assert got.text == direct.transcribe(str(path), task="translate", **fallback(direct, temperature))["text"]
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "warm"])
+@pytest.mark.parametrize("route", ["transcriptions", "translations"])
+def test_temperature_out_of_range_is_a_422_naming_it(url, recordings, route, value):
+    answer = httpx.post(f"{url}/v1/audio/{route}", data={"model": "whisper-1", "temperature": value},
+                        files={"file": ("short.wav", recordings["short"].read_bytes())}, timeout=60)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == "temperature" and answer.json()["error"].startswith("temperature: ")
+
+
+def test_the_client_sees_the_422(client, recordings):
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        create(client, recordings["short"], temperature=1.5)
+    body = refused.value.response.json()
+    assert body["field"] == "temperature" and "less than or equal to 1" in body["error"]
+
+
+def test_include_logprobs(client, direct, recordings):
+    """OpenAI's Transcription.logprobs: each text token's text, log-probability and bytes, those of
+    transcribe(logprobs=True) (greedy and with the fallback); their texts joined are the text."""
+    for name, fields, options in (("long", {}, {}), ("window", {}, {}),
+                                  ("long", {"temperature": 0}, fallback(direct, 0))):
+        path = recordings[name]
+        got = create(client, path, include=["logprobs"], **fields)
+        want = direct.transcribe(str(path), logprobs=True, **options)
+        assert got.text == want["text"] and got.logprobs, name
+        assert [(p.token, p.bytes) for p in got.logprobs] == [(p["token"], p["bytes"]) for p in want["logprobs"]]
+        assert np.allclose([p.logprob for p in got.logprobs], [p["logprob"] for p in want["logprobs"]],
+                           rtol=0, atol=1e-4)
+        assert all(p.logprob <= 0 and bytes(map(int, p.bytes)) == p.token.encode() for p in got.logprobs)
+    long = create(client, recordings["long"], include=["logprobs"])
+    assert "".join(p.token for p in long.logprobs) == long.text  # (its tokens are whole characters)
+    assert create(client, recordings["long"]).logprobs is None  # only when asked for
+
+
+def test_stream_with_logprobs(client, direct, recordings):
+    """transcript.text.done carries the logprobs (those of the json answer); the deltas still come per window."""
+    path = recordings["long"]
+    with open(path, "rb") as audio:
+        events = list(client.audio.transcriptions.create(file=audio, model="whisper-1", stream=True,
+                                                         include=["logprobs"]))
+    want = direct.transcribe(str(path), logprobs=True)
+    done = events[-1]
+    assert done.type == "transcript.text.done" and done.text == want["text"] and len(events) >= 3
+    assert [(p.token, p.bytes) for p in done.logprobs] == [(p["token"], p["bytes"]) for p in want["logprobs"]]
+    assert np.allclose([p.logprob for p in done.logprobs], [p["logprob"] for p in want["logprobs"]], atol=1e-4)
+    assert all(event.type == "transcript.text.delta" for event in events[:-1])
+    with open(path, "rb") as audio:
+        plain = list(client.audio.transcriptions.create(file=audio, model="whisper-1", stream=True))
+    assert plain[-1].logprobs is None
+
+
+@pytest.mark.parametrize("response_format", ["text", "verbose_json", "srt"])
+def test_include_logprobs_needs_json(url, recordings, response_format):
+    answer = httpx.post(f"{url}/v1/audio/transcriptions", data={
+        "model": "whisper-1", "include[]": "logprobs", "response_format": response_format},
+        files={"file": ("short.wav", recordings["short"].read_bytes())}, timeout=60)
+    assert answer.status_code == 422 and answer.json()["field"] == "include[]", answer.text
+    assert f"not {response_format}" in answer.json()["error"]
+    unknown = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1", "include[]": "words"},
+                         files={"file": ("short.wav", recordings["short"].read_bytes())}, timeout=60)
+    assert unknown.status_code == 422 and unknown.json()["field"] == "include[]", unknown.text
+
+
+def test_the_prompt_goes_before_every_window(client, direct, recordings, monkeypatch):
+    """The route's prompt is transcribe's: each of the 10 s recording's three windows is decoded after it."""
+    prompts = []
+    real = longform.window_prompt
+    monkeypatch.setattr(longform, "window_prompt", lambda *args, **kwargs: prompts.append(real(*args, **kwargs))
+                        or prompts[-1])
+    got = create(client, recordings["long"], prompt="the quick brown fox", response_format="verbose_json")
+    assert got.text == direct.transcribe(str(recordings["long"]), prompt="the quick brown fox")["text"]
+    prompt = direct.tokenizer.encode(" the quick brown fox")
+    windows = prompts[:len(prompts) // 2]  # the server's, then the direct call's
+    assert len(windows) == len({s.seek for s in got.segments}) >= 2
+    settings = speech_settings(direct)[0]
+    assert all(p[0] == settings.prev_sot_token_id and p[1:1 + len(prompt)] == prompt for p in windows), windows
+
+
+def speak(*parts):
+    """Utterances of the digits fixture's voice (espeak-ng) and pauses (seconds of silence), 16 kHz."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "whisper-digits"))
+    from speech import utterance
+
+    return np.concatenate([np.zeros(int(p * 16000), np.float32) if isinstance(p, float) else utterance(*p)
+                           for p in parts])
+
+
+def test_chunks_logprobs_are_joined_in_order(client, direct, tmp_path):
+    """chunking_strategy server_vad: the logprobs are each VAD chunk's, transcribed alone, in order (the
+    server's VAD settings: OpenAI's defaults)."""
+    from tfm_export.runtime.speech.chunks import speech_chunks
+    from tfm_export.runtime.speech.transcribe import _whisper_plan
+    from tfm_export.runtime.speech.vad import VadParameters
+
+    samples = speak(0.5, ("one two three four", "en", 160, 50), 1.0, ("five six seven", "en-us+f3", 150, 40), 1.0,
+                    ("eight nine", "en", 170, 45), 0.5)
+    vad = VadParameters(threshold=0.5, speech_pad_ms=300, min_silence_duration_ms=200)
+    chunks = speech_chunks(samples, _whisper_plan(direct), vad).chunks
+    assert len(chunks) >= 2
+    each = [direct.transcribe(c.samples, logprobs=True, max_seconds=None, language=None if n == 0 else
+                              direct.transcribe(chunks[0].samples)["language"]) for n, c in enumerate(chunks)]
+    want = [p for result in each for p in result["logprobs"]]
+    assert want and direct.transcribe(samples, vad=True, vad_parameters=vad, logprobs=True)["logprobs"] == want
+    assert direct.transcribe(samples, vad=True, vad_parameters=vad, logprobs=True, batch_size=4)["logprobs"] == want
+    wav = tmp_path / "speech.wav"
+    sf.write(wav, samples, 16000, subtype="FLOAT")
+    got = create(client, wav, include=["logprobs"], chunking_strategy={"type": "server_vad"})
+    assert [(p.token, p.bytes) for p in got.logprobs] == [(p["token"], p["bytes"]) for p in want]
+    assert np.allclose([p.logprob for p in got.logprobs], [p["logprob"] for p in want], atol=1e-4)
