@@ -87,10 +87,13 @@ class DraftModel:
         """`cache`: the draft's growing cache; `max_len`: the draft's positions."""
         self.cache, self.max_len, self.lock = cache, max_len, cache.lock
         self.state: Any = None
+        self.src: np.ndarray | None = None
         self.fed: list[int] = []  # the ids in the draft's cache
 
     def start(self, src: np.ndarray) -> None:
-        self.state, self.fed = self.cache.start(src), []
+        """The draft encodes `src` at its first proposal: a decode whose speculation is switched off
+        (runtime.decode.draft_length) never runs the draft, nor pays for its encoder."""
+        self.src, self.state, self.fed = src, None, []
 
     def propose(self, history: list[int], k: int) -> list[int]:
         kept = 0  # the draft's cache keeps what the history still agrees with, and at least one id is fed
@@ -99,6 +102,8 @@ class DraftModel:
         k = min(k, self.max_len - len(history))
         if k <= 0:
             return []
+        if self.state is None:
+            self.state = self.cache.start(self.src)
         self.state.truncate(kept)
         self.state.feed(np.array([history[kept:]], dtype=np.int64))  # (1, new ids)
         draft = [int(self.state.next_ids()[0])]
@@ -109,7 +114,7 @@ class DraftModel:
         return draft
 
     def close(self) -> None:
-        self.state = None
+        self.state = self.src = None
 
 
 def check_draft(config: TransformerConfig, tokenizer: dict | None, draft_config: TransformerConfig,
