@@ -32,8 +32,10 @@ Each side runs once as a warm-up, then --rounds rounds, every side once per roun
 (harness.interleave). The table: median wall seconds, RTF (median / audio seconds), the median of the
 per-round ratio to ours of the same precision, the WER of the text against the spoken words (jiwer; both
 texts lower-cased, punctuation removed), and the chunks each side's VAD made (counted apart, untimed).
-Where the time goes: each side's VAD alone over the recording (median of 3), and cProfile of one ours run,
-top 15 functions by own time.
+Where the time goes: each side's VAD alone over the recording and the features of the chunks it leads to
+(median of 3, on the main thread), the rest being the median run less those; and cProfile of one ours run,
+its worker threads included, top 15 functions by own time (the threads overlap: their times add up to more
+than the run's).
 
 Known differences, reported rather than hidden:
 - CTranslate2 calls a Whisper model multilingual only with 51,865 ids or more; the fixture (532 ids, English
@@ -121,11 +123,21 @@ class Ours:
         return self.model.transcribe(samples, vad=True, batch_size=self.batch, vad_parameters=self.vad_parameters,
                                      **OPTIONS)["text"]
 
-    def chunks(self, samples: np.ndarray, window_s: float) -> int:
+    def chunks(self, samples: np.ndarray, window_s: float) -> list[np.ndarray]:
+        """The chunks' audio, as its VAD and chunking cut the recording."""
         from tfm_export.runtime.speech.vad import VadParameters, collect_chunks, speech_timestamps
 
         spans = speech_timestamps(samples, VadParameters.of(self.vad_parameters))
-        return len(collect_chunks(samples, spans, window_s))
+        return [chunk.samples for chunk in collect_chunks(samples, spans, window_s)]
+
+    def features(self, chunks: list[np.ndarray]) -> None:
+        """Each chunk's log-mel features, as its transcription computes them (one window, audio padded)."""
+        from tfm_export.audio.features import log_mel
+        from tfm_export.runtime.speech.whisper import speech_settings
+
+        config = speech_settings(self.model)[1]
+        for chunk in chunks:
+            log_mel(chunk, config)
 
 
 class Multilingual:
@@ -162,11 +174,18 @@ class Faster:
                 batch_size=self.batch)
             return "".join(segment.text for segment in segments)  # a generator: decoding happens here
 
-    def chunks(self, samples: np.ndarray, window_s: float) -> int:
+    def chunks(self, samples: np.ndarray, window_s: float) -> list[np.ndarray]:
+        """The chunks' audio, as the pipeline's VAD (its own parameters) and collect_chunks cut the recording."""
         from faster_whisper.vad import VadOptions, collect_chunks, get_speech_timestamps
 
         spans = get_speech_timestamps(samples, VadOptions(max_speech_duration_s=window_s, min_silence_duration_ms=160))
-        return len(collect_chunks(samples, spans, max_duration=window_s)[0])
+        return collect_chunks(samples, spans, max_duration=window_s)[0]
+
+    def features(self, chunks: list[np.ndarray]) -> None:
+        """Each chunk's features, as the pipeline computes them (padded to the window after)."""
+        extractor = self.pipeline.model.feature_extractor
+        for chunk in chunks:
+            extractor(chunk)
 
 
 def open_sides(fixture: Path, precision: str, args: argparse.Namespace, window_s: float) -> dict[str, Any]:
@@ -210,29 +229,48 @@ def measure(sides: dict[str, Any], samples: np.ndarray, reference: str, rounds: 
                      "rtf": harness.median(times) / seconds,
                      "x_ours": harness.median(t / b for t, b in zip(times, base)),
                      "wer": wer(reference, texts[name]), "words": len(normalized(texts[name]).split()),
-                     "chunks": sides[name].chunks(samples, window_s), "text_head": texts[name][:100]})
+                     "chunks": len(sides[name].chunks(samples, window_s)), "text": texts[name]})
     return rows
 
 
-def vad_seconds(samples: np.ndarray, window_s: float) -> dict[str, float]:
-    """Each side's VAD alone over the recording (speech probabilities and spans), median of 3."""
+def parts(sides: dict[str, Any], samples: np.ndarray, window_s: float, precision: str) -> dict[str, dict]:
+    """Where ours' and faster-whisper's time goes, each part alone on the main thread (median of 3): the VAD
+    over the recording (speech probabilities and spans) and the features of every chunk it leads to."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
     from tfm_export.runtime.speech.vad import VadParameters, speech_timestamps
 
-    ours = VadParameters(max_speech_duration_s=window_s, min_silence_duration_ms=160)
-    theirs = VadOptions(max_speech_duration_s=window_s, min_silence_duration_ms=160)
-    return {"ours": harness.median(harness.timed(lambda: speech_timestamps(samples, ours)) for _ in range(3)),
-            "faster-whisper": harness.median(harness.timed(lambda: get_speech_timestamps(samples, theirs))
-                                             for _ in range(3))}
+    ours, faster = sides[f"ours {precision}"], sides[f"faster-whisper {precision}"]
+    vads = {"ours": lambda: speech_timestamps(samples, VadParameters.of(ours.vad_parameters)),
+            "faster-whisper": lambda: get_speech_timestamps(samples, VadOptions(
+                max_speech_duration_s=window_s, min_silence_duration_ms=160))}
+    out = {}
+    for name, side in (("ours", ours), ("faster-whisper", faster)):
+        chunks = side.chunks(samples, window_s)
+        out[name] = {"vad_s": harness.median(harness.timed(vads[name]) for _ in range(3)),
+                     "features_s": harness.median(harness.timed(lambda: side.features(chunks)) for _ in range(3)),
+                     "chunks": len(chunks)}
+    return out
 
 
 def profiled(side: Any, samples: np.ndarray, top: int = 15) -> str:
-    """cProfile of one run of `side`: the `top` functions by own time."""
-    profile = cProfile.Profile()
-    profile.runcall(side, samples)
+    """cProfile of one run of `side`, its worker threads included (each thread started during the run gets a
+    profiler of its own, merged after): the `top` functions by own time."""
+    import threading
+
+    profiles = [cProfile.Profile()]
+
+    def start_in_thread(*_: Any) -> None:  # the thread's first event: its own profiler replaces this hook
+        profiles.append(cProfile.Profile())
+        profiles[-1].enable()
+
+    threading.setprofile(start_in_thread)
+    try:
+        profiles[0].runcall(side, samples)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
-    return out.getvalue()
+    pstats.Stats(*profiles, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
+    return f"{len(profiles) - 1} worker threads profiled with the main one\n" + out.getvalue()
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -243,8 +281,16 @@ def markdown(report: dict[str, Any]) -> str:
              "| side | median s | RTF | x ours | WER | words | chunks |", "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['side']} | {r['median_s']:.2f} | {r['rtf']:.4f} | {r['x_ours']:.2f} | {r['wer']:.3f} "
               f"| {r['words']} | {r['chunks']} |" for r in report["rows"]]
-    vad = report["vad_s"]
-    lines += ["", f"VAD alone over the recording: ours {vad['ours']:.2f} s, faster-whisper {vad['faster-whisper']:.2f} s"]
+    medians = {r["side"]: r["median_s"] for r in report["rows"]}
+    precision = s["precisions"].split(",")[0]
+    lines += ["", f"Where the time goes ({precision}; each part alone, median of 3; the rest: encoder, decoder, "
+              "search and joining, the median run less the parts):", "",
+              "| part | ours s | faster-whisper s |", "|---|---:|---:|"]
+    split = report["parts"]
+    rest = {n: medians[f"{n} {precision}"] - p["vad_s"] - p["features_s"] for n, p in split.items()}
+    for key, title in (("vad_s", "VAD over the recording"), ("features_s", "features of the chunks")):
+        lines.append(f"| {title} | {split['ours'][key]:.2f} | {split['faster-whisper'][key]:.2f} |")
+    lines.append(f"| the rest | {rest['ours']:.2f} | {rest['faster-whisper']:.2f} |")
     if report.get("profile"):
         lines += ["", f"cProfile of one `ours {s['precisions'].split(',')[0]}` run, top 15 by own time:", "```", report["profile"].strip(),
                   "```"]
@@ -281,7 +327,7 @@ def speech_batched_main() -> None:
     report = {"tool": "tfm-export `benchmarks speech-batched`", "machine": {**harness.machine_info(args.threads),
               **versions(None)}, "settings": {**vars(args), "fixture": str(args.fixture), "work": str(args.work),
               "json": str(args.json)}, "words": len(reference.split()), "load_before": load_before, "rows": rows,
-              "vad_s": vad_seconds(samples, window_s)}
+              "parts": parts(sides, samples, window_s, args.precisions.split(",")[0])}
     if not args.no_profile:
         report["profile"] = profiled(sides[f"ours {args.precisions.split(',')[0]}"], samples)
     print(markdown(report))
