@@ -101,6 +101,7 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/speech/batch.py": "several recordings' or VAD chunks' windows decoded together on worker threads "
                                "(batch_size); Node transcribes one window at a time",
     "runtime/speech/batch_rounds.py": "the rounds of runtime/speech/batch.py's worker threads",
+    "runtime/speech/logprobs.py": "per-token logprobs (OpenAI's include[]=logprobs): Node has no logprobs option",
     "runtime/decode/together.py": "several strategies side by side over one state: runtime/speech/batch_rounds.py's "
                                   "rounds (Node decodes one window at a time)",
 }

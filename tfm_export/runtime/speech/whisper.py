@@ -46,6 +46,7 @@ from ...errors import AudioTooLong, InputError
 from ..options.generation import GenerationConfig
 from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
 from .fallback import fallback_for
+from .logprobs import text_reader, token_logprobs
 from .longform import Segment, WindowRunner, cache_runner, transcribe as transcribe_features, window_decoder
 from .search import LanguageDetector
 from .words import add_words, alignment_session
@@ -207,7 +208,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     vocab, max_positions = model.config.tgt_vocab_size, model.config.max_len
     decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
                                    vocab, stamped, max_positions)
-    text_of = _text_reader(model, settings.timestamp_begin)
+    text_of = text_reader(model, settings.timestamp_begin)
     on_window = None if on_text is None else lambda done: on_text(text_of([t for s in done for t in s.tokens]))
     out = transcribe_features(features, decode_window, settings, init, vocab, window_frames=window,
                               max_target_positions=max_positions, on_window=on_window,
@@ -269,37 +270,6 @@ class LongFormOptions:
 
 # transcribe's options that only Whisper's long form takes (runtime.speech.transcribe refuses them for a frames model)
 DECODING_OPTIONS = frozenset({f.name for f in dataclasses.fields(LongFormOptions)} | {"logprobs"})
-
-
-def _text_reader(model: Any, begin: int) -> Callable[[Sequence[int]], str]:
-    """ids -> their text, the timestamps left out (ids joined by spaces for an export without a tokenizer)."""
-    tokenizer = model.tokenizer if model.manifest.tokenizer else None
-
-    def text_of(ids: Sequence[int]) -> str:
-        kept = [t for t in ids if t < begin]
-        return tokenizer.decode(kept) if tokenizer is not None else " ".join(map(str, kept))
-
-    return text_of
-
-
-def token_logprobs(model: Any, segments: Sequence[Segment], begin: int) -> list[dict[str, Any]]:
-    """Each text token of the segments with its log-probability in the try that stayed, as OpenAI's
-    include[]=logprobs: {token (its text), logprob, bytes (that text's UTF-8 bytes)}. A window's segments are
-    its ids in order (runtime.speech.longform.split_segments), so a segment's tokens are found by position;
-    a prefix's forced ids have logprob 0."""
-    text_of = _text_reader(model, begin)
-    out: list[dict[str, Any]] = []
-    window, cursor = None, 0
-    for segment in segments:
-        if segment.window is not window:
-            window, cursor = segment.window, 0
-        logprobs = window.logprobs if window is not None else ()
-        for n, token in enumerate(segment.tokens):
-            if token < begin and cursor + n < len(logprobs):
-                text = text_of([token])
-                out.append({"token": text, "logprob": logprobs[cursor + n], "bytes": list(text.encode("utf-8"))})
-        cursor += len(segment.tokens)
-    return out
 
 
 def segment_fields(segment: Segment, text: str) -> dict[str, Any]:
