@@ -49,7 +49,11 @@ PAD = 0.4  # seconds of silence around the microphone's utterance
 FILES = [("input", "wav", {}, {}),
          ("drop", "wav", {"language": "de", "numBeams": 2, "timestamps": True},
           {"language": "de", "num_beams": 2, "timestamps": True}),
-         ("drop", "flac", {"language": "en", "prompt": "drei sieben"}, {"language": "en", "prompt": "drei sieben"})]
+         ("drop", "flac", {"language": "en", "prompt": "drei sieben"}, {"language": "en", "prompt": "drei sieben"}),
+         # two utterances 12 s apart in low noise (issue #60's recording): "skip silence" on the page, vad=True here
+         ("drop", "wav", {"language": "en", "timestamps": True, "vad": True},
+          {"language": "en", "timestamps": True, "vad": True})]
+PAUSE = 12.0  # seconds between the VAD file's utterances
 
 
 def held_out(language: str) -> list[Spoken]:
@@ -78,6 +82,13 @@ def microphone_file(runtime, folder: Path) -> dict:
     raise AssertionError("no short held-out utterance that Python transcribes right")
 
 
+def paused(utterances: list[Spoken]) -> np.ndarray:
+    """The utterances PAUSE seconds apart, in noise 40 dB under speech (a room, not digital silence)."""
+    noise = np.random.default_rng(0).normal(0, 0.003, int(PAUSE * RATE)).astype(np.float32)
+    first, second = (u.samples() for u in utterances)
+    return np.concatenate([noise[:RATE // 2], first, noise, second, noise[:RATE // 2]])
+
+
 def for_the_page(result: dict) -> dict:
     """Python's `transcribe` result as the page's test compares it: segments with the EXACT fields (equal), and
     each segment's MEASURES apart (within 1e-4: the browser's float32 logits are summed in another order)."""
@@ -88,11 +99,15 @@ def for_the_page(result: dict) -> dict:
 def test_the_page_transcribes_like_python(digits_export, tmp_path):
     runtime = open_export(digits_export, device="cpu")
     files = []
-    for (how, kind, mine, theirs), spoken in zip(FILES, [held_out("en")[0], held_out("de")[0], held_out("en")[1]]):
-        path = tmp_path / f"{how}-{spoken.language}.{kind}"
-        want = for_the_page(runtime.transcribe(write(path, spoken.samples()), **theirs))
+    english = held_out("en")
+    recordings = [english[0].samples(), held_out("de")[0].samples(), english[1].samples(), paused(english[:2])]
+    for n, ((how, kind, mine, theirs), samples) in enumerate(zip(FILES, recordings)):
+        path = tmp_path / f"{n}-{how}.{kind}"
+        want = for_the_page(runtime.transcribe(write(path, samples), **theirs))
         files.append({"path": str(path), "how": how, "options": mine, "expected": want})
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
+    first, second = (runtime.transcribe(s.samples(), language="en")["text"].split() for s in english[:2])
+    assert files[3]["expected"]["text"].split() == first + second  # both utterances, nothing made up in the pause
     expected = {"export": str(digits_export), "files": files, "mic": microphone_file(runtime, tmp_path)}
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     out = run_node_tests(RUNTIMES / "web", None, files=("test/speech.test.mjs",),

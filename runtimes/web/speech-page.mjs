@@ -6,12 +6,16 @@
 // app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
 // The latest transcript's subtitles can be downloaded (#speech-srt, speech/whisper.mjs's toSrt: Python's --format srt).
 // While the microphone records, its live text (live-text.mjs: confirmed and tentative) shows as it is spoken.
+// "skip silence" transcribes only the speech Silero VAD finds (/vad/'s model, /lib/speech/chunks.mjs: Node's
+// transcribe with vad: true, so the page's text is Python's transcribe(vad=True)'s).
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
 import { liveText } from './live-text.mjs';
 import { featureConfig } from '/lib/audio/features.mjs';
 import { audioSamples, toSrt, transcribe } from '/lib/speech/whisper.mjs';
+import { transcribeSpeech, whisperPlan } from '/lib/speech/chunks.mjs';
+import { MODEL_FILE as VAD_FILE, vadSession } from '/lib/speech/vad.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
 
 const $ = (id) => document.getElementById(id);
@@ -48,6 +52,17 @@ function addTranscript({ name, text, segments, language, seconds, ms }, timestam
   $('transcripts').prepend(tr); // the latest first
 }
 
+let vadLoading = null;
+
+/** Silero VAD's session, loaded on first use from /vad/ (the server has it when the install does). */
+function vad(ort) {
+  vadLoading ??= vadSession(ort, `/vad/${VAD_FILE}`).catch((err) => {
+    vadLoading = null;
+    throw new Error(`the VAD model (/vad/${VAD_FILE}) cannot be loaded (${err.message}); untick "skip silence"`);
+  });
+  return vadLoading;
+}
+
 /** Inputs off while a recording is transcribed (one at a time: the sessions are not re-entrant). */
 function setBusy(busy) {
   $('audio-file').disabled = busy;
@@ -70,13 +85,17 @@ function transcriber(ort, model, samplingRate, setStatus) {
       setStatus(`transcribing ${name}…`);
       const options = speechOptions();
       const start = performance.now();
-      const result = await transcribe(ort, model, samples, { ...options, label: name });
+      const result = $('speech-vad').checked
+        ? await transcribeSpeech(ort, await vad(ort), samples, (chunk, o) => transcribe(ort, model, chunk, o),
+          whisperPlan(model.manifest), null, { ...options, label: name })
+        : await transcribe(ort, model, samples, { ...options, label: name });
       const ms = performance.now() - start;
       const row = { name, source, ...result, seconds, ms };
       addTranscript(row, options.timestamps);
       offerSubtitles(name, result.segments);
       setStatus(`${name}: ${seconds.toFixed(1)} s transcribed in ${Math.round(ms)} ms ` +
-        `(${options.numBeams > 1 ? `beam search, ${options.numBeams} beams` : 'greedy'}; WASM, 1 thread)`);
+        `(${options.numBeams > 1 ? `beam search, ${options.numBeams} beams` : 'greedy'}` +
+        `${$('speech-vad').checked ? ', speech only (VAD)' : ''}; WASM, 1 thread)`);
       window.tfmTranscript = row;
     } catch (err) {
       setStatus(`error: ${err.message}`, true);

@@ -14,6 +14,8 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
                  /lib/speech/longform.mjs); the CommonJS two through the page's shims (fft-shim.mjs,
                  wavefile-shim.mjs), pako's ES module directly; optional (text exports need none: without
                  them the page says so when it opens a Whisper export)
+    /vad/        models/silero-vad (top-level files only): Silero VAD's ONNX file, which the page's "skip silence"
+                 runs (/lib/speech/vad.mjs), when the install has it
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
 
 Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or
@@ -46,7 +48,7 @@ SPEECH_DISTS = {"/npm/fft.js/": ("fft", Path("node_modules", "fft.js", "lib")),
                 "/npm/wavefile/": ("wavefile", Path("node_modules", "wavefile", "dist")),
                 "/npm/pako/": ("pako", Path("node_modules", "pako", "dist"))}
 # mounts that serve only their folder's top-level files (not node_modules/)
-FLAT = ("/", "/tokenizers/", *SPEECH_DISTS)
+FLAT = ("/", "/tokenizers/", "/vad/", *SPEECH_DISTS)
 # mounts that serve only the files their bundle lists, subfolders included (runtimes/node's modules, not its
 # node_modules/ or its Node-only files): what the page may import is what a wheel ships
 LISTED = {"/lib/": frozenset(BUNDLES["lib"].files)}
@@ -76,6 +78,8 @@ def speech_folders(web_dir: Path | None) -> dict[str, Path]:
     runtimes/node/node_modules after `npm ci` there); missing ones are the page's one-line error."""
     found = {prefix: bundled(bundle) if web_dir is None else web_dir.parent / "node" / dist
              for prefix, (bundle, dist) in SPEECH_DISTS.items()}
+    # Silero VAD: the package's model (a checkout's models/silero-vad, a wheel's copy) whatever --web-dir says
+    found["/vad/"] = bundled("silero-vad")
     return {prefix: path.resolve() for prefix, path in found.items() if path.is_dir()}
 
 

@@ -2,10 +2,11 @@
 // Headless Chromium opens the page on a Whisper export (the trained fixture models/whisper-digits)
 // served by `tfm-export serve-web`, and transcribes: a 16 kHz WAV file chosen with the file input, one
 // dropped on the page (with the form's language, beams and timestamps) and a dropped FLAC file (the
-// browser's decoder) give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
+// browser's decoder), and a dropped recording with a 12 s pause, "skip silence" ticked (Silero VAD from /vad/),
+// give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
 // loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
 // error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
-// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps },
+// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad },
 // expected: { text, language, segments (their exact fields), measures (each segment's avg_logprob,
 // compression_ratio, no_speech_prob), ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
@@ -23,7 +24,8 @@ let context;
 const openPage = (problems) => openPageAt(context, url, problems);
 
 /** The form set to `options` (Node's names, as speech.mjs takes them). */
-async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '' }) {
+async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '', vad = false }) {
+  await page.setChecked('#speech-vad', vad);
   await page.selectOption('#speech-lang', language);
   await page.fill('#speech-beams', String(numBeams));
   await page.setChecked('#speech-timestamps', timestamps);
