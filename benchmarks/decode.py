@@ -5,7 +5,8 @@ decoder without a KV cache against one with it (`nocache`).
 
 decode-core: every side is a tfm-export checkout (its own `tfm_export` on PYTHONPATH, in a fresh process
 each round, run from a folder of its own so no other package shadows it); the exports are made once, by
-this checkout, and read by every side (the graph format did not change between them). A process opens one
+this checkout, and read by every side (the runtimes compared on one graph), or with --own-exports by each
+side's checkout (a change of the graphs measured too; the checkpoints are this checkout's). A process opens one
 export and times each case (greedy / beam 4 at batch 1 and 8, 32 source and 32 new tokens, EOS ignored):
 the best of --repeat decodes after a warm-up, in ms per new token. The harness interleaves the sides
 (A, B / B, A ...) and reports the medians over rounds and after / before.
@@ -68,40 +69,53 @@ CORE_CASES = {"greedy, batch 1": (1, 1), "beam 4, batch 1": (1, 4), "greedy, bat
 
 
 def _bundled(work: Path) -> Path:
-    """models/num2words-de (the bundled trained model, d_model 128), exported by this checkout."""
-    return _export(ROOT / "models" / "num2words-de" / "model.pt", work / "bundled")
+    """models/num2words-de (the bundled trained model, d_model 128)."""
+    return ROOT / "models" / "num2words-de" / "model.pt"
 
 
-def _base(work: Path) -> Path:
-    """`tfm-export init --preset base` (the paper's base sizes, random weights, seed 0), exported."""
-    from tfm_export.model.presets import init_checkpoint
+def _preset(name: str) -> Callable[[Path], Path]:
+    """`tfm-export init --preset NAME` (random weights, seed 0) as WORK/NAME.pt, made once: base (the paper's
+    base sizes) or tiny (smoke runs)."""
 
-    checkpoint = work / "base.pt"
-    if not checkpoint.exists():
-        init_checkpoint(checkpoint, "base", 0)
-    return _export(checkpoint, work / "base")
+    def made(work: Path) -> Path:
+        from tfm_export.model.presets import init_checkpoint
 
+        checkpoint = work / f"{name}.pt"
+        if not checkpoint.exists():
+            init_checkpoint(checkpoint, name, 0)
+        return checkpoint
 
-def _tiny(work: Path) -> Path:
-    """The tiny preset (smoke runs)."""
-    from tfm_export.model.presets import init_checkpoint
-
-    checkpoint = work / "tiny.pt"
-    if not checkpoint.exists():
-        init_checkpoint(checkpoint, "tiny", 0)
-    return _export(checkpoint, work / "tiny")
+    return made
 
 
-def _export(weights: Path, out: Path) -> Path:
+# Exports a checkpoint (argv[1]) to argv[2] under the checkout on PYTHONPATH (any of the last months')
+EXPORT_WORKER = r"""
+import sys
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.importers import load_any
+export_model(load_any(sys.argv[1]), sys.argv[2], ExportOptions(validate=False))
+"""
+
+
+def _export(weights: Path, out: Path, tree: Path, scratch: Path) -> Path:
+    """`weights` exported to `out` (once) by the checkout `tree`, in a process of its own."""
     if not (out / "manifest.json").exists():
-        from tfm_export.export.exporter import ExportOptions, export_model
-        from tfm_export.importers import load_any
-
-        export_model(load_any(weights), out, ExportOptions(validate=False))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", EXPORT_WORKER, str(weights), str(out)], check=True, cwd=scratch,
+                       env={**os.environ, "PYTHONPATH": str(tree)})
     return out
 
 
-CORE_MODELS: dict[str, Callable[[Path], Path]] = {"bundled": _bundled, "base": _base, "tiny": _tiny}
+def _exports(weights: Path, out: Path, sides: list[tuple[str, Path]], args: argparse.Namespace) -> dict[str, Path]:
+    """Each side's export of `weights`: with --own-exports its own checkout's (OUT-SIDE), else this one's (OUT)."""
+    if args.own_exports:
+        return {name: _export(weights, out.with_name(f"{out.name}-{name}"), tree, args.scratch) for name, tree in sides}
+    shared = _export(weights, out, ROOT, args.scratch)
+    return {name: shared for name, _ in sides}
+
+
+CORE_MODELS: dict[str, Callable[[Path], Path]] = {"bundled": _bundled, "base": _preset("base"),
+                                                  "tiny": _preset("tiny")}
 
 
 def _side(text: str) -> tuple[str, Path]:
@@ -159,6 +173,8 @@ def decode_core_main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per row (default: 32)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default: 2)")
     parser.add_argument("--work", type=Path, help="where the exports are kept (default: a temporary folder)")
+    parser.add_argument("--own-exports", action="store_true",
+                        help="each side decodes its own checkout's exports (default: this checkout's, for all)")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--quick", action="store_true", help="smoke run: the tiny model, 1 round, 1 repeat")
@@ -175,8 +191,8 @@ def decode_core_main() -> None:
         report = harness.Report("decode-core", {k: str(v) for k, v in vars(args).items() if k != "scratch"})
         samples = {}
         for model in args.models.split(","):
-            export = CORE_MODELS[model](work)
-            runs = {name: _core_process(tree, export, args, cases) for name, tree in sides}
+            exports = _exports(CORE_MODELS[model](work), work / model, sides, args)
+            runs = {name: _core_process(tree, exports[name], args, cases) for name, tree in sides}
             samples[model] = harness.interleave(runs, harness.Plan(rounds=args.rounds, warmup=0),
                                                 progress=lambda line, m=model: print(f"{m}: {line}", flush=True))
             for name, _ in sides:
