@@ -1,12 +1,16 @@
 """Speculative greedy decoding at batch 1 (runtime.decode.speculative): ms per generated token with and without
-it, interleaved, and the acceptance rate; the ids are checked equal to plain greedy's on every case.
+it, interleaved, and the acceptance rate; the ids are checked equal to plain greedy's on every case. Each
+proposer runs twice: with the draft-length policy as it ships (runtime.decode.draft_length: transformers' schedule
+and the switch-off, which stops speculating for a while when it does not pay) and with the schedule alone (a
+second opening of the model, its policy made with switch_off=False). A first table gives the cost of one decoder
+call over 1 + k positions against a plain step's: what a check of k drafted ids costs on this machine.
 
-    python -m benchmarks speculative [--threads 2] [--rounds 5] [--new-tokens 64] [--quick] [--json OUT]
+    python -m benchmarks speculative [--device cpu] [--threads 2] [--rounds 5] [--new-tokens 64] [--quick] [--json OUT]
 
 Cases (each exported into a temporary folder, without validation):
 - `base-random`: the base preset (512 wide, 6 + 6 layers, 8000 ids) with random weights on random 24-id sources.
-  Its greedy output settles into repeating a few ids, so prompt lookup's drafts are nearly always right: the
-  upper bound of what prompt lookup buys on a copy-heavy output at this size, not a trained model's figure.
+  Its greedy output repeats ids, so prompt lookup finds drafts (about 40 % accepted); the self-draft (the
+  model as its own assistant) accepts every id: the upper bound of acceptance, at a draft as dear as the model.
 - `t5-trained`: the trained t5 fixture (tests/fixtures/trained) on its 20 held-out sources, drafted by the
   trained flan_t5 fixture (the same tokenizer), and by prompt lookup (its outputs copy nothing: the cost of
   drafts that fail).
@@ -15,9 +19,11 @@ Cases (each exported into a temporary folder, without validation):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,9 +35,13 @@ from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.model.presets import init_checkpoint
 from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+from tfm_export.runtime.decode import speculative
+from tfm_export.runtime.decode.draft_length import DraftLength
 from tfm_export.runtime.decode.loop import DecodeTimings
 
 LOOKUP = 10  # prompt_lookup_num_tokens
+POSITIONS = (1, 2, 3, 5, 9, 11)  # the call-cost table: 1 + k positions
+T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 
 
 def _base(folder: Path, quick: bool) -> Path:
@@ -48,22 +58,79 @@ def _trained(family: str, folder: Path) -> Path:
     return out
 
 
-def _side(model: Any, sources: list[list[int]], steps: int, **options: Any) -> Callable[[], dict[str, Any]]:
-    """One run: every source alone (batch 1), greedy; ms per generated id (EOS counted) and what was accepted."""
+class _ScheduleOnly:
+    """While in force, new draft-length policies are made without the switch-off (the schedule alone)."""
+
+    def __enter__(self) -> None:
+        self.made, speculative.DraftLength = speculative.DraftLength, functools.partial(DraftLength, switch_off=False)
+
+    def __exit__(self, *exc: Any) -> None:
+        speculative.DraftLength = self.made
+
+
+def _side(model: Any, sources: list[list[int]], steps: int, schedule_only: bool = False, repeat: int = 1,
+          **options: Any) -> Callable[[], dict[str, Any]]:
+    """One run: every source alone (batch 1), greedy, `repeat` times; ms per generated id (EOS counted), what was
+    accepted and how often the policy switched speculation off. `schedule_only`: `model` is an opening of its
+    own, whose policies (made on its first run, kept by the runner) have no switch-off."""
 
     def run() -> dict[str, Any]:
-        timings, ids, start = DecodeTimings(), [], time.perf_counter()
-        for src in sources:
-            ids += model.generate_ids([src], max_new_tokens=steps, config=GREEDY, timings=timings, **options)
-        seconds = time.perf_counter() - start
+        timings, ids = DecodeTimings(), []
+        pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values())
+        with _ScheduleOnly() if schedule_only else nullcontext():
+            start = time.perf_counter()
+            for src in sources * repeat:
+                ids += model.generate_ids([src], max_new_tokens=steps, config=GREEDY, timings=timings, **options)
+            seconds = time.perf_counter() - start
         tokens = sum(len(r) + (len(r) < steps) for r in ids)
+        pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values()) - pauses
         return {"ms": 1000 * seconds / tokens, "ids": ids, "calls": len(timings.steps_s), "tokens": tokens,
-                "drafted": timings.drafted, "accepted": timings.accepted}
+                "drafted": timings.drafted, "accepted": timings.accepted, "pauses": pauses}
 
     return run
 
 
+def _sides(model: Any, again: Any, sources: list[list[int]], steps: int, proposers: dict[str, dict[str, Any]],
+           repeat: int = 1) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Plain greedy, then each proposer (name -> its generate_ids options) with the policy as it ships on
+    `model` and with the schedule alone on `again` (another opening of the same export)."""
+    sides = {"plain": _side(model, sources, steps, repeat=repeat)}
+    for name, options in proposers.items():
+        sides[name] = _side(model, sources, steps, repeat=repeat, **options)
+        sides[f"{name}, schedule only"] = _side(again, sources, steps, schedule_only=True, repeat=repeat, **options)
+    return sides
+
+
+def _call_costs(case: str, model: Any, src: list[int], rounds: int) -> list[dict[str, Any]]:
+    """ms of a decoder call feeding 1 + k positions after a 20-position past, with the speculative step's
+    pick of every position and its cache trim (runtime.states.positions), against a plain step's."""
+    cache, cfg = model.checking_cache(), model.config
+    bias = np.zeros(cfg.tgt_vocab_size, np.float32)
+
+    def call(n: int) -> Callable[[], float]:
+        def run() -> float:
+            state = cache.start(model.source_input([src]))
+            state.feed(np.array([[cfg.bos_id] + [5] * 19]))
+            start = time.perf_counter()
+            for _ in range(10):
+                state.feed(np.full((1, n), 5, np.int64))
+                if n == 1:  # a plain step: its id, the past grown by one
+                    state.next_ids()
+                else:  # a check: every position's id, the past cut back to 20 + the kept (here 0)
+                    state.position_ids(bias)
+                    state.truncate(20)
+            return 100 * (time.perf_counter() - start)  # ms a call
+
+        return run
+
+    samples = interleave({n: call(n) for n in POSITIONS}, Plan(rounds=rounds))
+    one = median(samples[1])
+    return [{"case": case, "positions": n, "ms_per_call": round(median(samples[n]), 3),
+             "x_plain_step": round(median(samples[n]) / one, 2)} for n in POSITIONS]
+
+
 def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int) -> list[dict[str, Any]]:
+    """One row per side: median ms/token, x plain, and the last run's calls, acceptance and switch-offs."""
     samples = interleave(sides, Plan(rounds=rounds))
     plain = median(s["ms"] for s in samples["plain"])
     reference = samples["plain"][0]["ids"]
@@ -73,17 +140,22 @@ def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int
         rows.append({"case": case, "side": name, "ms_per_token": round(ms, 3), "speedup": round(plain / ms, 2),
                      "calls_per_token": round(last["calls"] / last["tokens"], 3),
                      "acceptance": round(last["accepted"] / last["drafted"], 3) if last["drafted"] else None,
-                     "same_ids": all(r["ids"] == reference for r in runs)})
+                     "switch_offs": last["pauses"], "same_ids": all(r["ids"] == reference for r in runs),
+                     "ms_rounds": [round(r["ms"], 3) for r in runs]})
     return rows
 
 
 COLUMNS = [Column("case"), Column("side"), Column("ms_per_token", "ms/token", "{:.3f}"),
            Column("speedup", "x plain", "{:.2f}"), Column("calls_per_token", "decoder calls/token", "{:.3f}"),
-           Column("acceptance", "drafts accepted", "{:.0%}"), Column("same_ids", "same ids")]
+           Column("acceptance", "drafts accepted", "{:.0%}"), Column("switch_offs", "switch-offs (last run)"),
+           Column("same_ids", "same ids")]
+COST_COLUMNS = [Column("case"), Column("positions", "positions fed (1 + k)"),
+                Column("ms_per_call", "ms/call", "{:.3f}"), Column("x_plain_step", "x plain step", "{:.2f}")]
 
 
 def speculative_main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     parser.add_argument("--new-tokens", type=int, default=64, help="most ids per source (base-random: exactly)")
@@ -92,32 +164,34 @@ def speculative_main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads)
-    rows = []
+    rows, costs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        base = open_export(_base(Path(tmp) / "base", args.quick), "cpu", options)
+        folder = _base(Path(tmp) / "base", args.quick)
+        base, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
         rng = np.random.default_rng(1)
         sources = [rng.integers(4, base.config.src_vocab_size, 24).tolist() for _ in range(args.sources)]
-        rows += _rows("base-random", {"plain": _side(base, sources, args.new_tokens),
-                                      f"prompt lookup {LOOKUP}": _side(base, sources, args.new_tokens,
-                                                                       prompt_lookup_num_tokens=LOOKUP),
-                                      "self-draft": _side(base, sources, args.new_tokens, assistant=base)},
-                      args.rounds)
+        costs += _call_costs("base-random", base, sources[0], args.rounds)
+        rows += _rows("base-random", _sides(base, again, sources, args.new_tokens, {
+            f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
+            "self-draft": {"assistant": base}}), args.rounds)
         if args.quick:  # the smoke run: the tiny preset alone
-            return _report(rows, args)
-        t5 = open_export(_trained("t5", Path(tmp)), "cpu", options)
-        draft = open_export(_trained("flan_t5", Path(tmp)), "cpu", options)
-        texts = [e.source for e in fixtures.hf().task_examples("t5")]
-        sources = [t5.encode(t) for t in texts]
-        rows += _rows("t5-trained", {"plain": _side(t5, sources, args.new_tokens),
-                                     f"prompt lookup {LOOKUP}": _side(t5, sources, args.new_tokens,
-                                                                      prompt_lookup_num_tokens=LOOKUP),
-                                     "flan_t5 draft": _side(t5, sources, args.new_tokens, assistant=draft)},
-                      args.rounds)
-    _report(rows, args)
+            return _report(rows, costs, args)
+        t5_folder = _trained("t5", Path(tmp))
+        t5, again = open_export(t5_folder, args.device, options), open_export(t5_folder, args.device, options)
+        draft = open_export(_trained("flan_t5", Path(tmp)), args.device, options)
+        sources = [t5.encode(e.source) for e in fixtures.hf().task_examples("t5")]
+        costs += _call_costs("t5-trained", t5, sources[0], args.rounds)
+        rows += _rows("t5-trained", _sides(t5, again, sources, args.new_tokens, {
+            f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
+            "flan_t5 draft": {"assistant": draft}}, repeat=T5_REPEAT), 3 * args.rounds)
+    _report(rows, costs, args)
 
 
-def _report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"batch 1, greedy, CPU, {args.threads} threads, medians of {args.rounds} interleaved rounds")
+def _report(rows: list[dict[str, Any]], costs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"batch 1, greedy, {args.device}, {args.threads} threads, medians of {args.rounds} interleaved rounds")
+    print(markdown_table(costs, COST_COLUMNS))
+    print()
     print(markdown_table(rows, COLUMNS))
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine_info(args.threads), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"machine": machine_info(args.threads), "call_costs": costs, "rows": rows},
+                                        indent=1))

@@ -265,6 +265,19 @@ def test_right_drafts_that_cost_too_much_are_switched_off_too():
     assert policy.pauses > 4 and seconds / ids < 1.05
 
 
+def test_a_preempted_step_does_not_decide():
+    """One step in 16 of either kind takes 50x its time (another process had the CPU): a proposer that pays
+    stays on, one that costs 30 % more per id is still switched off."""
+    for right, expected_on in ((True, True), (False, False)):
+        policy, n = DraftLength(4, cap=8), 0
+        for _ in range(400):
+            k, n = policy.length(1000), n + 1
+            accepted = k if right else 0
+            seconds = (1.0 + 0.1 * k if right else 1.3) if k else 1.0
+            policy.record(k, accepted, accepted + 1, seconds * (50 if n % 16 == 0 else 1))
+        assert (policy.pauses == 0) is expected_on, policy
+
+
 def test_without_the_switch_off_the_schedule_alone_runs():
     policy = DraftLength(4, switch_off=False)
     assert policy.length(1000) == 4 and policy.length(2) == 2  # no plain step first

@@ -3,14 +3,15 @@
 - The length follows transformers' "heuristic" `num_assistant_tokens_schedule`: +2 after a step that accepted
   every drafted id, -1 (at least 1) otherwise, here at most `cap`.
 - The switch-off. Drafting costs time (a draft model's own steps) and so does checking: a decoder call over
-  k + 1 positions costs about one step where a step is bound by reading its weights (a GPU at batch 1), but up
-  to k + 1 steps where it is bound by arithmetic (a CPU at small sizes). So the policy times the steps online,
-  in seconds per emitted id (running averages): plain steps (nothing drafted) and speculative ones. Once
-  `TRIAL` speculative steps have been timed, speculation that costs more per id than plain steps is switched
-  off: `pause` plain steps follow (which refresh the plain figure), then it tries again. A retry that does not
-  pay doubles the pause (at most `MAX_PAUSE`) and halves the draft length; one that pays resets the pause. The
-  very first step is plain (the figure to beat). A proposer that never pays thus costs `TRIAL` speculative
-  steps every pause: a few percent of the plain decode once the pause has grown.
+  k + 1 positions costs about one step where a step only reads its weights (a GPU at batch 1), more where the
+  arithmetic shows (a 2-core CPU: 1.2x a plain step for k = 1, 2x for k = 10 at the base size, BENCHMARKS.md).
+  So the policy times the steps online, in seconds per emitted id over the last WINDOW steps of each kind:
+  plain steps (nothing drafted) and speculative ones (drafting included). Once TRIAL speculative steps have
+  been timed, speculation that costs more per id than plain steps is switched off: `pause` plain steps follow
+  (which refresh the plain figure), then it tries again. A retry that does not pay doubles the pause (at most
+  MAX_PAUSE) and halves the draft length; one that pays resets the pause. The very first step is plain (the
+  figure to beat). A proposer that never pays thus costs TRIAL speculative steps every pause: a few percent
+  of the plain decode once the pause has grown.
 
 One policy lives as long as its runner and proposer (runtime.api keeps it across calls, as transformers keeps
 `num_assistant_tokens` under the "heuristic" schedule). The ids never depend on it: every step emits the model's
@@ -19,32 +20,39 @@ own greedy ids, whatever was drafted.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 TRIAL = 2  # speculative steps timed before they are judged
 FIRST_PAUSE = 8  # plain steps after the first switch-off
 MAX_PAUSE = 512
-SMOOTHING = 0.1  # the newest step's weight in the averages, once they hold 1 / SMOOTHING steps
+WINDOW = 16  # the steps of each kind that the cost per id is taken over
+SPIKE = 3.0  # a step's seconds count at most SPIKE x the window's median (a step that lost the CPU)
 
 
 @dataclass
-class Average:
-    """Seconds and ids emitted per step: their mean over the first 1 / SMOOTHING steps, then an exponential
-    average (about as many steps deep, so that a change of regime shows); `per_id` their ratio."""
+class Recent:
+    """The last WINDOW steps of one kind, (seconds, ids emitted); `per_id`: their seconds over their ids, each
+    step's seconds clipped at SPIKE x their median, so that a step another process preempted (a shared machine)
+    counts as a slow step rather than as ten."""
 
-    seconds: float = 0.0
-    ids: float = 0.0
-    count: int = 0
+    steps: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
 
     def add(self, seconds: float, ids: int) -> None:
-        self.count += 1
-        weight = max(SMOOTHING, 1 / self.count)
-        self.seconds += weight * (seconds - self.seconds)
-        self.ids += weight * (ids - self.ids)
+        self.steps.append((seconds, ids))
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
 
     @property
     def per_id(self) -> float:
-        return self.seconds / self.ids if self.ids else float("inf")
+        ids = sum(i for _, i in self.steps)
+        if not ids:
+            return float("inf")
+        bound = SPIKE * statistics.median(s for s, _ in self.steps)
+        return sum(min(s, bound) for s, _ in self.steps) / ids
 
 
 @dataclass
@@ -56,8 +64,8 @@ class DraftLength:
     cap: int | None = None
     switch_off: bool = True
     k: int = field(init=False)
-    plain: Average = field(default_factory=Average, init=False)
-    speculative: Average = field(default_factory=Average, init=False)
+    plain: Recent = field(default_factory=Recent, init=False)
+    speculative: Recent = field(default_factory=Recent, init=False)
     off: int = field(default=0, init=False)  # plain steps left in the current pause
     pause: int = field(default=FIRST_PAUSE, init=False)  # the next pause's length
     pauses: int = field(default=0, init=False)  # how many times speculation was switched off
@@ -98,4 +106,4 @@ class DraftLength:
         self.off, self.pauses = self.pause, self.pauses + 1
         self.pause = min(2 * self.pause, MAX_PAUSE)
         self.k = max(1, self.k // 2)
-        self.speculative = Average()  # the retry is judged on its own steps
+        self.speculative = Recent()  # the retry is judged on its own steps
