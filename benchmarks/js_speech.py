@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fixtures
-from benchmarks.speech import RATE, exported, long_recording, random_folder
+from benchmarks.speech.inputs import RATE, exported, long_recording, random_folder
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.speech import free_port, served_exported
+from benchmarks.speech.served import free_port, served_exported
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -78,7 +78,8 @@ import time
 import numpy as np
 
 from benchmarks import fixtures
-from benchmarks.speech import converted, exported, normalized, versions, wer, window_padding
+from benchmarks.speech.backends import window_padding
+from benchmarks.speech.inputs import converted, exported, normalized, versions, wer
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parent.parent
