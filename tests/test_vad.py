@@ -25,9 +25,10 @@ from tfm_export.errors import InputError
 from tfm_export.resources import bundled
 from tfm_export.runtime.speech import vad
 from tfm_export.runtime.speech.vad import RATE, Span, SpeechMap, VadParameters, collect_chunks
+from tools import vad_batched
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
-MODEL = bundled("silero-vad") / vad.MODEL_FILE
+SOURCE = vad_batched.SOURCE  # silero's op15 file, which silero's OnnxWrapper runs window by window
 pytestmark = [pytest.mark.filterwarnings("ignore"),
               pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")]
 # The issue's case: two digit strings, 12 s of low noise between them
@@ -95,18 +96,40 @@ def silero():
     utils = pytest.importorskip("silero_vad.utils_vad")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "This model support only 16000 sampling rate!": it is all we give it
-        model = utils.OnnxWrapper(str(MODEL), force_onnx_cpu=True)
+        model = utils.OnnxWrapper(str(SOURCE), force_onnx_cpu=True)
     return torch, utils, model
 
 
-def test_probabilities_equal_silero_onnx_wrapper(silero, busy):
+@pytest.mark.parametrize("call_windows", [vad.CALL_WINDOWS, 7])
+def test_probabilities_equal_silero_onnx_wrapper(silero, busy, call_windows, monkeypatch):
+    """Our batched graph, many windows a call (or 7: the state carried from call to call too), against silero
+    running its op15 file one window at a time: the same float32 probabilities, bit for bit."""
     torch, _, model = silero
+    monkeypatch.setattr(vad, "CALL_WINDOWS", call_windows)
     samples = busy[0][:RATE * 5 + 123]  # a last window that is padded
     theirs = model.audio_forward(torch.from_numpy(samples), RATE).numpy()[0]
     ours = vad.speech_probabilities(samples)
     assert ours.shape == theirs.shape == (math.ceil(len(samples) / vad.WINDOW),)
     assert np.array_equal(ours, theirs)
     assert ours.max() > 0.9 and ours[:5].max() < 0.5  # speech found, the leading noise not
+
+
+def test_window_probabilities_carry_context_and_state(busy):
+    """A stream given in pieces (serve.turns' way) has the probabilities of the whole recording at once."""
+    samples = busy[0][:vad.WINDOW * 300]
+    whole = vad.speech_probabilities(samples)
+    windows = samples.reshape(-1, vad.WINDOW)
+    context, state, pieces = np.zeros(vad.CONTEXT, np.float32), np.zeros(vad.STATE, np.float32), []
+    for start, stop in ((0, 1), (1, 120), (120, 300)):
+        probs, state = vad.window_probabilities(windows[start:stop], context, state)
+        context = windows[stop - 1, -vad.CONTEXT:]
+        pieces.append(probs)
+    assert np.array_equal(np.concatenate(pieces), whole) and whole.max() > 0.9
+
+
+def test_batched_graph_is_what_the_tool_writes():
+    """models/silero-vad's batched file is tools/vad_batched.py's rewrite of the op15 file, byte for byte."""
+    assert (bundled("silero-vad") / vad.MODEL_FILE).read_bytes() == vad_batched.batched_model().SerializeToString()
 
 
 @pytest.mark.parametrize("settings", silero_settings, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))

@@ -62,7 +62,7 @@ BUNDLES = {
                            ("model.pt", "heldout.tsv", "short.tsv", "README.md")),
     # Silero VAD (MIT), runtime.speech.vad's model: `transcribe --vad`, the server's chunking_strategy
     "silero-vad": Bundle("models/silero-vad", "models/silero-vad",
-                         ("silero_vad_16k_op15.onnx", "LICENSE", "README.md")),
+                         ("silero_vad_16k_op15_batched.onnx", "LICENSE", "README.md")),
 }
 
 

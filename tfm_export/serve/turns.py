@@ -1,8 +1,8 @@
 """Server VAD for live transcription (serve.realtime): where a speaker's turn starts and stops in a stream.
 
-OpenAI's `server_vad` turn detection, on runtime.speech.vad's Silero model run window by window with its
-recurrent state carried across the stream (runtime.speech.vad.speech_probabilities does the same over a
-whole recording): a turn starts at the first window whose P(speech) reaches `threshold`, with
+OpenAI's `server_vad` turn detection, on runtime.speech.vad's Silero model, each piece's whole windows in
+one call, its recurrent state carried across the stream (runtime.speech.vad.speech_probabilities does the
+same over a whole recording): a turn starts at the first window whose P(speech) reaches `threshold`, with
 `prefix_padding_ms` of the audio before it, and stops once `silence_duration_ms` of windows stayed under
 it. Torch-free; no web framework here.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.speech.vad import CONTEXT, RATE, STATE, WINDOW, vad_session
+from ..runtime.speech.vad import CONTEXT, RATE, STATE, WINDOW, vad_session, window_probabilities
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,12 @@ class StreamingVad:
         data = np.concatenate([self.rest, samples])
         count = len(data) // WINDOW
         self.rest = data[count * WINDOW:]
-        probs, rate = [], np.array(RATE, np.int64)
-        for window in data[:count * WINDOW].reshape(count, WINDOW):
-            prob, self.state = self.session.run(None, {"input": np.concatenate([self.context, window])[None],
-                                                       "state": self.state, "sr": rate})
-            self.context = window[-CONTEXT:]
-            probs.append(float(prob[0, 0]))
-        return probs
+        if not count:
+            return []
+        windows = data[:count * WINDOW].reshape(count, WINDOW)
+        probs, self.state = window_probabilities(windows, self.context, self.state, self.session)
+        self.context = windows[-1, -CONTEXT:]
+        return probs.tolist()
 
 
 class TurnDetector:
