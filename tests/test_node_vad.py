@@ -46,7 +46,7 @@ for (const file of job.recordings) {
   const buffer = readFileSync(file);
   const samples = new Float32Array(buffer.buffer, buffer.byteOffset, buffer.length / 4);
   const probs = await vad.speechProbabilities(ort, session, samples);
-  out.spans.push({ probs: Array.from(probs.slice(0, 64)), bySetting: [] });
+  out.spans.push({ probs: Array.from(probs), bySetting: [] });
   for (const settings of job.settings) {
     const spans = vad.timestampsFromProbabilities(probs, samples.length, new vad.VadParameters(settings));
     out.spans.at(-1).bySetting.push(spans.map((s) => [s.start, s.end]));
@@ -91,7 +91,7 @@ def test_node_speech_timestamps_equal_python(node_answers):
     recordings, answers = node_answers
     for samples, got in zip(recordings, answers["spans"]):
         probs = vad.speech_probabilities(samples)
-        assert np.array_equal(np.float32(got["probs"]), probs[:64])
+        assert np.array_equal(np.float32(got["probs"]), probs)  # every window, many a call on both sides
         for settings, spans in zip(SETTINGS, got["bySetting"]):
             want = vad.timestamps_from_probabilities(probs, len(samples), VadParameters(**settings))
             assert [tuple(s) for s in spans] == [tuple(s) for s in want], settings

@@ -60,7 +60,8 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                                      "feed", "step", "finish")),
     "runtime/speech/vad.py": ("speech/vad.mjs", ("VadParameters", "Span", "Chunk", "SpeechMap"),
                               ("speech_probabilities", "speech_timestamps", "timestamps_from_probabilities",
-                               "collect_chunks", "vad_session", "of", "span_of", "to_recording")),
+                               "collect_chunks", "vad_session", "window_probabilities", "of", "span_of",
+                               "to_recording")),
     "runtime/speech/chunks.py": ("speech/chunks.mjs", ("ChunkPlan",),
                                  ("join_text", "speech_chunks", "joined", "transcribe_speech")),
     # the non-runtime modules the JS side ports, under their Python packages' names

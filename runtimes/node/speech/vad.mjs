@@ -1,7 +1,8 @@
 // Voice activity detection: where a recording has speech (issue #60), the port of
-// tfm_export/runtime/speech/vad.py. Silero VAD (models/silero-vad/silero_vad_16k_op15.onnx, MIT) run as Python
-// runs it: 512-sample windows at 16 kHz, each with the 64 samples before it prepended, the recurrent state
-// carried from window to window, one thread; the probabilities become spans exactly as silero's
+// tfm_export/runtime/speech/vad.py. Silero VAD (models/silero-vad's silero_vad_16k_op15_batched.onnx, MIT: the
+// op15 file with the windows on its LSTM's sequence axis, tools/vad_batched.py) run as Python runs it: 512-sample
+// windows at 16 kHz, each with the 64 samples before it prepended, up to 10,000 a call, the recurrent state
+// carried from window to window and call to call, one thread; the probabilities become spans exactly as silero's
 // get_speech_timestamps makes them (tests/test_node_vad.py: Node's spans equal Python's), then faster-whisper's
 // collect_chunks and SpeechTimestampsMap. `ort` is onnxruntime-node or onnxruntime-web (the page passes its own);
 // `model` the ONNX file's path (Node), URL or bytes. No Node APIs here.
@@ -14,7 +15,8 @@
 export const RATE = 16000; // Hz: the model's (and Whisper's) rate
 export const WINDOW = 512; // samples per speech probability (32 ms)
 export const CONTEXT = 64; // samples of the window before, prepended to each window
-export const MODEL_FILE = 'silero_vad_16k_op15.onnx';
+export const MODEL_FILE = 'silero_vad_16k_op15_batched.onnx'; // tools/vad_batched.py's: many windows a call
+export const CALL_WINDOWS = 10000; // windows per model call (Python's)
 const STATE = [2, 1, 128];
 
 /** How probabilities become spans (silero's get_speech_timestamps' arguments, Python's field names), with
@@ -66,19 +68,32 @@ export async function vadSession(ort, model) {
  * it (zeros before the first) and the state the window before left. */
 export async function speechProbabilities(ort, session, samples) {
   const count = Math.ceil(samples.length / WINDOW);
-  const out = new Float32Array(count);
-  let state = new ort.Tensor('float32', new Float32Array(STATE[0] * STATE[1] * STATE[2]), STATE);
-  const sr = new ort.Tensor('int64', BigInt64Array.from([BigInt(RATE)]), []);
+  const windows = new Float32Array(count * WINDOW);
+  windows.set(samples);
+  const state = new ort.Tensor('float32', new Float32Array(STATE[0] * STATE[1] * STATE[2]), STATE);
+  return (await windowProbabilities(ort, session, windows, new Float32Array(CONTEXT), state)).probs;
+}
+
+/** { probs, state }: P(speech) of consecutive 512-sample windows of one stream (`windows`: their samples end to
+ * end) and the state (a tensor) after the last; `context` the 64 samples before the first window (zeros at the
+ * stream's start), `state` the one the window before left. Up to CALL_WINDOWS windows a call, as Python's. */
+export async function windowProbabilities(ort, session, windows, context, state) {
+  const count = windows.length / WINDOW;
+  const size = CONTEXT + WINDOW;
+  const inputs = new Float32Array(count * size);
   for (let i = 0; i < count; i += 1) {
-    const input = new Float32Array(CONTEXT + WINDOW);
-    const from = i * WINDOW;
-    if (i > 0) input.set(samples.subarray(from - CONTEXT, from), 0);
-    input.set(samples.subarray(from, Math.min(from + WINDOW, samples.length)), CONTEXT);
-    const result = await session.run({ input: new ort.Tensor('float32', input, [1, CONTEXT + WINDOW]), state, sr });
-    out[i] = result.output.data[0];
+    inputs.set(i ? windows.subarray(i * WINDOW - CONTEXT, i * WINDOW) : context, i * size);
+    inputs.set(windows.subarray(i * WINDOW, (i + 1) * WINDOW), i * size + CONTEXT);
+  }
+  const probs = new Float32Array(count);
+  for (let start = 0; start < count; start += CALL_WINDOWS) {
+    const n = Math.min(CALL_WINDOWS, count - start);
+    const input = new ort.Tensor('float32', inputs.slice(start * size, (start + n) * size), [n, size]);
+    const result = await session.run({ input, state });
+    probs.set(result.output.data, start);
     state = result.stateN;
   }
-  return out;
+  return { probs, state };
 }
 
 /** The speech spans of a recording (Float32Array at 16 kHz), as silero's get_speech_timestamps. */
