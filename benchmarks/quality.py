@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 import argparse
 import contextlib
 import dataclasses
@@ -646,21 +646,34 @@ class TextDecoder:
     max_new_tokens) over the export's defaults, of which beams, length penalty, no-repeat n-grams and the
     minimum length are CTranslate2's too (forced EOS and early stopping are not)."""
 
-    def __init__(self, model_dir: Path, compute_type: str, runner: Any):
+    def __init__(self, model_dir: Path, compute_type: str, runner: Any, threads: int = 0):
         import ctranslate2
 
         self.translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
-                                                 inter_threads=1)
+                                                 inter_threads=1, intra_threads=threads)  # 0: CT2's default
         self.source_vocab, self.target_vocab = vocabularies(model_dir)
         self.index = {token: i for i, token in enumerate(self.target_vocab)}
         self.runner = runner
 
     def __call__(self, group: Any, decoding: dict[str, Any]) -> list[str]:
+        tokens, prefix, settings = self.request(group.sources, group.options, decoding)
+        out: list[str] = []
+        for i in range(0, len(tokens), CT2_BATCH):
+            batch = tokens[i:i + CT2_BATCH]
+            results = self.translator.translate_batch(batch, target_prefix=[prefix] * len(batch) if prefix else None,
+                                                      **settings)
+            out += [self.text(result, prefix) for result in results]
+        return out
+
+    def request(self, sources: Sequence[str], options: dict[str, Any], decoding: dict[str, Any]
+                ) -> tuple[list[list[str]], list[str], dict[str, Any]]:
+        """(the sources' tokens, the target prefix, CTranslate2's decoding options) for texts with the group
+        `options` (source_lang, target_lang) under `decoding`."""
         config = self.runner.generation_config(None, **decoding)
-        langs = {k: group.options.get(k) for k in ("source_lang", "target_lang")}
+        langs = {k: options.get(k) for k in ("source_lang", "target_lang")}
         forced = self.runner.language_options(langs["target_lang"]).get("forced_bos_token_id")
         prefix = [self.target_vocab[forced]] if forced is not None else []
-        tokens = [[self.source_vocab[i] for i in self.runner.encode(text, **langs)] for text in group.sources]
+        tokens = [[self.source_vocab[i] for i in self.runner.encode(text, **langs)] for text in sources]
         settings = dict(beam_size=config.num_beams, length_penalty=config.length_penalty,
                         no_repeat_ngram_size=config.no_repeat_ngram_size,
                         min_decoding_length=config.min_new_tokens + len(prefix),
@@ -668,15 +681,12 @@ class TextDecoder:
         if self.runner.config.suppress_ids:  # ids the export never outputs (Marian's pad: bad_words_ids)
             settings["suppress_sequences"] = [[self.target_vocab[i]] for i in self.runner.config.suppress_ids
                                               if i < len(self.target_vocab)]
-        out: list[str] = []
-        for i in range(0, len(tokens), CT2_BATCH):
-            batch = tokens[i:i + CT2_BATCH]
-            results = self.translator.translate_batch(batch, target_prefix=[prefix] * len(batch) if prefix else None,
-                                                      **settings)
-            for result in results:
-                ids = [self.index[t] for t in result.hypotheses[0]][len(prefix):]
-                out.append(self.runner.tokenizer.decode(ids).strip())
-        return out
+        return tokens, prefix, settings
+
+    def text(self, result: Any, prefix: list[str]) -> str:
+        """A TranslationResult's best hypothesis as text (the export's tokenizer), the prefix left off."""
+        ids = [self.index[t] for t in result.hypotheses[0]][len(prefix):]
+        return self.runner.tokenizer.decode(ids).strip()
 
 
 class WhisperDecoder:

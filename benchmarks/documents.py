@@ -1,0 +1,227 @@
+"""A document end to end: ours (`translate(..., split_sentences=True)`) against CTranslate2's translate_iterable."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks import quality
+from tfm_export.bench import harness
+
+DOC = r"""A document end to end, ours against CTranslate2's translate_iterable on the same weights (#62).
+
+    .venv/bin/python -m benchmarks documents [--words 3000] [--rounds 5] [--threads 2] [--work DIR] \
+        [--folder tests/fixtures/trained/nllb] [--no-int8] [--batch-types examples,tokens] [--spin on|off|both] [--profile] [--json OUT]
+
+The trained NLLB fixture (digits -> words, tests/test_documents.py's model) exported with `tfm-export FOLDER -o
+OUT` (float32, and `--quantize int8`) and converted for CTranslate2 from the same folder (quality.convert_folder;
+CTranslate2 quantises to int8 at load time). The document: WORDS one-number sentences ("7953.") in paragraphs of
+10, eng_Latn -> deu_Latn, greedy, the export's max length on both sides.
+
+    ours  model.translate([document], split_sentences=True): split (text.sentences), encoded, decoded
+          DOCUMENT_BATCH sentences at a time in document order, joined back with the document's whitespace
+    ct2   the same sentences (split once by our splitter, untimed: `split_s` is that split's time), encoded
+          with the export's tokenizer, translator.translate_iterable(max_batch_size=DOCUMENT_BATCH,
+          batch_type examples, and tokens at 8x: a side each) (it reads ahead and sorts by
+          length), decoded and joined the same way
+
+Both with 2 threads (ORT intra-op, CTranslate2 intra_threads, inter_threads=1), interleaved rounds
+(harness.interleave). Agreement: the share of identical sentences and chrF (sacrebleu) of ours against
+CTranslate2's, per precision. `--profile`: cProfile's top 15 of one of our float32 documents.
+"""
+
+ENG, DEU = "eng_Latn", "deu_Latn"
+FOLDER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trained" / "nllb"
+
+
+def document(words: int, seed: int = 0) -> str:
+    """`words` one-number sentences in paragraphs of 10 (the fixture's domain)."""
+    rng = random.Random(seed)
+    chosen = [f"{rng.randint(1, 9999)}." for _ in range(words)]
+    return "".join(s + ("\n\n" if n % 10 == 9 else " ") for n, s in enumerate(chosen))
+
+
+def exported(folder: Path, out: Path, quantize: str | None) -> Path:
+    """`tfm-export FOLDER -o OUT [--quantize int8]` (validation on), unless a previous run left it."""
+    if not (out / "manifest.json").exists():
+        cli = Path(sys.executable).with_name("tfm-export")
+        cmd = [str(cli), str(folder), "-o", str(out), "--force"] + (["--quantize", quantize] if quantize else [])
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return out
+
+
+def timed(work: Callable[[], Any]) -> dict[str, Any]:
+    """work()'s wall and process CPU seconds (all threads), and its result."""
+    cpu = time.process_time()
+    out: list[Any] = []
+    seconds = harness.timed(lambda: out.append(work()))
+    return {"seconds": seconds, "cpu_s": time.process_time() - cpu, "result": out[0]}
+
+
+def ours_side(runner: Any, text: str) -> Callable[[], dict[str, Any]]:
+    return lambda: timed(lambda: runner.translate([text], source_lang=ENG, target_lang=DEU, split_sentences=True)[0])
+
+
+def ct2_side(decoder: Any, text: str, batch_type: str, max_batch: int) -> Callable[[], dict[str, Any]]:
+    from tfm_export.text import sentences
+
+    count = lambda s: len(decoder.runner.encode(s, ENG, DEU))  # noqa: E731
+    plan = sentences.plan(text, ENG, count, decoder.runner.config.max_len)
+    texts = sentences.texts_of(plan)
+
+    def translate() -> list[str]:
+        tokens, prefix, settings = decoder.request(texts, {"source_lang": ENG, "target_lang": DEU}, {"num_beams": 1})
+        results = decoder.translator.translate_iterable(
+            tokens, target_prefix=[prefix] * len(tokens) if prefix else None, max_batch_size=max_batch,
+            batch_type=batch_type, **settings)
+        out = [decoder.text(r, prefix) for r in results]
+        sentences.join(plan, out)  # the document, as ours gives it (the rows are what is compared)
+        return out
+    return lambda: timed(translate)
+
+
+def our_sentences(runner: Any, texts: list[str], batch: int) -> list[str]:
+    """Ours sentence by sentence, in the library's DOCUMENT_BATCH chunks (the rows its document path decodes)."""
+    return [t for i in range(0, len(texts), batch)
+            for t in runner.translate(texts[i:i + batch], source_lang=ENG, target_lang=DEU)]
+
+
+def profile(run: Callable[[], Any]) -> str:
+    profiler = cProfile.Profile()
+    profiler.runcall(run)
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
+    return stream.getvalue()
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", type=Path, default=FOLDER, help="trained Hugging Face folder (NLLB layout)")
+    parser.add_argument("--words", type=int, default=3000, help="the document's sentences (one word each)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
+    parser.add_argument("--threads", type=int, default=2, help="threads per side")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-documents"), help="exports, CT2 model")
+    parser.add_argument("--no-int8", action="store_true", help="float32 only")
+    parser.add_argument("--batch-types", default="examples,tokens",
+                        help="translate_iterable's batch_type(s), comma-separated: a CT2 side each")
+    parser.add_argument("--max-batch", type=int, default=0,
+                        help="translate_iterable's max_batch_size (0: our DOCUMENT_BATCH sentences; tokens: "
+                             "8 times that, about a sentence's tokens here)")
+    parser.add_argument("--spin", choices=tuple(SPIN), default="on",
+                        help="ORT's spin-waiting threads on ours (the default), off, or both as two sides")
+    parser.add_argument("--profile", action="store_true", help="cProfile top 15 of one of our documents")
+    parser.add_argument("--json", type=Path, help="write the report here")
+    return parser.parse_args()
+
+
+SPIN = {"on": {"": True}, "off": {" no-spin": False}, "both": {"": True, " no-spin": False}}  # --spin: ours sides
+
+
+def sides(args: argparse.Namespace, text: str, precisions: list[str], batches: dict[str, int]
+          ) -> tuple[dict[str, Callable[[], dict[str, Any]]], dict[str, tuple[str, Any]]]:
+    """"ours P[ no-spin]" and "ct2 P BATCH_TYPE" for each precision P; ours sides' (precision, opened export)."""
+    from tfm_export.runtime import RuntimeOptions, open_export
+
+    ct2_dir = quality.convert_folder(args.folder, args.work / "ct2")
+    runners, out = {}, {}
+    for p in precisions:
+        folder = exported(args.folder, args.work / f"ours-{p}", None if p == "float32" else p)
+        for suffix, spin in SPIN[args.spin].items():
+            runner = open_export(folder, "cpu", options=RuntimeOptions(intra_op_threads=args.threads, spin_wait=spin))
+            runners[f"ours {p}{suffix}"] = (p, runner)
+            out[f"ours {p}{suffix}"] = ours_side(runner, text)
+        decoder = quality.TextDecoder(ct2_dir, p, runner, threads=args.threads)
+        for kind, size in batches.items():
+            out[f"ct2 {p} {kind}"] = ct2_side(decoder, text, kind, size)
+    return out, runners
+
+
+def rows(samples: dict[str, list[dict[str, Any]]], runners: dict[str, tuple[str, Any]], text: str,
+         batches: dict[str, int]) -> list[dict[str, Any]]:
+    """A row per ours side and CTranslate2 batch type: medians, throughputs, the ratio and the agreement."""
+    import sacrebleu
+
+    from tfm_export.runtime.api import DOCUMENT_BATCH
+    from tfm_export.text import sentences
+
+    first = next(iter(runners.values()))[1]
+    plan = sentences.plan(text, ENG, lambda s: len(first.encode(s, ENG, DEU)), first.config.max_len)
+    n, words = len(sentences.texts_of(plan)), len(text.split())
+    out = []
+    for name, (p, runner) in runners.items():
+        ours = samples[name]
+        rows_ = our_sentences(runner, sentences.texts_of(plan), DOCUMENT_BATCH)
+        mine = [t.strip() for t in rows_]
+        joined = sentences.join(plan, rows_) == ours[-1]["result"]  # the document is these rows joined back
+        t_ours = harness.median(s["seconds"] for s in ours)
+        for kind, size in batches.items():
+            ct2 = samples[f"ct2 {p} {kind}"]
+            theirs = ct2[-1]["result"]
+            t_ct2 = harness.median(s["seconds"] for s in ct2)
+            out.append({"ours": name, "precision": p, "batch_type": kind, "max_batch_size": size, "sentences": n, "words": words,
+                        "ours_s": t_ours, "ct2_s": t_ct2, "ours_rounds": [s["seconds"] for s in ours],
+                        "ct2_rounds": [s["seconds"] for s in ct2],
+                        "ours_cpu_s": harness.median(s["cpu_s"] for s in ours),
+                        "ct2_cpu_s": harness.median(s["cpu_s"] for s in ct2),
+                        "ours_sentences_per_s": n / t_ours, "ct2_sentences_per_s": n / t_ct2,
+                        "ours_words_per_s": words / t_ours, "ct2_words_per_s": words / t_ct2,
+                        "ours_over_ct2": t_ct2 / t_ours,  # > 1: ours faster
+                        "best_ours_over_ct2": min(s["seconds"] for s in ct2) / min(s["seconds"] for s in ours),
+                        "identical": sum(a == b for a, b in zip(mine, theirs)) / n,
+                        "chrf_ours_vs_ct2": sacrebleu.corpus_chrf(mine, [theirs]).score,
+                        "rows_join_to_document": joined})
+    return out
+
+
+def split_seconds(text: str, runner: Any) -> float:
+    from tfm_export.text import sentences
+
+    count = lambda s: len(runner.encode(s, ENG, DEU))  # noqa: E731
+    return harness.median(harness.timed(lambda: sentences.plan(text, ENG, count, runner.config.max_len))
+                          for _ in range(3))
+
+
+def documents_main() -> int:
+    from tfm_export.runtime.api import DOCUMENT_BATCH
+
+    args = parse()
+    args.work.mkdir(parents=True, exist_ok=True)
+    text = document(args.words)
+    batches = {kind: args.max_batch or DOCUMENT_BATCH * (8 if kind == "tokens" else 1)
+               for kind in args.batch_types.split(",")}
+    precisions = ["float32"] + ([] if args.no_int8 else ["int8"])
+    runs, runners = sides(args, text, precisions, batches)
+    samples = harness.interleave(runs, harness.Plan(rounds=args.rounds),
+                                 progress=lambda line: print(line, file=sys.stderr))
+    report = harness.Report("documents", {"words": args.words, "rounds": args.rounds, "threads": args.threads,
+                                          "folder": str(args.folder)}, machine=harness.machine_info(args.threads))
+    report.rows = rows(samples, runners, text, batches)
+    report.settings["split_s"] = split_seconds(text, next(iter(runners.values()))[1])
+    print(report.machine_line())
+    print(harness.markdown_table(report.rows, [
+        harness.Column("ours"), harness.Column("batch_type", "CT2 batch_type"), harness.Column("sentences"),
+        harness.Column("ours_sentences_per_s", "ours sentences/s", "{:.0f}"),
+        harness.Column("ct2_sentences_per_s", "CT2 sentences/s", "{:.0f}"),
+        harness.Column("ours_over_ct2", "speed ours / CT2", "{:.2f}"),
+        harness.Column("best_ours_over_ct2", "best round / best round", "{:.2f}"),
+        harness.Column("identical", "identical sentences", "{:.1%}"),
+        harness.Column("chrf_ours_vs_ct2", "chrF ours vs CT2", "{:.2f}"),
+        harness.Column("ours_cpu_s", "ours CPU s", "{:.2f}"), harness.Column("ct2_cpu_s", "CT2 CPU s", "{:.2f}")]))
+    print(f"split (our splitter, its count): {report.settings['split_s']:.3f} s a document")
+    if args.profile:
+        report.settings["profile"] = profile(lambda: next(iter(runners.values()))[1].translate(
+            [text], source_lang=ENG, target_lang=DEU, split_sentences=True))
+        print(report.settings["profile"])
+    if args.json:
+        report.write(args.json)
+    return 0
