@@ -9,9 +9,11 @@
   plain steps (nothing drafted) and speculative ones (drafting included). Once TRIAL speculative steps have
   been timed, speculation that costs more per id than plain steps is switched off: `pause` plain steps follow
   (which refresh the plain figure), then it tries again. A retry that does not pay doubles the pause (at most
-  MAX_PAUSE) and halves the draft length; one that pays resets the pause. The very first step is plain (the
-  figure to beat). A proposer that never pays thus costs TRIAL speculative steps every pause: a few percent
-  of the plain decode once the pause has grown.
+  MAX_PAUSE) and halves the draft length; one that pays resets the pause. The first PLAIN_FIRST steps are
+  plain (the figure to beat: their median, as the very first call warms ONNX Runtime up), and so is one
+  step after every REFRESH speculative ones (a draft model never leaves a plain step otherwise). A proposer
+  that never pays thus costs TRIAL speculative steps every pause: a few percent of the plain decode once the
+  pause has grown.
 
 One policy lives as long as its runner and proposer (runtime.api keeps it across calls, as transformers keeps
 `num_assistant_tokens` under the "heuristic" schedule). The ids never depend on it: every step emits the model's
@@ -29,6 +31,8 @@ FIRST_PAUSE = 8  # plain steps after the first switch-off
 MAX_PAUSE = 512
 WINDOW = 16  # the steps of each kind that the cost per id is taken over
 SPIKE = 3.0  # a step's seconds count at most SPIKE x the window's median (a step that lost the CPU)
+PLAIN_FIRST = 3  # plain steps timed before the first draft (their median: the first call warms ORT up)
+REFRESH = 32  # while speculating, one plain step in REFRESH + 1 keeps the plain figure current
 
 
 @dataclass
@@ -45,6 +49,11 @@ class Recent:
     @property
     def count(self) -> int:
         return len(self.steps)
+
+    @property
+    def median(self) -> float:
+        """The median step's seconds per id (plain steps: one id each)."""
+        return statistics.median(s / i for s, i in self.steps) if self.steps else float("inf")
 
     @property
     def per_id(self) -> float:
@@ -69,14 +78,17 @@ class DraftLength:
     off: int = field(default=0, init=False)  # plain steps left in the current pause
     pause: int = field(default=FIRST_PAUSE, init=False)  # the next pause's length
     pauses: int = field(default=0, init=False)  # how many times speculation was switched off
+    since_plain: int = field(default=0, init=False)  # speculative steps since the last plain one
 
     def __post_init__(self) -> None:
         self.k = self.start
 
     @property
     def drafting(self) -> bool:
-        """Whether the next step drafts: not in a pause, and (with the switch-off) a plain step timed first."""
-        return not self.switch_off or (self.off == 0 and self.plain.count > 0)
+        """Whether the next step drafts: with the switch-off, not in a pause, PLAIN_FIRST plain steps timed,
+        and not the plain step that follows REFRESH speculative ones."""
+        return not self.switch_off or (self.off == 0 and self.plain.count >= PLAIN_FIRST
+                                       and self.since_plain < REFRESH)
 
     def length(self, room: int) -> int:
         """How many ids to draft now, at most `room`; 0: a plain step."""
@@ -87,9 +99,11 @@ class DraftLength:
         model's next, cut at EOS) and took `seconds`, drafting included."""
         if drafted == 0:  # a plain step: a pause, a forced id, or nothing proposed (no evidence on the draft)
             self.plain.add(seconds, emitted)
+            self.since_plain = 0
             if self.off:
                 self.off -= 1
             return
+        self.since_plain += 1
         grown = self.k + 2 if accepted == drafted else max(1, self.k - 1)
         self.k = grown if self.cap is None else min(grown, self.cap)
         if self.switch_off:
@@ -97,10 +111,11 @@ class DraftLength:
             self._judge()
 
     def _judge(self) -> None:
-        """After TRIAL speculative steps, switch off when they cost more per id than plain ones."""
+        """After TRIAL speculative steps, switch off when they cost more per id than plain ones (the median plain
+        step: the figure to beat is a typical step, not the warm-up's)."""
         if self.speculative.count < TRIAL:
             return
-        if self.speculative.per_id <= self.plain.per_id:
+        if self.speculative.per_id <= self.plain.median:
             self.pause = FIRST_PAUSE
             return
         self.off, self.pauses = self.pause, self.pauses + 1
