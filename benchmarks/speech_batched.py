@@ -71,7 +71,6 @@ import cProfile
 import io
 import json
 import pstats
-import random
 import sys
 import time
 
@@ -79,7 +78,7 @@ import numpy as np
 
 from benchmarks import fixtures
 from benchmarks.speech.backends import window_padding
-from benchmarks.speech.inputs import converted, exported, normalized, versions, wer
+from benchmarks.speech.inputs import converted, exported, long_recording, normalized, versions, wer
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,28 +93,7 @@ PAUSE = 0.3  # seconds of rest before each timed run: the last side's spinning t
 def recording(fixture: Path, seconds: float, seed: int, work: Path) -> tuple[np.ndarray, str]:
     """(samples, the spoken words): held-out English digit strings with pauses of 1-12 s over faint noise,
     `seconds` long; cached in `work` (a wav and its words)."""
-    import soundfile
-
-    wav, txt = work / f"pauses_{seconds:g}s_{seed}.wav", work / f"pauses_{seconds:g}s_{seed}.txt"
-    if wav.exists() and txt.exists():
-        return soundfile.read(wav, dtype="float32")[0], txt.read_text()
-    speech = fixtures._load("whisper_digits_speech", fixture / "speech.py")
-    rng, target = random.Random(seed), int(seconds * RATE)
-    parts, words, total = [], [], 0
-    while True:
-        spoken = speech.draw(rng, "en", heldout=True)
-        pause, said = np.zeros(int(rng.uniform(*PAUSES) * RATE), np.float32), spoken.samples()
-        if total + len(pause) + len(said) > target:
-            break
-        parts += [pause, said]
-        words.append(spoken.text())
-        total += len(pause) + len(said)
-    parts.append(np.zeros(target - total, np.float32))
-    noise = NOISE * np.random.default_rng(seed).standard_normal(target)
-    samples = (np.concatenate(parts) + noise).astype(np.float32)
-    soundfile.write(wav, samples, RATE, subtype="FLOAT")
-    txt.write_text(" ".join(words))
-    return samples, " ".join(words)
+    return long_recording(fixture, seconds, seed, work, pauses=PAUSES, noise=NOISE, stem="pauses")
 
 
 # ---- sides ---------------------------------------------------------------------------------------

@@ -17,12 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 RATE = 16000
 
-def long_recording(fixture: Path, seconds: float, seed: int, work: Path) -> tuple[np.ndarray, str]:
-    """(samples, the spoken words): held-out English digit strings with pauses, `seconds` long; cached in
-    `work` (a wav and its words) per (seconds, seed)."""
+def long_recording(fixture: Path, seconds: float, seed: int, work: Path, pauses: tuple[float, float] = (0.4, 1.2),
+                   noise: float = 0.003, stem: str = "digits") -> tuple[np.ndarray, str]:
+    """(samples, the spoken words): held-out English digit strings with `pauses` (seconds, uniform) over noise of
+    standard deviation `noise`, `seconds` long; cached in `work` (a wav and its words) per (stem, seconds, seed)."""
     import soundfile
 
-    wav, txt = work / f"digits_{seconds:g}s_{seed}.wav", work / f"digits_{seconds:g}s_{seed}.txt"
+    wav, txt = work / f"{stem}_{seconds:g}s_{seed}.wav", work / f"{stem}_{seconds:g}s_{seed}.txt"
     if wav.exists() and txt.exists():
         return soundfile.read(wav, dtype="float32")[0], txt.read_text()
     # the fixture's speech: espeak-ng, as the model was trained and tested
@@ -32,15 +33,14 @@ def long_recording(fixture: Path, seconds: float, seed: int, work: Path) -> tupl
     parts, words, total = [], [], 0
     while True:
         spoken = speech.draw(rng, "en", heldout=True)
-        pause, said = np.zeros(int(rng.uniform(0.4, 1.2) * RATE), np.float32), spoken.samples()
+        pause, said = np.zeros(int(rng.uniform(*pauses) * RATE), np.float32), spoken.samples()
         if total + len(pause) + len(said) > target:
             break
         parts += [pause, said]
         words.append(spoken.text())
         total += len(pause) + len(said)
     parts.append(np.zeros(target - total, np.float32))
-    noise = 0.003 * np.random.default_rng(seed).standard_normal(target)
-    samples = (np.concatenate(parts) + noise).astype(np.float32)
+    samples = (np.concatenate(parts) + noise * np.random.default_rng(seed).standard_normal(target)).astype(np.float32)
     soundfile.write(wav, samples, RATE, subtype="FLOAT")
     txt.write_text(" ".join(words))
     return samples, " ".join(words)
