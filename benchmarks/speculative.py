@@ -160,7 +160,8 @@ def speculative_main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     parser.add_argument("--new-tokens", type=int, default=64, help="most ids per source (base-random: exactly)")
     parser.add_argument("--sources", type=int, default=8, help="base-random: sources per run")
-    parser.add_argument("--quick", action="store_true", help="the tiny preset alone, instead of base and t5 (smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the tiny preset alone, instead of base and t5 (smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads)

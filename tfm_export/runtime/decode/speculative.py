@@ -1,7 +1,8 @@
 """Exact speculative greedy decoding: a proposer drafts k ids, the model checks them in one step. Torch-free.
 
 At batch 1 a decoder step reads every weight once whatever the number of new ids, so checking k drafted ids
-costs about one step. Each step feeds the row's last id and the draft d_1..d_k (runtime.states.growing `feed`)
+costs about one step where reading the weights dominates (a GPU; on a 2-core CPU 1.06-1.5x a step for k = 1-10 at
+the base size: BENCHMARKS.md, "Speculative decoding"). Each step feeds the row's last id and the draft d_1..d_k (runtime.states.growing `feed`)
 and reads the model's greedy id g_0..g_k after each (`position_ids`: the argmax of the decoder's
 logits at every position under the model's bans, export.specs.EARLIER_LOGITS). The draft is accepted while
 d_{i+1} == g_i; the step then emits the accepted ids and g_n, the model's own id after them, and the cache is cut
