@@ -236,7 +236,8 @@ def test_a_proposer_that_is_always_wrong_is_switched_off():
     """Every draft rejected, each speculative step 30 % dearer than a plain one: after the first plain steps
     and TRIAL speculative ones speculation pauses, its retries ever rarer; in all, within 5 % of plain."""
     policy = DraftLength(10)
-    drive(policy, draft_length.PLAIN_FIRST + draft_length.TRIAL, cost=lambda k: 1.3, accepts=lambda k: 0)
+    # PLAIN_FIRST plain steps, then speculative and plain ones alternate: the TRIAL-th speculative one decides
+    drive(policy, draft_length.PLAIN_FIRST + 2 * draft_length.TRIAL - 1, cost=lambda k: 1.3, accepts=lambda k: 0)
     assert policy.pauses == 1 and policy.off == draft_length.FIRST_PAUSE and policy.length(1000) == 0
     assert policy.k == 4  # 10, then -1 twice (the schedule), then halved at the switch-off
     seconds, ids = drive(policy, 3000, cost=lambda k: 1.3, accepts=lambda k: 0)
@@ -249,11 +250,16 @@ def test_a_proposer_that_is_always_right_grows_to_its_cap():
     the length grows by 2 a step up to its cap and speculation stays on."""
     policy = DraftLength(3, cap=10)
     seen = []
-    for _ in range(10):
+    for _ in range(12):
         seen.append(policy.length(1000))
         policy.record(seen[-1], seen[-1], seen[-1] + 1, 1.0 + 0.1 * seen[-1] if seen[-1] else 1.0)
-    assert seen == [0, 0, 0, 3, 5, 7, 9, 10, 10, 10]  # the first steps are plain: the figure to beat
-    refresh = draft_length.REFRESH + 1  # one plain step in REFRESH + 1 keeps the plain figure current
+    # the first steps are plain (the figure to beat), then plain and speculative ones alternate
+    assert seen == [0, 0, 0, 3, 0, 5, 0, 7, 0, 9, 0, 10]
+    drive(policy, 2 * draft_length.WINDOW, cost=lambda k: 1 + 0.1 * k, accepts=lambda k: k)
+    assert policy.plain.count == draft_length.WINDOW
+    while policy.since_plain:  # up to the next plain step
+        drive(policy, 1, cost=lambda k: 1 + 0.1 * k, accepts=lambda k: k)
+    refresh = draft_length.REFRESH + 1  # then one plain step in REFRESH + 1 keeps the plain figure current
     seconds, ids = drive(policy, 100 * refresh, cost=lambda k: 1 + 0.1 * k, accepts=lambda k: k)
     assert policy.pauses == 0 and policy.k == 10 and ids == 100 * (draft_length.REFRESH * 11 + 1)
     assert seconds / ids < 0.2

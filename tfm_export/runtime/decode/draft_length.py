@@ -10,8 +10,9 @@
   been timed, speculation that costs more per id than plain steps is switched off: `pause` plain steps follow
   (which refresh the plain figure), then it tries again. A retry that does not pay doubles the pause (at most
   MAX_PAUSE) and halves the draft length; one that pays resets the pause. The first PLAIN_FIRST steps are
-  plain (the figure to beat: their median, as the very first call warms ONNX Runtime up), and so is one
-  step after every REFRESH speculative ones (a draft model never leaves a plain step otherwise). A proposer
+  plain (the figure to beat: their median, as the very first calls warm ONNX Runtime up), then every other
+  step until WINDOW plain steps are timed, then one after every REFRESH speculative ones (a draft model never
+  leaves a plain step otherwise). A proposer
   that never pays thus costs TRIAL speculative steps every pause: a few percent of the plain decode once the
   pause has grown.
 
@@ -86,9 +87,10 @@ class DraftLength:
     @property
     def drafting(self) -> bool:
         """Whether the next step drafts: with the switch-off, not in a pause, PLAIN_FIRST plain steps timed,
-        and not the plain step that follows REFRESH speculative ones."""
-        return not self.switch_off or (self.off == 0 and self.plain.count >= PLAIN_FIRST
-                                       and self.since_plain < REFRESH)
+        and not the plain step that follows REFRESH speculative ones (every one, until WINDOW plain steps are
+        timed: the first steps of a runner are ORT's warm-up, which a draft must not be measured against)."""
+        every = REFRESH if self.plain.count >= WINDOW else 1  # plain and speculative alternate until WINDOW plain
+        return not self.switch_off or (self.off == 0 and self.plain.count >= PLAIN_FIRST and self.since_plain < every)
 
     def length(self, room: int) -> int:
         """How many ids to draft now, at most `room`; 0: a plain step."""
