@@ -103,14 +103,15 @@ def silero():
 @pytest.mark.parametrize("call_windows", [vad.CALL_WINDOWS, 7])
 def test_probabilities_equal_silero_onnx_wrapper(silero, busy, call_windows, monkeypatch):
     """Our batched graph, many windows a call (or 7: the state carried from call to call too), against silero
-    running its op15 file one window at a time: the same float32 probabilities, bit for bit."""
+    running its op15 file one window at a time: the same float32 probabilities (to float32 rounding: our
+    front end's Convs sum in another order, tools/vad_batched.py)."""
     torch, _, model = silero
     monkeypatch.setattr(vad, "CALL_WINDOWS", call_windows)
     samples = busy[0][:RATE * 5 + 123]  # a last window that is padded
     theirs = model.audio_forward(torch.from_numpy(samples), RATE).numpy()[0]
     ours = vad.speech_probabilities(samples)
     assert ours.shape == theirs.shape == (math.ceil(len(samples) / vad.WINDOW),)
-    assert np.array_equal(ours, theirs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
     assert ours.max() > 0.9 and ours[:5].max() < 0.5  # speech found, the leading noise not
 
 
@@ -124,7 +125,8 @@ def test_window_probabilities_carry_context_and_state(busy):
         probs, state = vad.window_probabilities(windows[start:stop], context, state)
         context = windows[stop - 1, -vad.CONTEXT:]
         pieces.append(probs)
-    assert np.array_equal(np.concatenate(pieces), whole) and whole.max() > 0.9
+    np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=1e-5, atol=1e-6)
+    assert whole.max() > 0.9
 
 
 def test_batched_graph_is_what_the_tool_writes():

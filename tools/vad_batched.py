@@ -8,15 +8,18 @@ front end (the STFT conv, the magnitude and the four encoder convs) keeps no sta
 `LSTM` node, which runs a whole sequence itself. This graph is the same nodes with the windows on the
 LSTM's sequence axis instead of its batch axis:
 
-    input (windows, 576) -> the op15 front end, unchanged, batch = windows -> (windows, 128)
+    input (windows, 576) -> the op15 front end, batch = windows (its Convs as one signal) -> (windows, 128)
                          -> LSTM over a sequence of `windows` steps, batch 1, from `state` -> (windows, 128)
                          -> the op15 head (ReLU, 1x1 conv, sigmoid), unchanged, batch = windows
     output (windows,) P(speech) of each window; stateN (2, 1, 128): the state after the last one
 
 The LSTM's weights are the op15 file's, in the gate order its own Slice/Concat nodes put them in (PyTorch's
-i, f, g, o -> ONNX's i, o, f, c); `sr` is gone (the op15 graph only multiplied it by zero). The windows'
-probabilities equal the per-window loop's to float32 rounding (tests/test_vad.py), and the file is what
-this script writes, byte for byte (tests/test_vad.py regenerates it). A build tool of the repository:
+i, f, g, o -> ONNX's i, o, f, c); `sr` is gone (the op15 graph only multiplied it by zero). Each of the front
+end's five Convs runs as one Conv over the windows laid end to end (_one_signal): ONNX Runtime runs a batched
+Conv one image at a time, and that was 85 % of the batched graph's time (0.66 s -> 0.40 s for 600 s). The
+windows' probabilities equal the per-window loop's to float32 rounding (within 1e-6; tests/test_vad.py), and
+the file is what this script writes, byte for byte (tests/test_vad.py regenerates it). A build tool of the
+repository:
 
     python -m tools.vad_batched           # rewrite the file
     python -m tools.vad_batched --check   # exit 1 if it differs from what this writes
@@ -35,6 +38,7 @@ FOLDER = Path(__file__).resolve().parents[1] / "models" / "silero-vad"
 SOURCE = FOLDER / "silero_vad_16k_op15.onnx"
 TARGET = FOLDER / "silero_vad_16k_op15_batched.onnx"
 HIDDEN = 128
+PADDED = 64 + 512 + 64  # the STFT conv's input: context, window, the window's end reflected
 FRONT_END_OUT = "/model/decoder/If_output_0"  # (batch, 128): the encoder's output, its length-1 axis squeezed
 HEAD_IN = "/model/decoder/Cast_1_output_0"  # (batch, 128, 1): the LSTM's h, where the head starts
 HEAD_OUT = "output"  # (batch, 1)
@@ -96,6 +100,49 @@ def _recurrence() -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
     return nodes, constants
 
 
+def _one_signal(conv: onnx.NodeProto, shape: tuple[int, ...], length: int, index: int
+                ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], int]:
+    """A front-end Conv over (windows, C, length) as one Conv over the windows end to end, each zero-padded as
+    the Conv pads it: (1, C, windows * (length + pads)). ONNX Runtime runs a batched Conv image by image (small
+    GEMMs); this is one GEMM. A window's outputs are the long Conv's at its own positions (those that straddle
+    two windows are dropped): the same sums. `shape`: the weight's. -> (nodes, constants, output length)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+    (kernel,), (stride,), (before, after) = attrs["kernel_shape"], attrs["strides"], attrs["pads"]
+    span = length + before + after  # a window's samples in the long signal
+    if span % stride or kernel < stride or attrs.get("group", 1) != 1:
+        raise ValueError(f"{conv.name}: not a Conv that runs as one signal")
+    block, outputs = span // stride, (span - kernel) // stride + 1  # positions per window; its own ones
+    x, y, name = conv.input[0], conv.output[0], f"one_signal{index}."
+    constants = [numpy_helper.from_array(np.array(v, np.int64), name + k) for k, v in (
+        ("pads", [0, 0, before, 0, 0, after]), ("long_shape", [1, shape[1], -1]),
+        ("block_shape", [shape[0], -1, block]), ("start", [0]), ("stop", [outputs]), ("axis", [2]))]
+    nodes = [
+        helper.make_node("Pad", [x, name + "pads"], [name + "padded"]),  # (windows, C, span)
+        helper.make_node("Transpose", [name + "padded"], [name + "channels"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", [name + "channels", name + "long_shape"], [name + "long"]),
+        helper.make_node("Conv", [name + "long"] + list(conv.input[1:]), [name + "out"], kernel_shape=[kernel],
+                         strides=[stride], pads=[0, kernel - stride]),  # (1, C', windows * block)
+        helper.make_node("Reshape", [name + "out", name + "block_shape"], [name + "blocked"]),
+        helper.make_node("Slice", [name + "blocked", name + "start", name + "stop", name + "axis"], [name + "own"]),
+        helper.make_node("Transpose", [name + "own"], [y], perm=[1, 0, 2]),  # (windows, C', outputs)
+    ]
+    return nodes, constants, outputs
+
+
+def _convs_as_one_signal(front: list[onnx.NodeProto], weights: dict[str, np.ndarray]
+                         ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The front end with each Conv replaced by _one_signal's."""
+    nodes, constants, length = [], [], PADDED
+    for node in front:
+        if node.op_type != "Conv":
+            nodes.append(node)
+            continue
+        replaced, made, length = _one_signal(node, weights[node.input[1]].shape, length, len(constants))
+        nodes += replaced
+        constants += made
+    return nodes, constants
+
+
 def batched_model(source: Path = SOURCE) -> onnx.ModelProto:
     """The op15 model with its windows on the LSTM's sequence axis (the module's docstring)."""
     model = onnx.load(str(source))
@@ -107,6 +154,8 @@ def batched_model(source: Path = SOURCE) -> onnx.ModelProto:
     head_constants = [n for n in nodes if n.op_type == "Constant" and n not in front and set(n.output) & read]
     recurrence, constants = _recurrence()
     weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    front, long_constants = _convs_as_one_signal(front, weights)
+    constants += long_constants
     used = {name for n in front + head for name in set(n.input) | _captured(n)}
     initializers = [t for t in graph.initializer if t.name in used] + _lstm_weights(weights) + constants
     squeeze = helper.make_node("Squeeze", [HEAD_OUT + "_2d", "lstm.axis1"], [HEAD_OUT])

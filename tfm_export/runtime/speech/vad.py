@@ -13,7 +13,7 @@ The model is models/silero-vad (silero-vad 6.2.3's `silero_vad_16k_op15.onnx`, M
 form tools/vad_batched.py writes: the same nodes with the windows on the LSTM's sequence axis, so that one
 call takes up to 10,000 windows with the recurrent state carried inside the graph. It gives what silero_vad's
 OnnxWrapper gives running the op15 file window by window (512-sample windows at 16 kHz, each with the 64
-samples before it prepended, the state carried, one thread), bit for bit. The probabilities become spans
+samples before it prepended, the state carried, one thread), to float32 rounding. The probabilities become spans
 exactly as `silero_vad.get_speech_timestamps` makes them (tests/test_vad.py compares the two); the merging
 and the time map are faster-whisper's `collect_chunks` and `SpeechTimestampsMap`.
 """
