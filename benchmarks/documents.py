@@ -7,6 +7,7 @@ import cProfile
 import io
 import pstats
 import random
+import json
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from tfm_export.bench import harness
 DOC = r"""A document end to end, ours against CTranslate2's translate_iterable on the same weights (#62).
 
     .venv/bin/python -m benchmarks documents [--words 3000] [--rounds 5] [--threads 2] [--work DIR] \
-        [--folder tests/fixtures/trained/nllb] [--no-int8] [--batch-types examples,tokens] [--spin on|off|both] [--profile] [--json OUT]
+        [--folder tests/fixtures/trained/nllb] [--no-int8] [--batch-types examples,tokens] \
+        [--spin on|off|both] [--in-process] [--profile] [--json OUT]
 
 The trained NLLB fixture (digits -> words, tests/test_documents.py's model) exported with `tfm-export FOLDER -o
 OUT` (float32, and `--quantize int8`) and converted for CTranslate2 from the same folder (quality.convert_folder;
@@ -33,9 +35,11 @@ CTranslate2 quantises to int8 at load time). The document: WORDS one-number sent
           batch_type examples, and tokens at 8x: a side each) (it reads ahead and sorts by
           length), decoded and joined the same way
 
-Both with 2 threads (ORT intra-op, CTranslate2 intra_threads, inter_threads=1), interleaved rounds
-(harness.interleave). Agreement: the share of identical sentences and chrF (sacrebleu) of ours against
-CTranslate2's, per precision. `--profile`: cProfile's top 15 of one of our float32 documents.
+Both with --threads threads (ORT intra-op, CTranslate2 intra_threads, inter_threads=1), interleaved rounds
+(harness.interleave), each run in a fresh process that runs its side once untimed first (`--in-process`: all
+sides in one process, where CTranslate2's 2 threads ran up to 10x slower than alone on this VM). Agreement: the
+share of identical sentences and chrF (sacrebleu) of ours against CTranslate2's, per precision. `--profile`:
+cProfile's top 15 of one of our float32 documents (in this process).
 """
 
 ENG, DEU = "eng_Latn", "deu_Latn"
@@ -119,6 +123,9 @@ def parse() -> argparse.Namespace:
                              "8 times that, about a sentence's tokens here)")
     parser.add_argument("--spin", choices=tuple(SPIN), default="on",
                         help="ORT's spin-waiting threads on ours (the default), off, or both as two sides")
+    parser.add_argument("--in-process", dest="isolate", action="store_false",
+                        help="every side in this process (default: a fresh process a run, warmed up once: one "
+                             "side's idle thread pools cannot slow another's)")
     parser.add_argument("--profile", action="store_true", help="cProfile top 15 of one of our documents")
     parser.add_argument("--json", type=Path, help="write the report here")
     return parser.parse_args()
@@ -127,22 +134,49 @@ def parse() -> argparse.Namespace:
 SPIN = {"on": {"": True}, "off": {" no-spin": False}, "both": {"": True, " no-spin": False}}  # --spin: ours sides
 
 
-def sides(args: argparse.Namespace, text: str, precisions: list[str], batches: dict[str, int]
-          ) -> tuple[dict[str, Callable[[], dict[str, Any]]], dict[str, tuple[str, Any]]]:
-    """"ours P[ no-spin]" and "ct2 P BATCH_TYPE" for each precision P; ours sides' (precision, opened export)."""
+def side(spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """One side from its spec (kind ours|ct2, export folder, threads, spin; ct2: model, batch type and size)."""
     from tfm_export.runtime import RuntimeOptions, open_export
 
+    options = RuntimeOptions(intra_op_threads=spec["threads"], spin_wait=spec.get("spin", True))
+    runner = open_export(spec["export"], "cpu", options=options)
+    text = document(spec["words"])
+    if spec["kind"] == "ours":
+        return ours_side(runner, text)
+    decoder = quality.TextDecoder(Path(spec["ct2"]), spec["precision"], runner, threads=spec["threads"])
+    return ct2_side(decoder, text, spec["batch_type"], spec["max_batch"])
+
+
+def worker() -> None:
+    """A fresh process's measurement (--isolate): the spec's side run once untimed, then once timed, as JSON."""
+    run = side(json.loads(sys.argv[1]))
+    run()
+    print(json.dumps(run()))
+
+
+def fresh(spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    cmd = [sys.executable, "-c", "from benchmarks.documents import worker; worker()", json.dumps(spec)]
+    return lambda: harness.run_json(cmd, cwd=Path(__file__).resolve().parents[1], timeout=600)
+
+
+def sides(args: argparse.Namespace, precisions: list[str], batches: dict[str, int]
+          ) -> tuple[dict[str, Callable[[], dict[str, Any]]], dict[str, tuple[str, Any]]]:
+    """"ours P[ no-spin]" and "ct2 P BATCH_TYPE" for each precision P, each in a fresh process a run
+    (--isolate) or all in this one; ours sides' (precision, opened export), for the agreement."""
+    from tfm_export.runtime import open_export
+
     ct2_dir = quality.convert_folder(args.folder, args.work / "ct2")
+    make = fresh if args.isolate else side
     runners, out = {}, {}
     for p in precisions:
         folder = exported(args.folder, args.work / f"ours-{p}", None if p == "float32" else p)
+        base = {"precision": p, "export": str(folder), "threads": args.threads, "words": args.words}
         for suffix, spin in SPIN[args.spin].items():
-            runner = open_export(folder, "cpu", options=RuntimeOptions(intra_op_threads=args.threads, spin_wait=spin))
-            runners[f"ours {p}{suffix}"] = (p, runner)
-            out[f"ours {p}{suffix}"] = ours_side(runner, text)
-        decoder = quality.TextDecoder(ct2_dir, p, runner, threads=args.threads)
+            runners[f"ours {p}{suffix}"] = (p, open_export(folder, "cpu"))
+            out[f"ours {p}{suffix}"] = make({**base, "kind": "ours", "spin": spin})
         for kind, size in batches.items():
-            out[f"ct2 {p} {kind}"] = ct2_side(decoder, text, kind, size)
+            out[f"ct2 {p} {kind}"] = make({**base, "kind": "ct2", "ct2": str(ct2_dir), "batch_type": kind,
+                                           "max_batch": size})
     return out, runners
 
 
@@ -168,7 +202,8 @@ def rows(samples: dict[str, list[dict[str, Any]]], runners: dict[str, tuple[str,
             ct2 = samples[f"ct2 {p} {kind}"]
             theirs = ct2[-1]["result"]
             t_ct2 = harness.median(s["seconds"] for s in ct2)
-            out.append({"ours": name, "precision": p, "batch_type": kind, "max_batch_size": size, "sentences": n, "words": words,
+            out.append({"ours": name, "precision": p, "batch_type": kind, "max_batch_size": size, "sentences": n,
+                        "words": words,
                         "ours_s": t_ours, "ct2_s": t_ct2, "ours_rounds": [s["seconds"] for s in ours],
                         "ct2_rounds": [s["seconds"] for s in ct2],
                         "ours_cpu_s": harness.median(s["cpu_s"] for s in ours),
@@ -200,8 +235,8 @@ def documents_main() -> int:
     batches = {kind: args.max_batch or DOCUMENT_BATCH * (8 if kind == "tokens" else 1)
                for kind in args.batch_types.split(",")}
     precisions = ["float32"] + ([] if args.no_int8 else ["int8"])
-    runs, runners = sides(args, text, precisions, batches)
-    samples = harness.interleave(runs, harness.Plan(rounds=args.rounds),
+    runs, runners = sides(args, precisions, batches)
+    samples = harness.interleave(runs, harness.Plan(rounds=args.rounds, warmup=0 if args.isolate else 1),
                                  progress=lambda line: print(line, file=sys.stderr))
     report = harness.Report("documents", {"words": args.words, "rounds": args.rounds, "threads": args.threads,
                                           "folder": str(args.folder)}, machine=harness.machine_info(args.threads))
@@ -219,7 +254,10 @@ def documents_main() -> int:
         harness.Column("ours_cpu_s", "ours CPU s", "{:.2f}"), harness.Column("ct2_cpu_s", "CT2 CPU s", "{:.2f}")]))
     print(f"split (our splitter, its count): {report.settings['split_s']:.3f} s a document")
     if args.profile:
-        report.settings["profile"] = profile(lambda: next(iter(runners.values()))[1].translate(
+        from tfm_export.runtime import RuntimeOptions, open_export
+
+        mine = open_export(args.work / "ours-float32", "cpu", options=RuntimeOptions(intra_op_threads=args.threads))
+        report.settings["profile"] = profile(lambda: mine.translate(
             [text], source_lang=ENG, target_lang=DEU, split_sentences=True))
         print(report.settings["profile"])
     if args.json:
