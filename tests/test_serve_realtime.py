@@ -76,10 +76,10 @@ def server(digits_export):
     saved = realtime_session.STREAM_OPTIONS
     realtime_session.STREAM_OPTIONS = StreamOptions(prompt_chars=0)  # the fixture was never trained with prompts
     try:
-        # no keepalive pings: the client that stops reading cannot answer them, and under load its test outlasts
-        # uvicorn's 20 s + 20 s, whose 1011 close would then come before the server's own (what it tests)
+        # keepalive pings 10 min apart: the client that stops reading cannot answer them, and under load its test
+        # outlasts uvicorn's 20 s + 20 s, whose 1011 close would then come before the server's own (what it tests)
         with serving(ServeSettings(folder=str(digits_export), max_audio_seconds=MAX_SECONDS),
-                     ws_ping_interval=None) as (url, engine):
+                     ws_ping_interval=600.0) as (url, engine):
             yield url.replace("http://", "ws://")
     finally:
         realtime_session.STREAM_OPTIONS = saved
