@@ -55,9 +55,9 @@ Known differences, reported rather than hidden:
   silence (features = the chunk's maximum - 2); padding with that value instead gave the same text.
 - CTranslate2 decodes at most max_length // 2 new tokens and the pipeline passes max_length = prompt +
   max_new_tokens: max_new_tokens is set so that both may write the model's max_target_positions - 4.
-- the VADs differ: ours runs silero 6.2.3's 16 kHz model window by window (its state carried in Python, one
-  session.run per 32 ms), faster-whisper's silero_vad_v6.onnx takes up to 10,000 windows in one run; the chunk counts
-  show whether they cut the recording alike.
+- the VADs differ: ours runs silero 6.2.3's 16 kHz model rewritten to take up to 10,000 windows a run
+  (models/silero-vad/silero_vad_16k_op15_batched.onnx, tools/vad_batched.py; the state carried between runs),
+  faster-whisper its own silero_vad_v6.onnx, as many; the chunk counts show whether they cut the recording alike.
 Before each timed run the script rests 0.3 s (the last side's spinning threads go idle). The machine's load
 average is in the JSON: these 2-core machines are shared, so quote ratios within one run.
 """
