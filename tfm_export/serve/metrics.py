@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,6 +59,13 @@ class ServerMetrics:
         self.real_time_factor = Histogram("tfm_export_real_time_factor", "Seconds taken per second of audio, "
                                           "per recording (reading the file included).", buckets=RTF_BUCKETS,
                                           registry=self.registry)
+        # Realtime transcription (serve.realtime): sessions open now, and why each one ended; a client that
+        # stops reading (client_not_reading) costs the server nothing once stopped, but an operator wants to know
+        self.realtime_sessions = Gauge("tfm_export_realtime_sessions", "Realtime transcription sessions open.",
+                                       registry=self.registry)
+        self.realtime_ended = Counter("tfm_export_realtime_sessions_ended", "Realtime sessions ended, by why: "
+                                      "client_closed, client_not_reading or refused.", ["reason"],
+                                      registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -135,20 +135,36 @@ def add_realtime(app: FastAPI, settings: Any, state: dict[str, Any]) -> None:
             await session.error("this server runs transcription sessions only: connect to "
                                 "/v1/realtime?intent=transcription", "invalid_intent", "intent")
             await ws.close(code=1008)
+            if "metrics" in state:
+                state["metrics"].realtime_ended.labels("refused").inc()
             return
         await session.send("session.created", session=session.session_fields())
-        tasks = [asyncio.create_task(work) for work in (session.run_steps(), receive(session),
-                                                        session.stalled.wait())]
+        metrics = state.get("metrics")  # none before the app's lifespan (a test's bare app)
+        if metrics is not None:
+            metrics.realtime_sessions.inc()
         try:
-            done, _ = await asyncio.wait(tasks[1:], return_when=asyncio.FIRST_COMPLETED)  # gone, or not reading
+            await run(session, metrics)
         finally:
-            session.gone.set()  # the windows in flight stop; the rows are freed
-            for task in tasks:
-                task.cancel()
-        if session.stalled.is_set():
-            await session.farewell()
-        for task in done:
-            task.result()  # receive's own error, if any, as before: raised here
+            if metrics is not None:
+                metrics.realtime_sessions.dec()
+
+
+async def run(session: Session, metrics: Any) -> None:
+    """A session's steps and events until its client closes or stops reading (then its farewell); counted in
+    `metrics` by why it ended as soon as it stops, before a farewell that may wait for its client."""
+    tasks = [asyncio.create_task(work) for work in (session.run_steps(), receive(session), session.stalled.wait())]
+    try:
+        done, _ = await asyncio.wait(tasks[1:], return_when=asyncio.FIRST_COMPLETED)  # gone, or not reading
+    finally:
+        session.gone.set()  # the windows in flight stop; the rows are freed
+        for task in tasks:
+            task.cancel()
+    if metrics is not None:
+        metrics.realtime_ended.labels("client_not_reading" if session.stalled.is_set() else "client_closed").inc()
+    if session.stalled.is_set():
+        await session.farewell()
+    for task in done:
+        task.result()  # receive's own error, if any, as before: raised here
 
 
 async def receive(session: Session) -> None:
