@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 from ..errors import InputError
 from ..text import markup, sentences
 from .decode import speculative
+from .decode.checking import ProcessorCheck
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .decode.prefix import prefixed_generate
 from .decode.scoring import ScoreResult, score as score_targets
@@ -109,7 +110,8 @@ class GenerateMixin:
         gets exactly max_new_tokens ids (benchmarks; beam search then bans EOS until the last step).
         `assistant`: an opened draft export of the same vocabulary; with it or `prompt_lookup_num_tokens`, greedy
         decoding speculates, source by source (runtime.decode.speculative: the same ids; `timings` counts the
-        drafted and accepted ids)."""
+        drafted and accepted ids), greedy decoding under processors too (repetition_penalty,
+        no_repeat_ngram_size, min_new_tokens, forced EOS: runtime.decode.checking)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
         src, steps = self.source_input(sources), self.steps_for(config)
         # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
@@ -122,8 +124,12 @@ class GenerateMixin:
             greedy = Greedy(src.shape[0], steps - forced, self.config, stop_at_eos, config.forced_bos_token_id)
             run(self.cache_for(config, steps - forced), src, greedy, timings)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in greedy.generated()]
-        if speculative.wanted(config, assistant):
-            log.warning("speculative decoding speeds up plain greedy decoding only: decoding without it")
+        if stop_at_eos and speculative.wanted(config, assistant) and speculative.checkable(config):
+            rows = self._speculate(sources, steps, config, assistant, timings, processed=True)
+            if rows is not None:  # greedy under processors (repetition_penalty, n-gram bans): TokenPicker's ids
+                return rows
+        elif speculative.wanted(config, assistant):
+            log.warning("speculative decoding speeds up greedy decoding only: decoding without it")
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)
         hyps = run(self.cache_for(config, steps), src, strategy_for(src.shape[0], steps, config, self.config),
@@ -131,8 +137,10 @@ class GenerateMixin:
         return [h[0].ids for h in hyps]
 
     def _speculate(self, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
-                   timings: DecodeTimings | None) -> list[list[int]] | None:
-        """Speculative greedy ids, one source at a time; None when this runner cannot check drafts."""
+                   timings: DecodeTimings | None, processed: bool = False) -> list[list[int]] | None:
+        """Speculative greedy ids, one source at a time; None when this runner cannot check drafts. `processed`:
+        the drafts are checked under config's processors (runtime.decode.checking.ProcessorCheck, TokenPicker's
+        greedy ids) rather than on the device's argmax (Greedy's)."""
         cache = self.checking_cache()
         if cache is None:
             log.warning("this export's decoder returns only the last position's logits (exported before "
@@ -142,8 +150,10 @@ class GenerateMixin:
         rows, policies = [], self.__dict__.setdefault("draft_lengths", {})  # kept across calls: draft_length.py
         for i in range(len(sources)):
             proposer, policy = speculative.proposal(config, self.config, tokenizer, assistant, policies)
+            check = ProcessorCheck(config, self.config.eos_id, steps, tuple(self.config.suppress_ids)) if processed \
+                else None
             rows.append(speculative.speculate(cache, self.source_input(sources[i:i + 1]), proposer, policy, steps,
-                                              self.config, config.forced_bos_token_id, timings))
+                                              self.config, config.forced_bos_token_id, timings, check=check))
         return rows
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:

@@ -11,6 +11,12 @@ back to the ids kept (`truncate`). That is transformers' rule for greedy assiste
 (The checked positions' logits come from a call over k + 1 ids rather than one: the same arithmetic up to float
 rounding, so a near-tie could in principle flip, as in transformers.)
 
+Who reads the model's id at each position is a `check` (runtime.decode.checking): Greedy's argmax on the device
+by default, or TokenPicker's greedy picking under processors that read the ids so far (repetition_penalty,
+no_repeat_ngram_size, a caller's LogitsProcessor list: Whisper's timestamp rules, runtime.speech.assisted), each
+position processed with the history extended by the draft before it, so that those decodes speculate exactly
+too. A `prompt` (Whisper's forced decoder input) is fed whole in the first step.
+
 The draft length adapts, and speculation switches itself off where it does not pay (runtime.decode.draft_length:
 transformers' heuristic schedule, +2 after a step that accepted every drafted id, -1 otherwise, and plain steps for
 a while when speculative ones cost more per emitted id). Proposers: runtime.decode.proposers.
@@ -29,7 +35,7 @@ import numpy as np
 from ...config import TransformerConfig
 from ...errors import InputError
 from .loop import DecodeTimings, DecoderCache, DecoderState
-from .processors import bias_array
+from .checking import ArgmaxCheck, Check
 from .draft_length import DraftLength
 from .proposers import DraftModel, PromptLookup, Proposer, check_draft
 
@@ -47,6 +53,9 @@ class CheckingState(DecoderState, Protocol):
     def position_ids(self, bias: np.ndarray) -> np.ndarray:
         ...
 
+    def position_logits(self) -> np.ndarray:
+        ...
+
     def truncate(self, length: int) -> None:
         ...
 
@@ -58,6 +67,7 @@ class Speculation:
     calls: int = 0
     drafted: int = 0
     accepted: int = 0
+    ended: bool = False  # the last decode ended with EOS (not at its budget of ids)
 
     @property
     def acceptance(self) -> float:
@@ -66,12 +76,16 @@ class Speculation:
 
 def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: DraftLength, steps: int,
               cfg: TransformerConfig, forced_bos: int | None = None, timings: DecodeTimings | None = None,
-              stats: Speculation | None = None) -> list[int]:
+              stats: Speculation | None = None, check: Check | None = None, prompt: list[int] | None = None
+              ) -> list[int]:
     """Greedy ids of one source (src (1, src_len)), at most `steps` with EOS (EOS not returned), drafted by
-    `proposer`; equal to runtime.decode.strategies.Greedy's. `stats` and `timings` (a step per decoder call,
-    and its drafted/accepted counts) are filled when given."""
+    `proposer`; equal to runtime.decode.strategies.Greedy's, or with a `check` (runtime.decode.checking:
+    ProcessorCheck) to TokenPicker's greedy ids under its processors. `prompt`: the decoder's forced input
+    (default: BOS), fed in the first step. `stats` and `timings` (a step per decoder call, and its
+    drafted/accepted counts) are filled when given."""
     stats = stats if stats is not None else Speculation()
-    bias = bias_array(cfg.tgt_vocab_size, (tuple(cfg.suppress_ids), None))  # model.pick's ban
+    check = check if check is not None else ArgmaxCheck(cfg, forced_bos)
+    eos = check.eos_id
     # the draft's cache may be the model's own (a self-draft): its lock is then held once
     with cache.lock, (nullcontext() if proposer.lock is cache.lock else proposer.lock):
         start = time.perf_counter()
@@ -79,23 +93,23 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: 
         proposer.start(src)
         if timings is not None:
             timings.encoder_s = time.perf_counter() - start
-        history, out = [cfg.bos_id], []  # history: the decoder's input, its last id not yet fed
+        history, out = list(prompt or [cfg.bos_id]), []  # history: the decoder's input; from state.length on not fed
         try:
-            while len(out) < steps and (not out or out[-1] != cfg.eos_id):
+            while len(out) < steps and (not out or out[-1] != eos):
                 start = time.perf_counter()
                 room = steps - len(out) - 1  # the step emits one id beyond the accepted draft
-                first_forced = not out and forced_bos is not None
-                k = 0 if first_forced else policy.length(room)
+                forced = check.forced(len(out))
+                k = 0 if forced is not None else policy.length(room)
                 draft = proposer.propose(history, k) if k > 0 else []
-                state.feed(np.array([history[-1:] + draft], dtype=np.int64))  # (1, 1 + k)
-                picked = [forced_bos] if first_forced else (
-                    state.position_ids(bias)[0].tolist() if draft else [int(state.next_ids()[0])])
+                state.feed(np.array([history[state.length:] + draft], dtype=np.int64))  # (1, unfed + k)
+                picked = [forced] if forced is not None else check.picks(state, history, draft, len(out))
                 n = 0
-                while n < len(draft) and draft[n] == picked[n]:
+                while n < min(len(draft), len(picked)) and draft[n] == picked[n]:
                     n += 1
-                new = draft[:n] + [picked[n]]
-                if cfg.eos_id in new:
-                    new = new[:new.index(cfg.eos_id) + 1]
+                new = draft[:n] + picked[n:n + 1]
+                if eos in new:
+                    new = new[:new.index(eos) + 1]
+                check.keep(len(new))
                 out += new
                 history += new
                 state.truncate(len(history) - 1)
@@ -107,12 +121,19 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: 
             proposer.close()
     if timings is not None:
         timings.drafted, timings.accepted = timings.drafted + stats.drafted, timings.accepted + stats.accepted
-    return out[:-1] if out and out[-1] == cfg.eos_id else out
+    stats.ended = bool(out) and out[-1] == eos
+    return out[:-1] if stats.ended else out
 
 
 def wanted(config: Any, assistant: Any | None) -> bool:
     """Whether a decode of `config` (a GenerationConfig) asks for speculation."""
     return config.prompt_lookup_num_tokens > 0 or assistant is not None
+
+
+def checkable(config: Any) -> bool:
+    """Whether a decode of `config` picks greedily, so that a speculative check reproduces it (num_beams 1, no
+    sampling, one sequence); its processors, if any, are runtime.decode.checking.ProcessorCheck's."""
+    return config.num_beams == 1 and not config.do_sample and config.num_return_sequences == 1
 
 
 def proposal(config: Any, cfg: TransformerConfig, tokenizer: dict | None, assistant: Any | None,

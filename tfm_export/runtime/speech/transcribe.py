@@ -59,10 +59,17 @@ def transcribe(model: Any, audio: Any, vad: bool = False, vad_parameters: VadPar
     if whisper_only:
         raise InputError(f"{', '.join(whisper_only)} {'is' if len(whisper_only) == 1 else 'are'} Whisper's long-form "
                          f"decoding; this export is a frames model, decoded whole: drop them")
+    speculating = [name for name in sorted(whisper.SPECULATION_OPTIONS) if options.get(name)]
+    if speculating and model.config.source != "features":
+        raise InputError(f"{', '.join(speculating)}: speculative decoding is Whisper's (its greedy windows); this "
+                         f"export is a frames model: drop {'it' if len(speculating) == 1 else 'them'}")
     if vad_parameters is not None and not vad:
         raise InputError("vad_parameters are the VAD's: pass vad=True with them")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    if speculating and batch_size > 1 and (isinstance(audio, (list, tuple)) or vad):
+        raise InputError(f"{', '.join(speculating)}: speculative decoding checks one window at a time, and "
+                         f"batch_size {batch_size} decodes windows together (not speculated yet): use batch_size 1")
     many = isinstance(audio, (list, tuple))
     if many and options.get("on_text") is not None:
         raise InputError("on_text streams one recording's text; transcribe a list of recordings without it")

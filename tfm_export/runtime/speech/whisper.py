@@ -44,6 +44,7 @@ import numpy as np
 from ...audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectrogram
 from ...errors import AudioTooLong, InputError
 from ..options.generation import GenerationConfig
+from . import assisted
 from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
 from .fallback import fallback_for
 from .logprobs import text_reader, token_logprobs
@@ -176,7 +177,9 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None, runner: WindowRunner | None = None,
-               word_timestamps: bool = False, logprobs: bool = False, **decoding: Any) -> dict[str, Any]:
+               word_timestamps: bool = False, logprobs: bool = False, assistant: Any = None,
+               prompt_lookup_num_tokens: int = 0, num_assistant_tokens: int | None = None,
+               **decoding: Any) -> dict[str, Any]:
     """One recording -> {"text", "language", "segments", "ids"} (the module docstring; each segment's fields:
     `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
@@ -185,8 +188,11 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     decodes each window, the language detection's included (default: the export's own caches, one window at
     a time; a server passes its in-flight window batch, serve.windows); `word_timestamps`: each segment's
     `words` [{word, start, end}] and all of them as `words` (runtime.speech.words); `logprobs`: `logprobs`
-    [{token, logprob, bytes}] of the text's tokens. `decoding`: `LongFormOptions`' fields (temperature, seed,
-    the thresholds, condition_on_prev_tokens, prompt_condition_type, hotwords, prefix)."""
+    [{token, logprob, bytes}] of the text's tokens. `assistant` (an opened Whisper export of the same
+    tokenizer: a smaller one, or the model's int8 variant) or `prompt_lookup_num_tokens`: greedy windows decode
+    speculatively (runtime.speech.assisted: the same ids), the assistant drafting `num_assistant_tokens` at
+    first. `decoding`: `LongFormOptions`' fields (temperature, seed, the thresholds, condition_on_prev_tokens,
+    prompt_condition_type, hotwords, prefix)."""
     settings, features_config = speech_settings(model)
     options = LongFormOptions.of(decoding)
     language, task = _language_and_task(settings, language, task)
@@ -198,7 +204,9 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
     features, first = _features(samples, features_config)
-    config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens, seed=options.seed)
+    config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens, seed=options.seed).replace(
+        prompt_lookup_num_tokens=prompt_lookup_num_tokens, num_assistant_tokens=num_assistant_tokens)
+    speculation = assisted.speculating(model, config, assistant, runner)
     detected = None
     if needs_detection(settings, language, task):
         detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
@@ -208,6 +216,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     vocab, max_positions = model.config.tgt_vocab_size, model.config.max_len
     decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
                                    vocab, stamped, max_positions)
+    decode_window = assisted.assisted_decoder(decode_window, speculation, settings, config, stamped, max_positions)
     text_of = text_reader(model, settings.timestamp_begin)
     on_window = None if on_text is None else lambda done: on_text(text_of([t for s in done for t in s.tokens]))
     out = transcribe_features(features, decode_window, settings, init, vocab, window_frames=window,
@@ -270,6 +279,8 @@ class LongFormOptions:
 
 # transcribe's options that only Whisper's long form takes (runtime.speech.transcribe refuses them for a frames model)
 DECODING_OPTIONS = frozenset({f.name for f in dataclasses.fields(LongFormOptions)} | {"logprobs"})
+# transcribe's speculative decoding (runtime.speech.assisted): Whisper's sequential windows only
+SPECULATION_OPTIONS = frozenset({"assistant", "prompt_lookup_num_tokens", "num_assistant_tokens"})
 
 
 def segment_fields(segment: Segment, text: str) -> dict[str, Any]:

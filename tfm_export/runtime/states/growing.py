@@ -114,6 +114,7 @@ class GrowingState:
         self.past = [device_value(cache.device, empty)] * len(cache.past_names)
         self.outputs: dict[str, ort.OrtValue] = {}
         self.length = 0  # positions in the past
+        self.fed = 0  # ids the last step fed
 
     def step(self, tokens: np.ndarray) -> None:
         self.feed(tokens.reshape(-1, 1))  # (rows, tgt_len=1)
@@ -134,11 +135,20 @@ class GrowingState:
         self.outputs = {"logits": outputs[0], "next_ids": outputs[1], **dict(zip(positions, outputs[-1:]))}
         self.past = outputs[2:2 + len(cache.present_names)]  # present.* of this step: the next step's past.*
         self.length += tokens.shape[1]
+        self.fed = tokens.shape[1]
 
     def position_ids(self, bias: np.ndarray) -> np.ndarray:
         """(rows, n) the greedy id after each id the last step fed, under `bias` (vocab,) (the model's bans),
         picked on the device (runtime.states.positions); needs a decoder with earlier_logits."""
         return self.cache.picker(self.outputs["earlier_logits"], self.outputs["logits"], bias)
+
+    def position_logits(self) -> np.ndarray:
+        """(rows, n, tgt_vocab) the logits after each of the n ids the last step fed, on the host (a speculative
+        check whose processors read whole rows, runtime.decode.checking); n > 1 needs earlier_logits."""
+        last = self.outputs["logits"].numpy()[:, None]
+        if self.fed == 1:
+            return last
+        return np.concatenate([self.outputs["earlier_logits"].numpy(), last], axis=1)
 
     def truncate(self, length: int) -> None:
         """Keep the first `length` positions of the past (a speculative step's rejected ids leave it)."""
