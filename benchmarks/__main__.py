@@ -40,13 +40,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("scan-recall", "profiles", "benchmarks.profiles:scan_recall_main",
       "how often the head scan misses float32's token", ("--states", "2", "--vocab", "4096", "--k", "128")),
     # families and big models
-    S("families", "families", "benchmarks.families:families_main",
+    S("families", "families", "benchmarks.families.compare:families_main",
       "t5, flan-t5, bart, nllb layouts: ORT vs transformers vs CTranslate2 vs Optimum"),
-    S("marian", "families", "benchmarks.families:marian_main",
+    S("marian", "families", "benchmarks.families.marian:marian_main",
       "an opus-mt-sized MarianMTModel: ORT vs transformers generate"),
-    S("opus-mt-folder", "families", "benchmarks.families:opus_mt_folder_main",
+    S("opus-mt-folder", "families", "benchmarks.families.opus_mt_folder:opus_mt_folder_main",
       "writes the opus-mt-sized random Marian folder other scenarios read"),
-    S("big-models", "families", "benchmarks.families:big_models_main",
+    S("big-models", "families", "benchmarks.families.big_models:big_models_main",
       "models over 2 GB: each export stage's peak memory; --speed: int8/int4 against CTranslate2 int8"),
     # quality of reduced precision
     S("quality-table", "quality", "benchmarks.quality.table:quality_table_main",

@@ -399,7 +399,8 @@ class Exports:
     def __init__(self, root: Path, family: str, exports: list[str], threads: int):
         from transformers import AutoConfig
 
-        from benchmarks.families import UNK_ID, IdTokenizer, Run, ct2_run, ort_run
+        from benchmarks.families.backends import IdTokenizer, Run, ct2_run, ort_run
+        from benchmarks.families.layouts import UNK_ID
 
         tokenizer = IdTokenizer(AutoConfig.from_pretrained(root / "hf"), UNK_ID[family])
         self.family = family
@@ -414,7 +415,8 @@ def exports_main() -> None:
     import torch
     from transformers import AutoConfig
 
-    from benchmarks.families import FIRST_ID, UNK_ID, measure
+    from benchmarks.families.layouts import FIRST_ID, UNK_ID
+    from benchmarks.families.steps import measure
     parser = argparse.ArgumentParser(description=EXPORTS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="a family folder of `benchmarks families --work` (hf/, ct2/, exports)")
     parser.add_argument("--family", required=True, choices=sorted(UNK_ID), help="the folder's family")

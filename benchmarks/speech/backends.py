@@ -7,12 +7,12 @@ import contextlib
 import functools
 import json
 from pathlib import Path
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
+from benchmarks.optimum_client import WORKER, OptimumProcess
 from tfm_export.runtime import RuntimeOptions, open_export
 
 from .inputs import RATE, converted, exported
@@ -21,7 +21,7 @@ BACKENDS = ("ours-f32", "ours-int8", "faster-whisper-f32", "faster-whisper-int8"
 
 OPTIMUM = "optimum"  # a backend only with --optimum-python
 
-OPTIMUM_WORKER = Path(__file__).resolve().parents[1] / "optimum_worker.py"  # its whisper mode
+OPTIMUM_WORKER = WORKER  # its whisper mode
 
 class Folder:
     """What every backend needs to know of the Hugging Face folder."""
@@ -161,36 +161,16 @@ class Eager:
                                            decoder_input_ids=prompt, generation_config=config)
         return out.shape[1] - prompt.shape[1]
 
-class OptimumWhisper:
-    """optimum_whisper_worker.py under Optimum's venv's python: exports (or reuses) `work`/optimum, then times
-    each call itself: `seconds` is the last call's time as the worker measured it, which the measures take
+class OptimumWhisper(OptimumProcess):
+    """optimum_worker.py's whisper mode under Optimum's venv's python: exports (or reuses) `work`/optimum, then
+    times each call itself: `seconds` is the last call's time as the worker measured it, which the measures take
     instead of their own (own_time)."""
 
     def __init__(self, python: Path, folder: Folder, work: Path, threads: int):
         work.mkdir(parents=True, exist_ok=True)
-        # stderr is this process's: Optimum's export messages, and why the worker failed if it does
-        self.process = subprocess.Popen(
-            [str(python), str(OPTIMUM_WORKER), "whisper", str(folder.path), str(work / "optimum"), "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.process.stdin and self.process.stdout
-        self.requests, self.replies, self.work = self.process.stdin, self.process.stdout, work
+        self.work = work
         self.sent: dict[str, tuple[np.ndarray, Path]] = {}  # kind -> (the array last written, its file)
-        self.seconds = 0.0
-        self.export_s: float | None = self.ask(None)["export_s"]
-
-    def ask(self, request: dict[str, Any] | None) -> dict[str, Any]:
-        """Send `request` (None: only read, the ready line) and read the reply; its seconds kept."""
-        if request is not None:
-            self.requests.write(json.dumps(request) + "\n")
-            self.requests.flush()
-        line = self.replies.readline()
-        if not line:
-            raise RuntimeError(f"{OPTIMUM_WORKER.name} exited with status {self.process.wait()}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"{OPTIMUM_WORKER.name}: {reply['error']}")
-        self.seconds = reply.get("seconds", 0.0)
-        return reply
+        super().__init__(python, "whisper", [str(folder.path), str(work / "optimum")], threads)
 
     def npy(self, kind: str, array: np.ndarray) -> str:
         """`array` as a .npy file in the work folder, written when it is not the array last sent as `kind`."""
@@ -206,10 +186,6 @@ class OptimumWhisper:
 
     def steps(self, features: np.ndarray, n: int) -> int:
         return self.ask({"steps": self.npy("features", features), "new_tokens": n})["new_tokens"]
-
-    def close(self) -> None:
-        self.requests.close()  # end of input ends the worker
-        self.process.wait(timeout=60)
 
 def own_time(backend: Any, outside: float) -> float:
     """A call's seconds: `outside` (its wall time, taken here), or Optimum's as its worker measured it."""

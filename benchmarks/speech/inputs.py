@@ -112,7 +112,7 @@ def versions(optimum_python: Path | None) -> dict[str, str | None]:
         except PackageNotFoundError:
             out[name] = None
     if optimum_python:
-        from benchmarks.families import optimum_versions  # the Optimum venv's optimum, transformers and onnxruntime
+        from benchmarks.optimum_client import optimum_versions  # the Optimum venv's optimum, transformers and onnxruntime
 
         out |= optimum_versions(optimum_python)
     return out
