@@ -91,6 +91,10 @@ PYTHON_ONLY: dict[str, str] = {
                                      "Node, which decodes plain greedy (the same ids) and ignores the option",
     "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
     "runtime/decode/draft_length.py": "the speculative draft length and its switch-off: not ported to Node",
+    "runtime/decode/checking.py": "how a speculative step reads the model's ids (argmax, or under processors): not "
+                                  "ported to Node, which has no speculation",
+    "runtime/speech/assisted.py": "speculative decoding of Whisper's greedy windows (transcribe's assistant, "
+                                  "prompt_lookup_num_tokens): not ported to Node, which has no speculation",
     "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim: not "
                                    "ported to Node",
     "runtime/states/head.py": "beam candidates picked on the device by a head graph; Node's beam search takes the "
