@@ -13,18 +13,18 @@ from tfm_export.bench.harness import Scenario
 S = Scenario
 SCENARIOS: tuple[Scenario, ...] = (
     # decode core and the step
-    S("decode-core", "decode", "benchmarks.decode:decode_core_main",
+    S("decode-core", "decode", "benchmarks.decode.core:decode_core_main",
       "checkouts A/B: greedy and beam 4 ms/token, bundled model and base preset", ("--quick",)),
-    S("step", "decode", "benchmarks.decode:step_main",
+    S("step", "decode", "benchmarks.decode.step:step_main",
       "checkouts (each with its export) against CTranslate2: one step at small batches, fresh processes"),
-    S("exports", "decode", "benchmarks.decode:exports_main",
+    S("exports", "decode", "benchmarks.decode.exports:exports_main",
       "two or more exports of one family folder against each other and CTranslate2"),
-    S("nocache", "decode", "benchmarks.decode:nocache_main",
+    S("nocache", "decode", "benchmarks.decode.nocache:nocache_main",
       "a module export without a KV cache against the native KV-cache export", ("--tiny", "--repeat", "1")),
     S("speculative", "decode", "benchmarks.speculative:speculative_main",
       "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
       ("--quick", "--rounds", "1", "--new-tokens", "8", "--sources", "2")),
-    S("gpu", "decode", "benchmarks.decode:gpu_main",
+    S("gpu", "decode", "benchmarks.decode.gpu:gpu_main",
       "the CUDA rows: bench --device cuda on base and opus-mt size, greedy and beam 4, and a step's profile"),
     # profiles (where a step's time goes)
     S("profile-decoder", "profiles", "benchmarks.profiles:profile_decoder_main",
