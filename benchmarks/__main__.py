@@ -71,14 +71,14 @@ SCENARIOS: tuple[Scenario, ...] = (
       "live transcription over the Realtime WebSocket: word-end-to-confirmed latency, RTF at 1/4/8 sessions",
       None),  # espeak-ng's speech, the fixture's export and real-time sessions: minutes, not a smoke run
     # serving
-    S("load", "serving", "benchmarks.serving:load_main",
+    S("load", "serving", "benchmarks.serving.load:load_main",
       "open-loop Poisson load on tfm-export serve, the batching modes taking turns"),
-    S("engine", "serving", "benchmarks.serving:engine_main",
+    S("engine", "serving", "benchmarks.serving.engine:engine_main",
       "the serving engines without HTTP: request-level vs in-flight on one workload"),
     S("documents", "peers", "benchmarks.documents:documents_main",
       "a document end to end (split, batched, joined): ours vs CTranslate2 translate_iterable, same weights",
       ("--words", "200", "--rounds", "1", "--no-int8", "--work", "/tmp/bench-documents-smoke")),
-    S("ct2-batch", "peers", "benchmarks.serving:ct2_batch_main",
+    S("ct2-batch", "peers", "benchmarks.serving.ct2_batch:ct2_batch_main",
       "CTranslate2 translate_batch on the load workload (the serving peer)"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
