@@ -18,6 +18,7 @@ from .decode.checking import ProcessorCheck
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .decode.prefix import prefixed_generate
 from .decode.scoring import ScoreResult, score as score_targets
+from .decode.speculative_sampling import sample_sources
 from .options.generation import GenerationConfig, Hypothesis
 from .sources import resolve_max_new_tokens, trim
 from .decode.strategies import Greedy, strategy_for
@@ -70,7 +71,7 @@ class GenerateMixin:
     def generate(self, sources: Sequence[Sequence[int]], config: GenerationConfig | None = None,
                  timings: DecodeTimings | None = None, row_offset: int = 0, observer: Observer | None = None,
                  target_prefix: Sequence[Sequence[int]] | None = None, return_alternatives: bool = False,
-                 use_vmap: bool = False, **options: Any) -> list[list[Hypothesis]]:
+                 use_vmap: bool = False, assistant: Any = None, **options: Any) -> list[list[Hypothesis]]:
         """Per source, `num_return_sequences` hypotheses (ids without BOS/EOS, score), best first.
 
         `options` are GenerationConfig fields (num_beams=4, do_sample=True, seed=1, ...). `row_offset`:
@@ -79,13 +80,22 @@ class GenerateMixin:
         (runtime.decode.loop.Observer: export validation records the logits). `target_prefix`: each source's
         first target ids, completed (CTranslate2's; hypotheses start with them); `return_alternatives`:
         num_return_sequences alternatives at the first position after the prefix (runtime.decode.prefix);
-        `use_vmap`: the output head restricted to the sources' shortlist under the model's vocabulary map."""
+        `use_vmap`: the output head restricted to the sources' shortlist under the model's vocabulary map.
+        `assistant` or `prompt_lookup_num_tokens` with num_beams 1: speculative decoding (`generate_ids`';
+        sampling: num_return_sequences rows per source), whose hypotheses carry no score (nan)."""
         if use_vmap:
             return self.shortlisted(sources).generate(sources, config, timings, row_offset, observer, target_prefix,
                                                       return_alternatives, **options)
         if target_prefix is not None or return_alternatives:
             return self._prefixed(sources, config, target_prefix, return_alternatives, options)
         config = self.generation_config(config, **options)
+        if speculative.wanted(config, assistant) and config.num_beams == 1 and observer is None:
+            n = config.num_return_sequences
+            rows = self._speculate(sources, self.steps_for(config), config, assistant, timings, samples=n,
+                                   first_row=row_offset) if config.do_sample else \
+                self.generate_ids(sources, config=config, assistant=assistant, timings=timings)
+            if rows is not None:
+                return [[Hypothesis(r, float("nan")) for r in rows[i:i + n]] for i in range(0, len(rows), n)]
         src, steps = self.source_input(sources), self.steps_for(config)
         strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)
         return run(self.cache_for(config, steps), src, strategy, timings, observer)
@@ -111,7 +121,8 @@ class GenerateMixin:
         `assistant`: an opened draft export of the same vocabulary; with it or `prompt_lookup_num_tokens`, greedy
         decoding speculates, source by source (runtime.decode.speculative: the same ids; `timings` counts the
         drafted and accepted ids), greedy decoding under processors too (repetition_penalty,
-        no_repeat_ngram_size, min_new_tokens, forced EOS: runtime.decode.checking)."""
+        no_repeat_ngram_size, min_new_tokens, forced EOS: runtime.decode.checking), and sampling (the same
+        distribution, seeded: runtime.decode.speculative_sampling)."""
         config = self.generation_config(config, max_new_tokens=max_new_tokens, **options)
         src, steps = self.source_input(sources), self.steps_for(config)
         # Forced EOS as a greedy row's last token returns the row one step shorter (EOS is not returned).
@@ -124,12 +135,13 @@ class GenerateMixin:
             greedy = Greedy(src.shape[0], steps - forced, self.config, stop_at_eos, config.forced_bos_token_id)
             run(self.cache_for(config, steps - forced), src, greedy, timings)
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in greedy.generated()]
-        if stop_at_eos and speculative.wanted(config, assistant) and speculative.checkable(config):
+        if stop_at_eos and speculative.wanted(config, assistant) and (speculative.checkable(config)
+                                                                      or config.do_sample):
             rows = self._speculate(sources, steps, config, assistant, timings, processed=True)
-            if rows is not None:  # greedy under processors (repetition_penalty, n-gram bans): TokenPicker's ids
+            if rows is not None:  # greedy under processors: TokenPicker's ids; sampling: its distribution
                 return rows
         elif speculative.wanted(config, assistant):
-            log.warning("speculative decoding speeds up greedy decoding only: decoding without it")
+            log.warning("speculative decoding speeds up greedy decoding and sampling only: decoding without it")
         if not stop_at_eos:
             config = config.replace(min_new_tokens=steps, forced_eos=False)
         hyps = run(self.cache_for(config, steps), src, strategy_for(src.shape[0], steps, config, self.config),
@@ -137,16 +149,21 @@ class GenerateMixin:
         return [h[0].ids for h in hyps]
 
     def _speculate(self, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
-                   timings: DecodeTimings | None, processed: bool = False) -> list[list[int]] | None:
+                   timings: DecodeTimings | None, processed: bool = False, samples: int = 1, first_row: int = 0
+                   ) -> list[list[int]] | None:
         """Speculative greedy ids, one source at a time; None when this runner cannot check drafts. `processed`:
         the drafts are checked under config's processors (runtime.decode.checking.ProcessorCheck, TokenPicker's
-        greedy ids) rather than on the device's argmax (Greedy's)."""
+        greedy ids) rather than on the device's argmax (Greedy's). With do_sample: `samples` sampled rows per
+        source, the generators of rows first_row.. (runtime.decode.speculative_sampling.sample_sources)."""
         cache = self.checking_cache()
         if cache is None:
             log.warning("this export's decoder returns only the last position's logits (exported before "
                         "earlier_logits): decoding without speculation (the same ids)")
             return None
         tokenizer = getattr(getattr(self, "manifest", None), "tokenizer", None)
+        if config.do_sample:
+            return sample_sources(cache, [self.source_input(sources[i:i + 1]) for i in range(len(sources))], config,
+                                  self.config, tokenizer, assistant, steps, timings, samples, first_row)
         rows, policies = [], self.__dict__.setdefault("draft_lengths", {})  # kept across calls: draft_length.py
         for i in range(len(sources)):
             proposer, policy = speculative.proposal(config, self.config, tokenizer, assistant, policies)

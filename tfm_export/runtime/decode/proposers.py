@@ -11,6 +11,10 @@ is the model's own greedy output: the speculative step keeps only the ids the mo
   it are the draft, cut before an EOS.
 - `DraftModel`: a smaller export of the same vocabulary (transformers' assistant_model), decoding greedily on
   its own growing cache (runtime.states.growing, `feed` and `truncate`), rolled back to the ids the model kept.
+  With a `sampler` (speculative sampling, runtime.decode.speculative_sampling) it samples its ids instead,
+  under the model's processors and warpers, and reports the distributions q it drew them from.
+
+`probabilities`: the last draft's q (k, vocab), or None where the draft is deterministic (one-hot q).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ MAX_NGRAM = 2  # transformers' max_matching_ngram_size default
 
 class Proposer(Protocol):
     lock: AbstractContextManager[Any]  # what the decode holds besides the model's cache lock
+    probabilities: np.ndarray | None  # the last draft's q (k, vocab); None: deterministic (one-hot)
 
     def start(self, src: np.ndarray) -> None:
         """A new decode of `src` (1, src_len) begins."""
@@ -56,6 +61,7 @@ class PromptLookup:
     """Drafts from n-grams of the source and of the output so far (see the module docstring)."""
 
     lock = nullcontext()
+    probabilities = None  # n-gram drafts are certain: q is one-hot
 
     def __init__(self, config: TransformerConfig, max_ngram: int = MAX_NGRAM):
         self.config, self.max_ngram, self.source = config, max_ngram, []
@@ -81,11 +87,13 @@ class PromptLookup:
 
 
 class DraftModel:
-    """Drafts by greedy decoding with a draft export of the same vocabulary (`check_draft` tells)."""
+    """Drafts by greedy decoding (or sampling) with a draft export of the same vocabulary (`check_draft` tells)."""
 
-    def __init__(self, cache: DecoderCache, max_len: int):
-        """`cache`: the draft's growing cache; `max_len`: the draft's positions."""
-        self.cache, self.max_len, self.lock = cache, max_len, cache.lock
+    def __init__(self, cache: DecoderCache, max_len: int, sampler: Any = None):
+        """`cache`: the draft's growing cache; `max_len`: the draft's positions; `sampler`: a
+        runtime.decode.speculative_sampling.Sampler to sample with (None: greedy)."""
+        self.cache, self.max_len, self.lock, self.sampler = cache, max_len, cache.lock, sampler
+        self.probabilities: np.ndarray | None = None
         self.state: Any = None
         self.src: np.ndarray | None = None
         self.fed: list[int] = []  # the ids in the draft's cache
@@ -99,19 +107,30 @@ class DraftModel:
         kept = 0  # the draft's cache keeps what the history still agrees with, and at least one id is fed
         while kept < min(len(self.fed), len(history) - 1) and self.fed[kept] == history[kept]:
             kept += 1
-        k = min(k, self.max_len - len(history))
+        k, self.probabilities = min(k, self.max_len - len(history)), None
         if k <= 0:
             return []
         if self.state is None:
             self.state = self.cache.start(self.src)
         self.state.truncate(kept)
         self.state.feed(np.array([history[kept:]], dtype=np.int64))  # (1, new ids)
-        draft = [int(self.state.next_ids()[0])]
+        q: list[np.ndarray] = []
+        draft = [self._next(history, q)]
         while len(draft) < k and draft[-1] != self.cache.config.eos_id:
             self.state.step(np.array(draft[-1:], dtype=np.int64))
-            draft.append(int(self.state.next_ids()[0]))
+            draft.append(self._next(history + draft, q))
+        self.probabilities = np.stack(q) if q else None
         self.fed = history + draft[:-1]
         return draft
+
+    def _next(self, ids: list[int], q: list[np.ndarray]) -> int:
+        """The draft's id after decoder input `ids` (the last one fed): its argmax, or a sample whose
+        distribution joins `q`."""
+        if self.sampler is None:
+            return int(self.state.next_ids()[0])
+        token, row = self.sampler.draft(self.state.logits(), ids)
+        q.append(row)
+        return token
 
     def close(self) -> None:
         self.state = self.src = None

@@ -73,7 +73,12 @@ def warp(scores: np.ndarray, temperature: float, top_k: int, top_p: float) -> np
 
 def sample(scores: np.ndarray, generator: SplitMix64) -> int:
     """Step 4: one token id from one row's warped (vocab,) scores."""
-    probs = np.exp(scores - scores.max())
+    return draw(np.exp(scores - scores.max()), generator)
+
+
+def draw(probs: np.ndarray, generator: SplitMix64) -> int:
+    """Step 4 on (vocab,) non-negative weights `probs` (unnormalised): one id (speculative sampling draws from
+    a draft's q and a residual with it, runtime.decode.speculative_sampling)."""
     running = np.cumsum(probs)
     target = generator.uniform() * running[-1]
     hit = int(np.searchsorted(running, target, side="right"))  # first index with running > target
