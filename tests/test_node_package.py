@@ -119,7 +119,7 @@ def app(tmp_path_factory) -> Path:
          "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
          "decode/beam.mjs", "decode/loop.mjs", "decode/prefix.mjs", "decode/processors.mjs", "decode/sampling.mjs",
          "decode/scoring.mjs", "decode/strategies.mjs",
-         "options/generation.mjs",
+         "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
          "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
          "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/vad.mjs",
          "speech/whisper.mjs", "speech/words.mjs",

@@ -64,6 +64,11 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                                "to_recording")),
     "runtime/speech/chunks.py": ("speech/chunks.mjs", ("ChunkPlan",),
                                  ("join_text", "speech_chunks", "joined", "transcribe_speech")),
+    # batch_size: Node's jobs are async functions (one thread), a round decoded once every live job waits
+    "runtime/decode/together.py": ("decode/together.mjs", ("Together",), ()),
+    "runtime/speech/batch_rounds.py": ("speech/batch_rounds.mjs", ("WindowRounds",),
+                                       ("decode_together", "run_jobs", "run_window", "leave")),
+    "runtime/speech/batch.py": ("speech/batch.mjs", (), ("transcribe_batch",)),
     # the non-runtime modules the JS side ports, under their Python packages' names
     "text/tokenizer.py": ("text/tokenizer.mjs", (), ("tokenizer_from_dict=makeTokenizer",)),
     "text/hf.py": ("text/tokenizer.mjs", (), ("clean_up_spaces",)),
@@ -103,12 +108,7 @@ PYTHON_ONLY: dict[str, str] = {
                                 "transcribes Whisper exports only",
     "runtime/speech/transcribe.py": "the dispatch between Whisper and frames models; Node's transcribe is Whisper's "
                                     "(speech/whisper.mjs)",
-    "runtime/speech/batch.py": "several recordings' or VAD chunks' windows decoded together on worker threads "
-                               "(batch_size); Node transcribes one window at a time",
-    "runtime/speech/batch_rounds.py": "the rounds of runtime/speech/batch.py's worker threads",
     "runtime/speech/logprobs.py": "per-token logprobs (OpenAI's include[]=logprobs): Node has no logprobs option",
-    "runtime/decode/together.py": "several strategies side by side over one state: runtime/speech/batch_rounds.py's "
-                                  "rounds (Node decodes one window at a time)",
 }
 
 # Node modules without a Python partner, and why.

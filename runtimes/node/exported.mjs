@@ -28,6 +28,7 @@ import * as api from './api.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
 import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
 import * as speech from './speech/whisper.mjs';
+import { transcribeBatch } from './speech/batch.mjs';
 import { transcribeSpeech, whisperPlan } from './speech/chunks.mjs';
 import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './speech/vad.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
@@ -222,36 +223,66 @@ export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...
 /**
  * Transcribe one recording with a Whisper export (a folder path or an opened model): { text, language,
  * segments, ids }, the ids of Python's `open_export(OUT).transcribe(audio, ...)` (speech/whisper.mjs). `audio`:
- * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz); options:
+ * a WAV file's path or bytes, or Float32Array samples at the model's rate (16 kHz), or an array of those (an
+ * array of answers, as Python's list); options:
  * `language` (default: detected), `task` ('transcribe' or 'translate'), `timestamps`, `numBeams`,
  * `maxNewTokens`, `maxSeconds`; `vad: true` transcribes only the speech (Silero VAD: speech/chunks.mjs, as
  * Python's vad=True), with `vadParameters` (Python's VadParameters fields) and `vadModel` (the ONNX file; default
- * the checkout's models/silero-vad).
+ * the checkout's models/silero-vad); `batchSize` > 1 decodes that many VAD chunks, or recordings, together
+ * (speech/batch.mjs, as Python's batch_size), with the answers of decoding them one after the other.
  */
 export async function transcribe(exportDirOrModel, audio, opts = {}) {
-  let label = opts.label;
-  if (typeof audio === 'string') {
-    label ??= audio;
-    audio = await readFile(audio).catch((err) => {
-      throw new Error(err.code === 'ENOENT' ? `${audio}: no such file; check the path`
-        : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
-    });
+  const { vad = false, vadParameters = null, vadModel = VAD_MODEL, batchSize = 1, ...rest } = opts;
+  if (vadParameters !== null && !vad) throw new Error('vadParameters are the VAD\'s: pass vad: true with them');
+  if (!Number.isInteger(batchSize) || batchSize < 1) {
+    throw new Error(`batchSize must be a whole number of 1 or more, got ${typeof batchSize === 'string' ? JSON.stringify(batchSize) : String(batchSize)}`);
   }
-  const { vad = false, vadParameters = null, vadModel = VAD_MODEL, ...rest } = opts;
-  if (!vad) {
-    if (vadParameters !== null) throw new Error('vadParameters are the VAD\'s: pass vad: true with them');
-    return withModel(exportDirOrModel, (model) => speech.transcribe(ort, model, audio, { ...rest, label }));
-  }
-  return withModel(exportDirOrModel, async (model) => { // only the speech (speech/chunks.mjs, speech/vad.mjs)
-    const samples = speech.audioSamples(audio, RATE, label);
-    const limit = rest.maxSeconds === undefined ? 3600 : rest.maxSeconds;
-    if (limit !== null && samples.length / RATE > limit) {
-      throw new Error(`the audio is ${(samples.length / RATE).toFixed(1)} s long, over the limit of ${limit} s (maxSeconds)`);
-    }
-    const session = await (vadSessions[vadModel] ??= vadSession(ort, vadModel));
-    return transcribeSpeech(ort, session, samples, (chunk, o) => speech.transcribe(ort, model, chunk, o),
-      whisperPlan(model.manifest), vadParameters, { ...rest, label });
+  const many = Array.isArray(audio);
+  const recordings = [];
+  for (const one of many ? audio : [audio]) recordings.push(await readAudio(one, rest.label));
+  const results = await withModel(exportDirOrModel, async (model) => {
+    const session = vad ? await (vadSessions[vadModel] ??= vadSession(ort, vadModel)) : null;
+    return transcribeRecordings(model, recordings, { vad, session, vadParameters, batchSize, options: rest });
   });
+  return many ? results : results[0];
+}
+
+/** { audio, label }: a path's bytes (a missing or unreadable file is one line), else the audio as it is. */
+async function readAudio(audio, label) {
+  if (typeof audio !== 'string') return { audio, label };
+  const bytes = await readFile(audio).catch((err) => {
+    throw new Error(err.code === 'ENOENT' ? `${audio}: no such file; check the path`
+      : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
+  });
+  return { audio: bytes, label: label ?? audio };
+}
+
+/** The recording's samples for the VAD, at most `maxSeconds` (default 3600; null: no limit) long. */
+function vadSamples({ audio, label }, maxSeconds) {
+  const samples = speech.audioSamples(audio, RATE, label);
+  const limit = maxSeconds === undefined ? 3600 : maxSeconds;
+  if (limit !== null && samples.length / RATE > limit) {
+    throw new Error(`the audio is ${(samples.length / RATE).toFixed(1)} s long, over the limit of ${limit} s (maxSeconds)`);
+  }
+  return samples;
+}
+
+/** Each recording's answer (Python's runtime/speech/transcribe.py dispatch): batched when `batchSize` > 1 and there
+ * are several recordings or VAD chunks (speech/batch.mjs), else one recording, and one chunk, after the other. */
+async function transcribeRecordings(model, recordings, { vad, session, vadParameters, batchSize, options }) {
+  const one = (audio, o) => speech.transcribe(ort, model, audio, o);
+  const plan = vad ? whisperPlan(model.manifest) : null;
+  const audios = vad ? recordings.map((r) => vadSamples(r, options.maxSeconds)) : recordings.map((r) => r.audio);
+  if (batchSize > 1 && (recordings.length > 1 || vad)) {
+    return transcribeBatch(ort, model, audios, one, plan, batchSize, { ...options, session, parameters: vadParameters,
+      labels: recordings.map((r) => r.label) });
+  }
+  const results = [];
+  for (const [n, audio] of audios.entries()) {
+    const o = { ...options, label: recordings[n].label };
+    results.push(await (vad ? transcribeSpeech(ort, session, audio, one, plan, vadParameters, o) : one(audio, o)));
+  }
+  return results;
 }
 const VAD_MODEL = fileURLToPath(new URL(`../../models/silero-vad/${VAD_FILE}`, import.meta.url)); // the checkout's
 const vadSessions = {}; // one session per VAD model file: it keeps no state

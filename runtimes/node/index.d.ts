@@ -143,6 +143,8 @@ export class ExportedModel {
   run(idLists: number[][]): Promise<Record<string, Tensor>>;
   /** A Whisper export: one recording (a WAV path or bytes, or 16 kHz samples) to text, language and ids. */
   transcribe(audio: AudioInput, opts?: TranscribeOptions): Promise<Transcription>;
+  /** Several recordings: their transcriptions in order (with `batchSize` > 1 decoded together). */
+  transcribe(audio: AudioInput[], opts?: TranscribeOptions): Promise<Transcription[]>;
   /** A Whisper export, live (Python's `stream_transcribe`): 16 kHz chunks as they arrive -> updates with the text
    * confirmed for good and the tentative rest, the last one final. */
   streamTranscribe(chunks: Iterable<Float32Array> | AsyncIterable<Float32Array>,
@@ -164,7 +166,8 @@ export interface LiveOptions {
 }
 
 /** A live stream's options: transcribe's, and `options` (its policy). */
-export interface StreamTranscribeOptions extends Omit<TranscribeOptions, 'timestamps' | 'wordTimestamps' | 'maxSeconds'> {
+export interface StreamTranscribeOptions extends Omit<TranscribeOptions, 'timestamps' | 'wordTimestamps' | 'maxSeconds' |
+  'batchSize'> {
   options?: LiveOptions;
 }
 
@@ -241,6 +244,10 @@ export interface TranscribeOptions {
   vadParameters?: Record<string, number> | null;
   /** The VAD's ONNX file (default: the checkout's models/silero-vad). */
   vadModel?: string;
+  /** A whole number of 1 or more (default 1): > 1 decodes that many VAD chunks, or recordings of an array, together
+   * (Python's batch_size: one encoder call per round of windows, their decoder rows side by side), with the answers
+   * of decoding them one after the other. */
+  batchSize?: number;
 }
 
 /** A word and its times in seconds (Python's `words`). */
@@ -431,6 +438,9 @@ export function translate(exportDirOrModel: string | ExportedModel, texts: strin
  */
 export function transcribe(exportDirOrModel: string | ExportedModel, audio: AudioInput,
   opts?: TranscribeOptions): Promise<Transcription>;
+/** Several recordings: their transcriptions in order (with `batchSize` > 1 their windows decoded together). */
+export function transcribe(exportDirOrModel: string | ExportedModel, audio: AudioInput[],
+  opts?: TranscribeOptions): Promise<Transcription[]>;
 
 /** A transcription's segments as SubRip subtitles (Python's `to_srt`: `tfm-export transcribe --format srt`). */
 export function toSrt(segments: Array<Pick<Segment, 'start' | 'end' | 'text'>>): string;

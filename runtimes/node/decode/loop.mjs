@@ -12,8 +12,8 @@
 //                 expand-1); `reads` ('next_ids' or 'logits') is the one output the state fetches
 //   DecoderState  step(tokens) (one id per row), nextIds() (rows), logits() -> { data, vocab },
 //                 reorder(beamIdx): row r continues row beamIdx[r]
-//   Strategy      rows, reads, bosId (every row's first input), finished, advance(state) -> { ids,
-//                 beamIdx (null: rows keep their places) }, results()
+//   Strategy      rows, reads, bosId (every row's first input, or an array of one per row), finished,
+//                 advance(state) -> { ids, beamIdx (null: rows keep their places) }, results()
 // No globals beyond ECMAScript (and `performance`, in Node and browsers): the page imports this file.
 
 /** Whether a beam step moved any row (else the caches stay as they are). */
@@ -30,7 +30,8 @@ export async function* decode(cache, padded, strategy, timings) {
   let start = performance.now();
   const state = await cache.start(padded, strategy);
   if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: [] });
-  let tokens = Array(strategy.rows).fill(strategy.bosId);
+  // every row's first input: one id for all, or one per row (decode/together.mjs: each strategy its own)
+  let tokens = Array.isArray(strategy.bosId) ? [...strategy.bosId] : Array(strategy.rows).fill(strategy.bosId);
   while (!strategy.finished) {
     start = performance.now();
     await state.step(tokens);

@@ -28,7 +28,7 @@ import { addWords, alignmentSession, timeWindow } from './words.mjs';
 
 const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'temperature',
   'seed', 'compressionRatioThreshold', 'logprobThreshold', 'noSpeechThreshold', 'conditionOnPrevTokens',
-  'promptConditionType', 'hotwords', 'prefix', 'maxSeconds', 'label'];
+  'promptConditionType', 'hotwords', 'prefix', 'maxSeconds', 'label', 'runner'];
 const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
 
 /** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
@@ -42,7 +42,7 @@ export function audioSamples(audio, rate, label = 'the audio bytes') {
 /** The checked options, with Python's English-only rule: such a model takes no language or task. */
 function speechOptions(settings, { language = null, task = 'transcribe', numBeams = 1, ...rest }) {
   const unknown = Object.keys(rest).filter((name) => !OPTIONS.includes(name));
-  if (unknown.length) throw new Error(`unknown transcribe option ${JSON.stringify(unknown[0])}; known: ${OPTIONS.slice(0, -1).join(', ')}`);
+  if (unknown.length) throw new Error(`unknown transcribe option ${JSON.stringify(unknown[0])}; known: ${OPTIONS.slice(0, -2).join(', ')}`);
   if (task !== null && !['transcribe', 'translate'].includes(task)) {
     throw new Error(`task must be one of transcribe, translate, got ${JSON.stringify(task)}`);
   }
@@ -124,7 +124,9 @@ async function detectFirst(runWindow, settings, init, { features, nMels, total, 
  * model's rate; options: language (a code "de", a name "german", a token "<|de|>"; default: detected),
  * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams, prompt (an initial
  * prompt before every window: text the transcript is conditioned on, or its token ids),
- * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors).
+ * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors); runner
+ * (what decodes each window, the language detection's included, as Python's `runner`: default decode/loop.mjs's run
+ * on a cache of its own, one window at a time; speech/batch.mjs passes speech/batch_rounds.mjs's rounds).
  */
 export async function transcribe(ort, model, audio, options = {}) {
   const settings = whisperSettings(model.manifest);
@@ -132,7 +134,7 @@ export async function transcribe(ort, model, audio, options = {}) {
   const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null,
     wordTimestamps = false, temperature = null, seed = 0, compressionRatioThreshold = null, logprobThreshold = null,
     noSpeechThreshold = null, conditionOnPrevTokens = null, promptConditionType = 'first-segment', hotwords = null,
-    prefix: prefixText = null, ...read } = speechOptions(settings, options);
+    prefix: prefixText = null, runner = null, ...read } = speechOptions(settings, options);
   const fallback = fallbackFor(settings, { temperature, compressionRatioThreshold, logprobThreshold, noSpeechThreshold });
   const condition = Boolean(conditionOnPrevTokens ?? settings.condition_on_prev_tokens);
   if (!['first-segment', 'all-segments'].includes(promptConditionType)) {
@@ -151,7 +153,7 @@ export async function transcribe(ort, model, audio, options = {}) {
   const promptFor = (segments, low, prefixed) => windowPrompt(settings, init, [...promptSegment, ...segments],
     condition && low, prefix, model.manifest.config.max_len, promptConditionType, prefixed ? [] : hotwordIds);
   const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
-  const runWindow = cacheRunner(new GrowingCache(ort, model));
+  const runWindow = runner ?? cacheRunner(new GrowingCache(ort, model));
   const ahead = prefix.length || hotwordIds.length || prefixIds.length; // the prompt's start is not <|startoftranscript|>
   if (ahead && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
   const decodeWindow = windowDecoder(runWindow, settings, decoding, { timestamps: stamped, max,
