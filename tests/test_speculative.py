@@ -136,7 +136,7 @@ def test_a_draft_of_another_vocabulary_is_refused(exported, tiny_export):
 
 def test_speculation_asks_for_greedy_on_the_cli(exported):
     result = run_cli("generate", exported("t5"), "--text", "to English: 12", "--num-beams", 2, "--prompt-lookup", 3)
-    assert result.exit_code != 0 and "plain greedy decoding only" in result.output
+    assert result.exit_code != 0 and "greedy decoding and sampling only" in result.output
 
 
 def test_the_tiny_model_on_the_growing_and_the_static_cache(tiny_export, static_export, schedule_only):

@@ -19,7 +19,7 @@ import pytest
 
 import hf_fixtures
 from conftest import built_once
-from helpers import run_cli_ok
+from helpers import run_cli, run_cli_ok
 from tfm_export.runtime import open_export
 from tfm_export.runtime.decode import speculative_sampling
 from tfm_export.runtime.decode.loop import DecodeTimings
@@ -213,3 +213,18 @@ def test_prompt_lookup_sampling_on_the_tiny_model(tiny_export):
     assert 0 < timings.accepted < timings.drafted
     assert open_export(tiny_export, "cpu").generate_ids(sources, **options) == first
     assert model.generate_ids(sources, **{**options, "seed": 10}) != first
+
+
+def test_the_cli_samples_speculatively(tiny_export):
+    """`generate --sample --prompt-lookup N`: reproducible with --seed, greedy's output at --top-k 1, and beam
+    search with the flag refused in one line."""
+    ids = [a for src in tiny_sources() for a in ("--ids", " ".join(map(str, src)))]
+    sampled = [*ids, "--sample", "--top-k", 5, "--seed", 4, "--prompt-lookup", 4, "--json"]
+    first = run_cli_ok("generate", tiny_export, *sampled).output
+    assert run_cli_ok("generate", tiny_export, *sampled).output == first
+    greedy = run_cli_ok("generate", tiny_export, *ids, "--greedy", "--json").output
+    assert run_cli_ok("generate", tiny_export, *ids, "--sample", "--top-k", 1, "--prompt-lookup", 4,
+                      "--json").output == greedy
+    result = run_cli("generate", tiny_export, *ids, "--num-beams", 2, "--prompt-lookup", 4)
+    assert result.exit_code != 0 and "greedy decoding and sampling only" in result.output
+    assert "Traceback" not in result.output

@@ -213,8 +213,9 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
                    "beam search and forced EOS); the decoding flags below still apply.")
 @click.option("--assistant", type=click.Path(path_type=Path), default=None,
               help="A draft export of the same vocabulary (a smaller model, or this one's int8/int4 variant): greedy "
-                   "decoding speculates, the draft proposing ids that the model checks several at a time (the "
-                   "output is plain greedy's; sources are then decoded one at a time).")
+                   "decoding and sampling speculate, the draft proposing ids that the model checks several at a "
+                   "time (greedy: plain greedy's output; --sample: the same distribution, seeded; sources are then "
+                   "decoded one at a time).")
 @library_errors
 def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None,
                      input_format: str, features: tuple[Path, ...], device: str, batch_size: int,
@@ -272,10 +273,11 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
 
 
 def _assistant(folder: Path | None, device: str, threads: int | None, spin: bool, config: Any) -> Any:
-    """--assistant's export, opened on the same device (None without it); speculation is plain greedy's."""
-    if (folder is not None or config.prompt_lookup_num_tokens) and not config.is_greedy:
-        raise click.UsageError("--prompt-lookup and --assistant speed up plain greedy decoding only, and this "
-                               "decoding is not (the export's defaults or a decoding flag); add --greedy")
+    """--assistant's export, opened on the same device (None without it); speculation is greedy's or sampling's."""
+    if (folder is not None or config.prompt_lookup_num_tokens) and config.num_beams > 1:
+        raise click.UsageError("--prompt-lookup and --assistant speed up greedy decoding and sampling only, and this "
+                               "decoding is beam search (the export's defaults or --num-beams); add --greedy or "
+                               "--sample")
     if folder is None:
         return None
     from ..runtime import RuntimeOptions, open_export
@@ -285,13 +287,13 @@ def _assistant(folder: Path | None, device: str, threads: int | None, spin: bool
 
 def _decode(model: Any, sources: list[list[int]], config: Any, assistant: Any = None) -> list[list[Any]]:
     """Hypotheses per source; plain greedy keeps the fast loop (CUDA graphs), which gives ids without scores
-    (and speculates with --prompt-lookup or an assistant)."""
+    (and speculates with --prompt-lookup or an assistant, as sampling does: runtime.api `generate`)."""
     if config.is_greedy:
         from ..runtime.options.generation import Hypothesis
 
         rows = model.generate_ids(sources, config=config, assistant=assistant)
         return [[Hypothesis(ids, float("nan"))] for ids in rows]
-    return model.generate(sources, config)
+    return model.generate(sources, config, assistant=assistant)
 
 
 def _stream(model: Any, source: Any, ids: list[int], tokenizer: Any, config: Any) -> None:
