@@ -82,6 +82,8 @@ class GenerationConfig:
               "language, BART's <s>.", "must be a token id (0 or more) or null", minimum=0, serve=False, cli=False)
     # Speculative greedy decoding (runtime.decode.speculative): how fast, never which ids (plain greedy's, id for
     # id), so it is no part of is_greedy, and a runner that does not speculate (the server, Node) may ignore it.
+    # With do_sample it speculates too (runtime.decode.speculative_sampling): the same distribution, other ids
+    # than plain sampling's for a seed (a runner that ignores it samples from that distribution all the same).
     prompt_lookup_num_tokens: int = option(
         0, "Greedy: draft up to this many ids a step from n-grams of the source and the output so far, checked in "
            "one decoder step (transformers' prompt_lookup_num_tokens; the output is plain greedy's; 0: off).",
