@@ -15,7 +15,9 @@ Who reads the model's id at each position is a `check` (runtime.decode.checking)
 by default, or TokenPicker's greedy picking under processors that read the ids so far (repetition_penalty,
 no_repeat_ngram_size, a caller's LogitsProcessor list: Whisper's timestamp rules, runtime.speech.assisted), each
 position processed with the history extended by the draft before it, so that those decodes speculate exactly
-too. A `prompt` (Whisper's forced decoder input) is fed whole in the first step.
+too. A `prompt` (Whisper's forced decoder input) is fed whole in the first step. Sampling's check is
+runtime.decode.speculative_sampling.SamplingCheck: its picks are the ids the rule emits (drafts kept with
+probability min(1, p/q), then a draw from the residual or p), so the output keeps the model's distribution.
 
 The draft length adapts, and speculation switches itself off where it does not pay (runtime.decode.draft_length:
 transformers' heuristic schedule, +2 after a step that accepted every drafted id, -1 otherwise, and plain steps for
