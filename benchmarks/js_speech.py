@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fixtures
+from benchmarks.optimum_client import tjs_folder
 from benchmarks.speech.inputs import RATE, exported, long_recording, random_folder
 from tfm_export.bench import harness
 
@@ -113,11 +114,7 @@ def tjs_export(folder: Path, out: Path, python: Path, modes: str) -> Path | None
     `modes` runs transformers.js (no Optimum venv needed then)."""
     if not any(mode.endswith("-tjs") for mode in modes.split(",")):
         return None
-    done = subprocess.run([str(python), str(HERE / "optimum_worker.py"), "tjs", str(folder), str(out)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"Optimum's export of {folder} failed:\n{done.stderr[-3000:]}")
-    return out
+    return tjs_folder(python, folder, out)
 
 
 def recording(seconds: float, work: Path) -> tuple[Path, float]:

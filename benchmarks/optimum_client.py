@@ -3,7 +3,7 @@
 
 optimum_worker.py runs in Optimum's virtual environment (transformers < 4.58) and imports neither tfm_export
 nor this package; this module runs in the project's, imports nothing of Optimum, and is what `families`
-(seq2seq mode) and the Whisper benchmarks (whisper mode) talk to it through."""
+(seq2seq mode), the Whisper benchmarks (whisper mode) and `js-speech` (tjs mode) talk to it through."""
 
 from __future__ import annotations
 
@@ -62,3 +62,12 @@ def optimum_versions(python: Path | None) -> dict[str, str | None]:
         except (OSError, subprocess.CalledProcessError, ValueError):
             pass
     return found
+
+
+def tjs_folder(python: Path, folder: Path, out: Path) -> Path:
+    """optimum_worker.py's tjs mode: Optimum's export of the Whisper `folder` laid out as transformers.js loads
+    it, in `out` (reused when there)."""
+    done = subprocess.run([str(python), str(WORKER), "tjs", str(folder), str(out)], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"Optimum's export of {folder} failed:\n{done.stderr[-3000:]}")
+    return out
