@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import hf_fixtures
+from conftest import built_once
 from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
 from tfm_export.manifest import EARLIER_LOGITS
@@ -32,14 +33,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """family -> its trained fixture exported without validation (the decoder with earlier_logits)."""
+    """family -> its trained fixture exported without validation (the decoder with earlier_logits), built once
+    per run for this module and tests/test_speculative_sampling.py (conftest.built_once)."""
     made = {}
 
     def export(family: str):
         if family not in made:
-            out = tmp_path_factory.mktemp(f"spec-{family}") / "out"
-            run_cli_ok(hf_fixtures.trained_folder(family), "-o", out, "--no-validate")
-            made[family] = out
+            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
+                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
         return made[family]
 
     return export

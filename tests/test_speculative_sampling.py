@@ -118,10 +118,14 @@ SAMPLING = dict(do_sample=True, top_k=5, temperature=1.0)
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """family -> its trained fixture exported once per run without validation (tests/test_speculative.py's)."""
+    """family -> its trained fixture exported without validation, once per run (tests/test_speculative.py's)."""
+    made = {}
+
     def export(family: str):
-        return built_once(tmp_path_factory, f"speculative-{family}", "out",
-                          lambda out: run_cli_ok(hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
+        if family not in made:
+            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
+                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
+        return made[family]
 
     return export
 
