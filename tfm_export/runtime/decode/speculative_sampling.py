@@ -20,7 +20,8 @@ processors (runtime.decode.processors.process: bans, min_new_tokens, forced ids,
 bans) on the position's own history, then temperature, top_k and top_p (runtime.decode.sampling.warp), then
 softmax. The random numbers are the row's SplitMix64 (runtime.decode.sampling): one per drafted id, one per
 acceptance test, one per emitted residual or bonus id, in that order, so a seeded decode is reproducible as
-long as the draft lengths are (runtime.decode.speculative fixes them to transformers' schedule when sampling).
+long as the draft lengths are (`sample_sources` keeps transformers' schedule alone, without the timing
+switch-off of runtime.decode.draft_length, fresh for every row).
 They are not plain sampling's draws: the same seed gives other ids than plain sampling (and Node), from the
 same distribution.
 """
