@@ -151,6 +151,15 @@ def test_speculative_sampling_is_reproducible(models, exported):
     assert again == first == model.generate_ids(sources, config=GREEDY, assistant=draft, seed=11, **SAMPLING)
     others = [model.generate_ids(sources, config=GREEDY, assistant=draft, seed=s, **SAMPLING) for s in (12, 13)]
     assert any(o != first for o in others)  # the seed matters
+    # generate: num_return_sequences samples per source, row r drawing from row r's generator, so the second
+    # source decoded alone as rows 3.. of the call (a server's row_offset) gets the same samples
+    rows = model.generate(sources[:2], config=GREEDY, assistant=draft, seed=11, num_return_sequences=3, **SAMPLING)
+    alone = model.generate(sources[1:2], config=GREEDY, assistant=draft, seed=11, num_return_sequences=3,
+                           row_offset=3, **SAMPLING)
+    assert [h.ids for h in alone[0]] == [h.ids for h in rows[1]] and len(rows[0]) == 3
+    best = model.generate_ids(sources[:2], config=GREEDY, assistant=draft, seed=11, num_return_sequences=3,
+                              **SAMPLING)
+    assert best == [rows[0][0].ids, rows[1][0].ids]  # generate_ids: each source's first sample, as plain sampling
 
 
 def homogeneity(a: list[tuple], b: list[tuple]) -> float:
