@@ -118,12 +118,12 @@ def app(tmp_path_factory) -> Path:
          "sources.mjs", "tokenizers.d.ts", "translate.mjs",
          "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
          "decode/beam.mjs", "decode/loop.mjs", "decode/prefix.mjs", "decode/processors.mjs", "decode/sampling.mjs",
-         "decode/scoring.mjs", "decode/strategies.mjs",
+         "decode/scoring.mjs", "decode/strategies.mjs", "decode/vmap.mjs",
          "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
          "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
          "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/vad.mjs",
          "speech/whisper.mjs", "speech/words.mjs",
-         "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
+         "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs", "states/shortlist.mjs",
          "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")
     (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}\n')

@@ -23,14 +23,18 @@ NODE = ROOT / "runtimes" / "node"
 # Python module (under tfm_export/) -> (its JS partner under runtimes/node, classes in both, functions in both).
 # A function is named as in Python; its JS name is the camelCase one unless given as "python=js".
 MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces", "score")),
+    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces", "score", "shortlisted")),
     "runtime/checks.py": ("checks.mjs", (), ()),
     "runtime/sources.py": ("sources.mjs", (), ("resolve_max_new_tokens", "trim", "pad_batch=padSources")),
-    "runtime/exported.py": ("exported.mjs", ("ExportedModel",), ("open_export",)),
+    "runtime/exported.py": ("exported.mjs", ("ExportedModel",), ("open_export", "with_shortlist")),
     "runtime/decode/loop.py": ("decode/loop.mjs", (), ("decode", "run", "moved")),
-    # target_prefix in Node; return_alternatives (Alternatives) is Python's and the server's only
-    "runtime/decode/prefix.py": ("decode/prefix.mjs", ("PrefixStrategy",), ("with_forced_first", "prefix_strategy")),
+    "runtime/decode/prefix.py": ("decode/prefix.mjs", ("PrefixStrategy", "Alternatives"),
+                                 ("with_forced_first", "prefix_strategy")),
     "runtime/decode/scoring.py": ("decode/scoring.mjs", ("TeacherForced",), ()),
+    "runtime/decode/vmap.py": ("decode/vmap.mjs", ("VocabularyMap",),
+                               ("shortlist", "from_pairs", "load=fromJSON", "load_ct2=fromCt2")),
+    # Node masks the full head's logits (Python's path for a head it cannot gather): no ONNX rewrite in JS
+    "runtime/states/shortlist.py": ("states/shortlist.mjs", ("MaskedCache", "MaskedState"), ()),
     "runtime/decode/strategies.py": ("decode/strategies.mjs", ("Greedy", "TokenPicker"), ("strategy_for",)),
     "runtime/decode/beam.py": ("decode/beam.mjs", ("BeamSearch",), ()),
     "runtime/decode/sampling.py": ("decode/sampling.mjs", ("SplitMix64",), ("row_generators", "warp", "sample")),
@@ -83,8 +87,6 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/device.py": "ONNX Runtime's execution providers and the CPU/CUDA choice: Node runs onnxruntime-node's "
                          "CPU provider, the page onnxruntime-web's WASM",
     "runtime/hugepages.py": "transparent huge pages for the Python process's ONNX Runtime arenas (Linux servers)",
-    "runtime/decode/vmap.py": "CTranslate2's vocabulary map (use_vmap): not ported to Node yet",
-    "runtime/states/shortlist.py": "the vocabulary shortlist's decoder rewrite (use_vmap): not ported to Node yet",
     "runtime/inflight.py": "the server's in-flight batching (tfm-export serve); Node calls a server (client.mjs)",
     "runtime/verify.py": "`tfm-export validate` of an export folder, a Python CLI command",
     "runtime/options/spec.py": "the option declarations tools/options_codegen.py reads to write "

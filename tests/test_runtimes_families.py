@@ -584,3 +584,132 @@ def test_node_target_prefix_and_score_equal_python(ct2_job, tmp_path):
     assert min(s.score for s in want) < max(s.score for s in want) - 1  # real scores: a reversed target is worse
     assert "2 prefixes for 5 sources" in node["errors"][0]
     assert "out of range for a vocabulary" in node["errors"][1]
+
+
+# --------------------------------------------------------------------------------------------------
+# CTranslate2's return_alternatives and vocabulary shortlist (vmap) in Node
+
+ALTERNATIVES_JS = """
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const lib = (name) => import(pathToFileURL(`${process.argv[2]}/${name}`).href);
+const { openExport, VocabularyMap, loadVocabularyMap } = await lib('exported.mjs');
+const job = JSON.parse(readFileSync(0, 'utf8'));
+const model = await openExport(job.dir);
+const forced = { forcedBosTokenId: job.forced };
+const attempt = async (fn) => { try { await fn(); return null; } catch (e) { return e.message; } };
+const alternatives = await model.generate(job.sources, { ...forced, targetPrefix: job.prefixes, returnAlternatives: true,
+  numReturnSequences: 3 });
+const noPrefix = await model.generate(job.sources, { ...forced, returnAlternatives: true, numReturnSequences: 2 });
+const texts = await model.translate(job.texts, { sourceLang: job.source_lang, targetLang: job.target_lang,
+  returnAlternatives: true, numHypotheses: 3 });
+const built = VocabularyMap.fromPairs(job.pairs.sources, job.pairs.targets, { perToken: 6, frequent: 10 });
+const errors = { noMap: await attempt(() => model.generate(job.sources, { useVmap: true })) };
+model.vmap = await loadVocabularyMap(job.vmap_file);
+const vmapped = [];
+for (const numBeams of [1, 5]) vmapped.push(await model.generate(job.sources, { ...forced, numBeams, useVmap: true }));
+const vmappedIds = await model.generateIds(job.sources, { ...forced, numBeams: 1, useVmap: true });
+const vmappedTexts = await model.translate(job.texts, { sourceLang: job.source_lang, targetLang: job.target_lang,
+  useVmap: true });
+const narrow = model.withShortlist(job.narrow);
+const narrowed = [];
+for (const numBeams of [1, 5]) narrowed.push(await narrow.generate(job.sources, { ...forced, numBeams }));
+Object.assign(errors, {
+  flag: await attempt(() => model.generate(job.sources, { returnAlternatives: 'yes' })),
+  count: await attempt(() => model.generate(job.sources, { returnAlternatives: true, numReturnSequences: 0 })),
+  range: await attempt(() => model.withShortlist([job.vocab])),
+  file: await attempt(() => loadVocabularyMap(job.dir + '/manifest.json')),
+  missing: await attempt(() => loadVocabularyMap(job.dir + '/no-such-vmap.json')),
+});
+await model.release();
+process.stdout.write(JSON.stringify({ alternatives, noPrefix, texts, built: built.toJSON(),
+  shortlist: built.shortlist(job.sources), vmapped, vmappedIds, vmappedTexts, narrowed, errors }));
+"""
+
+
+def hyp_rows(rows) -> list[list[list[int]]]:
+    return [[h.ids if hasattr(h, "ids") else h["ids"] for h in row] for row in rows]
+
+
+def hyp_scores(rows) -> list[list[float]]:
+    return [[h.score if hasattr(h, "score") else h["score"] for h in row] for row in rows]
+
+
+def test_node_alternatives_and_shortlist_equal_python(ct2_job, tmp_path):
+    """CTranslate2's return_alternatives and vocabulary shortlist in Node (issue #62) equal Python's runtime (whose
+    own tests, tests/test_ct2_api.py, check alternatives against transformers and its gathered head against the
+    masked one) on the trained multilingual export: alternatives after a prefix (ids and scores) and without one,
+    translate's alternatives as text; a vocabulary map built in Node equals Python's, and decoding under it (greedy
+    and beams, generate, generateIds, translate) and under a shortlist narrow enough to change translations gives
+    Python's ids; bad options are one line each."""
+    from hf_fixtures import LANGS, example, split_numbers
+    from tfm_export.runtime.decode.vmap import VocabularyMap
+
+    job = dict(ct2_job)
+    model = open_export(job["dir"], "cpu")
+    source, (target, *_) = LANGS[MULTILINGUAL]
+    options = {"forced_bos_token_id": job["forced"]}
+    pairs = [example(MULTILINGUAL, n, target) for n in split_numbers()[0][::20]]
+    pair_ids = {"sources": [model.encode(p.source, source, target) for p in pairs],
+                "targets": [model.encode_target(p.target) for p in pairs]}
+    vmap = VocabularyMap.from_pairs(pair_ids["sources"], pair_ids["targets"], per_token=6, frequent=10)
+    vmap.save(tmp_path / "vmap.json")
+    full = model.generate(job["sources"], num_beams=1, **options)
+    dropped = {i for row in full for i in row[0].ids[1:3]}  # tokens the translations need: a shortlist without them
+    narrow = [i for i in vmap.shortlist(job["sources"]).tolist() if i not in dropped]
+    texts = [e.source for e in hf_fixtures.task_examples(MULTILINGUAL, 3)]
+    job.update(pairs=pair_ids, vmap_file=str(tmp_path / "vmap.json"), narrow=narrow, texts=texts, source_lang=source,
+               target_lang=target, vocab=model.config.tgt_vocab_size)
+    node = node_script(tmp_path, ALTERNATIVES_JS, job, NODE)
+
+    want = model.generate(job["sources"], target_prefix=job["prefixes"], return_alternatives=True,
+                          num_return_sequences=3, **options)
+    assert hyp_rows(node["alternatives"]) == hyp_rows(want)
+    np.testing.assert_allclose(hyp_scores(node["alternatives"]), hyp_scores(want), rtol=1e-5, atol=1e-5)
+    assert all(len({tuple(ids) for ids in row}) == 3 for row in hyp_rows(want))  # three different branches
+    want = model.generate(job["sources"], return_alternatives=True, num_return_sequences=2, **options)
+    assert hyp_rows(node["noPrefix"]) == hyp_rows(want)
+    np.testing.assert_allclose(hyp_scores(node["noPrefix"]), hyp_scores(want), rtol=1e-5, atol=1e-5)
+    assert node["texts"] == model.translate(texts, source_lang=source, target_lang=target, return_alternatives=True,
+                                            num_hypotheses=3)
+
+    assert node["built"] == json.loads((tmp_path / "vmap.json").read_text())
+    assert node["shortlist"] == vmap.shortlist(job["sources"]).tolist()
+    model.vmap = vmap
+    for beams, got in zip((1, 5), node["vmapped"]):
+        assert hyp_rows(got) == hyp_rows(model.generate(job["sources"], num_beams=beams, use_vmap=True, **options))
+    assert node["vmappedIds"] == [row[0] for row in hyp_rows(node["vmapped"][0])]
+    assert node["vmappedTexts"] == model.translate(texts, source_lang=source, target_lang=target, use_vmap=True)
+    narrowed = model.with_shortlist(narrow)
+    for beams, got in zip((1, 5), node["narrowed"]):
+        assert hyp_rows(got) == hyp_rows(narrowed.generate(job["sources"], num_beams=beams, **options))
+    assert hyp_rows(node["narrowed"][0]) != hyp_rows(full)  # the shortlist changed translations
+    assert all(set(h[1:]) <= set(narrow) | {job["forced"]} for row in hyp_rows(node["narrowed"][0]) for h in row)
+
+    errors = node["errors"]
+    assert errors["noMap"].startswith("useVmap needs a vocabulary map")
+    assert errors["flag"] == 'returnAlternatives is true or false, got "yes"'
+    assert "numReturnSequences from 1" in errors["count"] and "got 0" in errors["count"]
+    assert errors["range"] == f"a shortlist id is out of range for a vocabulary of {job['vocab']} ids"
+    assert "is not a vocabulary map" in errors["file"]
+    assert "no-such-vmap.json: no such file" in errors["missing"]
+    assert all("\n" not in e for e in errors.values())
+
+
+def test_a_shortlist_without_the_target_language_still_forces_it(ct2_job):
+    """Python's shortlist (the gathered head) on the multilingual export: a call's forced first token (the target
+    language, not the export's own forced_bos_token_id) is added to the shortlist, so beam search's gathered bias
+    can choose it: the ids equal the masked head's (states/shortlist.py's MaskedCache: what Node runs), not []."""
+    from tfm_export.runtime.exported import Shortlisted
+    from tfm_export.runtime.states.shortlist import MaskedCache
+
+    model = open_export(ct2_job["dir"], "cpu")
+    options, vocab = {"forced_bos_token_id": ct2_job["forced"]}, model.config.tgt_vocab_size
+    ids = sorted({i for row in model.generate_ids(ct2_job["sources"], **options) for i in row} - {ct2_job["forced"]})
+    gathered = model.with_shortlist(ids)
+    masked = Shortlisted(model, MaskedCache(model.growing, gathered.ids, vocab, model.config.suppress_ids))
+    assert ct2_job["forced"] not in gathered.ids
+    for beams in (1, 5):
+        rows = [h.ids for row in gathered.generate(ct2_job["sources"], num_beams=beams, **options) for h in row]
+        assert rows == [h.ids for row in masked.generate(ct2_job["sources"], num_beams=beams, **options) for h in row]
+        assert all(row[:1] == [ct2_job["forced"]] for row in rows)

@@ -37,8 +37,9 @@ BUNDLES = {
                                           "client.mjs", "options/generation.mjs",
                                           "decode/loop.mjs", "decode/strategies.mjs", "decode/beam.mjs",
                                           "decode/sampling.mjs", "decode/processors.mjs", "decode/prefix.mjs",
-                                          "decode/scoring.mjs",
+                                          "decode/scoring.mjs", "decode/vmap.mjs",
                                           "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
+                                          "states/shortlist.mjs",
                                           "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",
                                           "text/marian.mjs",
                                           # Whisper transcription (the page's speech section)

@@ -10,6 +10,8 @@
 // states/nocache.mjs) encodes the sources once, and decode/loop.mjs's `decode` steps it while a
 // strategy from decode/strategies.mjs (`strategyFor`) picks each step's ids. A Whisper export's
 // encoder reads log-mel features instead: `decodeFeatures` feeds it (speech/whisper.mjs transcribes).
+// CTranslate2's decoding API: `targetPrefix` and `returnAlternatives` (decode/prefix.mjs), `score`
+// (decode/scoring.mjs), and `useVmap`, the vocabulary shortlist (decode/vmap.mjs, states/shortlist.mjs).
 // It uses only globals common to Node and browsers, so the page imports this very file.
 import { decode, run as runToEnd } from './decode/loop.mjs';
 import { prefixGroups, prefixStrategy, withForcedFirst } from './decode/prefix.mjs';
@@ -20,6 +22,7 @@ import { encoderFeeds, padSources, resolveMaxNewTokens, sourceInput } from './so
 import { runtimeGraphs } from './checks.mjs';
 import { GrowingCache } from './states/growing.mjs';
 import { NoCacheCache } from './states/nocache.mjs';
+import { MaskedCache } from './states/shortlist.mjs';
 import { languageOptions, makeTokenizer } from './text/tokenizer.mjs';
 
 const SPEECH = 'this export reads audio features (a Whisper model), not token ids; transcribe a recording: ' +
@@ -33,12 +36,45 @@ const ENCODER_ONLY = 'this export is encoder-only (it has no decoder); run it: m
 
 /**
  * The decoder cache of the model's export (Python's ExportedModel.cache); an encoder-only export is
- * refused in one line.
+ * refused in one line. A shortlisted model (`withShortlist`) decodes on it masked to its shortlist, with the
+ * call's forced first token (`config`'s: a target language) added, as Python's Shortlisted.cache_for adds it.
  */
-export function cacheFor(ort, model) {
+export function cacheFor(ort, model, config = null) {
   const graph = runtimeGraphs(model.manifest).decoder;
   if (!graph) throw new Error(ENCODER_ONLY);
-  return new CACHES[graph](ort, model);
+  const cache = new CACHES[graph](ort, model);
+  if (!model.shortlist) return cache;
+  const c = model.manifest.config;
+  const forced = config?.forcedBosTokenId ?? null;
+  const ids = forced === null || model.shortlist.includes(forced) ? model.shortlist : [...model.shortlist, forced];
+  return new MaskedCache(cache, ids, c.tgt_vocab_size, c.suppress_ids ?? []);
+}
+
+/**
+ * The model with its output head restricted to `ids` and the model's own tokens (EOS, the decoder start, the
+ * manifest's forced first token): Python's ExportedModel.with_shortlist, on states/shortlist.mjs's masked logits.
+ * The model itself is unchanged: the result is a view of it (its methods decode on the shortlist) with `shortlist`,
+ * the sorted ids.
+ */
+export function withShortlist(model, ids) {
+  const c = model.manifest.config;
+  const forced = generationConfig(model.manifest, {}).forcedBosTokenId;
+  const all = [...new Set([c.eos_id, c.bos_id, ...(forced === null ? [] : [forced]), ...Array.from(ids, Number)])];
+  if (all.some((id) => !Number.isInteger(id) || id < 0 || id >= c.tgt_vocab_size)) {
+    throw new Error(`a shortlist id is out of range for a vocabulary of ${c.tgt_vocab_size} ids`);
+  }
+  if (runtimeGraphs(model.manifest).decoder !== 'decoder') {
+    throw new Error('a vocabulary shortlist needs an export with a cached decoder (decoder.onnx)');
+  }
+  return Object.assign(Object.create(model), { shortlist: all.sort((a, b) => a - b) });
+}
+
+/** `withShortlist` of the sources' tokens under the model's `vmap` (decode/vmap.mjs): Python's `shortlisted`. */
+export function shortlisted(model, sources) {
+  if (!model.vmap) {
+    throw new Error('useVmap needs a vocabulary map: set model.vmap = await loadVocabularyMap(path) (or a VocabularyMap)');
+  }
+  return withShortlist(model, model.vmap.shortlist(sources));
 }
 
 /**
@@ -52,7 +88,7 @@ async function* decodeSources(ort, model, sources, config, { timings, ...pick } 
   const padded = padSources(c, sources);
   const steps = resolveMaxNewTokens(config.maxNewTokens, c.max_len);
   const strategy = strategyFor(sources.length, steps, config, strategyIds(c), pick);
-  yield* decode(cacheFor(ort, model), padded, strategy, timings);
+  yield* decode(cacheFor(ort, model, config), padded, strategy, timings);
 }
 
 /** The manifest's model config of a text export (a speech one is refused in one line). */
@@ -68,16 +104,18 @@ function strategyIds(c) {
 
 /**
  * CTranslate2's target_prefix (Python's prefixed_generate): per source its hypotheses, each starting with its
- * `targetPrefix` entry (token ids; [] for none), decoded in groups of equal prefixes (decode/prefix.mjs).
+ * `targetPrefix` entry (token ids; [] for none; null: none for any), decoded in groups of equal prefixes
+ * (decode/prefix.mjs); with `alternatives` n > 0, n alternatives each at the position after the prefix.
  */
-async function decodePrefixed(ort, model, sources, config, targetPrefix) {
+async function decodePrefixed(ort, model, sources, config, targetPrefix, alternatives = 0) {
   const c = textConfig(model);
-  const groups = prefixGroups(targetPrefix, sources.length, config, c.tgt_vocab_size, c.max_len);
+  const prefixes = targetPrefix ?? sources.map(() => []);
+  const groups = prefixGroups(prefixes, sources.length, config, c.tgt_vocab_size, c.max_len);
   const plain = withForcedFirst([], config).config;
   const out = Array(sources.length);
   for (const { prefix, members } of groups) {
     const steps = Math.min(resolveMaxNewTokens(plain.maxNewTokens, c.max_len), c.max_len - prefix.length);
-    const strategy = prefixStrategy(members.length, prefix, steps, plain, strategyIds(c));
+    const strategy = prefixStrategy(members.length, prefix, steps, plain, strategyIds(c), alternatives);
     const hyps = await runToEnd(cacheFor(ort, model), padSources(c, members.map((i) => sources[i])), strategy);
     members.forEach((i, j) => { out[i] = hyps[j]; });
   }
@@ -126,13 +164,43 @@ async function decodeAll(ort, model, sources, config, options) {
  * Per source, `numReturnSequences` hypotheses { ids (without BOS/EOS), score }: beam search's best
  * first (score: sum(log p) / length ** lengthPenalty), samples in order (score: sum(log p)); plain
  * greedy too reads the logits here, for its score. `opts`: the decoding options (options/generation.mjs;
- * defaults: the manifest's `generation`), `timings`, and `targetPrefix` (CTranslate2's: per source the token ids
- * its hypotheses start with, [] for none; they are returned with it).
+ * defaults: the manifest's `generation`), `timings`, and CTranslate2's `targetPrefix` (per source the token ids
+ * its hypotheses start with, [] for none; they are returned with it), `returnAlternatives` (numReturnSequences
+ * alternatives at the first position after the prefix, decoded greedily whatever numBeams says: Python's) and
+ * `useVmap` (the output head restricted to the sources' shortlist under `model.vmap`).
  */
-export async function generate(ort, model, sources, { timings, targetPrefix = null, ...options } = {}) {
+export async function generate(ort, model, sources, { timings, targetPrefix = null, returnAlternatives = false,
+  useVmap = false, ...options } = {}) {
+  if (flag('useVmap', useVmap)) {
+    return generate(ort, shortlisted(model, sources), sources, { timings, targetPrefix, returnAlternatives, ...options });
+  }
+  if (flag('returnAlternatives', returnAlternatives)) {
+    const { config, count } = alternativesConfig(model, options);
+    return decodePrefixed(ort, model, sources, config, targetPrefix, count);
+  }
   const config = generationConfig(model.manifest, options);
   if (targetPrefix !== null) return decodePrefixed(ort, model, sources, config, targetPrefix);
   return decodeAll(ort, model, sources, config, { timings, scored: true });
+}
+
+/** A boolean option's value (a string 'false' would read as true: one line instead). */
+function flag(name, value) {
+  if (typeof value !== 'boolean') throw new Error(`${name} is true or false, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+/**
+ * Python's `_prefixed` for alternatives: their count is numReturnSequences (default the config's), decoded
+ * greedily (numBeams 1, one row each), and the other options checked as always.
+ */
+function alternativesConfig(model, { numReturnSequences, ...options }) {
+  const config = generationConfig(model.manifest, { ...options, numReturnSequences: 1, numBeams: 1 });
+  const count = numReturnSequences ?? generationConfig(model.manifest, options).numReturnSequences;
+  const vocab = model.manifest.config.tgt_vocab_size;
+  if (!Number.isInteger(count) || count < 1 || count > vocab) {
+    throw new Error(`returnAlternatives takes numReturnSequences from 1 to the vocabulary's ${vocab}, got ${count}`);
+  }
+  return { config, count };
 }
 
 /**
@@ -140,9 +208,12 @@ export async function generate(ort, model, sources, { timings, targetPrefix = nu
  * generate_ids. Plain greedy decoding (the default) runs the decoder's own argmax. `timings`, when
  * given, receives `encoderMs` and one `stepsMs` entry per decoder step. `stopAtEos: false` (Python's
  * stop_at_eos, for benchmarks) gives every row exactly maxNewTokens ids: greedy keeps going after
- * EOS, other decoding bans EOS (minNewTokens) and returns the best hypothesis.
+ * EOS, other decoding bans EOS (minNewTokens) and returns the best hypothesis. `useVmap`: as `generate`'s
+ * (translate's use_vmap: one shortlist for the call's sources).
  */
-export async function generateIds(ort, model, sources, { timings, stopAtEos = true, targetPrefix = null, ...options } = {}) {
+export async function generateIds(ort, model, sources, { timings, stopAtEos = true, targetPrefix = null, useVmap = false,
+  ...options } = {}) {
+  if (flag('useVmap', useVmap)) model = shortlisted(model, sources);
   let config = generationConfig(model.manifest, options);
   if (targetPrefix !== null) return (await decodePrefixed(ort, model, sources, config, targetPrefix)).map((best) => best[0].ids);
   if (!stopAtEos && !isGreedy(config)) {

@@ -33,8 +33,11 @@ import { transcribeSpeech, whisperPlan } from './speech/chunks.mjs';
 import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './speech/vad.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
+import { generationConfig } from './options/generation.mjs';
+import { VocabularyMap } from './decode/vmap.mjs';
 
 export { connect, ServerError } from './client.mjs';
+export { VocabularyMap } from './decode/vmap.mjs';
 export { toSrt, toVtt } from './speech/whisper.mjs';
 
 async function sha256(file) {
@@ -106,7 +109,14 @@ export class ExportedModel {
     Object.assign(this, { folder, manifest, tokenizer, encoder: null, decoder: null });
     this.options = { verify, sessionOptions };
     this.extra = {}; // graphs the decode loops do not run (alignment.onnx), opened and checked on first use
+    this.vmap = null; // CTranslate2's vocabulary map (decode/vmap.mjs): generate(..., { useVmap: true }) shortlists by it
   }
+
+  /**
+   * This model with its output head restricted to `ids` (and EOS, the decoder start, the forced first token):
+   * Python's with_shortlist, a view of the model whose calls choose among those only (states/shortlist.mjs).
+   */
+  withShortlist(ids) { return api.withShortlist(this, ids); }
 
   /** A session of graph `name` of the manifest. */
   async session(name) {
@@ -209,15 +219,60 @@ export function run(exportDirOrModel, idLists) {
 /**
  * Translate texts with the manifest's tokenizer (an export folder path or an opened model): the best
  * texts. `sourceLang` / `targetLang`: a multilingual model's language codes (see `languages`).
+ * CTranslate2's options, as Python's translate: `targetPrefix` (per text the target token ids its translation
+ * starts with), `returnAlternatives` and `numHypotheses` (> 1: per text a list of translations, best first: the
+ * n-best, or the alternatives after the prefix), `useVmap` (the head restricted to the texts' shortlist).
  */
-export function translate(exportDirOrModel, texts, { sourceLang, targetLang, ...opts } = {}) {
+export function translate(exportDirOrModel, texts, { sourceLang, targetLang, targetPrefix = null, returnAlternatives = false,
+  numHypotheses = 1, ...opts } = {}) {
   return withModel(exportDirOrModel, async (model) => {
     if (!model.tokenizer) throw new Error('this export has no tokenizer; pass token ids (generateIds, --ids) instead of text');
     const sources = texts.map((t) => model.tokenizer.encode(t, sourceLang, targetLang));
     const options = { ...languageOptions(model.tokenizer, targetLang), ...opts };
-    const ids = await api.generateIds(ort, model, sources, options);
-    return ids.map((row) => model.tokenizer.decode(row));
+    if (targetPrefix === null && !returnAlternatives && numHypotheses === 1) {
+      const ids = await api.generateIds(ort, model, sources, options);
+      return ids.map((row) => model.tokenizer.decode(row));
+    }
+    const rows = await hypotheses(model, sources, targetPrefix, returnAlternatives, numHypotheses, options);
+    const out = rows.map((row) => row.map((h) => model.tokenizer.decode(h.ids)));
+    return returnAlternatives || numHypotheses > 1 ? out : out.map((row) => row[0]);
   });
+}
+
+/** Python's `hypotheses`: per source numHypotheses hypotheses, the n-best on beams (at least the export's). */
+function hypotheses(model, sources, targetPrefix, returnAlternatives, numHypotheses, options) {
+  if (!Number.isInteger(numHypotheses) || numHypotheses < 1) {
+    throw new Error(`numHypotheses is a whole number of 1 or more, got ${JSON.stringify(numHypotheses)}`);
+  }
+  if (targetPrefix?.some((p) => typeof p === 'string')) {
+    throw new Error("targetPrefix takes target token ids in Node (this runtime's tokenizers encode sources only)");
+  }
+  const asked = { ...options, numReturnSequences: numHypotheses };
+  if (!returnAlternatives && numHypotheses > 1 && !asked.doSample) {
+    asked.numBeams ??= Math.max(numHypotheses, generationConfig(model.manifest, {}).numBeams);
+  }
+  return api.generate(ort, model, sources, { ...asked, targetPrefix, returnAlternatives });
+}
+
+/**
+ * A vocabulary map file of Python's `VocabularyMap.save` format (JSON `{"fixed": [...], "map": {...}}`), for
+ * `model.vmap`; one line naming the file when it cannot be read or is not one. CTranslate2's text format:
+ * `VocabularyMap.fromCt2(text, sourceId, targetId)`.
+ */
+export async function loadVocabularyMap(file) {
+  let text;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read the vocabulary map ${file}: ${err.code === 'ENOENT' ? 'no such file' : err.code}`);
+  }
+  let data;
+  try {
+    data = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file} is not a vocabulary map ({"fixed": [...], "map": {...}}): ${err.message}`);
+  }
+  return VocabularyMap.fromJSON(data, file);
 }
 
 /**

@@ -133,9 +133,16 @@ export class ExportedModel {
   /** generateIds / generate / translate / stream / languages bound to this model. */
   generateIds(idLists: number[][], opts?: GenerateIdsOptions): Promise<number[][]>;
   generate(idLists: number[][], opts?: GenerateOptions): Promise<Hypothesis[][]>;
+  /** CTranslate2's vocabulary map for `useVmap: true` (null: none). */
+  vmap: VocabularyMap | null;
+  /** This model with its head restricted to `ids` (and EOS, the decoder start, the forced first token): a view whose
+   * calls choose among those only (Python's with_shortlist; the full head's logits masked). */
+  withShortlist(ids: Iterable<number>): ExportedModel;
   /** Per source, the log-probabilities of its target (ids without BOS and EOS; EOS is appended). */
   score(idLists: number[][], targets: number[][]): Promise<ScoreResult[]>;
-  translate(texts: string[], opts?: TranslateOptions): Promise<string[]>;
+  translate(texts: string[], opts?: TranslateOptions & { numHypotheses?: 1; returnAlternatives?: false }): Promise<string[]>;
+  /** With `numHypotheses` > 1 or `returnAlternatives`: per text its translations, best first. */
+  translate(texts: string[], opts?: TranslateOptions): Promise<string[] | string[][]>;
   languages(): LanguageCodes;
   stream(source: string, opts?: StreamOptions): AsyncGenerator<string, void, undefined>;
   stream(source: number[], opts?: StreamOptions): AsyncGenerator<number, void, undefined>;
@@ -369,7 +376,42 @@ export interface GenerateOptions extends DecodingOptions {
   /** CTranslate2's target_prefix: per source the token ids its hypotheses start with ([] for none); they are
    * returned with them, and maxNewTokens counts the tokens after them. */
   targetPrefix?: number[][] | null;
+  /** CTranslate2's return_alternatives: per source `numReturnSequences` alternatives at the first position after
+   * the prefix (that position's most likely tokens, best first, each continued greedily whatever numBeams says);
+   * each starts with the prefix, and its score is the alternative token's log-probability plus its continuation's. */
+  returnAlternatives?: boolean;
+  /** CTranslate2's use_vmap: the output head chooses among the sources' shortlist under `model.vmap` only (a
+   * VocabularyMap: the fixed set, the source tokens' candidates, EOS, the decoder start, the forced first token). */
+  useVmap?: boolean;
 }
+
+/**
+ * CTranslate2's vocabulary map (Python's VocabularyMap, tfm_export/runtime/decode/vmap.py): per source token the
+ * target tokens its translations use, and a fixed set every shortlist has. Set `model.vmap` to one and decode with
+ * `useVmap: true`.
+ */
+export class VocabularyMap {
+  constructor(fixed?: number[], candidates?: Map<number, number[]> | Record<string, number[]>);
+  /** Sorted target ids. */
+  fixed: number[];
+  /** Source id -> sorted candidate target ids. */
+  candidates: Map<number, number[]>;
+  /** The sorted ids of the fixed set, each source token's candidates, and `always`. */
+  shortlist(sources: number[][], always?: number[]): number[];
+  /** Python's from_pairs: a map from parallel data (source ids, target ids) by co-occurrence (the same map). */
+  static fromPairs(sources: number[][], targets: number[][], options?: { perToken?: number; frequent?: number }): VocabularyMap;
+  /** Python's `save` format: { fixed, map: { "source id": [target ids] } } (JSON.stringify writes it). */
+  toJSON(): { fixed: number[]; map: Record<string, number[]> };
+  /** A map of that format (parsed JSON); throws one line when it is not one. */
+  static fromJSON(data: unknown, where?: string): VocabularyMap;
+  /** CTranslate2's vmap text (`source<TAB>targets` per line, an empty source for the fixed set), pieces -> ids by
+   * the lookups (null/undefined: dropped). */
+  static fromCt2(text: string, sourceId: (piece: string) => number | null | undefined,
+    targetId: (piece: string) => number | null | undefined): VocabularyMap;
+}
+
+/** A vocabulary map file of Python's `VocabularyMap.save` format, for `model.vmap`; throws one line naming the file. */
+export function loadVocabularyMap(file: string): Promise<VocabularyMap>;
 
 /** One target's scores (Python's ScoreResult, CTranslate2's score_batch): `tokens` the target and EOS. */
 export interface ScoreResult {
@@ -395,11 +437,22 @@ export interface LanguageOptions {
   targetLang?: string;
 }
 
-/** translate's options: decoding options and language codes. */
-export interface TranslateOptions extends DecodingOptions, LanguageOptions {}
+/** translate's options: decoding options and language codes, and CTranslate2's (as Python's translate). */
+export interface TranslateOptions extends DecodingOptions, LanguageOptions {
+  /** Per text the target token ids its translation starts with ([] for none). */
+  targetPrefix?: number[][] | null;
+  /** Alternatives after the prefix (numHypotheses of them) instead of the n-best. */
+  returnAlternatives?: boolean;
+  /** > 1 (or with returnAlternatives): per text a list of translations, best first (the n-best on at least that
+   * many beams, or the alternatives). */
+  numHypotheses?: number;
+  /** The head restricted to the texts' shortlist under `model.vmap` (one shortlist for the call). */
+  useVmap?: boolean;
+}
 
 /** `numReturnSequences` is always 1 for a stream. */
-export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences' | 'targetPrefix'> & LanguageOptions;
+export type StreamOptions = Omit<GenerateOptions, 'numReturnSequences' | 'targetPrefix' | 'returnAlternatives' | 'useVmap'>
+  & LanguageOptions;
 
 /** One decoded row: ids without BOS/EOS and its score (beam search: sum(log p) / length ** lengthPenalty; else sum(log p)). */
 export interface Hypothesis {
@@ -430,7 +483,10 @@ export function run(exportDirOrModel: string | ExportedModel, idLists: number[][
 
 /** Translate texts with the manifest's tokenizer (throws when the export has none): the best texts. */
 export function translate(exportDirOrModel: string | ExportedModel, texts: string[],
-  opts?: TranslateOptions): Promise<string[]>;
+  opts?: TranslateOptions & { numHypotheses?: 1; returnAlternatives?: false }): Promise<string[]>;
+/** With `numHypotheses` > 1 or `returnAlternatives`: per text its translations, best first. */
+export function translate(exportDirOrModel: string | ExportedModel, texts: string[],
+  opts?: TranslateOptions): Promise<string[] | string[][]>;
 
 /**
  * Transcribe one recording with a Whisper export (the ids of Python's `open_export(OUT).transcribe`):

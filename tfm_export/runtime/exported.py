@@ -111,7 +111,7 @@ class ExportedModel(GenerateMixin):
             session = self._extra_sessions["shortlist"]
         cache = (MaskedCache(self.growing, ids, cfg.tgt_vocab_size, cfg.suppress_ids) if session is None
                  else ShortlistCache(self.growing, session, ids))
-        return Shortlisted(self, cache)
+        return Shortlisted(self, cache, ids)
 
     def shortlisted(self, sources: Sequence[Sequence[int]]) -> "Shortlisted":
         """`with_shortlist` of the sources' tokens under `vmap` (runtime.decode.vmap)."""
@@ -193,10 +193,12 @@ class ExportedModel(GenerateMixin):
 
 class Shortlisted(GenerateMixin):
     """An ExportedModel decoding on a shortlist cache (`ExportedModel.with_shortlist`): the model's methods,
-    every decode on the growing cache with the restricted head."""
+    every decode on the growing cache with the restricted head. `ids`: the shortlist (None: `cache` is used as it
+    is): a call whose forced first token is not in it (translate's target language) decodes on the shortlist with
+    that token added, which it must be able to choose (beam search's gathered head would find no allowed token)."""
 
-    def __init__(self, model: ExportedModel, cache: DecoderCache):
-        self.model, self.shortlist_cache = model, cache
+    def __init__(self, model: ExportedModel, cache: DecoderCache, ids: np.ndarray | None = None):
+        self.model, self.shortlist_cache, self.ids = model, cache, ids
         self.config, self.generation = model.config, model.generation
 
     @property
@@ -207,6 +209,9 @@ class Shortlisted(GenerateMixin):
         return self.model.source_input(sources)
 
     def cache_for(self, config: GenerationConfig, steps: int) -> DecoderCache:
+        forced = config.forced_bos_token_id
+        if self.ids is not None and forced is not None and forced not in self.ids:
+            return self.model.with_shortlist([*self.ids.tolist(), forced]).shortlist_cache
         return self.shortlist_cache
 
 

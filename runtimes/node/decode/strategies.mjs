@@ -55,13 +55,14 @@ export class Greedy {
  * Greedy (with processors) or sampled ids for rows = batch * numReturnSequences (source i: rows
  * i*n .. i*n + n-1), Python's TokenPicker. `processors`: LogitsProcessors after the generic ones
  * (decode/processors.mjs); `prompt`: the rows' decoder input before their first generated id (the
- * processors' history; default BOS alone), as a wrapper such as speech/search.mjs's sets it. A row's
+ * processors' history; default BOS alone), as a wrapper such as speech/search.mjs's sets it; `prompts`: one
+ * such input per row instead (decode/prefix.mjs's Alternatives: each row after its own alternative). A row's
  * score: the sum of log_softmax(processed logits) at its ids; `scored: false` keeps none (score null):
  * a vocabulary-wide exp and sum a step that ids alone do not need.
  */
 export class TokenPicker {
-  constructor(batch, steps, config, ids, { scored = true, processors = [], prompt = null } = {}) {
-    Object.assign(this, { steps, config, ids, scored, processors, prompt, rows: batch * config.numReturnSequences,
+  constructor(batch, steps, config, ids, { scored = true, processors = [], prompt = null, prompts = null } = {}) {
+    Object.assign(this, { steps, config, ids, scored, processors, prompt, prompts, rows: batch * config.numReturnSequences,
       bosId: ids.bosId, step: 0, finished: false });
     this.reads = 'logits';
     this.out = Array.from({ length: this.rows }, () => []); // ids generated so far (EOS kept, then padding)
@@ -78,7 +79,8 @@ export class TokenPicker {
     const nextIds = this.out.map((row, r) => {
       if (this.done[r]) return ids.padId;
       this.rowScores.set(logits.subarray(r * vocab, (r + 1) * vocab));
-      const scores = processHistory(this.rowScores, row, step, this.steps - 1, cfg, ids, this);
+      const scores = processHistory(this.rowScores, row, step, this.steps - 1, cfg, ids,
+        this.prompts ? { prompt: this.prompts[r], processors: this.processors } : this);
       const token = cfg.doSample
         ? sample(warp(scores, cfg.temperature, cfg.topK, cfg.topP), this.generators[r]) : argmax(scores);
       if (this.scored) this.scores[r] += logProbAt(scores, token);
