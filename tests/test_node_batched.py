@@ -78,6 +78,8 @@ for (const bad of [0, -2, 1.5, true, '4', null]) {
   try { await transcribe(model, talk, { vad: true, batchSize: bad }); out.errors.push(null); }
   catch (err) { out.errors.push(err.message); }
 }
+try { await transcribe(model, [talk, new Int16Array(16000), talk], { batchSize: 2 }); out.failed = null; }
+catch (err) { out.failed = err.message; }
 await model.release();
 console.log(JSON.stringify(out));
 """
@@ -169,3 +171,34 @@ def test_a_bad_batch_size_is_one_clear_error(cases):
     errors = cases[1]["errors"]
     assert errors == [f"batchSize must be a whole number of 1 or more, got {shown}"
                       for shown in ("0", "-2", "1.5", "true", '"4"', "null")]
+    # a recording that fails stops the batch: its error, once the jobs in flight have ended
+    assert cases[1]["failed"].startswith("audio must be a WAV file's bytes (Uint8Array, Buffer, ArrayBuffer) or a "
+                                         "Float32Array of samples at 16000 Hz, got Int16Array")
+
+
+def test_cli_vad_and_batch_size(cases, digits, digits_export, tmp_path):
+    """`cli.mjs transcribe OUT a.wav b.wav --vad --batch-size 4 --json`: the lines of the file-by-file command, and
+    Python's texts; the VAD's flags need --vad, and a bad --batch-size is one line."""
+    import soundfile
+    from helpers import node
+
+    recordings = cases[0]
+    files = []
+    for n, samples in enumerate(recordings[1:3]):
+        files.append(tmp_path / f"talk{n}.wav")
+        soundfile.write(files[-1], samples, RATE, subtype="FLOAT")
+    args = [NODE / "cli.mjs", "transcribe", digits_export, *files, "--vad", "--vad-min-silence-ms", "300",
+            "--vad-pad-ms", "100", "--json", "--timestamps"]
+    alone, together = node(*args), node(*args, "--batch-size", "4")
+    assert alone.returncode == 0 and together.returncode == 0, together.stderr
+    assert together.stdout == alone.stdout
+    lines = [json.loads(line) for line in together.stdout.splitlines()]
+    assert [line["file"] for line in lines] == list(map(str, files))
+    want = digits.transcribe(list(recordings[1:3]), vad=True, vad_parameters=SPLIT, timestamps=True)
+    assert [line["text"] for line in lines] == [a["text"] for a in want]
+    bad = node(*args, "--batch-size", "0")
+    assert bad.returncode == 1 and bad.stderr.strip() == 'error: --batch-size takes an integer of at least 1, got "0"'
+    no_vad = node(NODE / "cli.mjs", "transcribe", digits_export, files[0], "--vad-pad-ms", "100")
+    assert no_vad.returncode == 2 and no_vad.stderr.startswith("error: --vad-pad-ms sets the VAD; add --vad")
+    threshold = node(*args, "--vad-threshold", "2")
+    assert threshold.returncode == 1 and "--vad-threshold" in threshold.stderr and "Traceback" not in threshold.stderr

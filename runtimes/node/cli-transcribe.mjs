@@ -1,11 +1,14 @@
 // `cli.mjs transcribe EXPORT_DIR file.wav [...]`: Python's `tfm-export transcribe` for a Whisper export
 // in Node (speech/whisper.mjs): the text of each file on its line, its subtitles (--format srt|vtt, as Python's), or with
-// --json one object per line { file, text, language, segments, ids } (Python's --json). A bad file or export is one error line and exit 1
-// (the files before it are printed); a bad flag exit 2, as cli.mjs.
+// --json one object per line { file, text, language, segments, ids } (Python's --json). --vad (and its --vad-* settings)
+// transcribes only the speech; --batch-size N decodes N windows together (--vad's chunks and the files given), as
+// Python's. A bad file or export is one error line and exit 1 (the files before it are printed; with --batch-size,
+// which transcribes the files in one call, none); a bad flag exit 2, as cli.mjs.
 import { existsSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { VadParameters } from './speech/vad.mjs';
 import { toSrt, toVtt } from './speech/whisper.mjs';
 
 const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments), vtt: (r) => toVtt(r.segments),
@@ -13,7 +16,13 @@ const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments
 
 export const USAGE = 'usage: cli.mjs transcribe EXPORT_DIR FILE.wav [FILE.wav ...] [--language CODE] ' +
   '[--task transcribe|translate] [--timestamps] [--num-beams N] [--prompt TEXT] [--max-new-tokens N] ' +
-  '[--format txt|srt|vtt|json] [--json] [--word-timestamps] [--output-dir DIR]';
+  '[--format txt|srt|vtt|json] [--json] [--word-timestamps] [--output-dir DIR] [--vad] [--vad-threshold P] ' +
+  '[--vad-min-speech-ms MS] [--vad-min-silence-ms MS] [--vad-pad-ms MS] [--vad-max-speech-s S] [--batch-size N]';
+
+// --vad-* -> the VAD's parameter (Python's VadParameters field, speech/vad.mjs), and whether it takes whole numbers
+const VAD_FLAGS = { 'vad-threshold': ['threshold', false], 'vad-min-speech-ms': ['min_speech_duration_ms', true],
+  'vad-min-silence-ms': ['min_silence_duration_ms', true], 'vad-pad-ms': ['speech_pad_ms', true],
+  'vad-max-speech-s': ['max_speech_duration_s', false] };
 
 /** A positive integer flag's value, or one line. */
 function integer(flag, text) {
@@ -45,11 +54,38 @@ async function writeNew(target, text) {
   console.error(`wrote ${target}`);
 }
 
+/** The --vad-* flags given, as the VAD's parameters (null: none given); a number that is not one is one line. */
+function vadParameters(values) {
+  const given = Object.keys(VAD_FLAGS).filter((flag) => values[flag] !== undefined);
+  if (!given.length) return null;
+  return Object.fromEntries(given.map((flag) => {
+    const [field, whole] = VAD_FLAGS[flag];
+    const value = Number(values[flag]);
+    if (values[flag].trim() === '' || !Number.isFinite(value) || (whole && !Number.isInteger(value))) {
+      throw new Error(`--${flag} takes ${whole ? 'a whole number' : 'a number'}, got ${JSON.stringify(values[flag])}`);
+    }
+    return [field, value];
+  }));
+}
+
 /** The decoding options of the parsed flags (a bad number is one line). */
 function transcribeOptions(values) {
-  return { language: values.language, task: values.task ?? 'transcribe', timestamps: values.timestamps ?? false,
+  const options = { language: values.language, task: values.task ?? 'transcribe', timestamps: values.timestamps ?? false,
     numBeams: integer('num-beams', values['num-beams']) ?? 1, prompt: values.prompt ?? null,
-    maxNewTokens: integer('max-new-tokens', values['max-new-tokens']), wordTimestamps: values['word-timestamps'] ?? false };
+    maxNewTokens: integer('max-new-tokens', values['max-new-tokens']), wordTimestamps: values['word-timestamps'] ?? false,
+    batchSize: integer('batch-size', values['batch-size']) ?? 1 };
+  if (values.vad) Object.assign(options, { vad: true, vadParameters: vadParameters(values) });
+  return options;
+}
+
+/** The VAD's parameters checked before any work (Python's rule), its error named by the flags, not its fields. */
+function checkVad(parameters) {
+  try {
+    if (parameters) new VadParameters(parameters); // eslint-disable-line no-new
+  } catch (err) {
+    throw new Error(Object.entries(VAD_FLAGS).reduce((text, [flag, [field]]) => text.replaceAll(field, `--${flag}`),
+      err.message));
+  }
 }
 
 /** Runs the command on `args` (after `transcribe`); the process's exit code. */
@@ -62,7 +98,8 @@ export async function transcribeCommand(args) {
       options: { language: { type: 'string' }, task: { type: 'string' }, 'num-beams': { type: 'string' },
         'max-new-tokens': { type: 'string' }, prompt: { type: 'string' }, format: { type: 'string' },
         'output-dir': { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
-        'word-timestamps': { type: 'boolean' },
+        'word-timestamps': { type: 'boolean' }, vad: { type: 'boolean' }, 'batch-size': { type: 'string' },
+        ...Object.fromEntries(Object.keys(VAD_FLAGS).map((flag) => [flag, { type: 'string' }])),
         help: { type: 'boolean', short: 'h' } },
     }));
   } catch (err) {
@@ -82,14 +119,22 @@ export async function transcribeCommand(args) {
     console.error(`error: --word-timestamps shows in --json (or --format json), not in --format ${ext}\n${USAGE}`);
     return 2;
   }
+  const vadFlag = Object.keys(VAD_FLAGS).find((flag) => values[flag] !== undefined);
+  if (vadFlag && !values.vad) { // Python's rule: a setting of the VAD without the VAD
+    console.error(`error: --${vadFlag} sets the VAD; add --vad\n${USAGE}`);
+    return 2;
+  }
   let model = null;
   try {
     const options = transcribeOptions(values);
+    checkVad(options.vadParameters);
     const targets = values['output-dir'] ? await outputFiles(files, values['output-dir'], ext) : [];
     const { openExport } = await import('./exported.mjs'); // onnxruntime-node: loaded only when decoding
     model = await openExport(exportDir);
+    // one file at a time, each written when done; with --batch-size, all files' windows together (Python's)
+    const all = options.batchSize > 1 ? await model.transcribe(files, options) : null;
     for (const [i, file] of files.entries()) {
-      const text = format(await model.transcribe(file, options), file);
+      const text = format(all ? all[i] : await model.transcribe(file, options), file);
       if (targets.length) await writeNew(targets[i], text);
       else process.stdout.write(text);
     }
