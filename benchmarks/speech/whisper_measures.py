@@ -1,0 +1,118 @@
+"""whisper-speed's measures: the long-form real-time factor of every backend (and the share of it the encoder
+and the features take in ours), and the decoder's ms per step at a batch; the backends take turns in the
+harness's rotation, each after a rest."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from tfm_export.bench import harness
+
+from .backends import Folder, Ours, own_time
+from .inputs import RATE, normalized, wer
+
+N_SHORT = 4  # new tokens of the short decode of the step measure
+WARMUP_SECONDS = 8.0
+PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
+
+def rotated(names: list[str], r: int) -> list[str]:
+    """The order of round `r` (the harness's rotation: A, B / B, A for two)."""
+    return harness.rotation(names, r + 1)[r]
+
+def paired_ratio(times: dict[str, list[float]], name: str, base: str = "ours-f32") -> float | None:
+    """Median over repeats of name's figure / base's figure in the same repeat."""
+    if base not in times:
+        return None
+    return harness.median(a / b for a, b in zip(times[name], times[base]))
+
+def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, repeats: int) -> list[dict]:
+    """Every backend transcribes the recording once per repeat (after a warm-up on its first 8 s)."""
+    for backend in backends.values():
+        backend.transcribe(samples[:int(WARMUP_SECONDS * RATE)], "en")
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    texts, encoder = {}, {name: [] for name in backends if isinstance(backends[name], Ours)}
+    for r in range(repeats):
+        for name in rotated(list(backends), r):
+            backend = backends[name]
+            if isinstance(backend, Ours):
+                backend.encoder_s, backend.encoder_calls = 0.0, 0
+            time.sleep(PAUSE)
+            seconds = harness.timed(lambda: texts.__setitem__(name, backend.transcribe(samples, "en")))
+            times[name].append(own_time(backend, seconds))
+            if isinstance(backend, Ours):
+                encoder[name].append((backend.encoder_s, backend.encoder_calls))
+            print(f"  repeat {r + 1}: {name} {times[name][-1]:.2f} s", file=sys.stderr)
+    features_s = features_seconds(backends, samples, repeats)
+    seconds = len(samples) / RATE
+    rows = []
+    for name, runs in times.items():
+        row = {"backend": name, "audio_s": seconds, "runs_s": runs, "median_s": harness.median(runs),
+               "rtf": harness.median(runs) / seconds, "ratio_to_ours_f32": paired_ratio(times, name),
+               "wer": wer(reference, texts[name]), "words": len(normalized(texts[name]).split()),
+               "text_head": texts[name][:120]}
+        if name in encoder:
+            row["encoder_share"] = harness.median(e / t for (e, _), t in zip(encoder[name], runs))
+            row["encoder_windows"] = encoder[name][-1][1]
+            row["features_share"] = features_s / row["median_s"] if features_s else None
+        rows.append(row)
+    return rows
+
+def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int) -> float | None:
+    """The export's log-mel features of the whole recording, timed alone (median of `repeats`)."""
+    from tfm_export.audio.features import log_mel_spectrogram
+    from tfm_export.runtime.speech.whisper import speech_settings
+
+    ours = next((b for b in backends.values() if isinstance(b, Ours)), None)
+    if ours is None:
+        return None
+    config = speech_settings(ours.model)[1]
+    return harness.median(harness.timed(lambda: log_mel_spectrogram(samples, config)) for _ in range(repeats))
+
+def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float) -> float:
+    """(t(n_long) - t(N_SHORT)) / (n_long - N_SHORT) in ms, over as many (short, long) pairs as fill
+    `min_seconds` (at least one); t as own_time gives it."""
+    short = long = elapsed = 0.0
+    pairs = 0
+    while pairs == 0 or elapsed < min_seconds:
+        short_s = harness.timed(lambda: backend.steps(features, N_SHORT))
+        short += own_time(backend, short_s)
+        long_s = harness.timed(lambda: backend.steps(features, n_long))
+        long, pairs = long + own_time(backend, long_s), pairs + 1
+        elapsed += short_s + long_s
+    return (long - short) / pairs / (n_long - N_SHORT) * 1000
+
+def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, repeats: int,
+                  model: str, min_seconds: float) -> list[dict]:
+    """ms per decoding step at this batch (step_ms), each repeat running every backend in turn."""
+    for name, backend in backends.items():  # warm-up, and the lengths checked
+        for n in (N_SHORT, n_long):
+            got = backend.steps(features, n)
+            if got != n:
+                raise SystemExit(f"{name} generated {got} tokens, not {n}, on {model}")
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    for r in range(repeats):
+        for name in rotated(list(backends), r):
+            time.sleep(PAUSE)
+            times[name].append(step_ms(backends[name], features, n_long, min_seconds))
+    return [{"model": model, "batch": len(features), "backend": name, "new_tokens": [N_SHORT, n_long],
+             "runs_ms": runs, "ms_per_step": harness.median(runs), "ratio_to_ours_f32": paired_ratio(times, name)}
+            for name, runs in times.items()]
+
+def step_features(folder: Folder, batch: int, samples: np.ndarray | None) -> np.ndarray:
+    """(batch, n_mels, window frames): the recording's first windows (trained fixture), else noise."""
+    if samples is None:
+        rng = np.random.default_rng(0)
+        return rng.uniform(-0.8, 1.2, (batch, folder.n_mels, folder.window_frames)).astype(np.float32)
+    from tfm_export.audio.features import FeatureConfig, log_mel_spectrogram
+
+    config = FeatureConfig.from_preprocessor_config(json.loads((folder.path / "preprocessor_config.json").read_text()))
+    mel = log_mel_spectrogram(samples, config)
+    windows = [mel[:, i:i + folder.window_frames] for i in range(0, mel.shape[1], folder.window_frames)]
+    windows = [w for w in windows if w.shape[1] == folder.window_frames] or [np.pad(
+        mel, ((0, 0), (0, folder.window_frames - mel.shape[1])))]
+    return np.ascontiguousarray(np.stack([windows[i % len(windows)] for i in range(batch)]))
+
