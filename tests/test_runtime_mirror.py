@@ -23,7 +23,8 @@ NODE = ROOT / "runtimes" / "node"
 # Python module (under tfm_export/) -> (its JS partner under runtimes/node, classes in both, functions in both).
 # A function is named as in Python; its JS name is the camelCase one unless given as "python=js".
 MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces", "score", "shortlisted")),
+    "runtime/api.py": ("api.mjs", (), ("generate", "generate_ids", "stream", "text_pieces", "score", "shortlisted",
+                                        "hypotheses")),
     "runtime/checks.py": ("checks.mjs", (), ()),
     "runtime/sources.py": ("sources.mjs", (), ("resolve_max_new_tokens", "trim", "pad_batch=padSources")),
     "runtime/exported.py": ("exported.mjs", ("ExportedModel",), ("open_export", "with_shortlist")),

@@ -601,16 +601,19 @@ const attempt = async (fn) => { try { await fn(); return null; } catch (e) { ret
 const alternatives = await model.generate(job.sources, { ...forced, targetPrefix: job.prefixes, returnAlternatives: true,
   numReturnSequences: 3 });
 const noPrefix = await model.generate(job.sources, { ...forced, returnAlternatives: true, numReturnSequences: 2 });
-const texts = await model.translate(job.texts, { sourceLang: job.source_lang, targetLang: job.target_lang,
-  returnAlternatives: true, numHypotheses: 3 });
+const langs = { sourceLang: job.source_lang, targetLang: job.target_lang };
+const texts = await model.translate(job.texts, { ...langs, returnAlternatives: true, numHypotheses: 3 });
+const nbest = await model.translate(job.texts, { ...langs, numHypotheses: 2 });
+const prefixedTexts = await model.translate(job.texts, { ...langs, targetPrefix: job.text_prefixes });
 const built = VocabularyMap.fromPairs(job.pairs.sources, job.pairs.targets, { perToken: 6, frequent: 10 });
+const piece = (p) => job.pieces[p];
+const ct2 = VocabularyMap.fromCt2(job.ct2_text, piece, piece).toJSON();
 const errors = { noMap: await attempt(() => model.generate(job.sources, { useVmap: true })) };
 model.vmap = await loadVocabularyMap(job.vmap_file);
 const vmapped = [];
 for (const numBeams of [1, 5]) vmapped.push(await model.generate(job.sources, { ...forced, numBeams, useVmap: true }));
 const vmappedIds = await model.generateIds(job.sources, { ...forced, numBeams: 1, useVmap: true });
-const vmappedTexts = await model.translate(job.texts, { sourceLang: job.source_lang, targetLang: job.target_lang,
-  useVmap: true });
+const vmappedTexts = await model.translate(job.texts, { ...langs, useVmap: true });
 const narrow = model.withShortlist(job.narrow);
 const narrowed = [];
 for (const numBeams of [1, 5]) narrowed.push(await narrow.generate(job.sources, { ...forced, numBeams }));
@@ -622,7 +625,7 @@ Object.assign(errors, {
   missing: await attempt(() => loadVocabularyMap(job.dir + '/no-such-vmap.json')),
 });
 await model.release();
-process.stdout.write(JSON.stringify({ alternatives, noPrefix, texts, built: built.toJSON(),
+process.stdout.write(JSON.stringify({ alternatives, noPrefix, texts, nbest, prefixedTexts, built: built.toJSON(), ct2,
   shortlist: built.shortlist(job.sources), vmapped, vmappedIds, vmappedTexts, narrowed, errors }));
 """
 
@@ -638,10 +641,10 @@ def hyp_scores(rows) -> list[list[float]]:
 def test_node_alternatives_and_shortlist_equal_python(ct2_job, tmp_path):
     """CTranslate2's return_alternatives and vocabulary shortlist in Node (issue #62) equal Python's runtime (whose
     own tests, tests/test_ct2_api.py, check alternatives against transformers and its gathered head against the
-    masked one) on the trained multilingual export: alternatives after a prefix (ids and scores) and without one,
-    translate's alternatives as text; a vocabulary map built in Node equals Python's, and decoding under it (greedy
-    and beams, generate, generateIds, translate) and under a shortlist narrow enough to change translations gives
-    Python's ids; bad options are one line each."""
+    masked one) on the trained multilingual export: alternatives after a prefix (ids and scores) and without one;
+    translate's alternatives, n-best and target prefixes as text; a vocabulary map built in Node (from pairs, from
+    CTranslate2's text) equals Python's, and decoding under it (greedy and beams, generate, generateIds, translate)
+    and under a shortlist narrow enough to change translations gives Python's ids; bad options are one line each."""
     from hf_fixtures import LANGS, example, split_numbers
     from tfm_export.runtime.decode.vmap import VocabularyMap
 
@@ -658,8 +661,14 @@ def test_node_alternatives_and_shortlist_equal_python(ct2_job, tmp_path):
     dropped = {i for row in full for i in row[0].ids[1:3]}  # tokens the translations need: a shortlist without them
     narrow = [i for i in vmap.shortlist(job["sources"]).tolist() if i not in dropped]
     texts = [e.source for e in hf_fixtures.task_examples(MULTILINGUAL, 3)]
+    # CTranslate2's text format: the fixed set (an empty source), a phrase (each of its tokens), unknown pieces dropped
+    pieces = {"</s>": 2, "▁sechs": 40, "7": 7, "8": 8, "▁sieben": 41, "acht": 42}
+    ct2_text = "\t</s> ▁sechs\n7\t▁sieben nosuch\n7 8\tacht\nnosuch\t▁sechs\n"
+    (tmp_path / "vmap.txt").write_text(ct2_text, encoding="utf-8")
+    VocabularyMap.load_ct2(tmp_path / "vmap.txt", pieces.get, pieces.get).save(tmp_path / "ct2.json")
     job.update(pairs=pair_ids, vmap_file=str(tmp_path / "vmap.json"), narrow=narrow, texts=texts, source_lang=source,
-               target_lang=target, vocab=model.config.tgt_vocab_size)
+               target_lang=target, vocab=model.config.tgt_vocab_size, pieces=pieces, ct2_text=ct2_text,
+               text_prefixes=[full[1][0].ids[1:3], [], full[0][0].ids[:2]])
     node = node_script(tmp_path, ALTERNATIVES_JS, job, NODE)
 
     want = model.generate(job["sources"], target_prefix=job["prefixes"], return_alternatives=True,
@@ -672,8 +681,13 @@ def test_node_alternatives_and_shortlist_equal_python(ct2_job, tmp_path):
     np.testing.assert_allclose(hyp_scores(node["noPrefix"]), hyp_scores(want), rtol=1e-5, atol=1e-5)
     assert node["texts"] == model.translate(texts, source_lang=source, target_lang=target, return_alternatives=True,
                                             num_hypotheses=3)
+    assert node["nbest"] == model.translate(texts, source_lang=source, target_lang=target, num_hypotheses=2)
+    assert node["prefixedTexts"] == model.translate(texts, source_lang=source, target_lang=target,
+                                                    target_prefix=job["text_prefixes"])
 
     assert node["built"] == json.loads((tmp_path / "vmap.json").read_text())
+    ct2 = json.loads((tmp_path / "ct2.json").read_text())
+    assert node["ct2"] == ct2 == {"fixed": [2, 40], "map": {"7": [41, 42], "8": [42]}}
     assert node["shortlist"] == vmap.shortlist(job["sources"]).tolist()
     model.vmap = vmap
     for beams, got in zip((1, 5), node["vmapped"]):

@@ -204,6 +204,26 @@ function alternativesConfig(model, { numReturnSequences, ...options }) {
 }
 
 /**
+ * Python's `hypotheses` (translate's CTranslate2 options on ids): per source `numHypotheses` hypotheses, best first:
+ * the n-best on at least that many beams (the export's, when more), or with `returnAlternatives` the alternatives
+ * after the prefix; `targetPrefix` as generate's (target ids: Node's tokenizers encode sources only).
+ */
+export async function hypotheses(ort, model, sources, { targetPrefix = null, returnAlternatives = false, numHypotheses = 1,
+  ...options } = {}) {
+  if (!Number.isInteger(numHypotheses) || numHypotheses < 1) {
+    throw new Error(`numHypotheses is a whole number of 1 or more, got ${JSON.stringify(numHypotheses)}`);
+  }
+  if (targetPrefix?.some((p) => typeof p === 'string')) {
+    throw new Error("targetPrefix takes target token ids in Node (this runtime's tokenizers encode sources only)");
+  }
+  const asked = { ...options, numReturnSequences: numHypotheses };
+  if (!returnAlternatives && numHypotheses > 1 && !asked.doSample) {
+    asked.numBeams ??= Math.max(numHypotheses, generationConfig(model.manifest, {}).numBeams);
+  }
+  return generate(ort, model, sources, { ...asked, targetPrefix, returnAlternatives });
+}
+
+/**
  * The best hypothesis' ids per source (without BOS and EOS), exactly like the Python runtime's
  * generate_ids. Plain greedy decoding (the default) runs the decoder's own argmax. `timings`, when
  * given, receives `encoderMs` and one `stepsMs` entry per decoder step. `stopAtEos: false` (Python's

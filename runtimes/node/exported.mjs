@@ -33,7 +33,6 @@ import { transcribeSpeech, whisperPlan } from './speech/chunks.mjs';
 import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './speech/vad.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
-import { generationConfig } from './options/generation.mjs';
 import { VocabularyMap } from './decode/vmap.mjs';
 
 export { connect, ServerError } from './client.mjs';
@@ -233,25 +232,10 @@ export function translate(exportDirOrModel, texts, { sourceLang, targetLang, tar
       const ids = await api.generateIds(ort, model, sources, options);
       return ids.map((row) => model.tokenizer.decode(row));
     }
-    const rows = await hypotheses(model, sources, targetPrefix, returnAlternatives, numHypotheses, options);
+    const rows = await api.hypotheses(ort, model, sources, { ...options, targetPrefix, returnAlternatives, numHypotheses });
     const out = rows.map((row) => row.map((h) => model.tokenizer.decode(h.ids)));
     return returnAlternatives || numHypotheses > 1 ? out : out.map((row) => row[0]);
   });
-}
-
-/** Python's `hypotheses`: per source numHypotheses hypotheses, the n-best on beams (at least the export's). */
-function hypotheses(model, sources, targetPrefix, returnAlternatives, numHypotheses, options) {
-  if (!Number.isInteger(numHypotheses) || numHypotheses < 1) {
-    throw new Error(`numHypotheses is a whole number of 1 or more, got ${JSON.stringify(numHypotheses)}`);
-  }
-  if (targetPrefix?.some((p) => typeof p === 'string')) {
-    throw new Error("targetPrefix takes target token ids in Node (this runtime's tokenizers encode sources only)");
-  }
-  const asked = { ...options, numReturnSequences: numHypotheses };
-  if (!returnAlternatives && numHypotheses > 1 && !asked.doSample) {
-    asked.numBeams ??= Math.max(numHypotheses, generationConfig(model.manifest, {}).numBeams);
-  }
-  return api.generate(ort, model, sources, { ...asked, targetPrefix, returnAlternatives });
 }
 
 /**
