@@ -83,6 +83,12 @@ from .common import library_errors, main_group, ort_thread_options
               help="Whisper: words to expect (names, terms), put before every window's text (faster-whisper's).")
 @click.option("--prefix", default=None,
               help="Whisper: the first window's first words, forced (faster-whisper's prefix).")
+@click.option("--prompt-lookup", "prompt_lookup_num_tokens", type=click.IntRange(min=1), default=None,
+              help="Whisper, greedy windows: speculative decoding, up to this many ids drafted a step from n-grams of "
+                   "the window's prompt (the same transcript, in fewer decoder calls).")
+@click.option("--assistant", "assistant_folder", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Whisper, greedy windows: speculative decoding with this draft export (a smaller "
+                                 "Whisper of the same tokenizer, or the model's int8 variant; the same transcript).")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @ort_thread_options
 @library_errors
@@ -91,7 +97,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
                        num_beams: int, prompt: str | None, max_new_tokens: int | None, max_seconds: float,
                        out_format: str, as_json: bool, output_dir: Path | None, vad: bool, batch_size: int,
                        device: str, threads: int | None, spin: bool, temperatures: str | None,
-                       **options: Any) -> None:
+                       assistant_folder: Path | None, **options: Any) -> None:
     """Transcribe (or translate) each AUDIO file (WAV, FLAC, MP3, OGG; - reads one from standard input) with the
     speech export in FOLDER: Whisper, or a frames model whose manifest names its filterbank (Whisper-only options
     are refused for it)."""
@@ -111,6 +117,9 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
+    if assistant_folder is not None:  # speculative decoding (runtime.speech.assisted), on the model's device
+        decoding["assistant"] = open_export(assistant_folder, device,
+                                            RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
     sources = [sys.stdin.buffer.read() if str(path) == "-" else str(path) for path in audio]  # - : piped in
     options = dict(language=language, task=task, timestamps=timestamps, word_timestamps=word_timestamps,
                    num_beams=num_beams, prompt=prompt, max_seconds=max_seconds, max_new_tokens=max_new_tokens,

@@ -96,12 +96,11 @@ def speculating(model: Any, config: GenerationConfig, assistant: Any | None, run
     if not speculative.wanted(config, assistant):
         return None
     if config.num_beams > 1:
-        raise InputError("speculative decoding ({assistant}, {prompt_lookup_num_tokens}) is greedy decoding's: "
-                         "transcribe with num_beams 1", options={"num_beams": config.num_beams})
+        raise InputError(f"speculative decoding (an assistant, prompt lookup) is greedy decoding's, not beam "
+                         f"search's ({config.num_beams} beams): transcribe with num_beams 1")
     if runner is not None:
         raise InputError("speculative decoding runs on the export's own cache, not on a window batch (a server's "
-                         "runner): leave out {assistant} and {prompt_lookup_num_tokens}",
-                         options={"assistant": None, "prompt_lookup_num_tokens": None})
+                         "runner): leave out the assistant and prompt lookup")
     cache = model.checking_cache()
     if cache is None:
         log.warning("this export's decoder returns only the last position's logits (exported before "
