@@ -247,10 +247,11 @@ def test_the_cli_speculates(digits_export, speech, tmp_path):
 
     wav = tmp_path / "long.wav"
     soundfile.write(wav, speech[1], 16000)
-    plain = run_cli_ok("transcribe", digits_export, wav, "--language", "en", "--format", "srt").output
+    command = ("transcribe", digits_export, wav, "--language", "en", "--format", "srt")
+    plain = run_cli_ok(*command).output
     assert "-->" in plain
     for flags in (("--prompt-lookup", 4), ("--assistant", digits_export)):
-        assert run_cli_ok("transcribe", digits_export, wav, "--language", "en", "--format", "srt", *flags).output == plain
+        assert run_cli_ok(*command, *flags).output == plain
     refused = run_cli("transcribe", digits_export, wav, "--num-beams", 2, "--prompt-lookup", 4)
     assert refused.exit_code != 0 and "transcribe with num_beams 1" in refused.output
     assert "Traceback" not in refused.output
