@@ -5,6 +5,8 @@ and `return_alternatives` are the prefix, each of the position's best tokens, an
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -257,11 +259,23 @@ def test_the_server_takes_prefixes_alternatives_and_scores(pair, trained_export)
             assert got["tokens"] == want.tokens
             np.testing.assert_allclose(got["log_probs"], want.log_probs, atol=1e-9)
             assert got["normalized_score"] == pytest.approx(want.normalized)
+        # streamed: decoded first, then the plain stream's events (the best's ids as tokens, then the answer)
+        body = {"texts": texts[:2], "target_prefix": ["six", ""], "max_new_tokens": STEPS}
+        events = [json.loads(line[len("data: "):]) for line in
+                  client.post("/v1/translate", json={**body, "stream": True}).text.splitlines()
+                  if line.startswith("data: ")]
+        plain = client.post("/v1/translate", json=body).json()
+        assert events[-1] == plain
+        assert [[e["id"] for e in events[:-1] if e["index"] == i] for i in range(2)] == \
+            [t["ids"] for t in plain["translations"]]
         for path, bad, says in [
                 ("/v1/translate", {"texts": texts, "target_prefix": ["a"]}, "1 prefixes for 3 sources"),
                 ("/v1/translate", {"texts": texts[:1], "target_prefix": [[10**6]]}, "out of range"),
-                ("/v1/translate", {"texts": texts[:1], "target_prefix": ["a"], "stream": True}, "drop stream"),
+                ("/v1/translate", {"texts": texts[:1], "target_prefix": ["a"], "split_sentences": True},
+                 "drop split_sentences"),
+                ("/v1/translate", {"texts": texts[:1], "return_alternatives": True, "num_beams": 2}, "drop num_beams"),
                 ("/v1/score", {"texts": texts, "targets": targets[:1]}, "1 targets for 3 sources"),
+                ("/v1/score", {"texts": texts, "targets": targets, "model": "other"}, "no model 'other'"),
                 ("/v1/score", {"texts": texts}, "exactly one of targets")]:
             answer = client.post(path, json=bad)
             assert answer.status_code == 422 and says in answer.json()["error"], (bad, answer.text)

@@ -416,3 +416,34 @@ def test_a_word_document_through_the_pivot_equals_two_uploads(server):
     pivoted, by_hand = sent(data.getvalue(), "fr", "de"), sent(sent(data.getvalue(), "fr", "en"), "en", "de")
     assert runs(pivoted) == runs(by_hand) and runs(pivoted)[-1][1] is True  # the bold run carried through both
     assert runs(pivoted) != runs(sent(data.getvalue(), "en", "de"))
+
+
+def test_ctranslate2_routes_pick_their_export(server, models):
+    """/v1/score and /v1/translate's target_prefix on a server of several exports: the contract of one export's
+    server (in /openapi.json, `model` naming every export), each request on the export its languages or `model`
+    pick, answering what that export's Python API does; a pivot's prefix is the second leg's."""
+    url, _ = server
+    schema = httpx.get(f"{url}/openapi.json").json()
+    assert "/v1/score" in schema["paths"]
+    components = schema["components"]["schemas"]
+    assert {"target_prefix", "return_alternatives"} <= set(components["TranslateRequest"]["properties"])
+    assert set(components["ScoreRequest"]["properties"]["model"]["anyOf"][0]["enum"]) >= {FR_EN, EN_DE, EN_ES}
+    reply = httpx.post(f"{url}/v1/score", json={"texts": FRENCH[:2], "targets": ENGLISH[:2], "source_lang": "fr",
+                                                "target_lang": "en"}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    want = models[FR_EN].score(FRENCH[:2], ENGLISH[:2])
+    assert [s["tokens"] for s in reply.json()["scores"]] == [w.tokens for w in want]
+    assert [s["score"] for s in reply.json()["scores"]] == pytest.approx([w.score for w in want])
+    reply = httpx.post(f"{url}/v1/score", json={"model": EN_DE, "texts": ENGLISH[:1], "targets": GERMAN[:1]})
+    assert reply.json()["scores"][0]["tokens"] == models[EN_DE].score(ENGLISH[:1], GERMAN[:1])[0].tokens
+    reply = httpx.post(f"{url}/v1/score", json={"texts": FRENCH[:1], "targets": GERMAN[:1], "source_lang": "fr",
+                                                "target_lang": "de"})
+    assert reply.status_code == 422 and reply.json()["field"] == "target_lang", reply.text
+    prefix = ["das", ""]
+    direct = models[EN_DE].translate(ENGLISH[:2], target_prefix=prefix, max_new_tokens=STEPS)
+    assert texts_of(native(url, texts=ENGLISH[:2], source_lang="en", target_lang="de", target_prefix=prefix,
+                           max_new_tokens=STEPS)) == direct
+    middle = models[FR_EN].translate(FRENCH[:2], max_new_tokens=STEPS)
+    pivoted = models[EN_DE].translate(middle, target_prefix=prefix, max_new_tokens=STEPS)
+    assert texts_of(native(url, texts=FRENCH[:2], source_lang="fr", target_lang="de", target_prefix=prefix,
+                           max_new_tokens=STEPS)) == pivoted

@@ -5,7 +5,8 @@ type, header and body (server-sent events included) is one the schema documents.
 on every operation, the coverage phase (boundary values: each minimum and maximum, one past them,
 empty strings and lists) included, with two checks of this server's own (HOOKS): a value the schema
 refuses is a 422 naming the field (413 only for the size limits, naming the limit), and an empty text
-translates to an empty text. Deterministic (schemathesis' deterministic generation, no seed) and
+translates to an empty text; and one hook: a valid request's `target_prefix` (/v1/score's targets) gets one
+item per source, the one rule the schema states in words only. Deterministic (schemathesis' deterministic generation, no seed) and
 bounded: a fixed number of cases per operation against a tiny model with small limits, so that every
 valid request decodes fast."""
 
@@ -65,7 +66,7 @@ def _json(response):
 def refusals_name_their_cause(ctx, response, case):
     \"\"\"A 422 names the request field at fault; a 413 names the size limit (any other value the
     schema refuses, such as num_beams above its maximum, is a 422).\"\"\"
-    if case.operation.path != "/v1/translate" or response.status_code not in (413, 422):
+    if case.operation.path not in ("/v1/translate", "/v1/score") or response.status_code not in (413, 422):
         return None
     body = _json(response) or {{}}
     if response.status_code == 422 and not (body.get("field") or body.get("fields")):
@@ -74,6 +75,23 @@ def refusals_name_their_cause(ctx, response, case):
         raise AssertionError(f"413 is for the size limits ({{', '.join(SIZE_LIMITS)}}); a value the schema "
                              f"refuses is a 422 naming the field: {{body}}")
     return None
+
+
+# One prefix (target) per source: the rule the schema states in words only (serve.contract_ct2: JSON Schema
+# cannot compare two arrays' lengths); each valid request is given as many as it has sources.
+PAIRED = {{"/v1/translate": ("target_prefix",), "/v1/score": ("targets", "target_ids")}}
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    body, meta = case.body, getattr(case, "meta", None)
+    if not isinstance(body, dict) or meta is None or not meta.generation.mode.is_positive:
+        return
+    sources = body.get("texts") if isinstance(body.get("texts"), list) else body.get("ids")
+    for name in PAIRED.get(case.operation.path, ()):
+        given = body.get(name)
+        if isinstance(given, list) and given and isinstance(sources, list):
+            body[name] = (given * len(sources))[: len(sources)]
 
 
 @schemathesis.check
@@ -93,7 +111,7 @@ def empty_texts_translate_to_empty_texts(ctx, response, case):
                 raise AssertionError(f"the empty text was translated into {{translated!r}}")
     return None
 """
-OPERATIONS = {"POST /v1/translate", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics",
+OPERATIONS = {"POST /v1/translate", "POST /v1/score", "POST /translate", "GET /languages", "GET /healthz", "GET /metrics",
               "GET /v1/models", "GET /v1/models/{model}", "POST /detect", "GET /frontend/settings"}
 # LibreTranslate's /translate_file: its file's name picks the format (.txt, .html, .docx), which OpenAPI cannot
 # state, so generated uploads are refused; tests/test_serve_files.py covers it.
@@ -152,8 +170,20 @@ def test_the_schema_states_this_servers_limits(server):
     texts = request["properties"]["texts"]["anyOf"][0]["items"]
     assert texts["maxLength"] == 63 and texts["pattern"].startswith("^[")  # 63 digits + EOS = max_len
     assert request["properties"]["num_beams"]["anyOf"][0]["maximum"] == 4
-    beams = [b for b in request["allOf"][1]["anyOf"] if b["properties"]["do_sample"]["enum"][0] is False]
+    plain = [b for b in request["allOf"][1]["anyOf"] if b["properties"]["return_alternatives"] == {"const": False}]
+    beams = [b for b in plain if b["properties"]["do_sample"]["enum"][0] is False]
     assert [b["properties"].get("texts", {"maxItems": 3})["maxItems"] for b in beams] == [3, 3, 2, 1]  # max_rows 6
+    # CTranslate2's: alternatives greedy, n rows per source (max_rows 6: 1-2 for 3 sources, 3 for 2, 4 for 1)
+    alternatives = [b["properties"] for b in request["allOf"][1]["anyOf"] if b not in plain]
+    assert [(a["num_return_sequences"]["anyOf"][0]["maximum"], a.get("texts", {"maxItems": 3})["maxItems"])
+            for a in alternatives] == [(2, 3), (3, 2), (4, 1)]
+    assert all(a["num_beams"] == {"enum": [1, None]} for a in alternatives)
+    prefix = request["properties"]["target_prefix"]  # one per source, text or ids leaving a token to generate
+    assert prefix["maxItems"] == 3 and [p.get("maxLength", p.get("maxItems")) for p in prefix["items"]["anyOf"]] == [63, 63]
+    score = schema["components"]["schemas"]["ScoreRequest"]
+    assert score["properties"]["texts"]["anyOf"][0]["items"]["minLength"] == 1  # nothing to score against
+    assert score["properties"]["target_ids"]["anyOf"][0]["items"]["maxItems"] == 63  # + EOS = max_len
+    assert set(schema["paths"]["/v1/score"]["post"]["responses"]) == {"200", "400", "413", "422", "500"}
     assert request["properties"]["source_lang"]["anyOf"] == [{"type": "null"}]  # no language codes
     translate = schema["paths"]["/v1/translate"]["post"]["responses"]
     assert set(translate) == {"200", "400", "413", "422", "429", "500", "503"}

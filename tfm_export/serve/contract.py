@@ -1,4 +1,5 @@
-"""What this server accepts, given its model and settings, written into its OpenAPI schema.
+"""What this server accepts, given its model and settings, written into its OpenAPI schema (serve.contract_ct2:
+CTranslate2's target_prefix, return_alternatives and POST /v1/score).
 
 serve.schemas' models carry the constraints every server has (GenerationConfig's ranges); this adds
 the ones of the model being served, each enforced by serve.engine.prepare_sources (or the tokenizer)
@@ -62,14 +63,19 @@ def text_schema(model: Any, bounds: Limits) -> dict[str, Any]:
 
 
 def install_openapi(app: Any, model: Any, settings: ServeSettings) -> None:
-    """app.openapi() with this server's limits in POST /v1/translate's request schema."""
+    """app.openapi() with this server's limits in POST /v1/translate's and POST /v1/score's request schemas."""
+    from .contract_ct2 import constrain_score
+
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()  # FastAPI's, cached on the app; constrained in place once
-            if "TranslateRequest" in schema.get("components", {}).get("schemas", {}):  # a text model's server
-                constrain(schema["components"]["schemas"]["TranslateRequest"], model, settings)
+            components = schema.get("components", {}).get("schemas", {})
+            if "TranslateRequest" in components:  # a text model's server
+                constrain(components["TranslateRequest"], model, settings)
+            if "ScoreRequest" in components:
+                constrain_score(components["ScoreRequest"], model, settings)
             if settings.api_key:
                 add_security(schema)
         return app.openapi_schema
@@ -97,6 +103,10 @@ def constrain(request: dict[str, Any], model: Any, settings: ServeSettings) -> N
     unstreamed = {"not": {"required": ["split_sentences", "stream"],
                           "properties": {"split_sentences": {"const": True}, "stream": {"const": True}}}}
     request["allOf"] = [given, {"anyOf": decoding_branches(model.generation, bounds, settings)}, unstreamed]
+    if "target_prefix" in props:  # CTranslate2's fields (serve.contract_ct2)
+        from .contract_ct2 import constrain_translate
+
+        constrain_translate(request, model, settings)
 
 
 def _nullable(props: dict[str, Any], name: str, schema: dict[str, Any] | None) -> None:

@@ -13,6 +13,8 @@ run on the export serve.registry picks for it, with that export's engine and lim
                          LibreTranslate's other routes, as one export's (serve.libretranslate_routes) over
                          every export's codes (serve.libretranslate_served): /detect among every source
                          code, a file to the export(s) /translate would pick (through the pivot likewise)
+    POST /v1/score       CTranslate2's score_batch (serve.ct2), with the export `model` names or the one that
+                         translates source_lang into target_lang directly (no pivot)
     GET  /v1/models      every export; /v1/models/{model} one by name or alias (404 otherwise)
     GET  /healthz        the engines together, and `loaded`: the exports open now
     GET  /metrics        the engines together
@@ -39,6 +41,7 @@ from ..text import detect, markup
 from .app import STREAM_DOC, _add_error_handling, _refuse_other_kind, answer_translate
 from .contract import add_security
 from .cors import add_cors
+from .ct2 import ScoreRequest, ScoreResponse, answer_score
 from .engine import ServeSettings
 from .guard import body_limit
 from .libretranslate import ANSWER, translate_params
@@ -95,6 +98,7 @@ def create_multi_app(settings: ServeSettings, registry: ModelRegistry) -> FastAP
 
     _add_models(app, registry, keyed)
     _add_translate(app, settings, state, registry, keyed)
+    _add_score(app, settings, state, registry, keyed)
     served = registry_served(registry, state)
     _add_libretranslate(app, settings, state, registry, served)
     add_libretranslate_routes(app, settings, state, served)  # /detect, /translate_file, /frontend/settings
@@ -153,6 +157,20 @@ def _add_translate(app: FastAPI, settings: ServeSettings, state: dict[str, Any],
         async with leased(registry, state, second) as leg_state:
             return await answer_translate(leg_state, settings, body.model_copy(
                 update={**_codes(second), "texts": texts}), request)
+
+
+def _add_score(app: FastAPI, settings: ServeSettings, state: dict[str, Any], registry: ModelRegistry,
+               keyed: tuple[int, ...]) -> None:
+    @app.post("/v1/score", response_model=ScoreResponse, responses=error_responses(400, *keyed, 413, 422, 500, 503))
+    async def score(body: ScoreRequest) -> dict[str, Any]:
+        """CTranslate2's score_batch with the export `model` names, or the one that translates source_lang into
+        target_lang directly (through the pivot no one export scores the pair)."""
+        legs = _legs(registry, body.model, body.source_lang, body.target_lang)
+        if len(legs) > 1:
+            raise HTTPFailure(422, f"target_lang: no export translates {body.source_lang!r} into {body.target_lang!r} "
+                                   "directly, and scoring takes one export", field="target_lang")
+        async with leased(registry, state, legs[0]) as leg_state:
+            return await answer_score(leg_state, settings, body.model_copy(update=_codes(legs[0])))
 
 
 # What only the pivot's second leg is asked for (the n-best, a target's prefix, alternatives), and the
@@ -260,9 +278,10 @@ def _install_openapi(app: FastAPI, registry: ModelRegistry, settings: ServeSetti
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            props = schema["components"]["schemas"]["TranslateRequest"]["properties"]
-            props["model"] = {**{k: v for k, v in props["model"].items() if k in ("title", "description")},
-                              "anyOf": [{"type": "string", "enum": names}, {"type": "null"}]}
+            for request in ("TranslateRequest", "ScoreRequest"):
+                props = schema["components"]["schemas"][request]["properties"]
+                props["model"] = {**{k: v for k, v in props["model"].items() if k in ("title", "description")},
+                                  "anyOf": [{"type": "string", "enum": names}, {"type": "null"}]}
             if settings.api_key:
                 add_security(schema)
         return app.openapi_schema

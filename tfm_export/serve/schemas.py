@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
-from pydantic.json_schema import SkipJsonSchema
 
 from ..runtime.options.generation import OPTIONS
 from ..runtime.options.spec import BOUNDS, render_help
@@ -56,14 +55,17 @@ class RequestFields(BaseModel):
         "sentences' ids one after another, without a score; the k-th of `hypotheses` joins each sentence's "
         "k-th. For `texts`, not `ids`, and not with `stream`. Without it a text is one source (413 over the "
         "limit)."))
-    # CTranslate2's decoding fields (serve.ct2) are left out of /openapi.json: their rules across fields (one
-    # prefix per source, prefixes the tokenizer can encode) are not in the contract's schema yet
-    target_prefix: SkipJsonSchema[list[str | list[integer()]] | None] = Field(None, description=(
-        "CTranslate2's target_prefix: per source, the start its translation must have (text, or target ids; \"\" "
-        "or [] for none); the translation completes it and includes it. Not with `stream` or `split_sentences`."))
-    return_alternatives: SkipJsonSchema[bool] = Field(False, description=(
-        "CTranslate2's alternatives: the num_return_sequences most likely tokens at the first position after the "
-        "prefix, each continued greedily, under `hypotheses`."))
+    # CTranslate2's decoding fields (serve.ct2); their rules across fields are in /openapi.json by
+    # serve.contract_ct2, but one prefix per source (JSON Schema cannot compare lengths), said here
+    target_prefix: list[str | list[integer()]] = Field(None, description=(
+        "CTranslate2's target_prefix: one per source (as many as `texts` or `ids` has), the start its translation "
+        "must have (text, or target ids; \"\" or [] for none); the translation completes it and includes it. "
+        "Omitted: no prefixes (not null). Not with `split_sentences`; with `stream`, decoded first, then sent as "
+        "token events and `done`."), json_schema_extra=lambda schema: schema.pop("default", None))
+    return_alternatives: bool = Field(False, description=(
+        "CTranslate2's alternatives: the num_return_sequences (default 1) most likely tokens at the first position "
+        "after the prefix, each continued greedily, under `hypotheses`; decoded greedily, so not with num_beams > 1 "
+        "or do_sample. Not with `split_sentences`; with `stream`, decoded first (the best's tokens, then `done`)."))
 
 
 def option_field(option: Any) -> tuple[Any, Any]:
