@@ -99,6 +99,8 @@ PYTHON_ONLY: dict[str, str] = {
                                      "Node, which decodes plain greedy (the same ids) and ignores the option",
     "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
     "runtime/decode/draft_length.py": "the speculative draft length and its switch-off: not ported to Node",
+    "runtime/decode/speculative_sampling.py": "speculative sampling's acceptance rule (a draft with do_sample): not "
+                                              "ported to Node, which has no speculation",
     "runtime/decode/checking.py": "how a speculative step reads the model's ids (argmax, or under processors): not "
                                   "ported to Node, which has no speculation",
     "runtime/speech/assisted.py": "speculative decoding of Whisper's greedy windows (transcribe's assistant, "
