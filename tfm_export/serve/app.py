@@ -2,6 +2,7 @@
 
     POST /v1/translate  {"texts": [...]} or {"ids": [[...]]}, "source_lang"?, "target_lang"?,
                         "max_new_tokens"?, "stream"?, decoding options (serve.schemas.TranslateRequest)
+    POST /v1/score      CTranslate2's score_batch (serve.ct2; /v1/translate takes its target_prefix too)
     POST /translate     LibreTranslate's API (serve.libretranslate), with GET /languages
     POST /v1/audio/transcriptions, /v1/audio/translations   OpenAI's audio API (serve.audio)
     GET  /v1/realtime?intent=transcription   OpenAI's Realtime transcription, a WebSocket (serve.realtime)
@@ -36,6 +37,7 @@ from starlette.exceptions import HTTPException
 from ..errors import TfmExportError
 from .audio import add_audio
 from .contract import install_openapi, served_name
+from .contract_ct2 import CONSTRAINTS as CT2_CONSTRAINTS
 from .cors import add_cors
 from .ct2 import add_score, translate_prefixed, wants_prefix
 from .documents import document_results, translate_documents
@@ -132,7 +134,7 @@ def create_app(settings: ServeSettings, engine: Any = None) -> FastAPI:
         add_libretranslate(app, settings, state)
         add_libretranslate_routes(app, settings, state, engine_served(state))  # /detect, /translate_file, ...
     _refuse_other_kind(app, speech)
-    install_openapi(app, engine.model, settings)
+    install_openapi(app, engine.model, settings, CT2_CONSTRAINTS)
     return app
 
 

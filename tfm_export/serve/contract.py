@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from .engine import Limits, ServeSettings, limits
 
@@ -62,10 +62,12 @@ def text_schema(model: Any, bounds: Limits) -> dict[str, Any]:
     return schema
 
 
-def install_openapi(app: Any, model: Any, settings: ServeSettings) -> None:
-    """app.openapi() with this server's limits in POST /v1/translate's and POST /v1/score's request schemas."""
-    from .contract_ct2 import constrain_score
+Constrain = Callable[[dict[str, Any], Any, ServeSettings], None]  # a request's schema, narrowed in place
 
+
+def install_openapi(app: Any, model: Any, settings: ServeSettings, more: Mapping[str, Constrain] = {}) -> None:
+    """app.openapi() with this server's limits in POST /v1/translate's request schema, then `more`'s in the
+    request schemas they name (serve.contract_ct2.CONSTRAINTS: CTranslate2's fields, POST /v1/score)."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -74,8 +76,9 @@ def install_openapi(app: Any, model: Any, settings: ServeSettings) -> None:
             components = schema.get("components", {}).get("schemas", {})
             if "TranslateRequest" in components:  # a text model's server
                 constrain(components["TranslateRequest"], model, settings)
-            if "ScoreRequest" in components:
-                constrain_score(components["ScoreRequest"], model, settings)
+            for name, narrow in more.items():
+                if name in components:
+                    narrow(components[name], model, settings)
             if settings.api_key:
                 add_security(schema)
         return app.openapi_schema
@@ -103,10 +106,6 @@ def constrain(request: dict[str, Any], model: Any, settings: ServeSettings) -> N
     unstreamed = {"not": {"required": ["split_sentences", "stream"],
                           "properties": {"split_sentences": {"const": True}, "stream": {"const": True}}}}
     request["allOf"] = [given, {"anyOf": decoding_branches(model.generation, bounds, settings)}, unstreamed]
-    if "target_prefix" in props:  # CTranslate2's fields (serve.contract_ct2)
-        from .contract_ct2 import constrain_translate
-
-        constrain_translate(request, model, settings)
 
 
 def _nullable(props: dict[str, Any], name: str, schema: dict[str, Any] | None) -> None:

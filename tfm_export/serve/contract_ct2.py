@@ -17,8 +17,8 @@ One rule is in the fields' descriptions only: one prefix (target) per source. JS
 arrays' lengths, and a branch per source count, times the decoding branches, is past what schema-driven
 generators take (schemathesis' canonical form gives up at about 50 branches).
 
-serve.contract.constrain calls `constrain_translate` with its TranslateRequest schema, and install_openapi
-`constrain_score` with ScoreRequest's.
+serve.app installs them with serve.contract's (install_openapi's `more`: CONSTRAINTS), TranslateRequest's after
+serve.contract.constrain (its decoding branches at allOf[1], its split_sentences rule at allOf[2]).
 """
 
 from __future__ import annotations
@@ -111,3 +111,6 @@ def constrain_score(request: dict[str, Any], model: Any, settings: ServeSettings
     _nullable(props, "target_lang", {"type": "string", "enum": view.targets} if view.targets else None)
     request["allOf"] = [{"oneOf": [{"required": [name], "properties": {name: {"type": "array"}}} for name in pair]}
                         for pair in (("texts", "ids"), ("targets", "target_ids"))]
+
+
+CONSTRAINTS = {"TranslateRequest": constrain_translate, "ScoreRequest": constrain_score}  # install_openapi's `more`
