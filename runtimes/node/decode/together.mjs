@@ -10,9 +10,9 @@
 /** A Strategy of strategies.length * w rows: each strategy's rows in order (see the module comment). */
 export class Together {
   constructor(strategies) {
-    const widths = [...new Set(strategies.map((s) => s.rows))];
+    const widths = [...new Set(strategies.map((s) => s.rows))].sort((a, b) => a - b);
     if (widths.length !== 1) {
-      throw new Error(`Together: strategies of one width (rows per source) only, not ${JSON.stringify(widths.sort())}`);
+      throw new Error(`Together: strategies of one width (rows per source) only, not ${JSON.stringify(widths)}`);
     }
     const reads = [...new Set(strategies.map((s) => s.reads))];
     if (reads.length !== 1) { // a state fetches one output (decode/loop.mjs): every strategy must read it
