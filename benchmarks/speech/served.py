@@ -18,7 +18,7 @@ from tfm_export.runtime import RuntimeOptions, open_export
 
 from .backends import window_padding
 from .inputs import RATE, converted, random_folder
-from .whisper_speed import rotated
+from .whisper_measures import rotated
 
 SERVED_SPEECH_DOC = r"""Served Whisper throughput: in-flight windows vs one recording at a time vs faster-whisper's
 BatchedInferencePipeline, on the same weights and recordings (#43).
