@@ -25,11 +25,13 @@ from ..filterbank import Filterbank
 from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
-from ..manifest import GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
+from ..manifest import EARLIER_LOGITS, GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .calibration import check_calibration, linear_hessians
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes
-from .packing import pack_projections
+from .earlier_head import guard_earlier_head
+from .packing import pack_model
+from .rewrite import Edit, rewrite_graph
 from .int4 import width_advice
 from .memory import release_freed_memory
 from .options import ExportOptions, OptionsError, check_options
@@ -210,10 +212,11 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
             hessians = None
             if spill is not None:
                 shutil.rmtree(spill, ignore_errors=True)
-    if options.dtype == "float32" and options.quantize in PACKED_QUANTIZE:  # exact, bit for bit (export.packing)
-        with stage("pack projections"):
-            for spec in specs.values():
-                pack_projections(folder / spec.file, external)
+    with stage("finish graphs"):
+        for spec in specs.values():
+            edits = _finishing_edits(options, spec)
+            if edits:
+                rewrite_graph(folder / spec.file, edits, external)
     tokenizer, copied = _copy_tokenizer_files(checkpoint, folder)
     manifest = Manifest(config=model.config, graphs=_entries(folder, specs, model.config),
                         variant=variant_of(options, transforms), tokenizer=tokenizer,
@@ -228,6 +231,18 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
         write_manifest(reference, manifest.replace(graphs=_entries(reference, float32, model.config),
                                                    variant=Variant()))
     return manifest
+
+
+def _finishing_edits(options: ExportOptions, spec: GraphSpec) -> dict[str, Edit]:
+    """What is rewritten in a graph once its transforms are done, in one load and save: projections packed
+    (float32 and int4: exact, bit for bit, export.packing), then the earlier positions' head put under an If
+    (export.earlier_head: every variant's decoder, its head as the transforms left it)."""
+    edits: dict[str, Edit] = {}
+    if options.dtype == "float32" and options.quantize in PACKED_QUANTIZE:
+        edits["packed"] = pack_model
+    if EARLIER_LOGITS in spec.output_names():
+        edits["earlier_if"] = guard_earlier_head
+    return edits
 
 
 def _entries(folder: Path, specs: dict[str, GraphSpec], config: TransformerConfig) -> dict[str, GraphEntry]:

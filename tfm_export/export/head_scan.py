@@ -67,12 +67,12 @@ def scan_tables(model: Any, weight: Any, bits: int) -> ScanTables:
     return ScanTables(packed, table, scale, count, last, int(k), int(n))
 
 
-def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int, made: dict,
-              may_be_empty: bool = False) -> bool:
+def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int, made: dict) -> bool:
     """Replace the head MatMul `node` (B = `weight`, float32 (K, N)) of the onnx_ir `model` by the scan and the
     exact scoring of its candidates; whether the embedding's float rows score them (tied), else int8 rows.
-    `made` maps a weight to its ScanTables, made once; `may_be_empty`: the MatMul can have no rows (the earlier
-    positions' head in a plain step)."""
+    `made` maps a weight to its ScanTables, made once. The earlier positions' scan, which has no rows in a plain
+    step (ONNX Runtime 1.30's TopK, in Node and the browser, dies of a division by zero on zero rows), goes under
+    an If once the export's transforms are done, as every variant's earlier head does (export.earlier_head)."""
     import onnx_ir as ir
 
     if weight not in made:
@@ -106,8 +106,6 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
     merged = ir.node("ScatterElements", [scan.outputs[0], top.outputs[1], scored], attributes={"axis": -1},
                      name=f"{name}_merged")
     new, result = [*new, merged], merged.outputs[0]
-    if may_be_empty:
-        new, result = _unless_empty(model, x, out, new, result, scan, name)
     ir.convenience.replace_nodes_and_values(model.graph, node, [node], new, [out], [result])
     if not weight.uses():
         model.graph.initializers.pop(weight.name)
@@ -115,30 +113,6 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
     log.info("%s: a %d-bit scan of %d tokens, %d candidates scored from %s", name, bits, n, min(CANDIDATES, n),
              "the tied embedding" if tied else "int8 rows")
     return tied
-
-
-def _unless_empty(model: Any, x: Any, out: Any, nodes: list[Any], result: Any, scan: Any, name: str
-                  ) -> tuple[list[Any], Any]:
-    """`nodes` (computing `result` from `x`) under an If that runs them only when `x` has rows, else the bare
-    scan (an empty result): ONNX Runtime 1.30's TopK, which Node and the browser run, dies of a division by zero
-    on zero rows, and the earlier positions' head has none in every plain step."""
-    import onnx_ir as ir
-
-    zero = initializer(model, f"{name}_no_elements", np.array(0, dtype=np.int64))
-    size = ir.node("Size", [x], name=f"{name}_elements")
-    has_rows = ir.node("Greater", [size.outputs[0], zero], name=f"{name}_has_rows")
-    bare = ir.node("MatMulNBits", list(scan.inputs), attributes=scan.attributes, domain="com.microsoft",
-                   name=f"{name}_scan_no_rows")
-    for value in (result, bare.outputs[0]):
-        value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), out.shape
-    for inner in (*nodes, bare):  # a subgraph names its values afresh (val_0, ...): SSA needs them unique
-        for i, value in enumerate(inner.outputs):
-            value.name = value.name or f"{inner.name}_{i}"
-    then = ir.Graph([], [result], nodes=nodes, name=f"{name}_rows")
-    otherwise = ir.Graph([], [bare.outputs[0]], nodes=[bare], name=f"{name}_no_rows")
-    branch = ir.node("If", [has_rows.outputs[0]], attributes={"then_branch": then, "else_branch": otherwise},
-                     name=f"{name}_unless_empty")
-    return [size, has_rows, branch], branch.outputs[0]
 
 
 def _pick_among_candidates(model: Any, logits: Any, ids: Any, scored: Any, name: str) -> None:

@@ -172,8 +172,7 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
         is_head = head is not None
         kind = head_kind(settings.head, weight.const_value.shape) if is_head else None
         if kind in SCAN_BITS:
-            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[kind], scans,
-                             may_be_empty=head == EARLIER_LOGITS)
+            tied = scan_head(model, node, weight, settings.accuracy_level, SCAN_BITS[kind], scans)
             counts.update(scan_heads=1, scan_tied_rows=int(tied))  # one head, whichever positions it projects
             continue
         if is_head or (settings.ffn_output == "int8" and _is_ffn_output(node)):

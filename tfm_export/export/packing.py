@@ -24,16 +24,12 @@ would share.
 
 from __future__ import annotations
 
-import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .checks import external_files
-
-log = logging.getLogger(__name__)
+from .rewrite import rewrite_graph
 
 
 def _constant(value: Any) -> np.ndarray | None:
@@ -165,24 +161,4 @@ def pack_model(model: Any) -> int:
 def pack_projections(path: Path, external: bool = True) -> int:
     """Pack the graph file at `path` (its external data, if any, rewritten beside it); the groups packed.
     `external=False`: the caller knows the graph holds its weights inline (one parse of the file less)."""
-    import onnx_ir as ir
-
-    old = external_files(path) if external else []
-    model = ir.load(str(path))  # external weights stay memory-mapped until saved
-    packed = pack_model(model)
-    if not packed:
-        return 0
-    stage = path.parent / f".{path.name}.pack"
-    stage.mkdir()
-    try:
-        ir.save(model, str(stage / path.name), external_data=path.name + ".data" if old else None)
-        del model  # drop the mappings of the old data file before it is replaced
-        new = [file.name for file in stage.iterdir()]
-        for file in stage.iterdir():
-            file.replace(path.parent / file.name)
-        for name in set(old) - set(new):
-            (path.parent / name).unlink()
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    log.info("%s: %d groups of projections packed", path.name, packed)
-    return packed
+    return rewrite_graph(path, {"packed": pack_model}, external)["packed"]

@@ -1,0 +1,130 @@
+"""The earlier positions' head of decoder.onnx under an ONNX If: a plain step computes nothing of earlier_logits.
+
+model.Transformer.project_apart splits the head: `logits`, the last new position's, and EARLIER_LOGITS (batch,
+tgt_len - 1, vocab), the positions before it, which only a speculative step has (runtime.decode.speculative) and a
+plain one-id step leaves empty. Every node between the Slice of those rows and that output, whatever the variant
+made of the head (float32 or float16: MatMul and bias Add; int8: DynamicQuantizeLinear, MatMulInteger and its
+scales; int4: MatMulNBits; the scan: MatMulNBits, TopK, Gather, ScatterElements, export.head_scan), goes under
+
+    rows           = Slice(hidden, :-1)                  (batch, tgt_len - 1, d_model), empty in a plain step
+    earlier_logits = If(Size(rows) > 0, then: the head of rows, else: Reshape(rows, [0, 0, vocab]))
+
+The else branch copies nothing (zero elements); a float16 head adds a Cast to earlier_logits' float32. The then
+branch reads the weights where they are, the main graph's initializers (outer scope): one copy, shared with the
+last position's head. Why: the nodes over zero rows were kernel runs of every plain step (BENCHMARKS.md,
+"Speculative decoding": decode-core), and ONNX Runtime 1.30's TopK (Node, the browser) dies of a division by zero
+on zero rows. Applied once, after every transform (export.exporter), to the top-level graph the transforms write.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..errors import ExportError
+from ..manifest import EARLIER_LOGITS
+from .int8 import initializer
+
+log = logging.getLogger(__name__)
+
+NAME = "earlier_head"  # the prefix of the nodes and initializers made here
+
+
+def guard_earlier_head(model: Any) -> int:
+    """Put the nodes that compute the onnx_ir `model`'s EARLIER_LOGITS output from its rows under an If; 1 when
+    done, 0 when the graph has no such output or has it guarded already."""
+    graph = model.graph
+    output = next((value for value in graph.outputs if value.name == EARLIER_LOGITS), None)
+    if output is None or output.producer() is None or output.producer().op_type == "If":
+        return 0
+    rows, head = _rows_and_head(_exclusive_ancestors(graph, output))
+    unless_empty(model, rows, head, output, NAME)
+    log.info("%s: %d nodes under an If on earlier rows", EARLIER_LOGITS, len(head))
+    return 1
+
+
+def unless_empty(model: Any, rows: Any, nodes: list[Any], result: Any, name: str) -> Any:
+    """Move `nodes` (in graph order; they compute the graph output `result`, (..., vocab), from `rows` and outer
+    values) under an If that runs them only when `rows` has elements, else gives an empty `result` of `rows`'
+    leading dims; the If's output takes `result`'s place and name among the graph's outputs. Returns the If."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    vocab = result.shape[-1] if result.shape is not None and result.shape.rank() == 3 else None
+    if not isinstance(vocab, int) or (rows.shape is not None and rows.shape.rank() != 3):
+        raise ExportError(f"{result.name}: expected (batch, rows, vocab) logits of (batch, rows, width) rows; this "
+                          f"is a bug in tfm-export, please report it")
+    zero = initializer(model, f"{name}_no_elements", np.array(0, dtype=np.int64))
+    empty_shape = initializer(model, f"{name}_empty_shape", np.array([0, 0, vocab], dtype=np.int64))
+    size = ir.node("Size", [rows], name=f"{name}_elements")
+    has_rows = ir.node("Greater", [size.outputs[0], zero], name=f"{name}_has_rows")
+    empty = [ir.node("Reshape", [rows, empty_shape], name=f"{name}_none")]  # 0 elements: nothing copied
+    if rows.dtype != result.dtype:  # a float16 head (or rows of no recorded type): earlier_logits are float32
+        empty.append(ir.node("Cast", [empty[0].outputs[0]], attributes={"to": result.dtype}, name=f"{name}_none_cast"))
+    index = graph.outputs.index(result)
+    graph.outputs.pop(index)  # a value is the output of one graph: `result` becomes the then branch's
+    graph.remove(nodes, safe=False)
+    for node in (*nodes, *empty):  # a subgraph's values need names of their own (SSA)
+        for i, value in enumerate(node.outputs):
+            value.name = value.name or f"{node.name}_{i}"
+    otherwise = empty[-1].outputs[0]
+    otherwise.type, otherwise.shape = result.type, result.shape
+    public, result.name = result.name, f"{name}_logits"
+    then = ir.Graph([], [result], nodes=nodes, name=f"{name}_rows")
+    else_ = ir.Graph([], [otherwise], nodes=empty, name=f"{name}_no_rows")
+    branch = ir.node("If", [has_rows.outputs[0]], attributes={"then_branch": then, "else_branch": else_},
+                     name=f"{name}_unless_empty")
+    out = branch.outputs[0]
+    out.name, out.type, out.shape = public, result.type, result.shape
+    graph.extend([size, has_rows, branch])  # last: every outer value the branches read is made before
+    graph.outputs.insert(index, out)
+    return branch
+
+
+def _exclusive_ancestors(graph: Any, output: Any) -> list[Any]:
+    """The nodes whose every output feeds only `output` (the graph output), in graph order: walked in reverse,
+    so each node's users are decided before it."""
+    inside = {output.producer()}
+    for node in reversed(list(graph)):
+        if node in inside:
+            continue
+        users = [user for value in node.outputs for user, _ in value.uses()]
+        if users and not any(value.is_graph_output() for value in node.outputs) and all(u in inside for u in users):
+            inside.add(node)
+    return [node for node in graph if node in inside]
+
+
+def _rows_and_head(cone: list[Any]) -> tuple[Any, list[Any]]:
+    """(the rows: the output of the cone's Slice of the hidden states, what the head projects; the cone's nodes
+    after it, which compute the logits from the rows)."""
+    produced = {value for node in cone for value in node.outputs}
+    entries = [node for node in cone if any(_is_activation(value) and value not in produced for value in node.inputs)]
+    if len(entries) != 1 or entries[0].op_type != "Slice":
+        found = ", ".join(node.op_type for node in entries) or "none"
+        raise ExportError(f"{EARLIER_LOGITS}: expected one Slice of the hidden states before its head, found "
+                          f"{found}; this is a bug in tfm-export, please report it")
+    (entry,) = entries
+    before = _ancestors_within(entry, cone)
+    return entry.outputs[0], [node for node in cone if node is not entry and node not in before]
+
+
+def _ancestors_within(node: Any, cone: list[Any]) -> set[Any]:
+    """The nodes of `cone` that `node` reads from, directly or not (the Slice's computed bounds, if any)."""
+    members, found, frontier = set(cone), set(), list(node.inputs)
+    while frontier:
+        value = frontier.pop()
+        producer = value.producer() if value is not None else None
+        if producer in members and producer not in found:
+            found.add(producer)
+            frontier.extend(producer.inputs)
+    return found
+
+
+def _is_activation(value: Any) -> bool:
+    """Whether `value` is computed per step: neither an initializer nor a Constant's output."""
+    if value is None or value.is_initializer() or value.const_value is not None:
+        return False
+    producer = value.producer()
+    return producer is None or producer.op_type != "Constant"
