@@ -4,7 +4,8 @@ Whisper (4 s windows: the 10 s recording is three): each answer equals `transcri
 called directly with what the field means (runtime.speech.fallback.openai_fallback; logprobs=True), the
 server's windows decoded in flight together (serve.windows) as well as each alone (--batching request).
 Also: the route's prompt goes before every window, out-of-range temperatures and include[] without json
-are 4xx naming the field, and the VAD chunks' logprobs are joined in order (runtime.speech.chunks)."""
+are 4xx naming the field, the VAD chunks' logprobs are joined in order (runtime.speech.chunks), and a stream's
+deltas carry the logprobs of their tokens (runtime.speech.logprobs.TextSoFar), the done event's together."""
 
 from __future__ import annotations
 
@@ -117,21 +118,35 @@ def test_include_logprobs(client, direct, recordings):
     assert create(client, recordings["long"]).logprobs is None  # only when asked for
 
 
+def streamed(client, path, **fields):
+    with open(path, "rb") as audio:
+        return list(client.audio.transcriptions.create(file=audio, model="whisper-1", stream=True, **fields))
+
+
+def entries(logprobs):
+    return [(p.token, p.logprob, tuple(p.bytes)) for p in logprobs]
+
+
 def test_stream_with_logprobs(client, direct, recordings):
-    """transcript.text.done carries the logprobs (those of the json answer); the deltas still come per window."""
-    path = recordings["long"]
-    with open(path, "rb") as audio:
-        events = list(client.audio.transcriptions.create(file=audio, model="whisper-1", stream=True,
-                                                         include=["logprobs"]))
-    want = direct.transcribe(str(path), logprobs=True)
-    done = events[-1]
-    assert done.type == "transcript.text.done" and done.text == want["text"] and len(events) >= 3
-    assert [(p.token, p.bytes) for p in done.logprobs] == [(p["token"], p["bytes"]) for p in want["logprobs"]]
-    assert np.allclose([p.logprob for p in done.logprobs], [p["logprob"] for p in want["logprobs"]], atol=1e-4)
-    assert all(event.type == "transcript.text.delta" for event in events[:-1])
-    with open(path, "rb") as audio:
-        plain = list(client.audio.transcriptions.create(file=audio, model="whisper-1", stream=True))
-    assert plain[-1].logprobs is None
+    """transcript.text.done carries the logprobs (those of the json answer); each delta (one per window) those
+    of the tokens it adds, so that the deltas' together are the done event's, as their texts are its text."""
+    for name in ("window", "long"):  # one window (decoded without timestamps), three
+        path = recordings[name]
+        events = streamed(client, path, include=["logprobs"])
+        want = direct.transcribe(str(path), logprobs=True)
+        done, deltas = events[-1], events[:-1]
+        assert done.type == "transcript.text.done" and done.text == want["text"] and deltas, name
+        assert [(p.token, p.bytes) for p in done.logprobs] == [(p["token"], p["bytes"]) for p in want["logprobs"]]
+        assert np.allclose([p.logprob for p in done.logprobs], [p["logprob"] for p in want["logprobs"]], atol=1e-4)
+        assert all(event.type == "transcript.text.delta" for event in deltas)
+        assert "".join(event.delta for event in deltas) == done.text
+        assert [entry for event in deltas for entry in entries(event.logprobs)] == entries(done.logprobs)
+        for event in deltas:  # (this tokenizer's tokens are whole characters: a delta's text is its tokens')
+            assert "".join(p.token for p in event.logprobs) == event.delta
+    assert len(deltas) >= 2 and sum(bool(event.logprobs) for event in deltas) >= 2  # as the windows come
+    plain = streamed(client, path)
+    assert plain[-1].logprobs is None and all(event.logprobs is None for event in plain[:-1])
+    assert [event.delta for event in plain[:-1]] == [event.delta for event in deltas]
 
 
 @pytest.mark.parametrize("response_format", ["text", "verbose_json", "srt"])
@@ -198,3 +213,6 @@ def test_chunks_logprobs_are_joined_in_order(client, direct, tmp_path):
     got = create(client, wav, include=["logprobs"], chunking_strategy={"type": "server_vad"})
     assert [(p.token, p.bytes) for p in got.logprobs] == [(p["token"], p["bytes"]) for p in want]
     assert np.allclose([p.logprob for p in got.logprobs], [p["logprob"] for p in want], atol=1e-4)
+    events = streamed(client, wav, include=["logprobs"], chunking_strategy={"type": "server_vad"})
+    assert [entry for event in events[:-1] for entry in entries(event.logprobs)] == entries(events[-1].logprobs)
+    assert entries(events[-1].logprobs) == entries(got.logprobs)  # the chunks' in order, streamed as they end

@@ -21,8 +21,10 @@ with timestamps (segments with their times), json and text without. Where this d
   window is decoded greedily once (this server's default, where OpenAI's is 0).
 - `include[]=logprobs` (response_format json): `logprobs` [{token, logprob, bytes}] of the text's tokens, as
   `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the UTF-8 of
-  the token's text (a token that is only part of a character reads as U+FFFD). With `stream=true`,
-  transcript.text.done carries them; the delta events do not (a window hands the stream its text only).
+  the token's text (a token that is only part of a character reads as U+FFFD). With `stream=true`, each
+  transcript.text.delta carries the logprobs of the tokens it adds (held back with its text while a tokenizer
+  rewrites it; those of a window's tokens that add no text come with the next delta), and
+  transcript.text.done all of them: the deltas' together.
 - verbose_json segments carry OpenAI's fields (id, seek, start, end, text, tokens, temperature,
   avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of
   the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
@@ -59,6 +61,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel
 
 from ..errors import AudioTooLong, TfmExportError
+from ..runtime.speech.logprobs import logprobs_so_far
 from ..runtime.speech.whisper import to_srt, to_vtt
 from ..runtime.speech.prompt import LANGUAGES
 from ..runtime.speech.words import GRAPH as ALIGNMENT
@@ -119,7 +122,8 @@ FORMATS: dict[str, Callable[[Done, str], Response]] = {
 # One server-sent event: its data line, JSON (OpenAI's events carry their type inside).
 STREAM_EVENT = {"type": "object", "required": ["data"], "properties": {
     "data": {"type": "string", "contentMediaType": "application/json",
-             "description": '{"type": "transcript.text.delta", "delta"} per window, then {"type": '
+             "description": '{"type": "transcript.text.delta", "delta", "logprobs"? (include[]=logprobs: its '
+                            'tokens\')} per window, then {"type": '
                             '"transcript.text.done", "text", "logprobs"? (include[]=logprobs)}, or {"type": '
                             '"error", "error": {"message"}}.'}}}
 ERRORS = {"s400": "The body is not a multipart/form-data form with one file.",
@@ -259,18 +263,20 @@ async def streamed(recording: Recording, transcriber: Transcriber, state: dict[s
         raise failure_of(future.exception(), settings)
 
     async def events(text: str | None) -> AsyncIterator[str]:
-        shown = ""
+        shown, sent = "", 0  # the text and the logprobs sent so far
         try:
             while text is not None:
                 delta, shown = text_delta(text, shown)
                 if delta:
-                    yield sse({"type": "transcript.text.delta", "delta": delta})
+                    pieces, sent = _new_logprobs(logprobs_so_far(text), sent)
+                    yield sse({"type": "transcript.text.delta", "delta": delta, **pieces})
                 text = await texts.get()
             done = future.result()
             observe(state, done)
             delta, _ = text_delta(done.result["text"], shown)
-            if delta:
-                yield sse({"type": "transcript.text.delta", "delta": delta})
+            pieces, _ = _new_logprobs(done.result.get("logprobs"), sent)
+            if delta or pieces.get("logprobs"):
+                yield sse({"type": "transcript.text.delta", "delta": delta, **pieces})
             yield sse({"type": "transcript.text.done", "text": done.result["text"], **logprobs_of(done.result)})
         except TfmExportError as exc:
             yield sse({"type": "error", "error": {"message": str(exc)}})
@@ -278,6 +284,13 @@ async def streamed(recording: Recording, transcriber: Transcriber, state: dict[s
             gone.set()  # the client went away (or the stream ended): stop at the next window
 
     return StreamingResponse(events(first), media_type="text/event-stream")
+
+
+def _new_logprobs(so_far: list[dict[str, Any]] | None, sent: int) -> tuple[dict[str, Any], int]:
+    """A delta's {"logprobs": the entries after the `sent` ones} (include[]=logprobs), and how many are sent."""
+    if so_far is None:
+        return {}, sent
+    return {"logprobs": so_far[sent:]}, max(sent, len(so_far))
 
 
 def sse(event: dict[str, Any]) -> str:

@@ -73,7 +73,8 @@ class TranscriptionForm(TranslationForm):
                                             "transcript.text.done (response_format json or text).")
     include: list[Literal["logprobs"]] = Field(
         [], alias="include[]", description="logprobs: each text token's {token, logprob, bytes} as `logprobs` "
-                                           "(response_format json; a stream's transcript.text.done).")
+                                           "(response_format json; in a stream, each transcript.text.delta its tokens' and "
+                                           "transcript.text.done all).")
     chunking_strategy: ChunkingStrategy | None = Field(
         None, description='auto: only the speech is transcribed (Silero VAD, its defaults); or {"type": '
                           '"server_vad", "threshold", "prefix_padding_ms", "silence_duration_ms"} (JSON text or '

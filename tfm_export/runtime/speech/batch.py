@@ -28,7 +28,7 @@ import numpy as np
 from ...audio.features import log_mel
 from ..options.generation import GenerationConfig
 from .batch_rounds import run_jobs
-from .chunks import ChunkPlan, SpeechChunks, join_text, joined, speech_chunks
+from .chunks import ChunkPlan, SpeechChunks, answer_text, join_streamed, joined, speech_chunks
 from .longform import WindowRunner
 from .prompt import needs_detection
 from .search import LanguageDetector
@@ -80,7 +80,7 @@ class _Prefix:
                 return
             self.shown, joined_text = grown, ""
             for piece in self.texts[:grown]:
-                joined_text = join_text(joined_text, piece)
+                joined_text = join_streamed(joined_text, piece)
             self.on_text(joined_text)
 
 
@@ -121,7 +121,7 @@ def _chunk_job(model: Any, samples: np.ndarray, transcribe: Transcribe, language
                index: int, options: dict[str, Any]) -> Callable[[WindowRunner], Any]:
     def job(run_window: WindowRunner) -> dict[str, Any]:
         result = transcribe(model, samples, language=language, max_seconds=None, runner=run_window, **options)
-        prefix.done(index, result["text"])
+        prefix.done(index, answer_text(result))
         return result
 
     return job

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...errors import InputError
+from .logprobs import TextSoFar, logprobs_so_far
 from .vad import RATE, Chunk, SpeechMap, VadParameters, collect_chunks, speech_timestamps
 from .whisper import DEFAULT_MAX_SECONDS, read_samples
 
@@ -71,9 +72,23 @@ class _Mapper:
         return mapped
 
 
+def join_streamed(before: str, text: str) -> str:
+    """join_text of streamed texts (the chunks before, a chunk's so far), their logprobs joined likewise when
+    they have them (runtime.speech.logprobs.TextSoFar)."""
+    joined_text, first, then = join_text(before, text), logprobs_so_far(before), logprobs_so_far(text)
+    if first is None and then is None:
+        return joined_text
+    return TextSoFar(joined_text, [*(first or ()), *(then or ())])
+
+
 def _streamed(on_text: Callable[[str], None] | None, before: str) -> Callable[[str], None] | None:
     """A chunk's `on_text`: the text of the chunks before, then this one's so far."""
-    return None if on_text is None else lambda text: on_text(join_text(before, text))
+    return None if on_text is None else lambda text: on_text(join_streamed(before, text))
+
+
+def answer_text(result: dict[str, Any]) -> str:
+    """A chunk's answer as streamed text: its text, with its logprobs where it has them."""
+    return TextSoFar(result["text"], result["logprobs"]) if "logprobs" in result else result["text"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,7 @@ def transcribe_speech(model: Any, audio: Any, transcribe: Transcribe, plan: Chun
         result = transcribe(model, chunk.samples, language=language or detected, max_seconds=None,
                             on_text=_streamed(on_text, text), **options)
         detected = detected or result.get("language")
-        text = join_text(text, result["text"])
+        text = join_streamed(text, answer_text(result))
         results.append(result)
     return joined(speech, results, plan, language, bool(options.get("word_timestamps")),
                   bool(options.get("logprobs")))

@@ -1,5 +1,6 @@
 """A transcription's per-token log-probabilities, as OpenAI's include[]=logprobs (runtime.speech.whisper's
-`logprobs=True`), and the text of ids with the timestamps left out. Torch-free."""
+`logprobs=True`), the text of ids with the timestamps left out, and the text so far that `on_text` is given
+while streaming (with the log-probabilities so far, when asked for). Torch-free."""
 
 from __future__ import annotations
 
@@ -37,3 +38,28 @@ def token_logprobs(model: Any, segments: Sequence[Segment], begin: int) -> list[
                 out.append({"token": text, "logprob": logprobs[cursor + n], "bytes": list(text.encode("utf-8"))})
         cursor += len(segment.tokens)
     return out
+
+
+class TextSoFar(str):
+    """`on_text`'s argument with `logprobs=True`: the text so far, a str, whose `logprobs` are its tokens' entries
+    (token_logprobs' of the segments so far): the start of the answer's `logprobs`, so a stream can send each
+    piece of text with its tokens' (OpenAI's transcript.text.delta `logprobs`). Without logprobs `on_text` is
+    given a plain str."""
+
+    logprobs: list[dict[str, Any]]
+
+    def __new__(cls, text: str, logprobs: Sequence[dict[str, Any]]) -> "TextSoFar":
+        made = super().__new__(cls, text)
+        made.logprobs = list(logprobs)
+        return made
+
+
+def logprobs_so_far(text: str) -> list[dict[str, Any]] | None:
+    """A streamed text's log-probabilities (TextSoFar's), None for a plain str."""
+    return getattr(text, "logprobs", None)
+
+
+def streamed_text(model: Any, segments: Sequence[Segment], begin: int, logprobs: bool) -> str:
+    """What `on_text` is given after a window: the segments' text so far, with their logprobs when asked for."""
+    text = text_reader(model, begin)([t for s in segments for t in s.tokens])
+    return TextSoFar(text, token_logprobs(model, segments, begin)) if logprobs else text

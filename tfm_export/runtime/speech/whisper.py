@@ -47,7 +47,7 @@ from ..options.generation import GenerationConfig
 from . import assisted
 from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
 from .fallback import fallback_for
-from .logprobs import text_reader, token_logprobs
+from .logprobs import streamed_text, text_reader, token_logprobs
 from .longform import Segment, WindowRunner, cache_runner, transcribe as transcribe_features, window_decoder
 from .search import LanguageDetector
 from .words import add_words, alignment_session
@@ -184,7 +184,8 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     `segment_fields`). `language`: a code, name or token (None: detected); `task`: transcribe or translate;
     `num_beams`: beam search per window; `prompt`: an initial prompt (text or token ids);
     `max_new_tokens`: per window (None: up to the folder's max_length); `on_text`: called after each
-    window with the text so far (streaming; an exception it raises stops the transcription); `runner`: what
+    window with the text so far (streaming; an exception it raises stops the transcription; with `logprobs`
+    a runtime.speech.logprobs.TextSoFar, whose `logprobs` are the text's so far); `runner`: what
     decodes each window, the language detection's included (default: the export's own caches, one window at
     a time; a server passes its in-flight window batch, serve.windows); `word_timestamps`: each segment's
     `words` [{word, start, end}] and all of them as `words` (runtime.speech.words); `logprobs`: `logprobs`
@@ -218,7 +219,8 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
                                    vocab, stamped, max_positions)
     decode_window = assisted.assisted_decoder(decode_window, speculation, settings, config, stamped, max_positions)
     text_of = text_reader(model, settings.timestamp_begin)
-    on_window = None if on_text is None else lambda done: on_text(text_of([t for s in done for t in s.tokens]))
+    begin = settings.timestamp_begin
+    on_window = None if on_text is None else lambda done: on_text(streamed_text(model, done, begin, logprobs))
     out = transcribe_features(features, decode_window, settings, init, vocab, window_frames=window,
                               max_target_positions=max_positions, on_window=on_window,
                               **options.longform(model, settings, _prompt_ids(model, settings, prompt), stamped))
@@ -229,7 +231,9 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     result = {"text": text_of(out.ids), "language": code,
               "segments": [segment_fields(s, text_of(s.tokens)) for s in segments], "ids": list(out.ids)}
     if logprobs:
-        result["logprobs"] = token_logprobs(model, segments, settings.timestamp_begin)
+        # the decoded segments, each with its window: without timestamps `segments` is one made of all the ids,
+        # which a recording of several windows (or a window that went on) has with more than one window's
+        result["logprobs"] = token_logprobs(model, out.segments, begin)
     if word_timestamps:
         audio_frames = min(features.shape[-1], -(-len(samples) // features_config.hop_length))
         found = add_words(model, settings, features, segments, out.windows, window, audio_frames, code)
