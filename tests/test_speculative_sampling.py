@@ -228,6 +228,7 @@ def test_prompt_lookup_sampling_on_the_tiny_model(tiny_export):
     assert model.generate_ids(sources, **{**options, "seed": 10}) != first
 
 
+@pytest.mark.slow
 def test_the_cli_samples_speculatively(tiny_export):
     """`generate --sample --prompt-lookup N`: reproducible with --seed, greedy's output at --top-k 1, and beam
     search with the flag refused in one line."""
