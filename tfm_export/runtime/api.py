@@ -216,21 +216,27 @@ class GenerateMixin:
             rows = self.hypotheses(texts, target_prefix, return_alternatives, num_hypotheses, source_lang, target_lang,
                                    config, max_new_tokens=max_new_tokens, **options)
             return rows if return_alternatives or num_hypotheses > 1 else [row[0] for row in rows]
-        sources = [self.encode(t, source_lang, target_lang) for t in texts]
         options = {**self.language_options(target_lang), **options}
+        memo: dict[str, list[int]] = {}  # each text and sentence encoded once: the plan counts, the batch reuses
+
+        def encoded(text: str) -> list[int]:
+            if text not in memo:
+                memo[text] = self.encode(text, source_lang, target_lang)
+            return memo[text]
+
         limit = self.config.max_len
-        split = [split_sentences or len(ids) > limit for ids in sources]
-        if not any(split):  # the plain call: one batch, as it always was
+        sources = None if split_sentences else [encoded(t) for t in texts]  # documents need no whole encoding
+        if sources is not None and all(len(ids) <= limit for ids in sources):  # the plain call: one batch
             rows = self.generate_ids(sources, max_new_tokens, config=config, **options)
             return [self.tokenizer.decode(ids) for ids in rows]
-        for n in (n for n, ids in enumerate(sources, 1) if len(ids) > limit and not split_sentences):
+        split = [True] * len(texts) if sources is None else [len(ids) > limit for ids in sources]
+        for n, ids in ((n, ids) for n, ids in enumerate(sources or [], 1) if len(ids) > limit):
             log.warning("text %d has %d tokens, more than the model's max_len of %d: translated sentence by "
-                        "sentence (split_sentences=True)", n, len(sources[n - 1]), limit)
+                        "sentence (split_sentences=True)", n, len(ids), limit)
         language = source_lang or self.tokenizer.languages.source_default
-        count = lambda text: len(self.encode(text, source_lang, target_lang))  # noqa: E731
-        plans = [sentences.plan(text, language, count, limit) if cut else [sentences.Piece("", text, "")]
-                 for text, cut in zip(texts, split)]
-        pieces = [self.encode(text, source_lang, target_lang) for plan in plans for text in sentences.texts_of(plan)]
+        plans = [sentences.plan(text, language, lambda t: len(encoded(t)), limit) if cut
+                 else [sentences.Piece("", text, "")] for text, cut in zip(texts, split)]
+        pieces = [encoded(text) for plan in plans for text in sentences.texts_of(plan)]
         rows = [row for start in range(0, len(pieces), DOCUMENT_BATCH)
                 for row in self.generate_ids(pieces[start:start + DOCUMENT_BATCH], max_new_tokens, config=config,
                                              **options)]
