@@ -39,7 +39,7 @@ def guard_earlier_head(model: Any) -> int:
     output = next((value for value in graph.outputs if value.name == EARLIER_LOGITS), None)
     if output is None or output.producer() is None or output.producer().op_type == "If":
         return 0
-    rows, head = _rows_and_head(_exclusive_ancestors(graph, output))
+    rows, head = _rows_and_head(_exclusive_ancestors(graph, output), _per_step(graph))
     unless_empty(model, rows, head, output, NAME)
     log.info("%s: %d nodes under an If on earlier rows", EARLIER_LOGITS, len(head))
     return 1
@@ -96,11 +96,13 @@ def _exclusive_ancestors(graph: Any, output: Any) -> list[Any]:
     return [node for node in graph if node in inside]
 
 
-def _rows_and_head(cone: list[Any]) -> tuple[Any, list[Any]]:
+def _rows_and_head(cone: list[Any], per_step: set[Any]) -> tuple[Any, list[Any]]:
     """(the rows: the output of the cone's Slice of the hidden states, what the head projects; the cone's nodes
-    after it, which compute the logits from the rows)."""
+    after it, which compute the logits from the rows). `per_step`: the graph's values computed from its inputs;
+    others that the cone reads (a tied head's weight made in the graph from the embedding, e.g. T5's Transpose or
+    its d_model ** -0.5 scale) are weights, read from the outer scope like initializers."""
     produced = {value for node in cone for value in node.outputs}
-    entries = [node for node in cone if any(_is_activation(value) and value not in produced for value in node.inputs)]
+    entries = [node for node in cone if any(value in per_step and value not in produced for value in node.inputs)]
     if len(entries) != 1 or entries[0].op_type != "Slice":
         found = ", ".join(node.op_type for node in entries) or "none"
         raise ExportError(f"{EARLIER_LOGITS}: expected one Slice of the hidden states before its head, found "
@@ -122,9 +124,10 @@ def _ancestors_within(node: Any, cone: list[Any]) -> set[Any]:
     return found
 
 
-def _is_activation(value: Any) -> bool:
-    """Whether `value` is computed per step: neither an initializer nor a Constant's output."""
-    if value is None or value.is_initializer() or value.const_value is not None:
-        return False
-    producer = value.producer()
-    return producer is None or producer.op_type != "Constant"
+def _per_step(graph: Any) -> set[Any]:
+    """The values of `graph` computed from its inputs (in graph order, so each node's inputs are decided first)."""
+    dynamic = set(graph.inputs)
+    for node in graph:
+        if any(value in dynamic for value in node.inputs if value is not None):
+            dynamic.update(node.outputs)
+    return dynamic
