@@ -196,11 +196,15 @@ def int4_served(tmp_path_factory) -> Path:
 
 
 def ops(path: Path) -> dict[str, list[onnx.NodeProto]]:
-    """op type -> nodes of the graph; "WeightMatMul": the MatMuls whose B is an initializer (a weight)."""
+    """op type -> nodes of the graph and of its If branches (export.earlier_head puts the earlier positions'
+    head in one); "WeightMatMul": the MatMuls whose B is an initializer (a weight)."""
     graph = onnx.load(str(path)).graph
     weights = {t.name for t in graph.initializer}
     nodes: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
+    pending = list(graph.node)
+    while pending:
+        node = pending.pop(0)
+        pending += [n for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for n in a.g.node]
         kind = "WeightMatMul" if node.op_type == "MatMul" and node.input[1] in weights else node.op_type
         nodes.setdefault(kind, []).append(node)
     return nodes
