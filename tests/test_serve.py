@@ -376,6 +376,7 @@ def test_beams_above_the_maximum_are_a_422_and_rows_over_max_rows_a_413(static_e
         assert "8 decoder rows exceed the limit of 6 per request (max_rows, a server setting: tfm-export serve " \
                "--max-rows)" in reply.json()["error"]
         schema = httpx.get(f"{url}/openapi.json").json()["components"]["schemas"]["TranslateRequest"]
-        beams = [b for b in schema["allOf"][1]["anyOf"] if b["properties"]["do_sample"]["enum"][0] is False
-             and b["properties"]["return_alternatives"].get("enum") != [True]]  # alternatives' branches apart
-        assert [b["properties"].get("ids", {"maxItems": 4})["maxItems"] for b in beams] == [4, 3, 2, 1]
+        beams = [b for b in schema["allOf"][1]["anyOf"] if b["properties"]["do_sample"]["enum"][0] is False]
+        # each beam count's bound, once per return_alternatives branch (serve.contract_ct2)
+        assert sorted({b["properties"].get("ids", {"maxItems": 4})["maxItems"] for b in beams}, reverse=True) == [
+            4, 3, 2, 1]
