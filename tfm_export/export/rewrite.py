@@ -18,7 +18,10 @@ Edit = Callable[[Any], int]
 def rewrite_graph(path: Path, edits: dict[str, Edit], external: bool = True) -> dict[str, int]:
     """Apply `edits` (name -> edit, in order) to the graph file at `path`, its external data (if any) rewritten
     beside it; the counts by name. Nothing is written when every edit changed nothing. `external=False`: the
-    caller knows the graph holds its weights inline (one parse of the file less)."""
+    caller knows the graph holds its weights inline (one parse of the file less).
+    Only for a graph this export wrote, in its own staging folder (export.exporter's target.tmp): the data files
+    the old graph named and the new one does not are deleted, and the rewrite's stage folder is made here
+    (mkdir fails on one already there, so a folder of someone else's is never removed)."""
     import onnx_ir as ir
 
     old = external_files(path) if external else []
