@@ -148,7 +148,12 @@ def test_every_scenario_resolves_to_its_entry_point(name):
     assert callable(scenario.entry())
 
 
-@pytest.mark.parametrize("name", [s.name for s in scenarios() if s.quick is not None])
+# the smoke modes that take half a minute each run in `make test-long`, to keep CI's time
+SLOW_SMOKE = {"nocache", "decode-core"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(s.name, marks=[pytest.mark.long] if s.name in SLOW_SMOKE else [])
+                                  for s in scenarios() if s.quick is not None])
 def test_the_cheap_scenarios_run_in_their_smoke_mode(name):
     scenario = next(s for s in scenarios() if s.name == name)
     out = subprocess.run([sys.executable, "-m", "benchmarks", name, *scenario.quick], cwd=ROOT, capture_output=True,

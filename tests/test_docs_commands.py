@@ -30,6 +30,7 @@ def test_the_pages_have_tested_blocks():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a minute: every tested block of the docs, run in `make test-long`
 def test_tested_commands_run(tmp_path):
     """All blocks of all pages in one script, in page order: later pages may use what earlier ones export."""
     (tmp_path / "models").symlink_to(ROOT / "models")
