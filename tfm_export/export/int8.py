@@ -16,6 +16,7 @@ the memory-mapped file and holds only the int8 tensors it makes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +25,23 @@ import numpy as np
 CHUNK_ELEMENTS = 1 << 22  # elements of a weight quantised at once, in whole rows (see _quantized)
 
 
+@dataclass
+class Quantized:
+    """What the graph's values became, each made once: an activation's DynamicQuantizeLinear outputs (the q, k
+    and v projections of one input share its quantisation), a weight's int8 initializers (the head's two
+    MatMuls, model.Transformer.project_apart, share one)."""
+
+    activations: dict = field(default_factory=dict)  # ir.Value -> (A_q, A_scale, A_zero)
+    weights: dict = field(default_factory=dict)  # ir.Value -> (B_q, B_scale, B_zero)
+
+
 def quantize_int8(src: Path, dst: Path, external: bool) -> int:
     """Write the int8 graph of `src` to `dst` (weights in `<dst name>.data` when `external`); the number of
     MatMuls quantised."""
     import onnx_ir as ir
 
     model = ir.load(str(src))  # external weights stay memory-mapped until read
-    made: dict[ir.Value, tuple[ir.Value, ...]] = {}
+    made = Quantized()
     count = 0
     for node in list(model.graph):
         weight = float_matrix(node)
@@ -42,21 +53,18 @@ def quantize_int8(src: Path, dst: Path, external: bool) -> int:
     return count
 
 
-def quantize_matmul_int8(model, node, weight, made: dict) -> None:
-    """One MatMul of `model` made int8 (B = `weight`); `made` maps an input to what it became, made once: an
-    activation to its DynamicQuantizeLinear outputs (q, k and v projections of one input share its
-    quantisation), a weight to its int8 initializers (the head's two MatMuls, model.Transformer.project_apart,
-    share one)."""
+def quantize_matmul_int8(model, node, weight, made: Quantized) -> None:
+    """One MatMul of `model` made int8 (B = `weight`), reusing what `made` holds."""
     import onnx_ir as ir
 
     a = node.inputs[0]
-    if a not in made:
+    if a not in made.activations:
         dql = ir.node("DynamicQuantizeLinear", [a], num_outputs=3, name=f"{a.name}_QuantizeLinear")
         model.graph.insert_before(node, dql)
-        made[a] = tuple(dql.outputs)
-    if weight not in made:
-        made[weight] = _quantized_weight(model, weight)
-    _replace(model, node, weight, made[a], made[weight])
+        made.activations[a] = tuple(dql.outputs)
+    if weight not in made.weights:
+        made.weights[weight] = _quantized_weight(model, weight)
+    _replace(model, node, weight, made.activations[a], made.weights[weight])
 
 
 def float_matrix(node) -> "object | None":
