@@ -30,6 +30,8 @@ from .decode.beam import BeamSearch
 from .decode.loop import moved
 from .options.generation import GenerationConfig, Hypothesis
 from .decode.processors import BiasKey
+from .decode.speculative import Speculation, SpeculativeRow, proposal
+from .decode.checking import ArgmaxCheck
 from .states.rows import Rows
 from .decode.strategies import Greedy, Picker, TokenPicker, strategy_for
 
@@ -57,11 +59,23 @@ class RowGroup:
         first_row = request_row * config.num_return_sequences
         return cls(owner, rows, strategy_for(1, max_new_tokens, config, cfg, first_row, scored=False))
 
+    @classmethod
+    def speculating(cls, owner: Any, rows: list[int], config: GenerationConfig, max_new_tokens: int,
+                    cfg: TransformerConfig, cache: Any, src: np.ndarray, stats: Speculation) -> "RowGroup":
+        """A plain greedy request with prompt lookup (`speculates`): its row decodes on a checking state of
+        `cache` (the growing decoder with earlier_logits) started on `src` (1, src_len), `stats` counting its
+        drafts."""
+        return cls(owner, rows, Speculating.start(config, max_new_tokens, cfg, cache, src, stats))
+
+    @property
+    def speculates(self) -> bool:
+        return isinstance(self.strategy, Speculating)
+
     @property
     def streams(self) -> bool:
         """Tokens go out as they are chosen (greedy, one sample); else when the search ends (a later
         step can overtake every running beam)."""
-        return isinstance(self.strategy, Greedy) or (isinstance(self.strategy, TokenPicker) and len(self.rows) == 1)
+        return isinstance(self.strategy, (Greedy, Speculating)) or (isinstance(self.strategy, TokenPicker) and len(self.rows) == 1)
 
     def head_run(self) -> tuple[BiasKey, bool] | None:
         """For a beam search whose processors allow it: the (bias, renormalize) of its device-side head
@@ -77,7 +91,43 @@ class RowGroup:
 
     def results(self) -> list[Hypothesis] | None:
         """The request's hypotheses (None for plain greedy: no score is computed)."""
-        return None if isinstance(self.strategy, Greedy) else self.strategy.results()[0]
+        return None if isinstance(self.strategy, (Greedy, Speculating)) else self.strategy.results()[0]
+
+
+def speculates(config: GenerationConfig, cache: Any) -> bool:
+    """Whether a request of `config` speculates in the rows: plain greedy decoding (Greedy's ids, which
+    runtime.decode.checking.ArgmaxCheck checks) with prompt_lookup_num_tokens, and a `cache` that checks drafts
+    (runtime.exported's checking_cache; None: an export from before earlier_logits, decoded plainly)."""
+    return cache is not None and config.prompt_lookup_num_tokens > 0 and config.is_greedy
+
+
+@dataclass
+class Speculating:
+    """A group's strategy that speculates (see the module docstring): each step of the rows is one decoder call
+    of its own checking state, fed its last id and its draft, which may emit several ids."""
+
+    row: SpeculativeRow
+    bos_id: int
+
+    @classmethod
+    def start(cls, config: GenerationConfig, steps: int, cfg: TransformerConfig, cache: Any, src: np.ndarray,
+              stats: Speculation) -> "Speculating":
+        proposer, policy = proposal(config, cfg, None, None)
+        proposer.start(src)
+        check = ArgmaxCheck(cfg, config.forced_bos_token_id)
+        return cls(SpeculativeRow(cache.start(src, 1), proposer, policy, steps, check, [cfg.bos_id], stats),
+                   cfg.bos_id)
+
+    @property
+    def finished(self) -> bool:
+        return self.row.finished
+
+    def advance(self, view: Any) -> tuple[np.ndarray, None]:
+        """The ids this step emits (1 or more; the rows' step is not read)."""
+        return np.array(self.row.step(), dtype=np.int64), None
+
+    def results(self) -> list[list[Hypothesis]]:
+        return [[Hypothesis(self.row.result(), float("nan"))]]
 
 
 @dataclass
@@ -147,6 +197,7 @@ class InflightRows:
 
     def __init__(self, rows: Rows, cfg: TransformerConfig):
         self.rows, self.cfg = rows, cfg
+        self.speculation = Speculation()  # the speculating groups' decoder calls, drafted and accepted ids
         self.groups: list[RowGroup | None] = [None] * rows.batch  # (batch,): the group each row is in
         self.tokens = np.full(rows.batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
 
@@ -158,10 +209,13 @@ class InflightRows:
         return list({id(g): g for g in self.groups if g is not None}.values())
 
     def join(self, group: RowGroup, encoded: list[np.ndarray]) -> None:
-        """Write one source's encoder outputs (1, ...) into the group's rows; it starts at the next step."""
-        self.rows.write(group.rows, [np.repeat(value, len(group.rows), axis=0) for value in encoded])
+        """Write one source's encoder outputs (1, ...) into the group's rows; it starts at the next step. A
+        speculating group's rows stay unbound: it decodes on its own state."""
         for row in group.rows:
             self.groups[row] = group
+        if group.speculates:
+            return
+        self.rows.write(group.rows, [np.repeat(value, len(group.rows), axis=0) for value in encoded])
         self.tokens[group.rows] = group.strategy.bos_id  # Whisper's: its prompt's first token
 
     def leave(self, group: RowGroup) -> None:
@@ -173,9 +227,12 @@ class InflightRows:
 
     def step(self, ended: Callable[[RowGroup, np.ndarray], bool]) -> None:
         """One decoder step of every row; each group advances by its strategy, `ended(group, ids)` says
-        whether it leaves now (its rows are freed at once), and the beams that go on are reordered."""
-        self.rows.step(self.tokens)
+        whether it leaves now (its rows are freed at once), and the beams that go on are reordered.
+        Speculating groups take a call of their own states; the rows step when another group is bound (a step
+        without speculating groups is the plain one)."""
         groups = self.bound_groups()
+        if not all(group.speculates for group in groups):
+            self.rows.step(self.tokens)
         outputs = StepOutputs(self.rows, device_tops(groups, self.rows))
         moving: list[int] = []  # the rows of every group whose beams continue other rows' caches
         beams: list[np.ndarray] = []  # the index in `moving` of the row each continues
@@ -187,7 +244,8 @@ class InflightRows:
             if moved(beam_idx):
                 beams.append(beam_idx + len(moving))
                 moving += group.rows
-            self.tokens[group.rows] = chosen
+            if not group.speculates:
+                self.tokens[group.rows] = chosen
         if moving:  # one gather for every group
             self.rows.reorder(np.concatenate(beams), moving)
 

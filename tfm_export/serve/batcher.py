@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import InputError, TfmExportError
 from ..runtime.options.generation import GREEDY, GenerationConfig, Hypothesis
-from ..runtime.inflight import InflightRows, RowGroup, group_width
+from ..runtime.inflight import InflightRows, RowGroup, group_width, speculates
 from ..runtime.sources import source_batch
 from .jobs import Closed, Engine, EngineConfig, Job, QueueFull, one_row
 from .joiner import Joiner
@@ -60,6 +60,7 @@ class InflightBatcher(Engine):
         # every row holds up to `width` source tokens
         self.batch = InflightRows(open_rows(static, config.max_batch, width), cfg)
         self.slots = static.slots  # the longest output a row can hold
+        self.checking = model.checking_cache()  # where prompt-lookup requests speculate (None: they decode plainly)
         self.lane = SearchLane(model, config)  # jobs wider than the batch or longer than the rows' slots
         side = side_encoder(static)
         self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit, self.rows_for)
@@ -76,7 +77,9 @@ class InflightBatcher(Engine):
 
     def rows_for(self, job: Job) -> int:
         """Rows `job` takes in the batch; 0 when it does not fit (the search lane decodes it)."""
-        rows = group_width(job.config)
+        rows, config = group_width(job.config), job.config
+        if config.prompt_lookup_num_tokens and config.do_sample:  # speculative sampling: generate's own draws
+            return 0
         return rows if rows <= self.config.max_batch and job.max_new_tokens <= self.slots else 0
 
     def free_rows(self) -> list[int]:
@@ -136,15 +139,23 @@ class InflightBatcher(Engine):
 
     def _bind(self, free: list[int], job: Job, encoded: list[np.ndarray]) -> None:
         """One job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
-        rows = [free.pop(0) for _ in range(self.rows_for(job))]
-        self.batch.join(RowGroup.start(job, rows, job.config, job.max_new_tokens, self.model.config, job.row), encoded)
+        rows, cfg = [free.pop(0) for _ in range(self.rows_for(job))], self.model.config
+        if speculates(job.config, self.checking):  # its row decodes on a checking state (prompt lookup)
+            group = RowGroup.speculating(job, rows, job.config, job.max_new_tokens, cfg, self.checking,
+                                         self.model.source_input([job.ids]), self.batch.speculation)
+        else:
+            group = RowGroup.start(job, rows, job.config, job.max_new_tokens, cfg, job.row)
+        self.batch.join(group, encoded)
         self.active += len(rows)
 
     def _ended(self, group: RowGroup, chosen: np.ndarray) -> bool:
         """Send what the step decided; True when the job is over (EOS, budget, search ended, cancelled)."""
         job = group.owner
-        if group.streams:
-            over = self._token(job, int(chosen[0]))
+        if group.streams:  # one id, or a speculating group's accepted draft and the model's next id
+            over = False
+            for token in chosen:
+                if over := self._token(job, int(token)):
+                    break
             if over:
                 self._finish(job, group.results())
         elif job.cancelled:

@@ -39,6 +39,12 @@ class EngineCollector:
         yield CounterMetricFamily("tfm_export_tokens", "Tokens generated since start.", tokens)
         yield GaugeMetricFamily("tfm_export_tokens_per_second", "Tokens generated per second since the last scrape.",
                                 (tokens - before) / max(now - then, 1e-9))
+        spec = getattr(getattr(engine, "batch", None), "speculation", None)  # in-flight rows (prompt lookup)
+        if spec is not None:
+            yield CounterMetricFamily("tfm_export_speculative_drafted", "Ids drafted by prompt lookup in the rows.",
+                                      spec.drafted)
+            yield CounterMetricFamily("tfm_export_speculative_accepted", "Drafted ids the model accepted.",
+                                      spec.accepted)
 
 
 class ServerMetrics:

@@ -37,7 +37,8 @@ import numpy as np
 from ...config import TransformerConfig
 from ...errors import InputError
 from .loop import DecodeTimings, DecoderCache, DecoderState
-from .checking import ArgmaxCheck, Check
+from ..options.generation import GenerationConfig, Hypothesis
+from .checking import ArgmaxCheck, Check, ProcessorCheck
 from .draft_length import DraftLength
 from .proposers import DraftModel, PromptLookup, Proposer, check_draft
 
@@ -70,6 +71,7 @@ class Speculation:
     drafted: int = 0
     accepted: int = 0
     ended: bool = False  # the last decode ended with EOS (not at its budget of ids)
+    score: float = float("nan")  # the last decode's sum of log p (`scored`), nan under a check that keeps none
 
     @property
     def acceptance(self) -> float:
@@ -87,7 +89,6 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: 
     drafted/accepted counts) are filled when given."""
     stats = stats if stats is not None else Speculation()
     check = check if check is not None else ArgmaxCheck(cfg, forced_bos)
-    eos = check.eos_id
     # the draft's cache may be the model's own (a self-draft): its lock is then held once
     with cache.lock, (nullcontext() if proposer.lock is cache.lock else proposer.lock):
         start = time.perf_counter()
@@ -95,36 +96,79 @@ def speculate(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: 
         proposer.start(src)
         if timings is not None:
             timings.encoder_s = time.perf_counter() - start
-        history, out = list(prompt or [cfg.bos_id]), []  # history: the decoder's input; from state.length on not fed
+        row = SpeculativeRow(state, proposer, policy, steps, check, prompt or [cfg.bos_id], stats)
         try:
-            while len(out) < steps and (not out or out[-1] != eos):
+            while not row.finished:
                 start = time.perf_counter()
-                room = steps - len(out) - 1  # the step emits one id beyond the accepted draft
-                forced = check.forced(len(out))
-                k = 0 if forced is not None else policy.length(room)
-                draft = proposer.propose(history, k) if k > 0 else []
-                state.feed(np.array([history[state.length:] + draft], dtype=np.int64))  # (1, unfed + k)
-                picked = [forced] if forced is not None else check.picks(state, history, draft, len(out))
-                n = 0
-                while n < min(len(draft), len(picked)) and draft[n] == picked[n]:
-                    n += 1
-                new = draft[:n] + picked[n:n + 1]
-                if eos in new:
-                    new = new[:new.index(eos) + 1]
-                check.keep(len(new))
-                out += new
-                history += new
-                state.truncate(len(history) - 1)
-                policy.record(len(draft), n, len(new), time.perf_counter() - start)
-                stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
+                row.step()
                 if timings is not None:
                     timings.steps_s.append(time.perf_counter() - start)
         finally:
             proposer.close()
     if timings is not None:
         timings.drafted, timings.accepted = timings.drafted + stats.drafted, timings.accepted + stats.accepted
-    stats.ended = bool(out) and out[-1] == eos
-    return out[:-1] if stats.ended else out
+    return row.result()
+
+
+class SpeculativeRow:
+    """One source's speculative decode, a step at a time (`speculate`'s loop; runtime.inflight steps it among
+    the server's rows in flight): `state` was started on the source and the proposer too."""
+
+    def __init__(self, state: Any, proposer: Proposer, policy: DraftLength, steps: int, check: Check,
+                 prompt: list[int], stats: Speculation):
+        self.state, self.proposer, self.policy, self.steps, self.check = state, proposer, policy, steps, check
+        self.stats = stats
+        self.history, self.out = list(prompt), []  # history: the decoder's input; from state.length on not fed
+
+    @property
+    def finished(self) -> bool:
+        return len(self.out) >= self.steps or (bool(self.out) and self.out[-1] == self.check.eos_id)
+
+    def step(self) -> list[int]:
+        """One decoder call: feed the unfed ids and a draft, keep what the model agrees with; the ids emitted
+        (the accepted draft and the model's next id, cut at EOS)."""
+        start, check, state, stats = time.perf_counter(), self.check, self.state, self.stats
+        room = self.steps - len(self.out) - 1  # the step emits one id beyond the accepted draft
+        forced = check.forced(len(self.out))
+        k = 0 if forced is not None else self.policy.length(room)
+        draft = self.proposer.propose(self.history, k) if k > 0 else []
+        state.feed(np.array([self.history[state.length:] + draft], dtype=np.int64))  # (1, unfed + k)
+        picked = [forced] if forced is not None else check.picks(state, self.history, draft, len(self.out))
+        n = 0
+        while n < min(len(draft), len(picked)) and draft[n] == picked[n]:
+            n += 1
+        new = draft[:n] + picked[n:n + 1]
+        if check.eos_id in new:
+            new = new[:new.index(check.eos_id) + 1]
+        check.keep(len(new))
+        self.out += new
+        self.history += new
+        state.truncate(len(self.history) - 1)
+        self.policy.record(len(draft), n, len(new), time.perf_counter() - start)
+        stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
+        return new
+
+    def result(self) -> list[int]:
+        """The ids (EOS not returned); sets the stats' `ended` and `score`."""
+        out, stats = self.out, self.stats
+        stats.ended = bool(out) and out[-1] == self.check.eos_id
+        logprobs = getattr(self.check, "logprobs", None)  # each emitted id's, EOS included (ProcessorCheck, ...)
+        stats.score = float(sum(logprobs)) if logprobs is not None else float("nan")
+        return out[:-1] if stats.ended else out
+
+
+def scored(cache: DecoderCache, src: np.ndarray, proposer: Proposer, policy: DraftLength, steps: int,
+           cfg: TransformerConfig, config: GenerationConfig, timings: DecodeTimings | None = None,
+           check: Check | None = None, prompt: list[int] | None = None) -> Hypothesis:
+    """`speculate`'s row as a Hypothesis with the score plain decoding gives it (TokenPicker's: the sum of
+    log_softmax of the processed scores at each kept id, EOS included, no length penalty, as
+    runtime.options.generation.Hypothesis says). The check: `check`, or by default a ProcessorCheck of `config`
+    (TokenPicker's greedy picks: the same ids as plain greedy under the same processors)."""
+    check = check if check is not None else ProcessorCheck(config, cfg.eos_id, steps, tuple(cfg.suppress_ids))
+    stats = Speculation()
+    ids = speculate(cache, src, proposer, policy, steps, cfg, config.forced_bos_token_id, timings, stats, check,
+                    prompt)
+    return Hypothesis(ids, stats.score)
 
 
 def wanted(config: Any, assistant: Any | None) -> bool:

@@ -81,16 +81,19 @@ class GenerationConfig:
         None, "The first generated token (transformers' forced_bos_token_id): a multilingual model's target "
               "language, BART's <s>.", "must be a token id (0 or more) or null", minimum=0, serve=False, cli=False)
     # Speculative greedy decoding (runtime.decode.speculative): how fast, never which ids (plain greedy's, id for
-    # id), so it is no part of is_greedy, and a runner that does not speculate (the server, Node) may ignore it.
+    # id), so it is no part of is_greedy, and a runner that does not speculate (Node) may ignore it; the server speculates
+    # in its rows in flight (runtime.inflight).
     # With do_sample it speculates too (runtime.decode.speculative_sampling): the same distribution, other ids
     # than plain sampling's for a seed (a runner that ignores it samples from that distribution all the same).
     prompt_lookup_num_tokens: int = option(
-        0, "Greedy: draft up to this many ids a step from n-grams of the source and the output so far, checked in "
-           "one decoder step (transformers' prompt_lookup_num_tokens; the output is plain greedy's; 0: off).",
-        "must be 0 (off) or more", minimum=0, cli="--prompt-lookup", serve=False, transformers=None)
+        0, "Greedy decoding and sampling: draft up to this many ids a step from n-grams of the source and the "
+           "output so far, checked in one decoder step (transformers' prompt_lookup_num_tokens; greedy: plain "
+           "greedy's ids; sampling: the same distribution; 0: off).",
+        "must be 0 (off) or more", minimum=0, cli="--prompt-lookup", serve_bounds={"minimum": 0, "maximum": 64},
+        transformers=None)
     num_assistant_tokens: int = option(
-        20, "Greedy with an assistant (a draft export): the ids it drafts at first; then +2 after a step that "
-            "accepts them all, -1 otherwise (transformers' heuristic schedule).",
+        20, "Greedy decoding and sampling with an assistant (a draft export): the ids it drafts at first; then +2 "
+            "after a step that accepts them all, -1 otherwise (transformers' heuristic schedule).",
         "must be at least 1", minimum=1, cli="--assistant-tokens", serve=False, transformers=None)
     # Beam scores then sum normalised log-probabilities even where a processor banned ids (published
     # OPUS-MT folders set it); an export's setting, not a request's.

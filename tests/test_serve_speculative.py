@@ -1,0 +1,156 @@
+"""Prompt lookup in the server's rows in flight (runtime.inflight.Speculating): a plain greedy request that asks
+prompt_lookup_num_tokens decodes its row speculatively, each step of the rows one checking call of its own, next
+to greedy, beam and sampling groups of the same batch; every answer equals the direct `generate` call (and
+plain greedy's ids), the drafts were really checked (fewer calls than ids, counted on /metrics), a batch without
+such a request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import hf_fixtures
+from helpers import run_cli_ok, serving
+from test_serve_groups import MIXED, outcome
+
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.model.checkpoint import load_checkpoint
+from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.serve.batcher import EngineConfig, InflightBatcher, Job, SearchLane
+from tfm_export.serve.engine import ServeSettings, open_engine
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de" / "model.pt"
+LOOKUP = {"prompt_lookup_num_tokens": 5}
+
+
+@pytest.fixture(scope="module")
+def trained_static(tmp_path_factory):
+    """family -> its trained fixture exported with its static-cache decoders (the server's rows)."""
+    made: dict[str, Path] = {}
+
+    def export(family: str) -> Path:
+        if family not in made:
+            made[family] = tmp_path_factory.mktemp(f"spec-{family}") / "out"
+            run_cli_ok(hf_fixtures.trained_folder(family), "-o", made[family], "--no-validate",
+                       "--static-slots", 64)
+        return made[family]
+
+    return export
+
+
+def repeating_jobs(model, count: int, seed: int, results: dict, options: list[dict]) -> list[Job]:
+    """Sources that repeat themselves (prompt lookup finds drafts), options cycling through `options`."""
+    rng = random.Random(seed)
+    jobs = []
+    for n in range(count):
+        unit = [rng.randrange(4, 60) for _ in range(rng.randrange(2, 5))]
+        ids = (unit * 6)[:rng.randrange(6, 20)]
+        config = model.generation_config(**options[n % len(options)])
+        jobs.append(Job(ids, rng.randrange(8, 30), lambda kind, v, n=n: results.setdefault(n, []).append((kind, v)),
+                        config))
+    return jobs
+
+
+def test_speculating_rows_decode_like_direct_calls_among_every_strategy(static_export, monkeypatch):
+    lane = []
+    monkeypatch.setattr(SearchLane, "submit", lambda self, jobs: lane.extend(jobs))
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=12, max_queue=64)))
+    assert isinstance(engine, InflightBatcher) and engine.checking is not None
+    steps = []
+    step = engine.rows.step
+    engine.rows.step = lambda tokens: steps.append(1) or step(tokens)
+    results: dict = {}
+    options = [LOOKUP, *MIXED[:3], {"prompt_lookup_num_tokens": 2}, MIXED[3]]
+    jobs = repeating_jobs(engine.model, 24, 7, results, options)
+    engine.start()
+    engine.submit(jobs)
+    engine.close(120)
+    assert not lane
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    emitted = 0
+    for n, job in enumerate(jobs):
+        tokens, _ = outcome(results[n])
+        config = job.config.replace(max_new_tokens=job.max_new_tokens)
+        assert tokens == direct.generate([job.ids], config)[0][0].ids, (n, job.config)
+        if config.prompt_lookup_num_tokens:
+            assert tokens == direct.generate_ids([job.ids], config=config.replace(prompt_lookup_num_tokens=0))[0]
+            emitted += len(tokens) + (len(tokens) < job.max_new_tokens)  # EOS is an emitted id too
+    spec = engine.batch.speculation
+    assert 0 < spec.accepted <= spec.drafted
+    assert spec.calls < emitted  # drafts were checked in the rows: fewer calls than ids
+
+
+def test_a_batch_without_prompt_lookup_never_starts_a_checking_state(static_export):
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=8)))
+    started = []
+    engine.checking.start = lambda *a, **k: started.append(1)
+    results: dict = {}
+    jobs = repeating_jobs(engine.model, 8, 3, results, [{}, {"num_beams": 2}])
+    engine.start()
+    engine.submit(jobs)
+    engine.close(120)
+    assert not started and engine.batch.speculation.calls == 0 and len(results) == 8
+
+
+def test_sampling_with_prompt_lookup_decodes_beside_the_batch_like_generate(static_export):
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=4)))
+    job_options = {"do_sample": True, "seed": 4, **LOOKUP}
+    results: dict = {}
+    jobs = repeating_jobs(engine.model, 2, 5, results, [job_options])
+    assert engine.rows_for(jobs[0]) == 0  # the search lane: generate's speculative sampling, its draws
+    engine.start()
+    engine.submit(jobs)
+    engine.close(120)
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    for n, job in enumerate(jobs):
+        config = job.config.replace(max_new_tokens=job.max_new_tokens)
+        assert outcome(results[n])[0] == direct.generate([job.ids], config)[0][0].ids
+
+
+def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
+    """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids; the
+    speculation's counters on /metrics."""
+    settings = ServeSettings(str(folder), engine=EngineConfig(max_batch=8, max_queue=64), max_texts=4)
+    options = [LOOKUP, {}, {"num_beams": 2}, {"do_sample": True, "seed": 3}, {"prompt_lookup_num_tokens": 3}]
+    work = [([src], 24, options[n % len(options)]) for n, src in enumerate(sources)]
+    with serving(settings) as (url, engine):
+        def post(request):
+            ids, steps, opts = request
+            return httpx.post(f"{url}/v1/translate", json={"ids": ids, "max_new_tokens": steps, **opts}, timeout=120)
+
+        with ThreadPoolExecutor(6) as pool:
+            replies = list(pool.map(post, work))
+        metrics = httpx.get(f"{url}/metrics").text
+    direct = open_export(folder, "cpu", RuntimeOptions(cuda_graph=False))
+    for (ids, steps, opts), reply in zip(work, replies):
+        assert reply.status_code == 200, reply.text
+        got = reply.json()["translations"][0]["ids"]
+        assert got == direct.generate(ids, max_new_tokens=steps, **opts)[0][0].ids, opts
+        if "prompt_lookup_num_tokens" in opts:
+            assert got == direct.generate_ids(ids, max_new_tokens=steps)[0]
+    spec = engine.batch.speculation
+    assert spec.calls > 0 and f"tfm_export_speculative_drafted_total {float(spec.drafted)}" in metrics
+    assert f"tfm_export_speculative_accepted_total {float(spec.accepted)}" in metrics
+
+
+@pytest.mark.parametrize("family", ["t5", "marian"])
+def test_trained_fixtures_served_with_prompt_lookup_equal_direct_calls(trained_static, family):
+    model = open_export(trained_static(family), "cpu")
+    sources = [model.encode(e.source) for e in hf_fixtures.task_examples(family)][:10]
+    served_equal_direct(trained_static(family), sources)
+
+
+def test_the_bundled_model_served_with_prompt_lookup(tmp_path):
+    if not BUNDLED.exists():
+        pytest.skip("the bundled model is not trained yet")
+    out = tmp_path / "static"
+    export_model(load_checkpoint(BUNDLED), out, ExportOptions(static_cache=True, validate=False))
+    model = open_export(out, "cpu")
+    texts = ["12", "777777", "3456", "121212", "99", "1000000", "808080", "5"]
+    served_equal_direct(out, [model.encode(t) for t in texts])
