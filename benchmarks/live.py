@@ -106,13 +106,13 @@ class Busy:
         realtime_session.StreamTranscriber = Timed
 
     def timed(self, stream: Any, fn: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            with self.lock:
-                spent = self.by_stream.get(id(stream), (0.0, 0.0))[0] + time.perf_counter() - start
-                self.by_stream[id(stream)] = (spent, stream.offset + stream.buffered)
+        return harness.summing(fn, lambda seconds: self.spent(stream, seconds))()
+
+    def spent(self, stream: Any, seconds: float) -> None:
+        """`stream` took `seconds` more, and has that much audio now."""
+        with self.lock:
+            spent = self.by_stream.get(id(stream), (0.0, 0.0))[0] + seconds
+            self.by_stream[id(stream)] = (spent, stream.offset + stream.buffered)
 
     def take(self) -> list[float]:
         """Each stream's real-time factor since the last take."""

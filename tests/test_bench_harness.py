@@ -69,6 +69,27 @@ def test_best_of_keeps_the_fastest_call(monkeypatch):
     assert harness.best_of(lambda: None, 3) == 1.0
 
 
+def test_timed_call_returns_the_seconds_and_the_result():
+    clock = iter([2.0, 2.5])
+    assert harness.timed_call(lambda: "text", clock=lambda: next(clock)) == (0.5, "text")
+
+
+def test_summing_adds_each_calls_seconds_a_raising_one_too():
+    clock, spent = iter([0.0, 1.0, 10.0, 13.0, 20.0, 24.0]), []
+
+    def run(x):
+        if x is None:
+            raise ValueError("bad")
+        return 2 * x
+
+    wrapped = harness.summing(run, spent.append, clock=lambda: next(clock))
+    assert wrapped(3) == 6 and wrapped(x=4) == 8
+    with pytest.raises(ValueError, match="bad"):
+        wrapped(None)
+    assert spent == [1.0, 3.0, 4.0]
+    assert wrapped.__name__ == "run"
+
+
 def test_machine_info_names_the_cpu_the_load_and_the_libraries():
     info = harness.machine_info(threads=2)
     assert info["cores"] and info["threads"] == 2 and info["cpu"]

@@ -8,11 +8,11 @@ import functools
 import json
 from pathlib import Path
 import sys
-import time
 from typing import Any
 
 import numpy as np
 from benchmarks.optimum_client import WORKER, OptimumProcess
+from tfm_export.bench import harness
 from tfm_export.runtime import RuntimeOptions, open_export
 
 from .inputs import RATE, converted, exported
@@ -43,17 +43,11 @@ class Ours:
         self.model = open_export(export, "cpu", RuntimeOptions(intra_op_threads=threads))
         self.encoder_s, self.encoder_calls = 0.0, 0
         encoder = self.model.encoder
-        run = encoder.run_with_iobinding
+        encoder.run_with_iobinding = harness.summing(encoder.run_with_iobinding, self._encoder_call)
 
-        def timed_run(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return run(*args, **kwargs)
-            finally:
-                self.encoder_s += time.perf_counter() - start
-                self.encoder_calls += 1
-
-        encoder.run_with_iobinding = timed_run
+    def _encoder_call(self, seconds: float) -> None:
+        self.encoder_s += seconds
+        self.encoder_calls += 1
 
     def transcribe(self, samples: np.ndarray, language: str) -> str:
         return self.model.transcribe(samples, language=language, task="transcribe", timestamps=True,

@@ -130,10 +130,11 @@ def served(url: str, recs: list[tuple[Path, float]], clients: int) -> tuple[floa
         reply.raise_for_status()
         return reply.json()["text"]
 
-    start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        texts = list(pool.map(post, recs))
-    return time.perf_counter() - start, texts
+    def post_all() -> list[str]:
+        with ThreadPoolExecutor(clients) as pool:
+            return list(pool.map(post, recs))
+
+    return harness.timed_call(post_all)
 
 class FasterBatched:
     """faster-whisper's BatchedInferencePipeline over the recordings as clips of one array."""
@@ -156,18 +157,16 @@ class FasterBatched:
         for samples in audio:
             clips.append({"start": at / RATE, "end": (at + len(samples)) / RATE})
             at += len(samples)
-        start = time.perf_counter()
         with window_padding(self.pipeline.model.feature_extractor.nb_max_frames):  # the smoke layout's 4 s
-            return self._transcribe(audio, clips, start)
+            return harness.timed(lambda: self._transcribe(audio, clips))
 
-    def _transcribe(self, audio: list[np.ndarray], clips: list[dict[str, float]], start: float) -> float:
+    def _transcribe(self, audio: list[np.ndarray], clips: list[dict[str, float]]) -> None:
         segments, _ = self.pipeline.transcribe(
             np.concatenate(audio), language="en", task="transcribe", beam_size=1, best_of=1, temperature=0.0,
             condition_on_previous_text=False, vad_filter=False, clip_timestamps=clips, without_timestamps=True,
             compression_ratio_threshold=None, log_prob_threshold=None, no_speech_threshold=None,
             max_new_tokens=self.max_new_tokens, batch_size=self.batch)
         self.tokens = sum(len(segment.tokens) for segment in segments)  # a generator: decoding happens here
-        return time.perf_counter() - start
 
 def profile(export: Path, threads: int, batch: int, rec: Path) -> dict[str, float]:
     """One window's encoder run, and one decoder step at batch 1 and `batch` (ms), the export's sessions alone;

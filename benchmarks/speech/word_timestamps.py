@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-import time
 
 from tfm_export.bench import harness
 from tfm_export.runtime import RuntimeOptions, open_export
@@ -35,14 +34,10 @@ class Timer:
 
     def __init__(self, module, name: str):
         self.total, self.module, self.name, self.inner = 0.0, module, name, getattr(module, name)
+        setattr(module, name, harness.summing(self.inner, self.add))
 
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return self.inner(*args, **kwargs)
-            finally:
-                self.total += time.perf_counter() - start
-        setattr(module, name, timed)
+    def add(self, seconds: float) -> None:
+        self.total += seconds
 
 def folder_for(layout: str, work: Path) -> Path:
     return FIXTURE if layout == "digits" else random_folder(layout, work / f"{layout}-hf", 51865)
@@ -58,9 +53,9 @@ def measure(layout: str, samples, repeats: int, threads: int, work: Path) -> dic
     for r in range(repeats):
         for kind in (("plain", "words") if r % 2 == 0 else ("words", "plain")):
             align.total = dtw.total = 0.0
-            start = time.perf_counter()
-            result = model.transcribe(samples, word_timestamps=kind == "words", **options)
-            times[kind].append(time.perf_counter() - start)
+            seconds, result = harness.timed_call(
+                lambda: model.transcribe(samples, word_timestamps=kind == "words", **options))
+            times[kind].append(seconds)
             if kind == "words":
                 aligned.append(align.total)
                 warped.append(dtw.total)

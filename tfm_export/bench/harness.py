@@ -12,6 +12,7 @@ checkouts runs it in one while its measuring processes import the other's tfm_ex
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -83,6 +84,31 @@ def timed(fn: Callable[[], Any], clock: Callable[[], float] | None = None) -> fl
     start = clock()
     fn()
     return clock() - start
+
+
+def timed_call(fn: Callable[[], Any], clock: Callable[[], float] | None = None) -> tuple[float, Any]:
+    """`timed`'s seconds of one call of `fn`, with what it returned (a transcription's text, a decode's ids)."""
+    clock = clock or time.perf_counter
+    start = clock()
+    result = fn()
+    return clock() - start, result
+
+
+def summing(fn: Callable[..., Any], add: Callable[[float], None], clock: Callable[[], float] | None = None
+            ) -> Callable[..., Any]:
+    """`fn` wrapped to time each of its calls: their seconds go to `add` (a call that raises counts too), their
+    results back to the caller. For a profile of one part of a run (an encoder session, an alignment)."""
+    clock = clock or time.perf_counter
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            add(clock() - start)
+
+    return wrapper
 
 
 def best_of(fn: Callable[[], Any], repeat: int) -> float:
