@@ -162,6 +162,24 @@ def built_once(tmp_path_factory, name: str, leaf: str, build: Callable[[Path], N
 
 
 @pytest.fixture(scope="session")
+def speculative_exports(tmp_path_factory) -> Callable[[str], Path]:
+    """family -> its trained fixture (tests/fixtures/trained) exported without validation (the decoder with
+    earlier_logits), each built once per run: tests/test_speculative.py's and test_speculative_sampling.py's."""
+    import hf_fixtures
+    from helpers import run_cli_ok
+
+    made: dict[str, Path] = {}
+
+    def export(family: str) -> Path:
+        if family not in made:
+            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
+                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
+        return made[family]
+
+    return export
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny") / "model.pt"
     init_checkpoint(path, "tiny", seed=21)

@@ -94,7 +94,7 @@ RUNTIME_LAYERS: list[tuple[str, set[str]]] = [
     ("decode", {"decode"}),
     ("states", {"states"}),
     ("speech", {"speech"}),
-    ("facade", {"", "api", "exported", "inflight", "verify"}),
+    ("facade", {"", "api", "speculating", "exported", "inflight", "verify"}),
 ]
 # what the torch-free runtime may import from the rest of the package (never model/, export/, serve/, cli/ ...)
 RUNTIME_MAY_IMPORT = {"errors", "config", "manifest", "files", "filterbank", "resources", "text", "audio"}

@@ -97,6 +97,8 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/states/host_rows.py": "the server's in-flight rows on host caches",
     "runtime/decode/speculative.py": "speculative greedy decoding (--prompt-lookup, --assistant): not ported to "
                                      "Node, which decodes plain greedy (the same ids) and ignores the option",
+    "runtime/speculating.py": "api.py's speculative entry points (an assistant, prompt lookup): not ported to Node, "
+                              "whose api.mjs decodes plain greedy (the same ids)",
     "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
     "runtime/decode/draft_length.py": "the speculative draft length and its switch-off: not ported to Node",
     "runtime/decode/speculative_sampling.py": "speculative sampling's acceptance rule (a draft with do_sample): not "

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import hf_fixtures
-from conftest import built_once
 from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
 from tfm_export.manifest import EARLIER_LOGITS
@@ -29,21 +28,6 @@ from tfm_export.runtime.decode.proposers import PromptLookup
 from tfm_export.runtime.options.generation import GREEDY
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """family -> its trained fixture exported without validation (the decoder with earlier_logits), built once
-    per run for this module and tests/test_speculative_sampling.py (conftest.built_once)."""
-    made = {}
-
-    def export(family: str):
-        if family not in made:
-            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
-                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
-        return made[family]
-
-    return export
 
 
 @pytest.fixture
@@ -63,21 +47,22 @@ def speculated(model, sources, **options) -> tuple[list[list[int]], DecodeTiming
 
 @pytest.mark.parametrize("family", ["t5", "marian"])
 @pytest.mark.parametrize("lookup", [1, 3, 10])
-def test_prompt_lookup_is_greedy(exported, family, lookup, monkeypatch):
-    model = open_export(exported(family), "cpu")
+def test_prompt_lookup_is_greedy(speculative_exports, family, lookup, monkeypatch):
+    model = open_export(speculative_exports(family), "cpu")
     sources = sources_of(model, family)
     plain = model.generate_ids(sources, config=GREEDY)
     for switch_off in (True, False):  # the adaptive length with and without the switch-off
         monkeypatch.setattr(speculative, "DraftLength", functools.partial(DraftLength, switch_off=switch_off))
-        got, timings = speculated(open_export(exported(family), "cpu"), sources, prompt_lookup_num_tokens=lookup)
+        got, timings = speculated(open_export(speculative_exports(family), "cpu"), sources,
+                                  prompt_lookup_num_tokens=lookup)
         assert got == plain
         assert len(timings.steps_s) <= sum(len(r) + 1 for r in plain)  # a call per emitted id at most
         assert 0 <= timings.accepted <= timings.drafted
 
 
-def test_a_draft_export_is_greedy_and_saves_calls(exported, schedule_only):
+def test_a_draft_export_is_greedy_and_saves_calls(speculative_exports, schedule_only):
     """t5 drafted by flan_t5 (another model of the same tokenizer): the same ids in fewer decoder calls."""
-    model, draft = open_export(exported("t5"), "cpu"), open_export(exported("flan_t5"), "cpu")
+    model, draft = open_export(speculative_exports("t5"), "cpu"), open_export(speculative_exports("flan_t5"), "cpu")
     sources = sources_of(model, "t5")
     plain = model.generate_ids(sources, config=GREEDY)
     tokens = sum(len(r) + 1 for r in plain)  # EOS counts: a plain decode makes one call per id
@@ -90,20 +75,20 @@ def test_a_draft_export_is_greedy_and_saves_calls(exported, schedule_only):
         assert len(timings.steps_s) < tokens / 2
 
 
-def test_the_model_as_its_own_draft_accepts_everything(exported, schedule_only):
-    model = open_export(exported("t5"), "cpu")
+def test_the_model_as_its_own_draft_accepts_everything(speculative_exports, schedule_only):
+    model = open_export(speculative_exports("t5"), "cpu")
     sources = sources_of(model, "t5")
     plain = model.generate_ids(sources, config=GREEDY)
-    got, timings = speculated(model, sources, assistant=open_export(exported("t5"), "cpu"))
+    got, timings = speculated(model, sources, assistant=open_export(speculative_exports("t5"), "cpu"))
     assert got == plain
     assert timings.accepted == timings.drafted == sum(len(r) + 1 for r in plain)  # every id, EOS included
     assert len(timings.steps_s) == len(sources)  # one decoder call per source: 20 drafted ids cover each
 
 
-def test_a_draft_export_with_the_switch_off_is_greedy(exported):
+def test_a_draft_export_with_the_switch_off_is_greedy(speculative_exports):
     """The policy as it runs by default (timed online): the ids stay greedy's, the first step is plain (the
     figure to beat), and a second call on the same runner goes on with the first one's policy."""
-    model, draft = open_export(exported("t5"), "cpu"), open_export(exported("flan_t5"), "cpu")
+    model, draft = open_export(speculative_exports("t5"), "cpu"), open_export(speculative_exports("flan_t5"), "cpu")
     sources = sources_of(model, "t5")
     plain = model.generate_ids(sources, config=GREEDY)
     for _ in range(2):
@@ -113,8 +98,8 @@ def test_a_draft_export_with_the_switch_off_is_greedy(exported):
     assert policy.plain.count > 0 and policy.start == 5
 
 
-def test_translate_and_the_cli_speculate(exported):
-    folder, draft = exported("t5"), exported("flan_t5")
+def test_translate_and_the_cli_speculate(speculative_exports):
+    folder, draft = speculative_exports("t5"), speculative_exports("flan_t5")
     model = open_export(folder, "cpu")
     texts = [e.source for e in hf_fixtures.task_examples("t5")][:4]
     plain = model.translate(texts, config=GREEDY)
@@ -126,17 +111,19 @@ def test_translate_and_the_cli_speculate(exported):
     assert run_cli_ok("generate", folder, *args, "--greedy", "--prompt-lookup", 5).output == expected
 
 
-def test_a_draft_of_another_vocabulary_is_refused(exported, tiny_export):
-    model = open_export(exported("t5"), "cpu")
+def test_a_draft_of_another_vocabulary_is_refused(speculative_exports, tiny_export):
+    model = open_export(speculative_exports("t5"), "cpu")
     with pytest.raises(InputError, match="does not share this model's vocabulary .*tgt_vocab_size 64 != 512"):
         model.generate_ids(sources_of(model, "t5")[:1], config=GREEDY, assistant=open_export(tiny_export, "cpu"))
-    result = run_cli("generate", exported("t5"), "--text", "to English: 12", "--greedy", "--assistant", tiny_export)
+    result = run_cli("generate", speculative_exports("t5"), "--text", "to English: 12", "--greedy", "--assistant",
+                     tiny_export)
     assert result.exit_code != 0 and "does not share this model's vocabulary" in result.output
     assert "Traceback" not in result.output
 
 
-def test_speculation_asks_for_greedy_on_the_cli(exported):
-    result = run_cli("generate", exported("t5"), "--text", "to English: 12", "--num-beams", 2, "--prompt-lookup", 3)
+def test_speculation_asks_for_greedy_on_the_cli(speculative_exports):
+    result = run_cli("generate", speculative_exports("t5"), "--text", "to English: 12", "--num-beams", 2,
+                     "--prompt-lookup", 3)
     assert result.exit_code != 0 and "greedy decoding and sampling only" in result.output
 
 
@@ -189,8 +176,8 @@ def test_position_ids_are_each_positions_greedy_id(tiny_export):
     assert int(fed.next_ids()[0]) == expected[-1]
 
 
-def test_an_export_without_earlier_logits_decodes_plainly(exported, caplog):
-    folder = exported("t5")
+def test_an_export_without_earlier_logits_decodes_plainly(speculative_exports, caplog):
+    folder = speculative_exports("t5")
     model = open_export(folder, "cpu")
     entry = model.manifest.graphs["decoder"]
     old = dataclasses.replace(entry.spec, outputs=tuple(t for t in entry.spec.outputs if t.name != EARLIER_LOGITS))

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import hf_fixtures
-from conftest import built_once
 from helpers import run_cli, run_cli_ok
 from tfm_export.runtime import open_export
 from tfm_export.runtime.decode import speculative_sampling
@@ -117,22 +116,8 @@ SAMPLING = dict(do_sample=True, top_k=5, temperature=1.0)
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """family -> its trained fixture exported without validation, once per run (tests/test_speculative.py's)."""
-    made = {}
-
-    def export(family: str):
-        if family not in made:
-            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
-                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
-        return made[family]
-
-    return export
-
-
-@pytest.fixture(scope="module")
-def models(exported):
-    return open_export(exported("t5"), "cpu"), open_export(exported("flan_t5"), "cpu")
+def models(speculative_exports):
+    return open_export(speculative_exports("t5"), "cpu"), open_export(speculative_exports("flan_t5"), "cpu")
 
 
 def first_sources(model, count: int = 3, skip: int = 0) -> list[list[int]]:
@@ -140,14 +125,14 @@ def first_sources(model, count: int = 3, skip: int = 0) -> list[list[int]]:
 
 
 @pytest.mark.slow
-def test_speculative_sampling_is_reproducible(models, exported):
+def test_speculative_sampling_is_reproducible(models, speculative_exports):
     model, draft = models
     sources = first_sources(model)
     timings = DecodeTimings()
     first = model.generate_ids(sources, config=GREEDY, assistant=draft, seed=11, timings=timings, **SAMPLING)
     assert 0 < timings.accepted < timings.drafted  # the rule accepted drafts, and rejected some
-    again = open_export(exported("t5"), "cpu").generate_ids(sources, config=GREEDY, assistant=draft, seed=11,
-                                                          **SAMPLING)
+    again = open_export(speculative_exports("t5"), "cpu").generate_ids(sources, config=GREEDY, assistant=draft, seed=11,
+                                                                       **SAMPLING)
     assert again == first == model.generate_ids(sources, config=GREEDY, assistant=draft, seed=11, **SAMPLING)
     others = [model.generate_ids(sources, config=GREEDY, assistant=draft, seed=s, **SAMPLING) for s in (12, 13)]
     assert any(o != first for o in others)  # the seed matters

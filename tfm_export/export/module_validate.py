@@ -35,6 +35,7 @@ class EagerModule(GenerateMixin):
     def __init__(self, module: nn.Module, encode: Encode, decode: Decode, config: TransformerConfig):
         self.module, self.encode_fn, self.decode_fn, self.config = module, encode, decode, config
         self.generation = GenerationConfig()
+        self.draft_lengths = {}  # GenerateMixin's; unused: no checking cache
 
     def source_input(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
         return source_batch(sources, self.config)

@@ -42,6 +42,7 @@ class EagerModel(GenerateMixin):
         self._tokenizer, self._tokenizer_folder = tokenizer, tokenizer_folder
         self.generation = generation or GenerationConfig()
         self.cache = EagerCache(self.model)
+        self.draft_lengths = {}  # GenerateMixin's; unused: the eager model has no checking cache
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint | str | os.PathLike, device: str = "cpu") -> "EagerModel":

@@ -14,14 +14,14 @@ from typing import Any, Iterator, Sequence
 from ..errors import InputError
 from ..text import markup, sentences
 from .decode import speculative
-from .decode.checking import ProcessorCheck
 from .decode.loop import DecodeTimings, DecoderCache, Observer, decode, run
 from .decode.prefix import prefixed_generate
 from .decode.scoring import ScoreResult, score as score_targets
-from .decode.speculative_sampling import sample_sources
+from .decode.draft_length import DraftLength
 from .options.generation import GenerationConfig, Hypothesis
 from .sources import resolve_max_new_tokens, trim
 from .decode.strategies import Greedy, strategy_for
+from .speculating import speculative_hypotheses, speculative_rows
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ class GenerateMixin:
     config: Any  # TransformerConfig
     generation: GenerationConfig  # defaults: the export's `generation` section, else greedy
     tokenizer: Any
+    # the speculative draft-length policies, kept across calls (runtime.speculating); each runner sets it when built
+    draft_lengths: dict[tuple, DraftLength]
 
     def source_input(self, sources: Sequence[Sequence[int]]) -> Any:
         """The checked sources as the runner's encoder input (batch, src_len) (runtime.sources)."""
@@ -90,12 +92,9 @@ class GenerateMixin:
             return self._prefixed(sources, config, target_prefix, return_alternatives, options)
         config = self.generation_config(config, **options)
         if speculative.wanted(config, assistant) and config.num_beams == 1 and observer is None:
-            n = config.num_return_sequences
-            rows = self._speculate(sources, self.steps_for(config), config, assistant, timings, samples=n,
-                                   first_row=row_offset) if config.do_sample else \
-                self.generate_ids(sources, config=config, assistant=assistant, timings=timings)
-            if rows is not None:
-                return [[Hypothesis(r, float("nan")) for r in rows[i:i + n]] for i in range(0, len(rows), n)]
+            hyps = speculative_hypotheses(self, sources, config, assistant, timings, row_offset)
+            if hyps is not None:
+                return hyps
         src, steps = self.source_input(sources), self.steps_for(config)
         strategy = strategy_for(src.shape[0], steps, config, self.config, row_offset)
         return run(self.cache_for(config, steps), src, strategy, timings, observer)
@@ -129,7 +128,7 @@ class GenerateMixin:
         forced = stop_at_eos and config.forced_eos
         if config.is_greedy or (forced and config.replace(forced_eos=False).is_greedy):
             if stop_at_eos and speculative.wanted(config, assistant):
-                rows = self._speculate(sources, steps - forced, config, assistant, timings)
+                rows = speculative_rows(self, sources, steps - forced, config, assistant, timings)
                 if rows is not None:
                     return rows
             greedy = Greedy(src.shape[0], steps - forced, self.config, stop_at_eos, config.forced_bos_token_id)
@@ -137,7 +136,7 @@ class GenerateMixin:
             return [trim(r, self.config.eos_id) if stop_at_eos else r for r in greedy.generated()]
         if stop_at_eos and speculative.wanted(config, assistant) and (speculative.checkable(config)
                                                                       or config.do_sample):
-            rows = self._speculate(sources, steps, config, assistant, timings, processed=True)
+            rows = speculative_rows(self, sources, steps, config, assistant, timings, processed=True)
             if rows is not None:  # greedy under processors: TokenPicker's ids; sampling: its distribution
                 return rows
         elif speculative.wanted(config, assistant):
@@ -147,31 +146,6 @@ class GenerateMixin:
         hyps = run(self.cache_for(config, steps), src, strategy_for(src.shape[0], steps, config, self.config),
                    timings)
         return [h[0].ids for h in hyps]
-
-    def _speculate(self, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
-                   timings: DecodeTimings | None, processed: bool = False, samples: int = 1, first_row: int = 0
-                   ) -> list[list[int]] | None:
-        """Speculative greedy ids, one source at a time; None when this runner cannot check drafts. `processed`:
-        the drafts are checked under config's processors (runtime.decode.checking.ProcessorCheck, TokenPicker's
-        greedy ids) rather than on the device's argmax (Greedy's). With do_sample: `samples` sampled rows per
-        source, the generators of rows first_row.. (runtime.decode.speculative_sampling.sample_sources)."""
-        cache = self.checking_cache()
-        if cache is None:
-            log.warning("this export's decoder returns only the last position's logits (exported before "
-                        "earlier_logits): decoding without speculation (the same ids)")
-            return None
-        tokenizer = getattr(getattr(self, "manifest", None), "tokenizer", None)
-        if config.do_sample:
-            return sample_sources(cache, [self.source_input(sources[i:i + 1]) for i in range(len(sources))], config,
-                                  self.config, tokenizer, assistant, steps, timings, samples, first_row)
-        rows, policies = [], self.__dict__.setdefault("draft_lengths", {})  # kept across calls: draft_length.py
-        for i in range(len(sources)):
-            proposer, policy = speculative.proposal(config, self.config, tokenizer, assistant, policies)
-            check = ProcessorCheck(config, self.config.eos_id, steps, tuple(self.config.suppress_ids)) if processed \
-                else None
-            rows.append(speculative.speculate(cache, self.source_input(sources[i:i + 1]), proposer, policy, steps,
-                                              self.config, config.forced_bos_token_id, timings, check=check))
-        return rows
 
     def encode(self, text: str, source_lang: str | None = None, target_lang: str | None = None) -> list[int]:
         """Source text -> ids with the tokenizer; a multilingual model's `source_lang` marks the source

@@ -27,6 +27,7 @@ from .checks import check_sessions
 from .states.growing import GrowingCache
 from .states.nocache import NoCacheCache, encoder_only_error, is_module_export, run_encoder, runtime_graphs
 from .api import GenerateMixin
+from .decode.draft_length import DraftLength
 from .decode.loop import DecodeTimings, DecoderCache
 from .options.generation import GenerationConfig
 from .sources import feature_batch, float_source, source_batch  # feature_batch: re-exported (its former home)
@@ -70,6 +71,7 @@ class ExportedModel(GenerateMixin):
             self.growing.lock = static.lock
         # Defaults of generate/translate: the export's generation section (e.g. Marian's num_beams).
         self.generation = GenerationConfig.from_dict(manifest.generation)
+        self.draft_lengths: dict[tuple, DraftLength] = {}  # speculation's policies, kept across calls
 
     @property
     def cache(self) -> DecoderCache:
@@ -200,6 +202,7 @@ class Shortlisted(GenerateMixin):
     def __init__(self, model: ExportedModel, cache: DecoderCache, ids: np.ndarray | None = None):
         self.model, self.shortlist_cache, self.ids = model, cache, ids
         self.config, self.generation = model.config, model.generation
+        self.draft_lengths: dict[tuple, DraftLength] = {}  # this shortlist's own, as its checks differ
 
     @property
     def tokenizer(self) -> Any:

@@ -107,7 +107,7 @@ def speculating(model: Any, config: GenerationConfig, assistant: Any | None, run
                     "earlier_logits): transcribing without speculation (the same ids)")
         return None
     tokenizer = getattr(model.manifest, "tokenizer", None)
-    return Assisted(cache, model.config, tokenizer, config, assistant, model.__dict__.setdefault("draft_lengths", {}))
+    return Assisted(cache, model.config, tokenizer, config, assistant, model.draft_lengths)
 
 
 def assisted_decoder(plain: WindowDecoder, assisted: Assisted | None, settings: WhisperSettings,

@@ -1,0 +1,62 @@
+"""Speculative decoding's entry points for the runners (runtime.api's `generate` and `generate_ids`).
+
+A runner (a runtime.api.GenerateMixin) speculates when runtime.decode.speculative.wanted says so (an
+`assistant`, or prompt_lookup_num_tokens) and it has a cache that checks drafts (`checking_cache`); greedy rows
+speculate source by source (runtime.decode.speculative), under processors checked by
+runtime.decode.checking.ProcessorCheck, and sampling keeps its distribution
+(runtime.decode.speculative_sampling). Each runner keeps its draft-length policies across calls in its
+`draft_lengths` (runtime.decode.draft_length). Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from .decode import speculative
+from .decode.checking import ProcessorCheck
+from .decode.loop import DecodeTimings
+from .decode.speculative_sampling import sample_sources
+from .options.generation import GenerationConfig, Hypothesis
+
+log = logging.getLogger(__name__)
+
+
+def speculative_hypotheses(model: Any, sources: Sequence[Sequence[int]], config: GenerationConfig, assistant: Any,
+                           timings: DecodeTimings | None, row_offset: int) -> list[list[Hypothesis]] | None:
+    """`generate`'s speculative decode (num_beams 1): per source num_return_sequences hypotheses without a score
+    (nan); sampled rows are those of rows row_offset.. of the call. None: `model` cannot check drafts."""
+    n = config.num_return_sequences
+    rows = speculative_rows(model, sources, model.steps_for(config), config, assistant, timings, samples=n,
+                            first_row=row_offset) if config.do_sample else \
+        model.generate_ids(sources, config=config, assistant=assistant, timings=timings)
+    if rows is None:
+        return None
+    return [[Hypothesis(r, float("nan")) for r in rows[i:i + n]] for i in range(0, len(rows), n)]
+
+
+def speculative_rows(model: Any, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
+                     timings: DecodeTimings | None, processed: bool = False, samples: int = 1, first_row: int = 0
+                     ) -> list[list[int]] | None:
+    """Speculative greedy ids of `model`, one source at a time; None when it cannot check drafts. `processed`:
+    the drafts are checked under config's processors (runtime.decode.checking.ProcessorCheck, TokenPicker's
+    greedy ids) rather than on the device's argmax (Greedy's). With do_sample: `samples` sampled rows per
+    source, the generators of rows first_row.. (runtime.decode.speculative_sampling.sample_sources)."""
+    cache = model.checking_cache()
+    if cache is None:
+        log.warning("this export's decoder returns only the last position's logits (exported before "
+                    "earlier_logits): decoding without speculation (the same ids)")
+        return None
+    cfg = model.config
+    tokenizer = getattr(getattr(model, "manifest", None), "tokenizer", None)
+    if config.do_sample:
+        inputs = [model.source_input(sources[i:i + 1]) for i in range(len(sources))]
+        return sample_sources(cache, inputs, config, cfg, tokenizer, assistant, steps, timings, samples, first_row)
+    rows = []
+    for i in range(len(sources)):
+        proposer, policy = speculative.proposal(config, cfg, tokenizer, assistant, model.draft_lengths)
+        check = ProcessorCheck(config, cfg.eos_id, steps, tuple(cfg.suppress_ids)) if processed else None
+        src = model.source_input(sources[i:i + 1])
+        rows.append(speculative.speculate(cache, src, proposer, policy, steps, cfg, config.forced_bos_token_id,
+                                          timings, check=check))
+    return rows
