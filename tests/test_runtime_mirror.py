@@ -42,6 +42,12 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "runtime/decode/processors.py": ("decode/processors.mjs", (),
                                      ("log_softmax", "banned_ngram_tokens", "process=processRow")),
     "runtime/states/growing.py": ("states/growing.mjs", ("GrowingCache", "GrowingState"), ()),
+    # speculative greedy decoding (issue #63); Node checks drafts on the argmax only (no ProcessorCheck, no sampling)
+    "runtime/decode/speculative.py": ("decode/speculative.mjs", ("Speculation",), ("speculate", "wanted", "proposal")),
+    "runtime/decode/proposers.py": ("decode/proposers.mjs", ("PromptLookup", "DraftModel"), ("check_draft",)),
+    "runtime/decode/draft_length.py": ("decode/draft_length.mjs", ("Recent", "DraftLength"), ()),
+    "runtime/decode/checking.py": ("decode/checking.mjs", ("ArgmaxCheck",), ()),
+    "runtime/speculating.py": ("speculating.mjs", (), ("speculative_rows",)),
     "runtime/states/nocache.py": ("states/nocache.mjs", ("NoCacheCache", "NoCacheState"), ("runtime_graphs",)),
     "runtime/states/reorder.py": ("states/reorder.mjs", (), ("host_gather=gatherRows",)),
     "runtime/options/generation.py": ("options/generation.mjs", ("GenerationConfig",), ("is_greedy", "replace")),
@@ -95,20 +101,12 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/states/static.py": "the static cache and its CUDA graphs (GPU only)",
     "runtime/states/rows.py": "the server's in-flight rows on the static cache",
     "runtime/states/host_rows.py": "the server's in-flight rows on host caches",
-    "runtime/decode/speculative.py": "speculative greedy decoding (--prompt-lookup, --assistant): not ported to "
-                                     "Node, which decodes plain greedy (the same ids) and ignores the option",
-    "runtime/speculating.py": "api.py's speculative entry points (an assistant, prompt lookup): not ported to Node, "
-                              "whose api.mjs decodes plain greedy (the same ids)",
-    "runtime/decode/proposers.py": "the speculative drafts (prompt lookup, a draft export): not ported to Node",
-    "runtime/decode/draft_length.py": "the speculative draft length and its switch-off: not ported to Node",
     "runtime/decode/speculative_sampling.py": "speculative sampling's acceptance rule (a draft with do_sample): not "
-                                              "ported to Node, which has no speculation",
-    "runtime/decode/checking.py": "how a speculative step reads the model's ids (argmax, or under processors): not "
-                                  "ported to Node, which has no speculation",
+                                              "ported to Node, which speculates greedy decoding only",
     "runtime/speech/assisted.py": "speculative decoding of Whisper's greedy windows (transcribe's assistant, "
-                                  "prompt_lookup_num_tokens): not ported to Node, which has no speculation",
-    "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim: not "
-                                   "ported to Node",
+                                  "prompt_lookup_num_tokens): not ported to Node, which speculates text decoding only",
+    "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim, on the "
+                                   "device: Node reads them on the host (states/growing.mjs positionIds, truncate)",
     "runtime/states/head.py": "beam candidates picked on the device by a head graph; Node's beam search takes the "
                               "logits on the host, where they already are",
     "runtime/speech/frames.py": "speech models that read filterbank frames (config.source 'frames'): Node "
@@ -140,7 +138,8 @@ JS_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("decode", ("decode/",)),
     ("states", ("states/",)),
     ("speech", ("speech/",)),
-    ("facade", ("api.mjs", "exported.mjs", "client.mjs")),  # exported.mjs re-exports client.mjs's connect
+    # exported.mjs re-exports client.mjs's connect
+    ("facade", ("api.mjs", "speculating.mjs", "exported.mjs", "client.mjs")),
     ("entry points", ("decoding.mjs", "greedy.mjs", "translate.mjs", "cli.mjs", "cli-transcribe.mjs")),
 ]
 

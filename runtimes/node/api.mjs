@@ -20,6 +20,7 @@ import { strategyFor } from './decode/strategies.mjs';
 import { generationConfig, isGreedy } from './options/generation.mjs';
 import { encoderFeeds, padSources, resolveMaxNewTokens, sourceInput } from './sources.mjs';
 import { runtimeGraphs } from './checks.mjs';
+import { speculativeRows } from './speculating.mjs';
 import { GrowingCache } from './states/growing.mjs';
 import { NoCacheCache } from './states/nocache.mjs';
 import { MaskedCache } from './states/shortlist.mjs';
@@ -170,7 +171,7 @@ async function decodeAll(ort, model, sources, config, options) {
  * `useVmap` (the output head restricted to the sources' shortlist under `model.vmap`).
  */
 export async function generate(ort, model, sources, { timings, targetPrefix = null, returnAlternatives = false,
-  useVmap = false, ...options } = {}) {
+  useVmap = false, assistant = null, speculation = null, ...options } = {}) {
   if (flag('useVmap', useVmap)) {
     return generate(ort, shortlisted(model, sources), sources, { timings, targetPrefix, returnAlternatives, ...options });
   }
@@ -180,6 +181,9 @@ export async function generate(ort, model, sources, { timings, targetPrefix = nu
   }
   const config = generationConfig(model.manifest, options);
   if (targetPrefix !== null) return decodePrefixed(ort, model, sources, config, targetPrefix);
+  const steps = resolveMaxNewTokens(config.maxNewTokens, textConfig(model).max_len);
+  const rows = await speculativeRows(ort, model, sources, steps, config, assistant, { timings, stats: speculation });
+  if (rows) return rows.map((ids) => [{ ids, score: NaN }]); // Python's: a speculative hypothesis has no score (nan)
   return decodeAll(ort, model, sources, config, { timings, scored: true });
 }
 
@@ -232,10 +236,15 @@ export async function hypotheses(ort, model, sources, { targetPrefix = null, ret
  * (translate's use_vmap: one shortlist for the call's sources).
  */
 export async function generateIds(ort, model, sources, { timings, stopAtEos = true, targetPrefix = null, useVmap = false,
-  ...options } = {}) {
+  assistant = null, speculation = null, ...options } = {}) {
   if (flag('useVmap', useVmap)) model = shortlisted(model, sources);
   let config = generationConfig(model.manifest, options);
   if (targetPrefix !== null) return (await decodePrefixed(ort, model, sources, config, targetPrefix)).map((best) => best[0].ids);
+  if (stopAtEos) {
+    const steps = resolveMaxNewTokens(config.maxNewTokens, textConfig(model).max_len);
+    const rows = await speculativeRows(ort, model, sources, steps, config, assistant, { timings, stats: speculation });
+    if (rows) return rows;
+  }
   if (!stopAtEos && !isGreedy(config)) {
     const steps = resolveMaxNewTokens(config.maxNewTokens, model.manifest.config.max_len);
     config = { ...config, minNewTokens: steps, forcedEos: false };

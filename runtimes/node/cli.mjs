@@ -8,7 +8,9 @@
 // Decoding flags (default: the manifest's `generation` section, else greedy) are Python's `tfm-export
 // generate` ones, from options/generation.mjs's CLI_FLAGS: --num-beams N, --n-best N (then each hypothesis is a line
 // "score<TAB>output"), --sample with --seed N, --top-p X, ... (--help lists them); --stream prints tokens
-// as they come. Multilingual exports: --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages`
+// as they come; --prompt-lookup N or --assistant DRAFT_DIR (a smaller export of the same vocabulary) decode
+// greedy speculatively (the same ids in fewer decoder calls: speculating.mjs). Multilingual exports:
+// --source-lang CODE, --target-lang CODE; `cli.mjs OUT --languages`
 // lists the codes.
 import { parseArgs } from 'node:util';
 import { connect } from './client.mjs';
@@ -36,7 +38,7 @@ const USAGE = 'usage: cli.mjs EXPORT_DIR [options] "text" ["text" ...]\n' +
   '       cli.mjs transcribe EXPORT_DIR FILE.wav [...] [--language CODE] [--task T] [--timestamps] [--num-beams N]\n' +
   wrapped('options:', [
     ...Object.entries(CLI_FLAGS).map(([flag, [, kind]]) => `--${flag}${METAVAR[kind] ?? ` ${kind.join('|')}`}`),
-    '--stream', '--source-lang CODE', '--target-lang CODE']);
+    '--stream', '--source-lang CODE', '--target-lang CODE', '--assistant DRAFT_DIR']);
 const WORDS = { true: true, false: false }; // a choice's words that are booleans (--early-stopping)
 
 function parseIds(text) {
@@ -67,9 +69,10 @@ function decodingOptions(values) {
 }
 
 /** The export folder opened here: best lines, n-best hypotheses { score, output } and streams. */
-async function openLocal(exportDir, ids) {
+async function openLocal(exportDir, ids, assistantDir) {
   const { openExport } = await import('./exported.mjs'); // onnxruntime-node: loaded only when decoding here
   const { languageOptions } = await import('./text/tokenizer.mjs');
+  const assistant = assistantDir ? await openExport(assistantDir) : null; // the draft of speculative decoding
   const model = await openExport(exportDir);
   if (!ids && !model.tokenizer) {
     await model.release();
@@ -79,7 +82,7 @@ async function openLocal(exportDir, ids) {
   // Language codes: the source's marks the text; the target's is the forced first token (decoding option).
   const prepare = (sources, { sourceLang, targetLang, ...options }) => ({
     sources: ids ? sources : sources.map((s) => model.tokenizer.encode(s, sourceLang, targetLang)),
-    options: { ...languageOptions(model.tokenizer, targetLang), ...options },
+    options: { ...languageOptions(model.tokenizer, targetLang), ...options, ...(assistant ? { assistant } : {}) },
   });
   return {
     best: async (inputs, opts) => {
@@ -91,7 +94,7 @@ async function openLocal(exportDir, ids) {
       return (await model.generate(sources, options))[0].map((h) => ({ score: h.score, output: show(h.ids) }));
     },
     stream: (source, options) => model.stream(source, options),
-    release: () => model.release(),
+    release: async () => { await model.release(); await assistant?.release(); },
   };
 }
 
@@ -168,7 +171,7 @@ try {
     options: {
       ids: { type: 'boolean' }, stream: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
       server: { type: 'string' }, 'api-key': { type: 'string' }, languages: { type: 'boolean' },
-      'source-lang': { type: 'string' }, 'target-lang': { type: 'string' },
+      'source-lang': { type: 'string' }, 'target-lang': { type: 'string' }, assistant: { type: 'string' },
       ...Object.fromEntries(Object.entries(CLI_FLAGS)
         .map(([flag, [, kind]]) => [flag, { type: kind === 'boolean' ? 'boolean' : 'string' }])),
     },
@@ -194,8 +197,9 @@ try {
     await runEncoder(exportDir, sources);
     process.exit(0);
   }
+  if (values.assistant && values.server) throw new Error('--assistant opens a draft export here; it does not go with --server');
   backend = values.server ? openRemote(values.server, values['api-key'] ?? process.env.TFM_EXPORT_API_KEY, values.ids)
-    : await openLocal(exportDir, values.ids);
+    : await openLocal(exportDir, values.ids, values.assistant);
   await run(backend, sources, options, values);
   await backend.release();
 } catch (err) {

@@ -3,7 +3,9 @@
 // decoder's feeds (src_mask, cross.*, past.*) in a `GrowingState`; `step(tokens)` runs the decoder for
 // every row, then `nextIds()` / `logits()` read its outputs and `reorder(beamIdx)` moves the past rows
 // (beam search, states/reorder.mjs). A state fetches only the output its strategy reads (`reads`) and
-// the caches: greedy decoding never copies the (rows, vocab) logits out of ORT.
+// the caches: greedy decoding never copies the (rows, vocab) logits out of ORT. A speculative decode
+// (decode/speculative.mjs) `feed`s several ids a step, reads the greedy id after each (`positionIds`, from
+// earlier_logits and logits) and cuts the past back to the ids it kept (`truncate`).
 // No globals beyond ECMAScript: the browser page imports this file too.
 import { encoderFeeds, int64 } from '../sources.mjs';
 import { expandRows, gatherRows } from './reorder.mjs';
@@ -26,6 +28,11 @@ export function floats(tensor) {
   return tensor.data;
 }
 
+/** Whether decoder.onnx returns earlier_logits (Python's Manifest.earlier_logits): it can check drafts. */
+export function checksDrafts(manifest) {
+  return (manifest.graphs.decoder?.outputs ?? []).some((t) => t.name === 'earlier_logits');
+}
+
 /**
  * Whether the decoder takes src_mask and cross.* once per source (axis `src_batch`), its rows grouped
  * by source; exports made before it need a copy per decoder row.
@@ -38,6 +45,22 @@ function crossPerSource(manifest) {
 function cachePairs(layers) {
   return Array.from({ length: layers }, (_, i) => ['key', 'value'].map((kv) => [`past.${i}.self.${kv}`,
     `present.${i}.self.${kv}`])).flat();
+}
+
+/** The index of the largest value of `row` outside `banned` (the lowest index of a tie). */
+function bannedArgmax(row, banned) {
+  const skip = new Set(banned);
+  let best = -1;
+  for (let i = 0; i < row.length; i++) if (!skip.has(i) && (best < 0 || row[i] > row[best])) best = i;
+  return best;
+}
+
+/** A past (rows, heads, length, headDim) cut to its first `length` positions, on the host. */
+function firstPositions(ort, past, length) {
+  const [rows, heads, had, dim] = past.dims;
+  const data = new past.data.constructor(rows * heads * length * dim);
+  for (let b = 0; b < rows * heads; b++) data.set(past.data.subarray(b * had * dim, (b * had + length) * dim), b * length * dim);
+  return new ort.Tensor(past.type, data, [rows, heads, length, dim]);
 }
 
 /**
@@ -79,15 +102,50 @@ export class GrowingCache {
  */
 export class GrowingState {
   constructor(ort, decoder, feeds, pairs, rows, reads) {
-    Object.assign(this, { ort, decoder, feeds, pairs, rows, out: null });
-    this.fetches = [reads, ...pairs.map(([, present]) => present)];
+    Object.assign(this, { ort, decoder, feeds, pairs, rows, out: null, length: 0, fed: 0 });
+    this.fetches = [...[reads].flat(), ...pairs.map(([, present]) => present)]; // `reads`: a name, or several
   }
 
   /** Feed one id per row ((rows, 1) input_ids) and run the decoder; its present.* become the past.* */
   async step(tokens) {
-    this.feeds.input_ids = int64(this.ort, tokens, [this.rows, 1]);
+    await this.feed(tokens, 1);
+  }
+
+  /**
+   * Feed each row `n` ids (`tokens`: rows * n, row after row) in one decoder step (a draft): nextIds and logits
+   * are then the last position's, `positionIds` every position's. `length`: the positions in the past.
+   */
+  async feed(tokens, n) {
+    this.feeds.input_ids = int64(this.ort, tokens, [this.rows, n]);
     this.out = await this.decoder.run(this.feeds, this.fetches);
     for (const [past, present] of this.pairs) this.feeds[past] = this.out[present];
+    this.length += n;
+    this.fed = n;
+  }
+
+  /**
+   * Per row, the greedy id after each of the ids the last step fed (rows arrays of `fed` ids): the argmax of
+   * earlier_logits' positions and of logits, never a `banned` id (the model's suppress_ids, as next_ids bans
+   * them; ties: the lower id). Needs a state that fetches both (decode/speculative.mjs's CHECKED).
+   */
+  positionIds(banned = []) {
+    const last = this.output('logits');
+    const vocab = last.dims.at(-1);
+    const earlier = this.fed > 1 ? floats(this.output('earlier_logits')) : new Float32Array(0);
+    const rows = [];
+    for (let r = 0; r < this.rows; r++) {
+      const at = (i) => (i < this.fed - 1 ? earlier.subarray((r * (this.fed - 1) + i) * vocab, (r * (this.fed - 1) + i + 1) * vocab)
+        : floats(last).subarray(r * vocab, (r + 1) * vocab));
+      rows.push(Array.from({ length: this.fed }, (_, i) => bannedArgmax(at(i), banned)));
+    }
+    return rows;
+  }
+
+  /** Keep the first `length` positions of every past (a speculative step's rejected ids leave it). */
+  truncate(length) {
+    if (length >= this.length) return;
+    for (const [past] of this.pairs) this.feeds[past] = firstPositions(this.ort, this.feeds[past], length);
+    this.length = length;
   }
 
   /** The last step's next_ids (rows): the graph's argmax (the model's suppressed ids excluded). */

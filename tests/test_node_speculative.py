@@ -1,0 +1,144 @@
+"""Speculative greedy decoding in the Node runtime (runtimes/node: decode/speculative.mjs, proposers.mjs,
+draft_length.mjs, checking.mjs, states/growing.mjs's feed/positionIds/truncate, speculating.mjs; issue #63): Node's
+ids with prompt lookup and with a draft export equal Python's plain greedy ids and Python's speculative ones, on the
+bundled model, the trained t5 fixture drafted by the trained flan_t5 fixture (tests/fixtures/trained: the same
+tokenizer) and the tiny random export; drafts are really accepted (the `speculation` counts: fewer decoder calls
+than ids); a draft of another vocabulary is refused in one line, by the API and by the CLI's --assistant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hf_fixtures
+from conftest import built_once
+from helpers import run_cli_ok
+from tfm_export.runtime import open_export
+from tfm_export.runtime.options.generation import GREEDY
+
+NODE = Path(__file__).resolve().parents[1] / "runtimes" / "node"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
+              pytest.mark.skipif(not (NODE / "node_modules" / "onnxruntime-node").exists(),
+                                 reason="runtimes/node/node_modules missing (npm ci)")]
+
+SCRIPT = r"""
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const [node, jobFile] = process.argv.slice(2);
+const { openExport } = await import(pathToFileURL(`${node}/exported.mjs`).href);
+const job = JSON.parse(readFileSync(jobFile, 'utf8'));
+const model = await openExport(job.export);
+const draft = await openExport(job.draft);
+const counted = async (opts) => {
+  const speculation = { calls: 0, drafted: 0, accepted: 0 };
+  const timings = {};
+  const ids = await model.generateIds(job.sources, { ...opts, speculation, timings });
+  return { ids, speculation, steps: timings.stepsMs.length };
+};
+const out = { plain: await model.generateIds(job.sources), lookup: {}, draft: {} };
+for (const n of [1, 3, 10]) out.lookup[n] = await counted({ promptLookupNumTokens: n });
+for (const n of [1, 5, 20]) out.draft[n] = await counted({ assistant: draft, numAssistantTokens: n });
+out.self = await counted({ assistant: model });
+out.generate = (await model.generate(job.sources, { promptLookupNumTokens: 3 })).map(([h]) => h.ids);
+out.refused = null;
+if (job.other) {
+  const other = await openExport(job.other);
+  try { await model.generateIds(job.sources, { assistant: other }); } catch (err) { out.refused = err.message; }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """family -> its trained fixture exported without validation (tests/test_speculative.py's build, shared)."""
+    made = {}
+
+    def export(family: str) -> Path:
+        if family not in made:
+            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
+                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
+        return made[family]
+
+    return export
+
+
+def node_run(tmp_path: Path, **job) -> dict:
+    (tmp_path / "job.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in job.items()}))
+    (tmp_path / "run.mjs").write_text(SCRIPT)
+    done = subprocess.run(["node", tmp_path / "run.mjs", NODE, tmp_path / "job.json"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def check_parity(got: dict, folder: Path, sources: list[list[int]]) -> None:
+    """Node's plain, prompt-lookup and drafted ids all equal Python's plain greedy and Python's speculative ids;
+    every decode with a draft that is right at all saves decoder calls."""
+    model = open_export(folder, "cpu")
+    plain = model.generate_ids(sources, config=GREEDY)
+    assert got["plain"] == plain
+    assert model.generate_ids(sources, config=GREEDY, prompt_lookup_num_tokens=3) == plain
+    assert model.generate_ids(sources, config=GREEDY, assistant=open_export(folder, "cpu")) == plain
+    budget = model.config.max_len  # a row that reaches it ends without EOS
+    tokens = sum(len(r) + (len(r) < budget) for r in plain)  # EOS counts: plain greedy makes a decoder call per id
+    for run in [*got["lookup"].values(), *got["draft"].values(), got["self"]]:
+        assert run["ids"] == plain
+        stats = run["speculation"]
+        assert run["steps"] == stats["calls"] <= tokens
+        assert 0 <= stats["accepted"] <= stats["drafted"]
+        # each call emits its accepted ids and the model's next, except after an accepted EOS (once per source)
+        assert tokens <= stats["calls"] + stats["accepted"] <= tokens + len(sources)
+    assert got["self"]["speculation"]["accepted"] > 0  # the model drafting for itself is always right
+    assert got["self"]["speculation"]["calls"] < tokens
+    assert got["generate"] == plain
+
+
+def test_node_speculates_the_t5_fixture_drafted_by_flan_t5(tmp_path, trained, tiny_export):
+    folder, draft = trained("t5"), trained("flan_t5")
+    model = open_export(folder, "cpu")
+    sources = [model.encode(e.source) for e in hf_fixtures.task_examples("t5")][:8]
+    got = node_run(tmp_path, export=folder, draft=draft, other=tiny_export, sources=sources)
+    check_parity(got, folder, sources)
+    for run in got["draft"].values():  # another model of the same tokenizer: right often
+        assert run["speculation"]["accepted"] > 0 and run["speculation"]["calls"] < sum(len(r) + 1 for r in run["ids"])
+    python = model.generate_ids(sources, config=GREEDY, assistant=open_export(draft, "cpu"))
+    assert got["draft"]["5"]["ids"] == python
+    assert got["refused"].startswith("the assistant does not share this model's vocabulary (")
+    assert "\n" not in got["refused"]
+
+
+def test_node_speculates_the_bundled_model(tmp_path, bundled_export):
+    rng = np.random.default_rng(63)
+    vocab = open_export(bundled_export, "cpu").config.src_vocab_size
+    sources = [[int(i) for i in rng.integers(4, vocab, size=n)] + [2] for n in (3, 6, 9)]
+    got = node_run(tmp_path, export=bundled_export, draft=bundled_export, sources=sources)
+    check_parity(got, bundled_export, sources)
+
+
+def test_node_speculates_a_tiny_random_export(tmp_path, tiny_export):
+    rng = np.random.default_rng(7)
+    config = open_export(tiny_export, "cpu").config
+    sources = [[int(i) for i in rng.integers(4, config.src_vocab_size, size=n)] for n in (2, 5, 8)]
+    got = node_run(tmp_path, export=tiny_export, draft=tiny_export, sources=sources)
+    check_parity(got, tiny_export, sources)
+
+
+def test_the_node_cli_speculates_and_refuses_another_vocabulary(bundled_export, tiny_export):
+    cli = [str(NODE / "cli.mjs"), str(bundled_export), "--ids", "7 4 8 11 2", "5 6 7 2"]
+    plain = subprocess.run(["node", *cli], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    for extra in (["--prompt-lookup", "3"], ["--assistant", str(bundled_export)]):
+        done = subprocess.run(["node", *cli, *extra], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == plain.stdout and done.stdout.count("\n") == 2
+    bad = subprocess.run(["node", *cli, "--assistant", str(tiny_export)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith("error: the assistant does not share this model's vocabulary (")
+    assert bad.stderr.count("\n") == 1
