@@ -69,3 +69,9 @@ def whisper() -> ModuleType:
 def whisper_digits_speech() -> ModuleType:
     """models/whisper-digits/speech.py: espeak-ng speech, as the model was trained and tested."""
     return _load("whisper_digits_speech", WHISPER_DIGITS / "speech.py")
+
+
+def copy() -> ModuleType:
+    """tests/copy_fixtures.py: the copy-heavy BART fixture (speculative decoding's summarization case)."""
+    hf()  # copy_fixtures imports it by its flat name
+    return _load("copy_fixtures", TESTS / "copy_fixtures.py")

@@ -5,7 +5,8 @@ and the switch-off, which stops speculating for a while when it does not pay) an
 second opening of the model, its policy made with switch_off=False). A first table gives the cost of one decoder
 call over 1 + k positions against a plain step's: what a check of k drafted ids costs on this machine.
 
-    python -m benchmarks speculative [--device cpu] [--threads 2] [--rounds 5] [--new-tokens 64] [--quick] [--json OUT]
+    python -m benchmarks speculative [--device cpu] [--threads 2] [--rounds 5] [--new-tokens 64] [--quick]
+        [--case NAME] [--json OUT]
 
 Cases (each exported into a temporary folder, without validation):
 - `base-random`: the base preset (512 wide, 6 + 6 layers, 8000 ids) with random weights on random 24-id sources.
@@ -14,6 +15,10 @@ Cases (each exported into a temporary folder, without validation):
 - `t5-trained`: the trained t5 fixture (tests/fixtures/trained) on its 20 held-out sources, drafted by the
   trained flan_t5 fixture (the same tokenizer), and by prompt lookup (its outputs copy nothing: the cost of
   drafts that fail).
+- `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 192, 3 + 3 layers, 721 ids;
+  its answers are the 20-40 ids of its source before a marker) on its 20 held-out sources
+  (tests/copy_fixtures.py), by prompt lookup: issue #63's summarization case.
+`--case NAME` (repeatable) runs only the cases named.
 """
 
 from __future__ import annotations
@@ -50,11 +55,13 @@ def _base(folder: Path, quick: bool) -> Path:
     return folder / "onnx"
 
 
-def _trained(family: str, folder: Path) -> Path:
+def _trained(family: str, folder: Path, source: Path | None = None) -> Path:
+    """The trained fixture of `family` (or the folder `source`) exported into `folder` without validation."""
     from tfm_export.cli import cli
 
     out = folder / family
-    cli.main([str(fixtures.hf().trained_folder(family)), "-o", str(out), "--no-validate"], standalone_mode=False)
+    source = source or fixtures.hf().trained_folder(family)
+    cli.main([str(source), "-o", str(out), "--no-validate"], standalone_mode=False)
     return out
 
 
@@ -153,6 +160,47 @@ COST_COLUMNS = [Column("case"), Column("positions", "positions fed (1 + k)"),
                 Column("ms_per_call", "ms/call", "{:.3f}"), Column("x_plain_step", "x plain step", "{:.2f}")]
 
 
+Rows = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # (timing rows, call-cost rows)
+
+
+def _base_random(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The base preset (tiny with --quick), random weights, random 24-id sources: prompt lookup and self-draft."""
+    folder = _base(tmp / "base", args.quick)
+    base, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
+    rng = np.random.default_rng(1)
+    sources = [rng.integers(4, base.config.src_vocab_size, 24).tolist() for _ in range(args.sources)]
+    costs = _call_costs("base-random", base, sources[0], args.rounds)
+    return _rows("base-random", _sides(base, again, sources, args.new_tokens, {
+        f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
+        "self-draft": {"assistant": base}}), args.rounds), costs
+
+
+def _t5_trained(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The trained t5 fixture on its 20 held-out sources: prompt lookup and the flan_t5 fixture as draft."""
+    t5_folder = _trained("t5", tmp)
+    t5, again = open_export(t5_folder, args.device, options), open_export(t5_folder, args.device, options)
+    draft = open_export(_trained("flan_t5", tmp), args.device, options)
+    sources = [t5.encode(e.source) for e in fixtures.hf().task_examples("t5")]
+    costs = _call_costs("t5-trained", t5, sources[0], args.rounds)
+    return _rows("t5-trained", _sides(t5, again, sources, args.new_tokens, {
+        f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
+        "flan_t5 draft": {"assistant": draft}}, repeat=T5_REPEAT), 3 * args.rounds), costs
+
+
+def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The copy-heavy BART fixture on its 20 held-out sources: plain greedy against prompt lookup."""
+    copy = fixtures.copy()
+    folder = _trained("bart-copy", tmp, copy.copy_folder())
+    model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
+    sources = [model.encode(s) for s, _ in copy.copy_examples(20)]
+    costs = _call_costs("bart-copy", model, sources[0], args.rounds)
+    return _rows("bart-copy", _sides(model, again, sources, args.new_tokens, {
+        f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}), args.rounds), costs
+
+
+CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy}
+
+
 def speculative_main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
@@ -162,29 +210,17 @@ def speculative_main() -> None:
     parser.add_argument("--sources", type=int, default=8, help="base-random: sources per run")
     parser.add_argument("--quick", action="store_true",
                         help="the tiny preset alone, instead of base and t5 (smoke run)")
+    parser.add_argument("--case", action="append", choices=list(CASES), default=None,
+                        help="run only this case (repeatable; default: every case)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads)
+    cases = ["base-random"] if args.quick else args.case or list(CASES)  # the smoke run: the tiny preset alone
     rows, costs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = _base(Path(tmp) / "base", args.quick)
-        base, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
-        rng = np.random.default_rng(1)
-        sources = [rng.integers(4, base.config.src_vocab_size, 24).tolist() for _ in range(args.sources)]
-        costs += _call_costs("base-random", base, sources[0], args.rounds)
-        rows += _rows("base-random", _sides(base, again, sources, args.new_tokens, {
-            f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
-            "self-draft": {"assistant": base}}), args.rounds)
-        if args.quick:  # the smoke run: the tiny preset alone
-            return _report(rows, costs, args)
-        t5_folder = _trained("t5", Path(tmp))
-        t5, again = open_export(t5_folder, args.device, options), open_export(t5_folder, args.device, options)
-        draft = open_export(_trained("flan_t5", Path(tmp)), args.device, options)
-        sources = [t5.encode(e.source) for e in fixtures.hf().task_examples("t5")]
-        costs += _call_costs("t5-trained", t5, sources[0], args.rounds)
-        rows += _rows("t5-trained", _sides(t5, again, sources, args.new_tokens, {
-            f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
-            "flan_t5 draft": {"assistant": draft}}, repeat=T5_REPEAT), 3 * args.rounds)
+        for name in cases:
+            case_rows, case_costs = CASES[name](Path(tmp), args, options)
+            rows, costs = rows + case_rows, costs + case_costs
     _report(rows, costs, args)
 
 
