@@ -22,6 +22,8 @@ from helpers import server_process, serving  # noqa: E402
 from test_serve import scrape  # noqa: E402
 
 from tfm_export.runtime import open_export  # noqa: E402
+from tfm_export.runtime.speech.fallback import openai_fallback  # noqa: E402
+from tfm_export.runtime.speech.whisper import speech_settings  # noqa: E402
 from tfm_export.runtime.speech.whisper import to_srt, to_vtt  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 from tfm_export.serve.upload import SPOOL_PREFIX  # noqa: E402
@@ -77,9 +79,15 @@ def client(server):
     return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
+def openai_default(direct):
+    """transcribe's arguments for what a form without `temperature` means: 0, OpenAI's default, the fallback."""
+    return openai_fallback(speech_settings(direct)[0], 0)
+
+
 def expected(direct, path, response_format="json", task="transcribe", **options):
-    """What the server answers for `path`, from transcribe called directly."""
-    result = direct.transcribe(str(path), task=task, timestamps=TIMESTAMPED[response_format], **options)
+    """What the server answers for `path` (its form without `temperature`), from transcribe called directly."""
+    result = direct.transcribe(str(path), task=task, timestamps=TIMESTAMPED[response_format],
+                               **{**openai_default(direct), **options})
     return {"json": result["text"], "text": result["text"], "verbose_json": result,
             "srt": to_srt(result["segments"]), "vtt": to_vtt(result["segments"])}[response_format]
 
@@ -114,7 +122,7 @@ def assert_segments_equal(got, want):
         [(n, *(s[f] for f in EXACT)) for n, s in enumerate(want)]
     for name in MEASURES:
         assert np.allclose([getattr(s, name) for s in got], [s[name] for s in want], rtol=0, atol=1e-4), name
-    assert all(s.tokens and s.temperature == 0.0 and s.avg_logprob < 0 for s in got)
+    assert all(s.tokens and s.temperature in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and s.avg_logprob < 0 for s in got)
     assert [s.seek for s in got] == sorted(s.seek for s in got)
 
 
@@ -324,7 +332,8 @@ def test_word_timestamps_equal_transcribe(client, direct, recordings):
         with open(recordings[name], "rb") as audio:
             got = client.audio.transcriptions.create(file=audio, model="whisper-1", response_format="verbose_json",
                                                      timestamp_granularities=["word", "segment"])
-        want = direct.transcribe(str(recordings[name]), timestamps=True, word_timestamps=True)
+        want = direct.transcribe(str(recordings[name]), timestamps=True, word_timestamps=True,
+                                 **openai_default(direct))
         assert [(w.word, w.start, w.end) for w in got.words] == \
             [(w["word"], w["start"], w["end"]) for w in want["words"]]
         assert got.words and got.text == want["text"]

@@ -17,8 +17,8 @@ with timestamps (segments with their times), json and text without. Where this d
   temperature fallback (each window decoded at 0, then 0.2, ..., 1.0 while its compression ratio or
   log-probability misses the folder's thresholds, else openai-whisper's 2.4 and -1.0; a silent window,
   no_speech_prob over 0.6 with a low log-probability, is skipped), above 0 sampling at it. Sampled tries draw
-  from transcribe's fixed seed (0), so an answer is repeatable, where OpenAI's service is not. Left out, the
-  window is decoded greedily once (this server's default, where OpenAI's is 0).
+  from transcribe's fixed seed (0), so an answer is repeatable, where OpenAI's service is not. Left out, it
+  is 0 (OpenAI's default): the fallback.
 - `include[]=logprobs` (response_format json): `logprobs` [{token, logprob, bytes}] of the text's tokens, as
   `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the UTF-8 of
   the token's text (a token that is only part of a character reads as U+FFFD). With `stream=true`, each
@@ -28,7 +28,7 @@ with timestamps (segments with their times), json and text without. Where this d
 - verbose_json segments carry OpenAI's fields (id, seek, start, end, text, tokens, temperature,
   avg_logprob, compression_ratio, no_speech_prob) with transformers' values: compression_ratio is that of
   the window's token ids (transformers'), not of its text (openai-whisper's), so the numbers differ from
-  OpenAI's service for the same text; temperature is the try that stayed (0 without `temperature`).
+  OpenAI's service for the same text; temperature is the try that stayed.
 - `prompt` goes before every window, as `transcribe`'s prompt (with the folder's condition_on_prev_tokens
   it is the first window's previous text instead, carried on as openai-whisper's initial_prompt).
 - `timestamp_granularities[]=word` (verbose_json): `words` [{word, start, end}] as OpenAI's, timed by the export's

@@ -27,11 +27,11 @@ class TranslationForm(BaseModel):
     prompt: str = Field("", description="Text the transcript is conditioned on (spellings, names).")
     response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = Field(
         "json", description="verbose_json, srt and vtt decode with timestamps (segments with their times).")
-    # OpenAI's meaning (runtime.speech.fallback.openai_fallback); left out: greedy, one try (this server's default)
-    temperature: float | None = Field(
-        None, ge=0, le=1, allow_inf_nan=False,
-        description="0: OpenAI's temperature fallback (0, 0.2, ..., 1 while a window misses the thresholds: "
-                    "the folder's, else openai-whisper's); above 0: sampling at it. Left out: greedy, one try.")
+    # OpenAI's meaning and default (runtime.speech.fallback.openai_fallback): left out is 0, the fallback
+    temperature: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="0 (the default, OpenAI's): the temperature fallback (0, 0.2, ..., 1 while a window misses "
+                    "the thresholds: the folder's, else openai-whisper's); above 0: sampling at it.")
 
 
 class ServerVad(BaseModel):

@@ -40,7 +40,7 @@ class Recording:
     prompt: str | None
     word_timestamps: bool = False  # timestamp_granularities[]=word
     vad: Any = None  # runtime.speech.vad.VadParameters: only the speech (chunking_strategy); None: all of it
-    temperature: float | None = None  # OpenAI's (runtime.speech.fallback.openai_fallback); None: greedy, one try
+    temperature: float | None = 0.0  # OpenAI's (fallback.openai_fallback; 0, its default: the fallback); None: greedy
     logprobs: bool = False  # include[]=logprobs: the text tokens' log-probabilities
 
 

@@ -1,9 +1,16 @@
 """A transcription's per-token log-probabilities, as OpenAI's include[]=logprobs (runtime.speech.whisper's
 `logprobs=True`), the text of ids with the timestamps left out, and the text so far that `on_text` is given
-while streaming (with the log-probabilities so far, when asked for). Torch-free."""
+while streaming (with the log-probabilities so far, when asked for). Torch-free.
+
+A token's `bytes` are its own, as OpenAI's (tiktoken's): for a byte-level BPE vocabulary (GPT-2's, Whisper's:
+tokenizer.json's decoder ByteLevel) the token's string read back through the byte-level alphabet (GPT-2's
+bytes_to_unicode), so that a token that is part of a multi-byte character gives its raw bytes (its `token`
+text reads as U+FFFD) and the bytes of all tokens together decode to the text; for another vocabulary the
+UTF-8 of the token's text."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Sequence
 
 from .longform import Segment
@@ -20,12 +27,56 @@ def text_reader(model: Any, begin: int) -> Callable[[Sequence[int]], str]:
     return text_of
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, inverted: a byte-level token's character -> the byte it stands for."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)}
+    alphabet, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            alphabet[chr(byte)] = byte
+        else:  # the others are moved past 255, in order
+            alphabet[chr(256 + extra)] = byte
+            extra += 1
+    return alphabet
+
+
+BYTE_OF = _byte_alphabet()
+
+
+def _byte_level(tokenizer: Any) -> bool:
+    """Whether a tokenizers.Tokenizer decodes byte-level tokens (its decoder ByteLevel, alone or in a Sequence)."""
+    try:
+        decoder = json.loads(tokenizer.decoder.__getstate__())
+    except Exception:  # no decoder, or one the library cannot write out
+        return False
+    kinds = [decoder] + list(decoder.get("decoders", []))
+    return any(kind.get("type") == "ByteLevel" for kind in kinds)
+
+
+def bytes_reader(model: Any) -> Callable[[int, str], list[int]]:
+    """(token id, its text) -> OpenAI's `bytes` of the token (the module docstring); a token whose text is
+    empty (a special token, skipped by decode) has none."""
+    wrapped = model.tokenizer if model.manifest.tokenizer else None
+    vocabulary = getattr(wrapped, "tokenizer", None)  # text.hf.HFTokenizer's tokenizers.Tokenizer
+    if vocabulary is None or not _byte_level(vocabulary):
+        return lambda token, text: list(text.encode("utf-8"))
+
+    def read(token: int, text: str) -> list[int]:
+        piece = vocabulary.id_to_token(int(token)) if text else ""
+        if piece is None or any(c not in BYTE_OF for c in piece):  # an added token outside the alphabet
+            return list(text.encode("utf-8"))
+        return [BYTE_OF[c] for c in piece]
+
+    return read
+
+
 def token_logprobs(model: Any, segments: Sequence[Segment], begin: int) -> list[dict[str, Any]]:
     """Each text token of the segments with its log-probability in the try that stayed, as OpenAI's
-    include[]=logprobs: {token (its text), logprob, bytes (that text's UTF-8 bytes)}. A window's segments are
-    its ids in order (runtime.speech.longform.split_segments), so a segment's tokens are found by position;
+    include[]=logprobs: {token (its text), logprob, bytes (the token's own: bytes_reader)}. A window's segments
+    are its ids in order (runtime.speech.longform.split_segments), so a segment's tokens are found by position;
     a prefix's forced ids have logprob 0."""
-    text_of = text_reader(model, begin)
+    text_of, bytes_of = text_reader(model, begin), bytes_reader(model)
     out: list[dict[str, Any]] = []
     window, cursor = None, 0
     for segment in segments:
@@ -35,7 +86,7 @@ def token_logprobs(model: Any, segments: Sequence[Segment], begin: int) -> list[
         for n, token in enumerate(segment.tokens):
             if token < begin and cursor + n < len(logprobs):
                 text = text_of([token])
-                out.append({"token": text, "logprob": logprobs[cursor + n], "bytes": list(text.encode("utf-8"))})
+                out.append({"token": text, "logprob": logprobs[cursor + n], "bytes": bytes_of(token, text)})
         cursor += len(segment.tokens)
     return out
 
