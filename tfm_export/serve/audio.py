@@ -20,8 +20,9 @@ with timestamps (segments with their times), json and text without. Where this d
   from transcribe's fixed seed (0), so an answer is repeatable, where OpenAI's service is not. Left out, it
   is 0 (OpenAI's default): the fallback.
 - `include[]=logprobs` (response_format json): `logprobs` [{token, logprob, bytes}] of the text's tokens, as
-  `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the UTF-8 of
-  the token's text (a token that is only part of a character reads as U+FFFD). With `stream=true`, each
+  `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the token's own,
+  as OpenAI's (byte-level BPE: a token that is part of a character gives its raw bytes, its text U+FFFD;
+  all tokens' bytes together decode to the text: runtime.speech.logprobs.bytes_reader). With `stream=true`, each
   transcript.text.delta carries the logprobs of the tokens it adds (held back with its text while a tokenizer
   rewrites it; those of a window's tokens that add no text come with the next delta), and
   transcript.text.done all of them: the deltas' together.
