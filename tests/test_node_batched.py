@@ -10,23 +10,17 @@ encoder's batches (its first input's first dimension) to show the windows were d
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import NODE, spoken_marks
 from tfm_export.resources import bundled
 from tfm_export.runtime.speech import chunks, vad, whisper
 from tfm_export.runtime.speech.batch import transcribe_batch
 from tfm_export.runtime.speech.vad import RATE
 
-NODE = Path(__file__).resolve().parents[1] / "runtimes" / "node"
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
-              pytest.mark.skipif(not (NODE / "node_modules" / "onnxruntime-node").exists(),
-                                 reason="runtimes/node/node_modules missing (npm ci)")]
+pytestmark = spoken_marks()  # espeak-ng speaks the recordings; node and its packages run them
 
 SPLIT = dict(min_silence_duration_ms=300, speech_pad_ms=100)  # test_batched_longform.SPLIT: every pause ends a span
 

@@ -115,15 +115,15 @@ def app(tmp_path_factory) -> Path:
     assert sorted(f["path"] for f in info["files"]) == sorted(  # the folders of the Python runtime they port
         ["README.md", "api.mjs", "checks.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
          "decoding.d.ts", "decoding.mjs", "exported.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "package.json",
-         "sources.mjs", "tokenizers.d.ts", "translate.mjs",
+         "shortlisted.mjs", "sources.mjs", "tokenizers.d.ts", "translate.mjs",
          "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
          "decode/beam.mjs", "decode/loop.mjs", "decode/prefix.mjs", "decode/processors.mjs", "decode/sampling.mjs",
          "decode/scoring.mjs", "decode/strategies.mjs", "decode/vmap.mjs", "decode/checking.mjs",
          "decode/draft_length.mjs", "decode/proposers.mjs", "decode/speculative.mjs", "speculating.mjs",
          "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
          "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
-         "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/vad.mjs",
-         "speech/whisper.mjs", "speech/words.mjs",
+         "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/transcribe.mjs",
+         "speech/vad.mjs", "speech/whisper.mjs", "speech/words.mjs",
          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs", "states/shortlist.mjs",
          "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")

@@ -6,23 +6,17 @@ whisper-digits export. The recordings are tests/test_vad.py's: espeak-ng speech 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import NODE, spoken_marks
 from tfm_export.resources import bundled
 from tfm_export.runtime.speech import vad
 from tfm_export.runtime.speech.vad import VadParameters
 
-NODE = Path(__file__).resolve().parents[1] / "runtimes" / "node"
-pytestmark = [pytest.mark.filterwarnings("ignore"),
-              pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
-              pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
-              pytest.mark.skipif(not (NODE / "node_modules" / "onnxruntime-node").exists(),
-                                 reason="runtimes/node/node_modules missing (npm ci)")]
+pytestmark = spoken_marks()  # espeak-ng speaks the recordings; node and its packages run them
 
 SETTINGS = [{}, dict(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=30),
             dict(threshold=0.3, neg_threshold=0.2, min_speech_duration_ms=100, min_silence_duration_ms=500,

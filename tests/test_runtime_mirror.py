@@ -80,6 +80,8 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "runtime/speech/batch_rounds.py": ("speech/batch_rounds.mjs", ("WindowRounds",),
                                        ("decode_together", "run_jobs", "run_window", "leave")),
     "runtime/speech/batch.py": ("speech/batch.mjs", (), ("transcribe_batch",)),
+    # a Whisper export's recordings (the VAD, batch_size); Node has no frames models to dispatch to
+    "runtime/speech/transcribe.py": ("speech/transcribe.mjs", (), ()),
     # the non-runtime modules the JS side ports, under their Python packages' names
     "text/tokenizer.py": ("text/tokenizer.mjs", (), ("tokenizer_from_dict=makeTokenizer",)),
     "text/hf.py": ("text/tokenizer.mjs", (), ("clean_up_spaces",)),
@@ -111,8 +113,6 @@ PYTHON_ONLY: dict[str, str] = {
                               "logits on the host, where they already are",
     "runtime/speech/frames.py": "speech models that read filterbank frames (config.source 'frames'): Node "
                                 "transcribes Whisper exports only",
-    "runtime/speech/transcribe.py": "the dispatch between Whisper and frames models; Node's transcribe is Whisper's "
-                                    "(speech/whisper.mjs)",
     "runtime/speech/logprobs.py": "per-token logprobs (OpenAI's include[]=logprobs): Node has no logprobs option",
 }
 
@@ -121,6 +121,8 @@ JS_ONLY: dict[str, str] = {
     "decoding.mjs": "the package's tfm-export-node/decoding entry point: re-exports api, checks, sources, options",
     "greedy.mjs": "tfm-export-node/greedy, that entry point's first name",
     "translate.mjs": "the package's first main module's name: re-exports exported.mjs",
+    "shortlisted.mjs": "the vocabulary-shortlist view of a model (withShortlist, shortlisted; api.mjs re-exports them): "
+                       "Python's Shortlisted and with_shortlist in runtime/exported.py, apart from api.mjs's decoding",
     "client.mjs": "the client of `tfm-export serve` (the server is tfm_export/serve)",
     "cli.mjs": "the tfm-export-node command (Python's is tfm_export/cli)",
     "cli-transcribe.mjs": "its transcribe subcommand",
@@ -139,7 +141,7 @@ JS_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("states", ("states/",)),
     ("speech", ("speech/",)),
     # exported.mjs re-exports client.mjs's connect
-    ("facade", ("api.mjs", "speculating.mjs", "exported.mjs", "client.mjs")),
+    ("facade", ("shortlisted.mjs", "api.mjs", "speculating.mjs", "exported.mjs", "client.mjs")),
     ("entry points", ("decoding.mjs", "greedy.mjs", "translate.mjs", "cli.mjs", "cli-transcribe.mjs")),
 ]
 

@@ -34,7 +34,7 @@ BUNDLES = {
     # points decoding.mjs and greedy.mjs, and the client of `tfm-export serve` (client.mjs) for server mode.
     # Node's own files (exported.mjs, translate.mjs, cli*.mjs: onnxruntime-node, node:fs) are not the page's.
     "lib": Bundle("lib", "runtimes/node", ("api.mjs", "checks.mjs", "sources.mjs", "decoding.mjs", "greedy.mjs",
-                                          "client.mjs", "options/generation.mjs",
+                                          "client.mjs", "shortlisted.mjs", "options/generation.mjs",
                                           "decode/loop.mjs", "decode/strategies.mjs", "decode/beam.mjs",
                                           "decode/sampling.mjs", "decode/processors.mjs", "decode/prefix.mjs",
                                           "decode/scoring.mjs", "decode/vmap.mjs",

@@ -23,8 +23,10 @@ import { runtimeGraphs } from './checks.mjs';
 import { speculativeRows } from './speculating.mjs';
 import { GrowingCache } from './states/growing.mjs';
 import { NoCacheCache } from './states/nocache.mjs';
-import { MaskedCache } from './states/shortlist.mjs';
+import { maskedCache, shortlisted } from './shortlisted.mjs';
 import { languageOptions, makeTokenizer } from './text/tokenizer.mjs';
+
+export { shortlisted, withShortlist } from './shortlisted.mjs';
 
 const SPEECH = 'this export reads audio features (a Whisper model), not token ids; transcribe a recording: ' +
   'transcribe(model, audio) or `tfm-export-node transcribe OUT file.wav`';
@@ -44,38 +46,7 @@ export function cacheFor(ort, model, config = null) {
   const graph = runtimeGraphs(model.manifest).decoder;
   if (!graph) throw new Error(ENCODER_ONLY);
   const cache = new CACHES[graph](ort, model);
-  if (!model.shortlist) return cache;
-  const c = model.manifest.config;
-  const forced = config?.forcedBosTokenId ?? null;
-  const ids = forced === null || model.shortlist.includes(forced) ? model.shortlist : [...model.shortlist, forced];
-  return new MaskedCache(cache, ids, c.tgt_vocab_size, c.suppress_ids ?? []);
-}
-
-/**
- * The model with its output head restricted to `ids` and the model's own tokens (EOS, the decoder start, the
- * manifest's forced first token): Python's ExportedModel.with_shortlist, on states/shortlist.mjs's masked logits.
- * The model itself is unchanged: the result is a view of it (its methods decode on the shortlist) with `shortlist`,
- * the sorted ids.
- */
-export function withShortlist(model, ids) {
-  const c = model.manifest.config;
-  const forced = generationConfig(model.manifest, {}).forcedBosTokenId;
-  const all = [...new Set([c.eos_id, c.bos_id, ...(forced === null ? [] : [forced]), ...Array.from(ids, Number)])];
-  if (all.some((id) => !Number.isInteger(id) || id < 0 || id >= c.tgt_vocab_size)) {
-    throw new Error(`a shortlist id is out of range for a vocabulary of ${c.tgt_vocab_size} ids`);
-  }
-  if (runtimeGraphs(model.manifest).decoder !== 'decoder') {
-    throw new Error('a vocabulary shortlist needs an export with a cached decoder (decoder.onnx)');
-  }
-  return Object.assign(Object.create(model), { shortlist: all.sort((a, b) => a - b) });
-}
-
-/** `withShortlist` of the sources' tokens under the model's `vmap` (decode/vmap.mjs): Python's `shortlisted`. */
-export function shortlisted(model, sources) {
-  if (!model.vmap) {
-    throw new Error('useVmap needs a vocabulary map: set model.vmap = await loadVocabularyMap(path) (or a VocabularyMap)');
-  }
-  return withShortlist(model, model.vmap.shortlist(sources));
+  return model.shortlist ? maskedCache(cache, model, config) : cache;
 }
 
 /**

@@ -22,16 +22,12 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as ort from 'onnxruntime-node';
 import * as api from './api.mjs';
 import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
 import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
-import * as speech from './speech/whisper.mjs';
-import { transcribeBatch } from './speech/batch.mjs';
-import { transcribeSpeech, whisperPlan } from './speech/chunks.mjs';
-import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './speech/vad.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
+import { readRecordings, transcribeRecordings } from './speech/transcribe.mjs';
 import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
 import { VocabularyMap } from './decode/vmap.mjs';
 
@@ -271,60 +267,11 @@ export async function loadVocabularyMap(file) {
  * (speech/batch.mjs, as Python's batch_size), with the answers of decoding them one after the other.
  */
 export async function transcribe(exportDirOrModel, audio, opts = {}) {
-  const { vad = false, vadParameters = null, vadModel = VAD_MODEL, batchSize = 1, ...rest } = opts;
-  if (vadParameters !== null && !vad) throw new Error('vadParameters are the VAD\'s: pass vad: true with them');
-  if (!Number.isInteger(batchSize) || batchSize < 1) {
-    throw new Error(`batchSize must be a whole number of 1 or more, got ${typeof batchSize === 'string' ? JSON.stringify(batchSize) : String(batchSize)}`);
-  }
   const many = Array.isArray(audio);
-  const recordings = [];
-  for (const one of many ? audio : [audio]) recordings.push(await readAudio(one, rest.label));
-  const results = await withModel(exportDirOrModel, async (model) => {
-    const session = vad ? await (vadSessions[vadModel] ??= vadSession(ort, vadModel)) : null;
-    return transcribeRecordings(model, recordings, { vad, session, vadParameters, batchSize, options: rest });
-  });
+  const { recordings, settings } = await readRecordings(many ? audio : [audio], opts);
+  const results = await withModel(exportDirOrModel, (model) => transcribeRecordings(ort, model, recordings, settings));
   return many ? results : results[0];
 }
-
-/** { audio, label }: a path's bytes (a missing or unreadable file is one line), else the audio as it is. */
-async function readAudio(audio, label) {
-  if (typeof audio !== 'string') return { audio, label };
-  const bytes = await readFile(audio).catch((err) => {
-    throw new Error(err.code === 'ENOENT' ? `${audio}: no such file; check the path`
-      : err.code === 'EISDIR' ? `${audio} is a folder; pass a WAV file` : `${audio} cannot be read (${err.code}); check its permissions`);
-  });
-  return { audio: bytes, label: label ?? audio };
-}
-
-/** The recording's samples for the VAD, at most `maxSeconds` (default 3600; null: no limit) long. */
-function vadSamples({ audio, label }, maxSeconds) {
-  const samples = speech.audioSamples(audio, RATE, label);
-  const limit = maxSeconds === undefined ? 3600 : maxSeconds;
-  if (limit !== null && samples.length / RATE > limit) {
-    throw new Error(`the audio is ${(samples.length / RATE).toFixed(1)} s long, over the limit of ${limit} s (maxSeconds)`);
-  }
-  return samples;
-}
-
-/** Each recording's answer (Python's runtime/speech/transcribe.py dispatch): batched when `batchSize` > 1 and there
- * are several recordings or VAD chunks (speech/batch.mjs), else one recording, and one chunk, after the other. */
-async function transcribeRecordings(model, recordings, { vad, session, vadParameters, batchSize, options }) {
-  const one = (audio, o) => speech.transcribe(ort, model, audio, o);
-  const plan = vad ? whisperPlan(model.manifest) : null;
-  const audios = vad ? recordings.map((r) => vadSamples(r, options.maxSeconds)) : recordings.map((r) => r.audio);
-  if (batchSize > 1 && (recordings.length > 1 || vad)) {
-    return transcribeBatch(ort, model, audios, one, plan, batchSize, { ...options, session, parameters: vadParameters,
-      labels: recordings.map((r) => r.label) });
-  }
-  const results = [];
-  for (const [n, audio] of audios.entries()) {
-    const o = { ...options, label: recordings[n].label };
-    results.push(await (vad ? transcribeSpeech(ort, session, audio, one, plan, vadParameters, o) : one(audio, o)));
-  }
-  return results;
-}
-const VAD_MODEL = fileURLToPath(new URL(`../../models/silero-vad/${VAD_FILE}`, import.meta.url)); // the checkout's
-const vadSessions = {}; // one session per VAD model file: it keeps no state
 
 /**
  * The language codes the export takes (Python's `tfm-export languages --json`): { source, target,
