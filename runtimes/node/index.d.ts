@@ -310,6 +310,18 @@ export interface OpenOptions {
 export interface Timings {
   encoderMs?: number;
   stepsMs?: number[];
+  /** A speculative decode's drafted ids and drafted ids accepted (promptLookupNumTokens, assistant). */
+  drafted?: number;
+  accepted?: number;
+}
+
+/** What a speculative decode did (speculating.mjs), filled in when passed as `speculation`. */
+export interface Speculation {
+  /** Decoder calls (plain greedy makes one per generated id, EOS included). */
+  calls: number;
+  /** Ids drafted, and drafted ids the model kept (its own greedy ids). */
+  drafted: number;
+  accepted: number;
 }
 
 /**
@@ -383,6 +395,12 @@ export interface GenerateOptions extends DecodingOptions {
   /** CTranslate2's use_vmap: the output head chooses among the sources' shortlist under `model.vmap` only (a
    * VocabularyMap: the fixed set, the source tokens' candidates, EOS, the decoder start, the forced first token). */
   useVmap?: boolean;
+  /** A draft export of the same vocabulary (an opened one: `await openExport(DRAFT_DIR)`): plain greedy decoding
+   * then speculates, source by source, the drafts checked in one decoder step (the same ids in fewer calls; a draft
+   * of another vocabulary throws one line). promptLookupNumTokens drafts from n-grams instead. */
+  assistant?: ExportedModel | null;
+  /** Filled with the speculative decode's counts (decoder calls, drafted and accepted ids). */
+  speculation?: Speculation | null;
 }
 
 /**

@@ -1,25 +1,26 @@
 // Speculative decoding's entry point for api.mjs's generate and generateIds: the port of
 // tfm_export/runtime/speculating.py. A call speculates when decode/speculative.mjs's `wanted` says so (an
-// `assistant`: an opened draft export of the same vocabulary, or promptLookupNumTokens), its decoding is plain
-// greedy (options/generation.mjs's isGreedy: Node checks drafts on the argmax only) and its decoder returns
-// earlier_logits; it then decodes source by source, each source's ids plain greedy decoding's. The model keeps
+// `assistant`: an opened draft export of the same vocabulary, or promptLookupNumTokens), its decoding is greedy
+// (plain: decode/checking.mjs's ArgmaxCheck; under processors: its ProcessorCheck; not sampling nor beams) and its
+// decoder returns earlier_logits; it then decodes source by source, each source's ids plain greedy decoding's. The model keeps
 // its draft-length policies across calls (`draftLengths`, decode/draft_length.mjs).
 // No globals beyond ECMAScript: the browser page may import this file too.
 import { isGreedy } from './options/generation.mjs';
-import { Speculation, proposal, speculate, wanted } from './decode/speculative.mjs';
+import { ArgmaxCheck, ProcessorCheck } from './decode/checking.mjs';
+import { Speculation, checkable, proposal, speculate, wanted } from './decode/speculative.mjs';
 import { padSources } from './sources.mjs';
 import { GrowingCache, checksDrafts } from './states/growing.mjs';
 import { runtimeGraphs } from './checks.mjs';
 
 const SKIPPED = {
-  notGreedy: 'speculative decoding speeds up plain greedy decoding only in Node: decoding without it (the same ids)',
+  notGreedy: 'speculative decoding speeds up greedy decoding only in Node: decoding without it (the same ids)',
   noPositions: "this export's decoder returns only the last position's logits (exported before earlier_logits): " +
     'decoding without speculation (the same ids)',
 };
 
 /** Why a decode of `config` on `model` cannot speculate (a SKIPPED key), or null when it can. */
 function obstacle(model, config) {
-  if (!isGreedy(config)) return 'notGreedy';
+  if (!checkable(config)) return 'notGreedy';
   if (model.shortlist || runtimeGraphs(model.manifest).decoder !== 'decoder' || !checksDrafts(model.manifest)) return 'noPositions';
   return null;
 }
@@ -49,8 +50,8 @@ export async function speculativeRows(ort, model, sources, steps, config, assist
   for (const source of sources) {
     const { proposer, policy } = proposal(config, model.manifest, assistant, draftCache, model.draftLengths);
     const one = new Speculation();
-    rows.push(await speculate(cache, source, padSources(c, [source]), proposer, policy, steps, c,
-      { forcedBos: config.forcedBosTokenId ?? null, timings, stats: one }));
+    const check = isGreedy(config) ? new ArgmaxCheck(c, config.forcedBosTokenId ?? null) : new ProcessorCheck(config, steps, c);
+    rows.push(await speculate(cache, source, padSources(c, [source]), proposer, policy, steps, c, { timings, stats: one, check }));
     if (stats) Object.assign(stats, { calls: stats.calls + one.calls, drafted: stats.drafted + one.drafted, accepted: stats.accepted + one.accepted });
   }
   return rows;

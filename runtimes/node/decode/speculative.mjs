@@ -71,6 +71,14 @@ export function wanted(config, assistant) {
 }
 
 /**
+ * Whether a decode of `config` picks greedily, so that a check reproduces it (numBeams 1, no sampling, one
+ * sequence); its processors, if any, are decode/checking.mjs's ProcessorCheck's.
+ */
+export function checkable(config) {
+  return config.numBeams === 1 && !config.doSample && config.numReturnSequences === 1;
+}
+
+/**
  * The proposer and draft-length policy of a decode (Python's `proposal`): the `assistant`'s drafts (an opened
  * export of the same vocabulary, checked: checkDraft; `draftCache`: its GrowingCache) from config.numAssistantTokens,
  * else prompt lookup of config.promptLookupNumTokens. `policies` (a Map, the model's, kept across its calls) holds

@@ -141,6 +141,20 @@ export class GrowingState {
     return rows;
   }
 
+  /**
+   * The logits after each of the ids the last step fed, one row's (rows 1: a speculative check whose processors
+   * read whole rows): { data (fed * vocab float32), vocab }; fed > 1 needs a state that fetches earlier_logits.
+   */
+  positionLogits() {
+    const last = this.logits();
+    if (this.fed === 1) return last;
+    const earlier = floats(this.output('earlier_logits'));
+    const data = new Float32Array(earlier.length + last.data.length);
+    data.set(earlier);
+    data.set(last.data, earlier.length);
+    return { data, vocab: last.vocab };
+  }
+
   /** Keep the first `length` positions of every past (a speculative step's rejected ids leave it). */
   truncate(length) {
     if (length >= this.length) return;
