@@ -114,8 +114,8 @@ def app(tmp_path_factory) -> Path:
     info = json.loads(npm(["pack", PACKAGE, "--json", "--pack-destination", packed], cwd=packed).stdout)[0]
     assert sorted(f["path"] for f in info["files"]) == sorted(  # the folders of the Python runtime they port
         ["README.md", "api.mjs", "checks.mjs", "cli-transcribe.mjs", "cli.mjs", "client.d.ts", "client.mjs",
-         "decoding.d.ts", "decoding.mjs", "exported.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "package.json",
-         "shortlisted.mjs", "sources.mjs", "tokenizers.d.ts", "translate.mjs",
+         "decoding.d.ts", "decoding.mjs", "exported.mjs", "greedy.d.ts", "greedy.mjs", "index.d.ts", "manifest.mjs",
+         "package.json", "shortlisted.mjs", "sources.mjs", "tokenizers.d.ts", "translate.mjs",
          "audio/features.mjs", "audio/io.mjs", "audio/spectrum.mjs",
          "decode/beam.mjs", "decode/loop.mjs", "decode/prefix.mjs", "decode/processors.mjs", "decode/sampling.mjs",
          "decode/scoring.mjs", "decode/strategies.mjs", "decode/vmap.mjs", "decode/checking.mjs",

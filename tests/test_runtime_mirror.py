@@ -83,6 +83,7 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     # a Whisper export's recordings (the VAD, batch_size); Node has no frames models to dispatch to
     "runtime/speech/transcribe.py": ("speech/transcribe.mjs", (), ()),
     # the non-runtime modules the JS side ports, under their Python packages' names
+    "manifest.py": ("manifest.mjs", (), ("sha256_file", "load_manifest=readManifest")),
     "text/tokenizer.py": ("text/tokenizer.mjs", (), ("tokenizer_from_dict=makeTokenizer",)),
     "text/hf.py": ("text/tokenizer.mjs", (), ("clean_up_spaces",)),
     "text/languages.py": ("text/tokenizer.mjs", (), ()),
@@ -136,7 +137,7 @@ JS_ONLY: dict[str, str] = {
 # text/ and audio/ are below the runtime as tfm_export's own packages are, the entry points and the CLI above.
 JS_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("text, audio", ("text/", "audio/")),
-    ("base", ("sources.mjs", "checks.mjs", "options/")),
+    ("base", ("sources.mjs", "checks.mjs", "manifest.mjs", "options/")),
     ("decode", ("decode/",)),
     ("states", ("states/",)),
     ("speech", ("speech/",)),

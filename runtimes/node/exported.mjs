@@ -18,81 +18,21 @@
 //   const server = connect('http://127.0.0.1:8080');      // the same calls on a `tfm-export serve` (client.mjs)
 //   await transcribe('whisper_onnx', 'talk.wav', { numBeams: 2 }); // a Whisper export: { text, language, ids, ... }
 //   for await (const u of whisper.streamTranscribe(chunks)) show(u.text, u.tentative); // live: confirmed + tentative
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import * as api from './api.mjs';
-import { checkManifest, graphFiles, runtimeGraphs } from './checks.mjs';
+import { runtimeGraphs } from './checks.mjs';
+import { checkGraph, openTokenizer, readManifest } from './manifest.mjs';
 import { speechLanguages, whisperSettings } from './speech/prompt.mjs';
 import { StreamTranscriber, streamTranscribe } from './speech/streaming.mjs';
 import { readRecordings, transcribeRecordings } from './speech/transcribe.mjs';
-import { languageCodes, languageOptions, makeTokenizer, tokenizerFiles } from './text/tokenizer.mjs';
+import { languageCodes, languageOptions } from './text/tokenizer.mjs';
 import { VocabularyMap } from './decode/vmap.mjs';
 
 export { connect, ServerError } from './client.mjs';
 export { VocabularyMap } from './decode/vmap.mjs';
 export { toSrt, toVtt } from './speech/whisper.mjs';
-
-async function sha256(file) {
-  const hash = createHash('sha256');
-  for await (const chunk of createReadStream(file)) hash.update(chunk); // graphs can be gigabytes
-  return hash.digest('hex');
-}
-
-const CHANGED = 'does not match the sha256 in manifest.json (changed, corrupt, or from another export); ' +
-  're-run the export or restore the file';
-
-/**
- * The manifest's tokenizer with its files read from the folder (tokenizer.json), each checked
- * against the sha256 the manifest's `files` records (exports from before `files` record none).
- */
-async function openTokenizer(exportDir, manifest, verify) {
-  const files = {};
-  for (const name of tokenizerFiles(manifest.tokenizer)) {
-    const full = path.join(exportDir, name);
-    const bytes = await readFile(full).catch(() => null);
-    if (!bytes) throw new Error(`${full} is missing; it belongs to the tokenizer: re-run the export`);
-    const expected = manifest.files?.[name];
-    if (verify && expected && createHash('sha256').update(bytes).digest('hex') !== expected) {
-      throw new Error(`${full} ${CHANGED}`);
-    }
-    try {
-      files[name] = JSON.parse(bytes.toString('utf8'));
-    } catch (err) {
-      throw new Error(`${full} is not valid JSON (${err.message}); re-run the export`);
-    }
-  }
-  return makeTokenizer(manifest.tokenizer, files);
-}
-
-async function readManifest(exportDir) {
-  const file = path.join(exportDir, 'manifest.json');
-  if (!(await stat(exportDir).catch(() => null))?.isDirectory()) {
-    throw new Error(`export folder not found: ${exportDir}; run \`tfm-export MODEL.pt -o ${exportDir}\` first`);
-  }
-  let text;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch {
-    throw new Error(`${exportDir} has no manifest.json; it is not a (complete) tfm-export folder — re-run the export`);
-  }
-  try {
-    return checkManifest(JSON.parse(text), file);
-  } catch (err) {
-    throw err instanceof SyntaxError ? new Error(`${file} is not valid JSON (${err.message}); re-run the export`) : err;
-  }
-}
-
-/** A graph's files, each checked (unless `verify` is false) against the sha256 the manifest records. */
-async function checkGraph(exportDir, manifest, name, verify) {
-  for (const [file, expected] of Object.entries(graphFiles(manifest.graphs[name]))) {
-    const full = path.join(exportDir, file);
-    if (!(await stat(full).catch(() => null))) throw new Error(`${name} graph file ${full} is missing; re-run the export`);
-    if (verify && (await sha256(full)) !== expected) throw new Error(`${full} ${CHANGED}`);
-  }
-}
 
 /**
  * An opened export folder (Python's ExportedModel): its manifest, tokenizer and one ONNX Runtime session
