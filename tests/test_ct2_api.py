@@ -279,3 +279,34 @@ def test_the_server_takes_prefixes_alternatives_and_scores(pair, trained_export)
                 ("/v1/score", {"texts": texts}, "exactly one of targets")]:
             answer = client.post(path, json=bad)
             assert answer.status_code == 422 and says in answer.json()["error"], (bad, answer.text)
+
+
+def test_one_prefix_and_one_target_per_source_or_a_422(pair, trained_export):
+    """The rule the schema states only in words (serve.contract_ct2): a target_prefix (a /v1/score target) per
+    source, fewer or more, texts or ids, is a 422 JSON error naming the field, never a 500 or a padded answer."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from tfm_export.serve.app import create_app
+    from tfm_export.serve.engine import ServeSettings
+
+    runtime, _, _ = pair("marian")
+    texts, srcs, targets = sources_of(runtime, "marian", 3)
+    ids = [runtime.encode(t) for t in texts]
+    target_ids = [runtime.encode_target(t) for t in targets]
+    with TestClient(create_app(ServeSettings(str(trained_export("marian"))))) as client:
+        for path, body, field in [
+                ("/v1/translate", {"texts": texts, "target_prefix": ["six"] * 4}, "target_prefix"),
+                ("/v1/translate", {"texts": texts, "target_prefix": []}, "target_prefix"),
+                ("/v1/translate", {"ids": ids, "target_prefix": [[5]] * 2}, "target_prefix"),
+                ("/v1/translate", {"texts": texts + [""], "target_prefix": ["six"] * 3}, "target_prefix"),
+                ("/v1/translate", {"texts": texts, "target_prefix": ["six"] * 4, "return_alternatives": True},
+                 "target_prefix"),
+                ("/v1/score", {"texts": texts, "targets": targets + targets[:1]}, "targets"),
+                ("/v1/score", {"ids": ids, "target_ids": target_ids[:2]}, "target_ids"),
+                ("/v1/score", {"ids": ids, "target_ids": target_ids * 2}, "target_ids")]:
+            steps = {"max_new_tokens": STEPS} if path == "/v1/translate" else {}
+            answer = client.post(path, json={**body, **steps})
+            assert answer.status_code == 422, (body, answer.text)
+            error = answer.json()
+            assert field in error["error"] and field in error.get("fields", [error.get("field")]), error

@@ -6,7 +6,8 @@ on every operation, the coverage phase (boundary values: each minimum and maximu
 empty strings and lists) included, with two checks of this server's own (HOOKS): a value the schema
 refuses is a 422 naming the field (413 only for the size limits, naming the limit), and an empty text
 translates to an empty text; and one hook: a valid request's `target_prefix` (/v1/score's targets) gets one
-item per source, the one rule the schema states in words only. Deterministic (schemathesis' deterministic generation, no seed) and
+item per source, the one rule the schema states in words only. The examples phase sends the schema's examples
+(valid prefixed, alternatives and score requests: serve.contract_ct2). Deterministic (schemathesis' deterministic generation, no seed) and
 bounded: a fixed number of cases per operation against a tiny model with small limits, so that every
 valid request decodes fast."""
 
@@ -152,8 +153,14 @@ def test_every_answer_is_one_the_schema_documents(server, tmp_path):
     # every valid request schemathesis made was answered 2xx (its "rejected" counts the others)
     rates = report["valid_rates"]
     assert set(rates) == OPERATIONS
-    # the schema has no examples (that phase skips); boundary values and random ones on every operation
+    # boundary values and random ones on every operation; CTranslate2's routes' schemas have examples
+    # (serve.contract_ct2: valid target_prefix, return_alternatives and score requests), each sent and answered
     assert all({"coverage", "fuzzing"} <= set(phases) for phases in rates.values()), rates
+    schema = httpx.get(f"{url}/openapi.json").json()["components"]["schemas"]
+    for operation, name in (("POST /v1/translate", "TranslateRequest"), ("POST /v1/score", "ScoreRequest")):
+        given = schema[name]["examples"]
+        assert any("target_prefix" in e or "target_ids" in e for e in given), given
+        assert rates[operation]["examples"]["accepted"] >= len(given), (operation, rates[operation])
     counts = [phase for phases in rates.values() for phase in phases.values()]
     assert all(phase["rejected"] == 0 and phase["accepted"] > 0 for phase in counts), rates
     translated = scrape(url)["tfm_export_requests_total"][OK] - before

@@ -13,9 +13,12 @@ over a size limit):
   per run of those, beside serve.contract's;
 - a scored source is not empty (a character tokenizer: at least one character).
 
-One rule is in the fields' descriptions only: one prefix (target) per source. JSON Schema cannot compare two
-arrays' lengths, and a branch per source count, times the decoding branches, is past what schema-driven
-generators take (schemathesis' canonical form gives up at about 50 branches).
+One rule is in the fields' descriptions only: one prefix (target) per source (serve.ct2 answers a 422 naming
+the field). JSON Schema cannot compare two arrays' lengths, and a branch per source count, times the decoding
+branches, is past what schema-driven generators take (schemathesis' canonical form gives up at about 50
+branches). So that valid prefixed requests are sent on every run, both request schemas carry `examples` of this
+model's (`translate_examples`, `score_examples`: ids within its vocabularies, a text target where its tokenizer
+encodes one), which schemathesis' examples phase sends and checks against the response schema.
 
 serve.app installs them with serve.contract's (install_openapi's `more`: CONSTRAINTS), TranslateRequest's after
 serve.contract.constrain (its decoding branches at allOf[1], its split_sentences rule at allOf[2]).
@@ -89,6 +92,47 @@ def constrain_translate(request: dict[str, Any], model: Any, settings: ServeSett
     # split_sentences translates documents, sentence by sentence: not streamed, and no prefix or alternatives
     request["allOf"][2] = {"anyOf": [{"properties": {"split_sentences": {"const": False}}}, {"properties": {
         "stream": {"const": False}, "return_alternatives": {"const": False}}, "not": {"required": ["target_prefix"]}}]}
+    request["examples"] = translate_examples(model, bounds)
+
+
+def _example_ids(vocab: int, count: int) -> list[int]:
+    """`count` ids of a vocabulary of `vocab` for the examples: past the usual specials where there is room."""
+    return [min(4 + i, vocab - 1) for i in range(count)]
+
+
+def _target_text(model: Any) -> str | None:
+    """A short target text the tokenizer encodes (a character tokenizer's first characters), or None."""
+    tokenizer = model.manifest.tokenizer or {}
+    if not tokenizer or getattr(model.tokenizer, "encode_target", None) is None:
+        return None
+    return "".join(tokenizer["tgt_vocab"][tokenizer.get("specials", 3):][:2]) if tokenizer.get("type") == "chars" \
+        else "a"
+
+
+def translate_examples(model: Any, bounds: Limits) -> list[dict[str, Any]]:
+    """Valid prefixed and alternatives requests for this model (the schema's `examples`): one prefix per source,
+    ids and (where the tokenizer encodes target text) text; alternatives after no prefix and after one."""
+    src, (tgt,) = _example_ids(bounds.src_vocab, 2), _example_ids(model.config.tgt_vocab_size, 1)
+    pair = min(2, bounds.max_texts)
+    text = _target_text(model)
+    first: str | list[int] = text if text else [tgt]
+    out: list[dict[str, Any]] = [{"ids": [src], "target_prefix": [[tgt]]},
+                                 {"ids": [src[:1]] * pair, "target_prefix": [first] + [[]] * (pair - 1)}]
+    n = min(2, bounds.max_beams, bounds.max_rows)
+    out.append({"ids": [src], "return_alternatives": True, **({"num_return_sequences": n} if n > 1 else {})})
+    out.append({"ids": [src], "target_prefix": [[tgt]], "return_alternatives": True})
+    return out
+
+
+def score_examples(model: Any, bounds: Limits) -> list[dict[str, Any]]:
+    """Valid /v1/score requests for this model (the schema's `examples`): one target per source, ids and text."""
+    src, tgt = _example_ids(bounds.src_vocab, 2), _example_ids(model.config.tgt_vocab_size, 2)
+    pair = min(2, bounds.max_texts)
+    text = _target_text(model)
+    out: list[dict[str, Any]] = [{"ids": [src] * pair, "target_ids": [tgt, tgt[:1]][:pair]}]
+    if text:
+        out.append({"ids": [src], "targets": [text]})
+    return out
 
 
 def constrain_score(request: dict[str, Any], model: Any, settings: ServeSettings) -> None:
@@ -111,6 +155,7 @@ def constrain_score(request: dict[str, Any], model: Any, settings: ServeSettings
     _nullable(props, "target_lang", {"type": "string", "enum": view.targets} if view.targets else None)
     request["allOf"] = [{"oneOf": [{"required": [name], "properties": {name: {"type": "array"}}} for name in pair]}
                         for pair in (("texts", "ids"), ("targets", "target_ids"))]
+    request["examples"] = score_examples(model, bounds)
 
 
 CONSTRAINTS = {"TranslateRequest": constrain_translate, "ScoreRequest": constrain_score}  # install_openapi's `more`
