@@ -20,8 +20,8 @@ from pathlib import Path
 
 import hf_fixtures as H
 
-FOLDER = H.HERE / "fixtures" / "trained_copy" / "bart"
-FAMILY = "bart"  # the family whose config, special ids and published generation_config.json the folder has
+ROOT = H.HERE / "fixtures" / "trained_copy"  # one folder per family: its config, ids, generation_config.json
+FOLDER = ROOT / "bart"
 TRAIN_SEED, HELDOUT_SEED = 1234, 99  # held-out pairs come from a generator the training never uses
 WORDS = tuple("""
 the a one two three small large old new red blue green dark bright quiet loud river hill town road field
@@ -78,8 +78,16 @@ def build_copy_tokenizer(folder: Path, corpus: list[str]):
     return H.hf_tokenizer(folder)
 
 
-def copy_folder() -> Path:
-    """The committed copy-heavy BART folder (tests/fixtures/README.md, "Copy-heavy BART")."""
-    if not (FOLDER / "model.safetensors").exists():
-        raise FileNotFoundError(f"{FOLDER} is not trained: run tests/fixtures/train_copy_fixture.py")
-    return FOLDER
+def build_tokenizer(family: str, folder: Path, corpus: list[str]):
+    """bart: build_copy_tokenizer (every word one token); other families: hf_fixtures' own, on this corpus."""
+    if family == "bart":
+        return build_copy_tokenizer(folder, corpus)
+    return H.build_tokenizer(family, folder, (corpus, corpus))
+
+
+def copy_folder(family: str = "bart") -> Path:
+    """A committed copy-heavy folder (tests/fixtures/README.md, "Copy-heavy BART")."""
+    folder = ROOT / family
+    if not (folder / "model.safetensors").exists():
+        raise FileNotFoundError(f"{folder} is not trained: run tests/fixtures/train_copy_fixture.py {family}")
+    return folder

@@ -239,9 +239,9 @@ def _corpus(family: str) -> tuple[list[str], list[str]]:
     return src + UNICODE, tgt + UNICODE
 
 
-def build_tokenizer(family: str, folder: Path):
-    """Train the family's tokenizer on its task corpus (and UNICODE) and save_pretrained it in `folder`
-    (Fixture.tokenizer builds it).
+def build_tokenizer(family: str, folder: Path, corpus: tuple[list[str], list[str]] | None = None):
+    """Train the family's tokenizer on its task corpus (and UNICODE), or on `corpus` (sources, targets:
+    another task's, tests/copy_fixtures.py), and save_pretrained it in `folder` (Fixture.tokenizer builds it).
 
     Returns the tokenizer as AutoTokenizer loads it back from `folder`."""
     record = fixture(family)
@@ -250,7 +250,7 @@ def build_tokenizer(family: str, folder: Path):
     stage = folder / ".tokenizer"
     stage.mkdir()
     try:
-        src, tgt = _corpus(family)
+        src, tgt = _corpus(family) if corpus is None else (corpus[0] + UNICODE, corpus[1] + UNICODE)
         tok = record.tokenizer(record, stage, src, tgt)
         tok.save_pretrained(folder)
         # transformers 5 saves tokenizer.json (+ tokenizer_config.json) only; the published folders also
