@@ -21,7 +21,7 @@ from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
 from tfm_export.manifest import EARLIER_LOGITS
 from tfm_export.runtime import RuntimeOptions, open_export
-from tfm_export.runtime.decode import draft_length, speculative
+from tfm_export.runtime.decode import draft_length, speculative, speculative_sampling
 from tfm_export.runtime.decode.draft_length import DraftLength
 from tfm_export.runtime.decode.loop import DecodeTimings
 from tfm_export.runtime.decode.proposers import PromptLookup
@@ -318,3 +318,42 @@ def test_a_slow_proposer_is_switched_off_in_a_real_decode(tiny_export):
     steps = sum(len(r) + 1 for r in plain)
     assert policy.pauses >= 1 and proposer.calls <= draft_length.TRIAL * (1 + policy.pauses)
     assert proposer.calls < steps / 4
+
+
+def speculated_hypotheses(model, sources, config, assistant=None) -> list:
+    """Each source's speculative Hypothesis (runtime.decode.speculative.scored; sampling:
+    speculative_sampling.sample_hypotheses), on the model's checking cache."""
+    cache, tokenizer, steps = model.checking_cache(), model.manifest.tokenizer, model.steps_for(config)
+    inputs = [model.source_input([s]) for s in sources]
+    if config.do_sample:
+        return speculative_sampling.sample_hypotheses(cache, inputs, config, model.config, tokenizer, assistant,
+                                                      steps)
+    out = []
+    for src in inputs:
+        proposer, policy = speculative.proposal(config, model.config, tokenizer, assistant)
+        out.append(speculative.scored(cache, src, proposer, policy, steps, model.config, config))
+    return out
+
+
+@pytest.mark.parametrize("which", ["t5", "bundled"])
+def test_speculative_hypotheses_carry_plain_greedys_score(speculative_exports, bundled_export, which):
+    """Prompt lookup and a draft (flan_t5 for t5; the bundled model drafts for itself), greedy plain and under a
+    repetition penalty, and sampling at top_k 1 (greedy's ids): each hypothesis has plain greedy's ids and its
+    score (TokenPicker's sum of log p of the processed scores), not nan."""
+    folder, draft_folder = (speculative_exports("t5"), speculative_exports("flan_t5")) if which == "t5" \
+        else (bundled_export,) * 2
+    model, draft = open_export(folder, "cpu"), open_export(draft_folder, "cpu")
+    if which == "t5":
+        sources = sources_of(model, "t5")
+    else:
+        sources = [model.encode(t) for t in ("12", "345", "1001", "99999")]
+    for base in (GREEDY, GREEDY.replace(repetition_penalty=1.3)):
+        plain = [h[0] for h in model.generate(sources, config=base)]
+        assert all(np.isfinite(h.score) and h.score < 0 for h in plain)
+        for config, assistant in ((base.replace(prompt_lookup_num_tokens=3), None),
+                                  (base.replace(num_assistant_tokens=4), draft),
+                                  (base.replace(do_sample=True, top_k=1, seed=3, prompt_lookup_num_tokens=3), None),
+                                  (base.replace(do_sample=True, top_k=1, seed=3), draft)):
+            got = speculated_hypotheses(model, sources, config, assistant)
+            assert [h.ids for h in got] == [h.ids for h in plain]
+            np.testing.assert_allclose([h.score for h in got], [h.score for h in plain], rtol=1e-5, atol=1e-5)

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from ...config import TransformerConfig
-from ..options.generation import GenerationConfig
+from ..options.generation import GenerationConfig, Hypothesis
 from . import speculative
 from .draft_length import DraftLength
-from .processors import process
+from .processors import log_softmax, process
 from .proposers import DraftModel
 from .sampling import SplitMix64, draw, row_generators, warp
 
@@ -93,17 +93,20 @@ class Sampler:
         """The sampler of a row of at most `steps` ids decoded under `config` by a model of `cfg`."""
         return cls(config, cfg.eos_id, tuple(cfg.suppress_ids), steps - 1, generator)
 
-    def probabilities(self, logits: np.ndarray, ids: list[int]) -> np.ndarray:
+    def processed(self, logits: np.ndarray, ids: list[int]) -> np.ndarray:
         """(n, vocab) logits of the last n positions of decoder input `ids` (row j: after ids[:len(ids) - n + 1
-        + j]) -> (n, vocab) float64 probabilities, each processed on its own history and step."""
+        + j]) -> (n, vocab) float64 scores, each processed on its own history and step."""
         n, base = logits.shape[0], len(ids) - logits.shape[0] + 1
         out = np.empty(logits.shape, dtype=np.float64)
         for j in range(n):
             prefix = np.array([ids[:base + j]], dtype=np.int64)  # (1, length)
-            scores = process(logits[j:j + 1].astype(np.float64), prefix, prefix.shape[1] - self.prompt,
-                             self.last_step, self.config, self.eos_id, self.banned)
-            out[j] = distribution(scores[0], self.config)
+            out[j] = process(logits[j:j + 1].astype(np.float64), prefix, prefix.shape[1] - self.prompt,
+                             self.last_step, self.config, self.eos_id, self.banned)[0]
         return out
+
+    def probabilities(self, logits: np.ndarray, ids: list[int]) -> np.ndarray:
+        """`processed`'s rows -> (n, vocab) float64 probabilities, what sampling draws from."""
+        return np.stack([distribution(row, self.config) for row in self.processed(logits, ids)])
 
     def draft(self, logits: np.ndarray, ids: list[int]) -> tuple[int, np.ndarray]:
         """A draft model's next id after decoder input `ids`, from its last position's logits (1, vocab), and
@@ -117,10 +120,14 @@ class SamplingCheck:
     emits, the accepted drafted ids then one drawn id (a residual's, or the bonus from p_{k+1}), which
     runtime.decode.speculative.speculate keeps as it keeps a greedy check's matching picks. A rejected id's
     residual gives it no probability, so the drawn id differs from the draft where the draft was rejected.
-    `proposer`: the step's, whose `probabilities` are the draft's q (None: one-hot)."""
+    `proposer`: the step's, whose `probabilities` are the draft's q (None: one-hot). `logprobs`: each emitted
+    id's log_softmax of its processed scores (before the warpers, EOS included), as TokenPicker scores a
+    sampled row."""
 
     def __init__(self, sampler: Sampler, proposer: Any):
         self.sampler, self.proposer, self.eos_id = sampler, proposer, sampler.eos_id
+        self.logprobs: list[float] = []
+        self.pending: list[float] = []
 
     def forced(self, step: int) -> int | None:
         return None  # `process` forces forced_bos_token_id and forced EOS itself: one-hot p
@@ -128,23 +135,35 @@ class SamplingCheck:
     def picks(self, state: Any, history: list[int], draft: list[int], step: int) -> list[int]:
         logits = state.position_logits()[0]  # (fed, vocab): the last len(draft) + 1 are the checked positions
         q = getattr(self.proposer, "probabilities", None) if draft else None
-        sampler = self.sampler
-        p = sampler.probabilities(logits[logits.shape[0] - len(draft) - 1:], history + draft)
-        return accept(draft, p, q, sampler.generator)[0]
+        scores = self.sampler.processed(logits[logits.shape[0] - len(draft) - 1:], history + draft)
+        p = np.stack([distribution(row, self.sampler.config) for row in scores])
+        emitted = accept(draft, p, q, self.sampler.generator)[0]
+        logp = log_softmax(scores[:len(emitted)])  # (emitted, vocab)
+        self.pending = [float(logp[j, token]) for j, token in enumerate(emitted)]
+        return emitted
 
     def keep(self, count: int) -> None:
-        pass
+        self.logprobs += self.pending[:count]
 
 
 def sample_sources(cache: Any, sources: list[np.ndarray], config: GenerationConfig, cfg: TransformerConfig,
                    tokenizer: dict | None, assistant: Any | None, steps: int, timings: Any = None,
                    samples: int = 1, first_row: int = 0) -> list[list[int]]:
-    """Sampled ids of each source (1, src_len), one source at a time, speculatively (prompt lookup or the
+    """`sample_hypotheses`' ids."""
+    return [h.ids for h in sample_hypotheses(cache, sources, config, cfg, tokenizer, assistant, steps, timings,
+                                             samples, first_row)]
+
+
+def sample_hypotheses(cache: Any, sources: list[np.ndarray], config: GenerationConfig, cfg: TransformerConfig,
+                      tokenizer: dict | None, assistant: Any | None, steps: int, timings: Any = None,
+                      samples: int = 1, first_row: int = 0) -> list[Hypothesis]:
+    """Sampled rows of each source (1, src_len), one source at a time, speculatively (prompt lookup or the
     `assistant`, as runtime.decode.speculative.proposal picks): `samples` rows per source, row j of source i
     drawing from the generator of decoder row first_row + i * num_return_sequences + j, as plain sampling's
-    rows (runtime.decode.sampling.row_generators), at most `steps` ids each (EOS not returned). A draft model
-    samples with the row's sampler; the draft length follows transformers' schedule alone, from its start for
-    every row (no timing switch-off: the random numbers a row draws depend on its draft lengths)."""
+    rows (runtime.decode.sampling.row_generators), at most `steps` ids each (EOS not returned), each scored as
+    TokenPicker scores a sampled row (SamplingCheck's `logprobs`). A draft model samples with the row's
+    sampler; the draft length follows transformers' schedule alone, from its start for every row (no timing
+    switch-off: the random numbers a row draws depend on its draft lengths)."""
     stride = config.num_return_sequences
     generators = row_generators(config.seed, first_row + len(sources) * stride)[first_row:]
     rows = []
@@ -155,6 +174,7 @@ def sample_sources(cache: Any, sources: list[np.ndarray], config: GenerationConf
             if isinstance(proposer, DraftModel):
                 proposer.sampler = sampler
             policy = DraftLength(policy.start, policy.cap, switch_off=False)
-            rows.append(speculative.speculate(cache, src, proposer, policy, steps, cfg, timings=timings,
-                                              check=SamplingCheck(sampler, proposer)))
+            rows.append(speculative.scored(cache, src, proposer, policy, steps, cfg, config, timings,
+                                           check=SamplingCheck(sampler, proposer)))
     return rows
+
