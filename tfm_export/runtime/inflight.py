@@ -14,6 +14,13 @@ cross; the whole logits cross once per step, only for the groups that sample or 
 processors (1.21x the engine's beam-4 throughput at 64 rows over each group's log-softmax and top-k
 on the host: BENCHMARKS.md, "Serving beam search").
 
+A plain greedy request with prompt_lookup_num_tokens speculates (`Speculating`): its group's strategy is a
+runtime.decode.speculative.SpeculativeRow on a checking state of its own (the growing decoder with
+earlier_logits, which takes the row's last id and its draft in one call and truncates back to the ids kept);
+its rows here stay unbound, since decoder_static takes one id per row a step. Each step of the rows is one
+call of every speculating group's state, emitting one or more ids (plain greedy's); the rows themselves step
+when any other group is bound, so a batch without speculating groups steps exactly as before.
+
 `decode_in_flight` runs sources through this loop alone: how an export's checks (runtime.verify)
 prove that the server's rows decode like decoder.onnx.
 """
@@ -75,7 +82,8 @@ class RowGroup:
     def streams(self) -> bool:
         """Tokens go out as they are chosen (greedy, one sample); else when the search ends (a later
         step can overtake every running beam)."""
-        return isinstance(self.strategy, (Greedy, Speculating)) or (isinstance(self.strategy, TokenPicker) and len(self.rows) == 1)
+        strategy = self.strategy
+        return isinstance(strategy, (Greedy, Speculating)) or (isinstance(strategy, TokenPicker) and len(self.rows) == 1)
 
     def head_run(self) -> tuple[BiasKey, bool] | None:
         """For a beam search whose processors allow it: the (bias, renormalize) of its device-side head
@@ -97,8 +105,9 @@ class RowGroup:
 def speculates(config: GenerationConfig, cache: Any) -> bool:
     """Whether a request of `config` speculates in the rows: plain greedy decoding (Greedy's ids, which
     runtime.decode.checking.ArgmaxCheck checks) with prompt_lookup_num_tokens, and a `cache` that checks drafts
-    (runtime.exported's checking_cache; None: an export from before earlier_logits, decoded plainly)."""
-    return cache is not None and config.prompt_lookup_num_tokens > 0 and config.is_greedy
+    (runtime.exported's checking_cache; None: an export from before earlier_logits, decoded plainly). Forced EOS
+    too (a Marian folder's default): its ids are greedy's one step shorter, as a direct call decodes them."""
+    return cache is not None and config.prompt_lookup_num_tokens > 0 and config.replace(forced_eos=False).is_greedy
 
 
 @dataclass
@@ -114,7 +123,7 @@ class Speculating:
               stats: Speculation) -> "Speculating":
         proposer, policy = proposal(config, cfg, None, None)
         proposer.start(src)
-        check = ArgmaxCheck(cfg, config.forced_bos_token_id)
+        check, steps = ArgmaxCheck(cfg, config.forced_bos_token_id), steps - config.forced_eos  # EOS not sent
         return cls(SpeculativeRow(cache.start(src, 1), proposer, policy, steps, check, [cfg.bos_id], stats),
                    cfg.bos_id)
 

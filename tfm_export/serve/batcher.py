@@ -156,6 +156,7 @@ class InflightBatcher(Engine):
             for token in chosen:
                 if over := self._token(job, int(token)):
                     break
+            over = over or group.finished  # forced EOS: a speculating row ends one id short of its budget
             if over:
                 self._finish(job, group.results())
         elif job.cancelled:

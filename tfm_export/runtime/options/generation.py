@@ -81,8 +81,8 @@ class GenerationConfig:
         None, "The first generated token (transformers' forced_bos_token_id): a multilingual model's target "
               "language, BART's <s>.", "must be a token id (0 or more) or null", minimum=0, serve=False, cli=False)
     # Speculative greedy decoding (runtime.decode.speculative): how fast, never which ids (plain greedy's, id for
-    # id), so it is no part of is_greedy, and a runner that does not speculate (Node) may ignore it; the server speculates
-    # in its rows in flight (runtime.inflight).
+    # id), so it is no part of is_greedy, and a runner that does not speculate (Node) may ignore it; the server
+    # speculates in its rows in flight (runtime.inflight).
     # With do_sample it speculates too (runtime.decode.speculative_sampling): the same distribution, other ids
     # than plain sampling's for a seed (a runner that ignores it samples from that distribution all the same).
     prompt_lookup_num_tokens: int = option(
