@@ -2,7 +2,8 @@
 draft_length.mjs, checking.mjs, states/growing.mjs's feed/positionIds/truncate, speculating.mjs; issue #63): Node's
 ids with prompt lookup and with a draft export equal Python's plain greedy ids and Python's speculative ones, on the
 bundled model, the trained t5 fixture drafted by the trained flan_t5 fixture (tests/fixtures/trained: the same
-tokenizer) and the tiny random export; drafts are really accepted (the `speculation` counts: fewer decoder calls
+tokenizer) and the tiny random export, greedy under processors too (TokenPicker's ids), generate's speculative
+hypotheses scored as plain decoding's; drafts are really accepted (the `speculation` counts: fewer decoder calls
 than ids); a draft of another vocabulary is refused in one line, by the API and by the CLI's --assistant."""
 
 from __future__ import annotations
@@ -42,10 +43,18 @@ const counted = async (opts) => {
   return { ids, speculation, steps: timings.stepsMs.length };
 };
 const out = { plain: await model.generateIds(job.sources), lookup: {}, draft: {} };
-for (const n of [1, 3, 10]) out.lookup[n] = await counted({ promptLookupNumTokens: n });
-for (const n of [1, 5, 20]) out.draft[n] = await counted({ assistant: draft, numAssistantTokens: n });
+for (const n of job.lookups) out.lookup[n] = await counted({ promptLookupNumTokens: n });
+for (const n of job.drafts) out.draft[n] = await counted({ assistant: draft, numAssistantTokens: n });
 out.self = await counted({ assistant: model });
-out.generate = (await model.generate(job.sources, { promptLookupNumTokens: 3 })).map(([h]) => h.ids);
+out.generate = (await model.generate(job.sources, { promptLookupNumTokens: 3 })).map(([h]) => h);
+out.processed = [];
+for (const [i, options] of job.processed.entries()) {  // greedy under processors: ProcessorCheck
+  const row = { plain: await model.generateIds(job.sources, options) };
+  row.lookup = await counted({ ...options, promptLookupNumTokens: 3 });
+  // a draft length of its own: a fresh policy (kept per model, proposer and length), which drafts after 3 plain steps
+  row.self = await counted({ ...options, assistant: model, numAssistantTokens: 7 + i });
+  out.processed.push(row);
+}
 out.refused = null;
 if (job.other) {
   const other = await openExport(job.other);
@@ -69,8 +78,17 @@ def trained(tmp_path_factory):
     return export
 
 
-def node_run(tmp_path: Path, **job) -> dict:
-    (tmp_path / "job.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in job.items()}))
+# greedy under processors, Node's options and Python's
+PROCESSED = [({"repetitionPenalty": 1.3}, {"repetition_penalty": 1.3}),
+             ({"noRepeatNgramSize": 2, "minNewTokens": 3}, {"no_repeat_ngram_size": 2, "min_new_tokens": 3}),
+             ({"forcedEos": True, "maxNewTokens": 6}, {"forced_eos": True, "max_new_tokens": 6})]
+
+
+def node_run(tmp_path: Path, lookups=(1, 10), drafts=(2, 20), processed=True, **job) -> dict:
+    """The script's answers on `job` (export, draft, other: folders; sources); `processed`: PROCESSED's runs too."""
+    job = {k: str(v) if isinstance(v, Path) else v for k, v in job.items()}
+    (tmp_path / "job.json").write_text(json.dumps({**job, "lookups": lookups, "drafts": drafts,
+                                                   "processed": [node for node, _ in PROCESSED] if processed else []}))
     (tmp_path / "run.mjs").write_text(SCRIPT)
     done = subprocess.run(["node", tmp_path / "run.mjs", NODE, tmp_path / "job.json"], capture_output=True,
                           text=True, timeout=300)
@@ -85,7 +103,6 @@ def check_parity(got: dict, folder: Path, sources: list[list[int]]) -> None:
     plain = model.generate_ids(sources, config=GREEDY)
     assert got["plain"] == plain
     assert model.generate_ids(sources, config=GREEDY, prompt_lookup_num_tokens=3) == plain
-    assert model.generate_ids(sources, config=GREEDY, assistant=open_export(folder, "cpu")) == plain
     budget = model.config.max_len  # a row that reaches it ends without EOS
     tokens = sum(len(r) + (len(r) < budget) for r in plain)  # EOS counts: plain greedy makes a decoder call per id
     for run in [*got["lookup"].values(), *got["draft"].values(), got["self"]]:
@@ -97,14 +114,22 @@ def check_parity(got: dict, folder: Path, sources: list[list[int]]) -> None:
         assert tokens <= stats["calls"] + stats["accepted"] <= tokens + len(sources)
     assert got["self"]["speculation"]["accepted"] > 0  # the model drafting for itself is always right
     assert got["self"]["speculation"]["calls"] < tokens
-    assert got["generate"] == plain
+    assert [h["ids"] for h in got["generate"]] == plain  # generate's hypotheses: scored as plain decoding's
+    python = [h[0].score for h in model.generate(sources, config=GREEDY)]
+    assert np.allclose([h["score"] for h in got["generate"]], python, rtol=0, atol=1e-4)
+    for (_, python), row in zip(PROCESSED, got["processed"]):  # TokenPicker's ids, drafted or not
+        expected = model.generate_ids(sources, config=GREEDY, **python)
+        assert row["plain"] == row["lookup"]["ids"] == row["self"]["ids"] == expected
+        assert model.generate_ids(sources, config=GREEDY, prompt_lookup_num_tokens=3, **python) == expected
+        assert row["self"]["speculation"]["drafted"] > 0
 
 
 def test_node_speculates_the_t5_fixture_drafted_by_flan_t5(tmp_path, trained, tiny_export):
     folder, draft = trained("t5"), trained("flan_t5")
     model = open_export(folder, "cpu")
-    sources = [model.encode(e.source) for e in hf_fixtures.task_examples("t5")][:8]
-    got = node_run(tmp_path, export=folder, draft=draft, other=tiny_export, sources=sources)
+    sources = [model.encode(e.source) for e in hf_fixtures.task_examples("t5")][:4]
+    got = node_run(tmp_path, lookups=(3,), drafts=(1, 5), processed=False, export=folder, draft=draft,
+                   other=tiny_export, sources=sources)
     check_parity(got, folder, sources)
     for run in got["draft"].values():  # another model of the same tokenizer: right often
         assert run["speculation"]["accepted"] > 0 and run["speculation"]["calls"] < sum(len(r) + 1 for r in run["ids"])

@@ -42,11 +42,12 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "runtime/decode/processors.py": ("decode/processors.mjs", (),
                                      ("log_softmax", "banned_ngram_tokens", "process=processRow")),
     "runtime/states/growing.py": ("states/growing.mjs", ("GrowingCache", "GrowingState"), ()),
-    # speculative greedy decoding (issue #63); Node checks drafts on the argmax only (no ProcessorCheck, no sampling)
-    "runtime/decode/speculative.py": ("decode/speculative.mjs", ("Speculation",), ("speculate", "wanted", "proposal")),
+    # speculative greedy decoding (issue #63), plain and under processors; Node has no speculative sampling
+    "runtime/decode/speculative.py": ("decode/speculative.mjs", ("Speculation",),
+                                      ("speculate", "wanted", "checkable", "proposal")),
     "runtime/decode/proposers.py": ("decode/proposers.mjs", ("PromptLookup", "DraftModel"), ("check_draft",)),
     "runtime/decode/draft_length.py": ("decode/draft_length.mjs", ("Recent", "DraftLength"), ()),
-    "runtime/decode/checking.py": ("decode/checking.mjs", ("ArgmaxCheck",), ()),
+    "runtime/decode/checking.py": ("decode/checking.mjs", ("ArgmaxCheck", "ProcessorCheck"), ()),
     "runtime/speculating.py": ("speculating.mjs", (), ("speculative_rows",)),
     "runtime/states/nocache.py": ("states/nocache.mjs", ("NoCacheCache", "NoCacheState"), ("runtime_graphs",)),
     "runtime/states/reorder.py": ("states/reorder.mjs", (), ("host_gather=gatherRows",)),

@@ -153,8 +153,8 @@ export async function generate(ort, model, sources, { timings, targetPrefix = nu
   const config = generationConfig(model.manifest, options);
   if (targetPrefix !== null) return decodePrefixed(ort, model, sources, config, targetPrefix);
   const steps = resolveMaxNewTokens(config.maxNewTokens, textConfig(model).max_len);
-  const rows = await speculativeRows(ort, model, sources, steps, config, assistant, { timings, stats: speculation });
-  if (rows) return rows.map((ids) => [{ ids, score: NaN }]); // Python's: a speculative hypothesis has no score (nan)
+  const rows = await speculativeRows(ort, model, sources, steps, config, assistant, { timings, stats: speculation, scored: true });
+  if (rows) return rows.map((hypothesis) => [hypothesis]); // scored as plain decoding scores it
   return decodeAll(ort, model, sources, config, { timings, scored: true });
 }
 

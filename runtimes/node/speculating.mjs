@@ -29,9 +29,12 @@ function obstacle(model, config) {
  * Per source its greedy ids, decoded speculatively (decode/speculative.mjs), or null when the call does not ask
  * for speculation or cannot speculate (a warning says why: it then decodes plainly, the same ids). `steps`: the
  * ids' budget; `timings` gets encoderMs, stepsMs (a step per decoder call), drafted and accepted; `stats`, when
- * given, is filled as a Speculation (calls, drafted, accepted).
+ * given, is filled as a Speculation (calls, drafted, accepted). `scored`: per source a hypothesis { ids, score }
+ * instead, scored as plain decoding scores it (TokenPicker's sum of log p, checked by decode/checking.mjs's
+ * ProcessorCheck: generate's hypotheses).
  */
-export async function speculativeRows(ort, model, sources, steps, config, assistant, { timings = null, stats = null } = {}) {
+export async function speculativeRows(ort, model, sources, steps, config, assistant, { timings = null, stats = null,
+  scored = false } = {}) {
   if (!wanted(config, assistant)) return null;
   if (assistant && typeof assistant.manifest?.config !== 'object') {
     throw new Error('assistant takes an opened export (await openExport(DRAFT_DIR)), not ' +
@@ -50,8 +53,10 @@ export async function speculativeRows(ort, model, sources, steps, config, assist
   for (const source of sources) {
     const { proposer, policy } = proposal(config, model.manifest, assistant, draftCache, model.draftLengths);
     const one = new Speculation();
-    const check = isGreedy(config) ? new ArgmaxCheck(c, config.forcedBosTokenId ?? null) : new ProcessorCheck(config, steps, c);
-    rows.push(await speculate(cache, source, padSources(c, [source]), proposer, policy, steps, c, { timings, stats: one, check }));
+    const check = isGreedy(config) && !scored ? new ArgmaxCheck(c, config.forcedBosTokenId ?? null)
+      : new ProcessorCheck(config, steps, c);
+    const ids = await speculate(cache, source, padSources(c, [source]), proposer, policy, steps, c, { timings, stats: one, check });
+    rows.push(scored ? { ids, score: check.score } : ids);
     if (stats) Object.assign(stats, { calls: stats.calls + one.calls, drafted: stats.drafted + one.drafted, accepted: stats.accepted + one.accepted });
   }
   return rows;

@@ -7,7 +7,7 @@
 // by then), up to the first position whose pick differs from the draft. The draft is accepted while it equals
 // these picks, so the ids are the core strategy's, whatever was drafted.
 // No globals beyond ECMAScript: the browser page may import this file too.
-import { argmax, processRow } from './processors.mjs';
+import { argmax, logProbAt, processRow } from './processors.mjs';
 
 /** Greedy's picks (Python's ArgmaxCheck). `config`: the manifest's model config; `forcedBos`: the forced first id. */
 export class ArgmaxCheck {
@@ -36,6 +36,8 @@ export class ArgmaxCheck {
 export class ProcessorCheck {
   constructor(config, steps, c) {
     Object.assign(this, { config, steps, eosId: c.eos_id, banned: c.suppress_ids ?? [] });
+    this.score = 0; // TokenPicker's: the sum of log_softmax(processed scores) at every kept id, EOS included
+    this.pending = []; // the last picks' log-probabilities
   }
 
   forced() {
@@ -46,6 +48,7 @@ export class ProcessorCheck {
     const { data, vocab } = state.positionLogits(); // one row: (fed, vocab), the last draft.length + 1 checked
     const fed = data.length / vocab;
     const out = [];
+    this.pending = [];
     for (let i = 0; i <= draft.length; i++) {
       const at = (fed - draft.length - 1 + i) * vocab;
       const seen = [...history, ...draft.slice(0, i)]; // what plain decoding fed by then
@@ -53,10 +56,14 @@ export class ProcessorCheck {
         this.config, this.eosId, this.banned);
       const pick = argmax(scores);
       out.push(pick);
+      this.pending.push(logProbAt(scores, pick));
       if (i === draft.length || pick !== draft[i] || pick === this.eosId) break;
     }
     return out;
   }
 
-  keep() {}
+  /** The step emitted its first `count` picks: their log-probabilities join the score. */
+  keep(count) {
+    for (const logProb of this.pending.slice(0, count)) this.score += logProb;
+  }
 }
