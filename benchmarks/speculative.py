@@ -190,7 +190,7 @@ def _t5_trained(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) ->
 def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The copy-heavy BART fixture on its 20 held-out sources: plain greedy against prompt lookup."""
     copy = fixtures.copy()
-    folder = _trained("bart-copy", tmp, copy.copy_folder())
+    folder = _trained("bart-copy", tmp, copy.copy_folder(COPY_FAMILY))
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
     sources = [model.encode(s) for s, _ in copy.copy_examples(20)]
     costs = _call_costs("bart-copy", model, sources[0], args.rounds)
@@ -198,6 +198,7 @@ def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> 
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}), args.rounds), costs
 
 
+COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy}
 
 
