@@ -38,6 +38,9 @@ BUNDLES = {
                                           "decode/loop.mjs", "decode/strategies.mjs", "decode/beam.mjs",
                                           "decode/sampling.mjs", "decode/processors.mjs", "decode/prefix.mjs",
                                           "decode/scoring.mjs", "decode/vmap.mjs",
+                                          # speculative greedy decoding (api.mjs imports speculating.mjs)
+                                          "speculating.mjs", "decode/speculative.mjs", "decode/proposers.mjs",
+                                          "decode/draft_length.mjs", "decode/checking.mjs",
                                           "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
                                           "states/shortlist.mjs",
                                           "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",
