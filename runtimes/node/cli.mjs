@@ -76,6 +76,7 @@ async function openLocal(exportDir, ids, assistantDir) {
   const model = await openExport(exportDir);
   if (!ids && !model.tokenizer) {
     await model.release();
+    await assistant?.release();
     throw new Error('this export has no tokenizer; pass token ids with --ids');
   }
   const show = (row) => (ids ? row.join(' ') : model.tokenizer.decode(row));
