@@ -142,6 +142,7 @@ def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
     assert f"tfm_export_speculative_accepted_total {float(spec.accepted)}" in metrics
 
 
+@pytest.mark.slow  # exports the fixture with its static decoders (~1 min on 2 cores)
 @pytest.mark.parametrize("family", ["t5", "marian"])
 def test_trained_fixtures_served_with_prompt_lookup_equal_direct_calls(trained_static, family):
     model = open_export(trained_static(family), "cpu")
@@ -149,6 +150,7 @@ def test_trained_fixtures_served_with_prompt_lookup_equal_direct_calls(trained_s
     served_equal_direct(trained_static(family), sources)
 
 
+@pytest.mark.slow  # exports the bundled model with its static decoders
 def test_the_bundled_model_served_with_prompt_lookup(tmp_path):
     if not BUNDLED.exists():
         pytest.skip("the bundled model is not trained yet")

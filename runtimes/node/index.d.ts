@@ -369,13 +369,14 @@ export interface DecodingOptions {
    */
   forcedBosTokenId?: number;
   /**
-   * Greedy: draft up to this many ids a step from n-grams of the source and the output so far, checked in one decoder
-   * step (transformers' prompt_lookup_num_tokens; the output is plain greedy's; 0: off).
+   * Greedy decoding and sampling: draft up to this many ids a step from n-grams of the source and the output so far,
+   * checked in one decoder step (transformers' prompt_lookup_num_tokens; greedy: plain greedy's ids; sampling: the same
+   * distribution; 0: off).
    */
   promptLookupNumTokens?: number;
   /**
-   * Greedy with an assistant (a draft export): the ids it drafts at first; then +2 after a step that accepts them all,
-   * -1 otherwise (transformers' heuristic schedule).
+   * Greedy decoding and sampling with an assistant (a draft export): the ids it drafts at first; then +2 after a step
+   * that accepts them all, -1 otherwise (transformers' heuristic schedule).
    */
   numAssistantTokens?: number;
   /** Log-softmax again after the logits processors (transformers' renormalize_logits). */
