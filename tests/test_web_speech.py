@@ -52,7 +52,11 @@ FILES = [("input", "wav", {}, {}),
          ("drop", "flac", {"language": "en", "prompt": "drei sieben"}, {"language": "en", "prompt": "drei sieben"}),
          # two utterances 12 s apart in low noise (issue #60's recording): "skip silence" on the page, vad=True here
          ("drop", "wav", {"language": "en", "timestamps": True, "vad": True},
-          {"language": "en", "timestamps": True, "vad": True})]
+          {"language": "en", "timestamps": True, "vad": True}),
+         # over 30 s of utterances (two VAD chunks), batched ("batch" 4 on the page, batch_size=4 here), the
+         # language detected
+         ("drop", "wav", {"timestamps": True, "vad": True, "batchSize": 4},
+          {"timestamps": True, "vad": True, "batch_size": 4})]
 PAUSE = 12.0  # seconds between the VAD file's utterances
 
 
@@ -89,6 +93,21 @@ def paused(utterances: list[Spoken]) -> np.ndarray:
     return np.concatenate([noise[:RATE // 2], first, noise, second, noise[:RATE // 2]])
 
 
+def many(utterances: list[Spoken]) -> np.ndarray:
+    """The utterances 3 s apart in noise (more than the VAD's 2 s of silence that ends speech), until there is
+    more than a window (30 s) of speech: the VAD's chunks join speech up to a window (the pauses left out), so
+    these are two chunks, to batch."""
+    noise = np.random.default_rng(1).normal(0, 0.003, 3 * RATE).astype(np.float32)
+    parts, speech = [noise[:RATE // 2]], 0
+    for spoken in utterances * 4:
+        samples = spoken.samples()
+        parts += [samples, noise]
+        speech += len(samples)
+        if speech > 31 * RATE:
+            return np.concatenate(parts)
+    raise AssertionError("not 30 s of held-out speech")
+
+
 def for_the_page(result: dict) -> dict:
     """Python's `transcribe` result as the page's test compares it: segments with the EXACT fields (equal), and
     each segment's MEASURES apart (within 1e-4: the browser's float32 logits are summed in another order)."""
@@ -96,11 +115,20 @@ def for_the_page(result: dict) -> dict:
             "measures": [{k: s[k] for k in MEASURES} for s in result["segments"]], "srt": to_srt(result["segments"])}
 
 
+def chunks_of(runtime, path: str) -> list:
+    """The VAD's chunks of a recording (the default parameters, as the page's)."""
+    from tfm_export.runtime.speech.chunks import speech_chunks
+    from tfm_export.runtime.speech.transcribe import _whisper_plan
+
+    return speech_chunks(soundfile.read(path, dtype="float32")[0], _whisper_plan(runtime)).chunks
+
+
 def test_the_page_transcribes_like_python(digits_export, tmp_path):
     runtime = open_export(digits_export, device="cpu")
     files = []
     english = held_out("en")
-    recordings = [english[0].samples(), held_out("de")[0].samples(), english[1].samples(), paused(english[:2])]
+    recordings = [english[0].samples(), held_out("de")[0].samples(), english[1].samples(), paused(english[:2]),
+                  many(english)]
     for n, ((how, kind, mine, theirs), samples) in enumerate(zip(FILES, recordings)):
         path = tmp_path / f"{n}-{how}.{kind}"
         want = for_the_page(runtime.transcribe(write(path, samples), **theirs))
@@ -108,6 +136,8 @@ def test_the_page_transcribes_like_python(digits_export, tmp_path):
     assert len(files[1]["expected"]["segments"]) >= 1 and files[1]["expected"]["language"] == "de"
     first, second = (runtime.transcribe(s.samples(), language="en")["text"].split() for s in english[:2])
     assert files[3]["expected"]["text"].split() == first + second  # both utterances, nothing made up in the pause
+    assert len(chunks_of(runtime, files[4]["path"])) >= 2  # the batch has chunks to decode together
+    assert files[4]["expected"]["ids"] == runtime.transcribe(files[4]["path"], timestamps=True, vad=True)["ids"]
     expected = {"export": str(digits_export), "files": files, "mic": microphone_file(runtime, tmp_path)}
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     out = run_node_tests(RUNTIMES / "web", None, files=("test/speech.test.mjs",),

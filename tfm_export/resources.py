@@ -50,6 +50,8 @@ BUNDLES = {
                                           "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
                                           "speech/alignment.mjs", "speech/fallback.mjs", "speech/streaming.mjs",
                                           "speech/vad.mjs", "speech/chunks.mjs",
+                                          # batched long form (the page's "batch" with "skip silence")
+                                          "speech/batch.mjs", "speech/batch_rounds.mjs", "decode/together.mjs",
                                           "audio/features.mjs", "audio/spectrum.mjs", "audio/io.mjs")),
     # The libraries those import (runtimes/node's copies, after `npm ci` there): served at /npm/
     "fft": Bundle("fft", "runtimes/node/node_modules/fft.js/lib", ("fft.js",), optional=True),

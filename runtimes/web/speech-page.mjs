@@ -7,13 +7,16 @@
 // The latest transcript's subtitles can be downloaded (#speech-srt, speech/whisper.mjs's toSrt: Python's --format srt).
 // While the microphone records, its live text (live-text.mjs: confirmed and tentative) shows as it is spoken.
 // "skip silence" transcribes only the speech Silero VAD finds (/vad/'s model, /lib/speech/chunks.mjs: Node's
-// transcribe with vad: true, so the page's text is Python's transcribe(vad=True)'s).
+// transcribe with vad: true, so the page's text is Python's transcribe(vad=True)'s). With "batch" above 1 the
+// VAD chunks are decoded that many together (/lib/speech/batch.mjs, Node's transcribe with vad and batchSize:
+// the encoder batched over a round's chunks, the decoder's rows together), the text Python's batch_size's.
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
 import { liveText } from './live-text.mjs';
 import { featureConfig } from '/lib/audio/features.mjs';
 import { audioSamples, toSrt, transcribe } from '/lib/speech/whisper.mjs';
+import { transcribeBatch } from '/lib/speech/batch.mjs';
 import { transcribeSpeech, whisperPlan } from '/lib/speech/chunks.mjs';
 import { MODEL_FILE as VAD_FILE, vadSession } from '/lib/speech/vad.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
@@ -63,6 +66,24 @@ function vad(ort) {
   return vadLoading;
 }
 
+/** VAD chunks decoded together (the form's batch, with "skip silence"; 1: one after the other). */
+function batchSize() {
+  const size = Number($('speech-batch').value);
+  if (!Number.isInteger(size) || size < 1) throw new Error(`batch must be a whole number of 1 or more, got ${$('speech-batch').value}`);
+  return size;
+}
+
+/** The recording's transcription as the form asks: whole, its speech chunk by chunk, or its chunks batched. */
+async function transcribePage(ort, model, samples, options) {
+  if (!$('speech-vad').checked) return transcribe(ort, model, samples, options);
+  const [session, size] = [await vad(ort), batchSize()];
+  const one = (chunk, o) => transcribe(ort, model, chunk, o);
+  const plan = whisperPlan(model.manifest);
+  if (size === 1) return transcribeSpeech(ort, session, samples, one, plan, null, options);
+  const { label, ...rest } = options;
+  return (await transcribeBatch(ort, model, [samples], one, plan, size, { ...rest, session, labels: [label] }))[0];
+}
+
 /** Inputs off while a recording is transcribed (one at a time: the sessions are not re-entrant). */
 function setBusy(busy) {
   $('audio-file').disabled = busy;
@@ -85,17 +106,15 @@ function transcriber(ort, model, samplingRate, setStatus) {
       setStatus(`transcribing ${name}…`);
       const options = speechOptions();
       const start = performance.now();
-      const result = $('speech-vad').checked
-        ? await transcribeSpeech(ort, await vad(ort), samples, (chunk, o) => transcribe(ort, model, chunk, o),
-          whisperPlan(model.manifest), null, { ...options, label: name })
-        : await transcribe(ort, model, samples, { ...options, label: name });
+      const result = await transcribePage(ort, model, samples, { ...options, label: name });
       const ms = performance.now() - start;
       const row = { name, source, ...result, seconds, ms };
       addTranscript(row, options.timestamps);
       offerSubtitles(name, result.segments);
       setStatus(`${name}: ${seconds.toFixed(1)} s transcribed in ${Math.round(ms)} ms ` +
         `(${options.numBeams > 1 ? `beam search, ${options.numBeams} beams` : 'greedy'}` +
-        `${$('speech-vad').checked ? ', speech only (VAD)' : ''}; WASM, 1 thread)`);
+        `${$('speech-vad').checked ? `, speech only (VAD${batchSize() > 1 ? `, batches of ${batchSize()}` : ''})` : ''}` +
+        '; WASM, 1 thread)');
       window.tfmTranscript = row;
     } catch (err) {
       setStatus(`error: ${err.message}`, true);

@@ -3,10 +3,11 @@
 // served by `tfm-export serve-web`, and transcribes: a 16 kHz WAV file chosen with the file input, one
 // dropped on the page (with the form's language, beams and timestamps) and a dropped FLAC file (the
 // browser's decoder), and a dropped recording with a 12 s pause, "skip silence" ticked (Silero VAD from /vad/),
+// its chunks decoded one after the other and then batched (the form's batch: Python's batch_size),
 // give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
 // loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
 // error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
-// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad },
+// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad, batchSize },
 // expected: { text, language, segments (their exact fields), measures (each segment's avg_logprob,
 // compression_ratio, no_speech_prob), ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
@@ -24,8 +25,9 @@ let context;
 const openPage = (problems) => openPageAt(context, url, problems);
 
 /** The form set to `options` (Node's names, as speech.mjs takes them). */
-async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '', vad = false }) {
+async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '', vad = false, batchSize = 1 }) {
   await page.setChecked('#speech-vad', vad);
+  await page.fill('#speech-batch', String(batchSize));
   await page.selectOption('#speech-lang', language);
   await page.fill('#speech-beams', String(numBeams));
   await page.setChecked('#speech-timestamps', timestamps);
@@ -79,6 +81,7 @@ test('a WAV file chosen or dropped is transcribed exactly like the Python runtim
     }));
     assert.equal(got.source, 'file');
     assert.match(await page.textContent('#status'), new RegExp(`^${path.basename(file)}: [\\d.]+ s transcribed in \\d+ ms`));
+    if (options.batchSize > 1) assert.match(await page.textContent('#status'), new RegExp(`batches of ${options.batchSize}`));
     assert.equal((await page.textContent('#transcripts tr:first-child td.out')).includes(want.segments[0].text.trim()), true);
     const srt = await page.evaluate(async () => (await fetch(document.querySelector('#speech-srt').href)).text());
     assert.equal(srt, want.srt, `${what}: the subtitles offered`);
