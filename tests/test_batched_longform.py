@@ -154,7 +154,10 @@ def test_server_chunks_decode_together(digits_export, digits, talk, tmp_path):
     wav = tmp_path / "talk.wav"
     soundfile.write(wav, samples, RATE, subtype="FLOAT")
     samples = soundfile.read(wav, dtype="float32")[0]
-    want = digits.transcribe(samples, vad=True, timestamps=True)
+    from tfm_export.runtime.speech.fallback import openai_fallback
+
+    # the form leaves temperature out: 0, OpenAI's default, the fallback
+    want = digits.transcribe(samples, vad=True, timestamps=True, **openai_fallback(whisper.speech_settings(digits)[0]))
     assert len(chunks.speech_chunks(samples, plan_of(digits, 30.0)).chunks) >= 2
     with server_process("serve", digits_export, "--max-audio-seconds", 120) as proc:
         answer = httpx.post(f"{proc.url}/v1/audio/transcriptions", timeout=120,
