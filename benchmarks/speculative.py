@@ -15,7 +15,7 @@ Cases (each exported into a temporary folder, without validation):
 - `t5-trained`: the trained t5 fixture (tests/fixtures/trained) on its 20 held-out sources, drafted by the
   trained flan_t5 fixture (the same tokenizer), and by prompt lookup (its outputs copy nothing: the cost of
   drafts that fail).
-- `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 192, 3 + 3 layers, 721 ids;
+- `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 128, 3 + 3 layers, 718 ids;
   its answers are the 20-40 ids of its source before a marker) on its 20 held-out sources
   (tests/copy_fixtures.py), by prompt lookup: issue #63's summarization case.
 `--case NAME` (repeatable) runs only the cases named.
