@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 import hf_fixtures
-from conftest import built_once
-from helpers import run_cli_ok
 from tfm_export.runtime import open_export
 from tfm_export.runtime.options.generation import GREEDY
 
@@ -62,20 +60,6 @@ if (job.other) {
 }
 console.log(JSON.stringify(out));
 """
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """family -> its trained fixture exported without validation (tests/test_speculative.py's build, shared)."""
-    made = {}
-
-    def export(family: str) -> Path:
-        if family not in made:
-            made[family] = built_once(tmp_path_factory, f"speculative-{family}", "out", lambda out: run_cli_ok(
-                hf_fixtures.trained_folder(family), "-o", out, "--no-validate"))
-        return made[family]
-
-    return export
 
 
 # greedy under processors, Node's options and Python's
@@ -124,8 +108,8 @@ def check_parity(got: dict, folder: Path, sources: list[list[int]]) -> None:
         assert row["self"]["speculation"]["drafted"] > 0
 
 
-def test_node_speculates_the_t5_fixture_drafted_by_flan_t5(tmp_path, trained, tiny_export):
-    folder, draft = trained("t5"), trained("flan_t5")
+def test_node_speculates_the_t5_fixture_drafted_by_flan_t5(tmp_path, speculative_exports, tiny_export):
+    folder, draft = speculative_exports("t5"), speculative_exports("flan_t5")
     model = open_export(folder, "cpu")
     sources = [model.encode(e.source) for e in hf_fixtures.task_examples("t5")][:4]
     got = node_run(tmp_path, lookups=(3,), drafts=(1, 5), processed=False, export=folder, draft=draft,
