@@ -357,3 +357,17 @@ def test_speculative_hypotheses_carry_plain_greedys_score(speculative_exports, b
             got = speculated_hypotheses(model, sources, config, assistant)
             assert [h.ids for h in got] == [h.ids for h in plain]
             np.testing.assert_allclose([h.score for h in got], [h.score for h in plain], rtol=1e-5, atol=1e-5)
+
+
+
+def test_generate_speculates_with_plain_greedys_score(speculative_exports):
+    model, draft = open_export(speculative_exports("t5"), "cpu"), open_export(speculative_exports("flan_t5"), "cpu")
+    sources = sources_of(model, "t5")
+    plain = [h[0] for h in model.generate(sources, config=GREEDY)]
+    for options in ({"prompt_lookup_num_tokens": 3}, {"assistant": draft},
+                    {"prompt_lookup_num_tokens": 3, "do_sample": True, "top_k": 1}):
+        timings = DecodeTimings()
+        got = [h[0] for h in model.generate(sources, config=GREEDY, timings=timings, **options)]
+        assert timings.drafted > 0  # it speculated
+        assert [h.ids for h in got] == [h.ids for h in plain]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in plain], rtol=1e-5, atol=1e-5)

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from .decode import speculative
 from .decode.checking import ProcessorCheck
 from .decode.loop import DecodeTimings
-from .decode.speculative_sampling import sample_sources
+from .decode.speculative_sampling import sample_hypotheses, sample_sources
 from .options.generation import GenerationConfig, Hypothesis
 
 log = logging.getLogger(__name__)
@@ -24,15 +24,27 @@ log = logging.getLogger(__name__)
 
 def speculative_hypotheses(model: Any, sources: Sequence[Sequence[int]], config: GenerationConfig, assistant: Any,
                            timings: DecodeTimings | None, row_offset: int) -> list[list[Hypothesis]] | None:
-    """`generate`'s speculative decode (num_beams 1): per source num_return_sequences hypotheses without a score
-    (nan); sampled rows are those of rows row_offset.. of the call. None: `model` cannot check drafts."""
-    n = config.num_return_sequences
-    rows = speculative_rows(model, sources, model.steps_for(config), config, assistant, timings, samples=n,
-                            first_row=row_offset) if config.do_sample else \
-        model.generate_ids(sources, config=config, assistant=assistant, timings=timings)
-    if rows is None:
+    """`generate`'s speculative decode (num_beams 1): per source num_return_sequences hypotheses with plain
+    decoding's score (runtime.decode.speculative.scored: TokenPicker's sum of log p of the processed scores);
+    sampled rows are those of rows row_offset.. of the call. None: `model` cannot check drafts."""
+    n, steps = config.num_return_sequences, model.steps_for(config)
+    if not (config.do_sample or speculative.checkable(config)):
+        rows = model.generate_ids(sources, config=config, assistant=assistant, timings=timings)
+        return [[Hypothesis(r, float("nan")) for r in rows[i:i + n]] for i in range(0, len(rows), n)]
+    cache = model.checking_cache()
+    if cache is None:
+        log.warning("this export's decoder returns only the last position's logits (exported before "
+                    "earlier_logits): decoding without speculation (the same ids)")
         return None
-    return [[Hypothesis(r, float("nan")) for r in rows[i:i + n]] for i in range(0, len(rows), n)]
+    cfg, tokenizer = model.config, getattr(getattr(model, "manifest", None), "tokenizer", None)
+    inputs = [model.source_input(sources[i:i + 1]) for i in range(len(sources))]
+    if config.do_sample:
+        hyps = sample_hypotheses(cache, inputs, config, cfg, tokenizer, assistant, steps, timings, n, row_offset)
+    else:
+        hyps = [speculative.scored(cache, src, *speculative.proposal(config, cfg, tokenizer, assistant,
+                                                                     model.draft_lengths), steps, cfg, config, timings)
+                for src in inputs]
+    return [hyps[i:i + n] for i in range(0, len(hyps), n)]
 
 
 def speculative_rows(model: Any, sources: Sequence[Any], steps: int, config: GenerationConfig, assistant: Any,
