@@ -251,13 +251,19 @@ def check_head_is_int8(folder: Path, graph: str, counts: dict[str, int]) -> None
 
 
 def check_head_is_scanned(folder: Path, graph: str, counts: dict[str, int]) -> None:
-    """Every weight MatMul of `graph` is MatMulNBits, one of them (the head's scan) in blocks of 128, with its
-    candidates scored from the tied embedding: nothing int8, no float head left."""
+    """Every weight MatMul of `graph` is MatMulNBits, the head's scans in blocks of 128, with their candidates
+    scored from the tied embedding: nothing int8, no float head left. The last position's scan is in the graph;
+    where the graph also projects earlier positions (decoder, rows: not the one-position static step), their
+    scan is under export.earlier_head's If, reading the same packed weight."""
     nodes = ops(folder / f"{graph}.onnx")
-    assert "WeightMatMul" not in nodes and "MatMulInteger" not in nodes and len(nodes["TopK"]) == 1, graph
+    top_level = [n.op_type for n in onnx.load(str(folder / f"{graph}.onnx")).graph.node]
+    scans = [n for n in nodes["MatMulNBits"] if n.name.endswith("_scan")]
+    assert "WeightMatMul" not in nodes and "MatMulInteger" not in nodes and top_level.count("TopK") == 1, graph
+    assert len(nodes["TopK"]) == len(scans) == (2 if "If" in top_level else 1), graph
+    assert len({n.input[1] for n in scans}) == 1  # one packed weight for both
     blocks = [helper.get_attribute_value(a) for n in nodes["MatMulNBits"] for a in n.attribute
               if a.name == "block_size"]
-    assert sorted(blocks) == [32] * (len(blocks) - 1) + [128]
+    assert sorted(blocks) == [32] * (len(blocks) - len(scans)) + [128] * len(scans)
     projections = int4_projections(folder / f"{graph}.onnx") - 1
     assert counts == {"int4_matmuls": projections, "int8_matmuls": 0, "block_32": projections, "scan_heads": 1,
                       "scan_tied_rows": 1}

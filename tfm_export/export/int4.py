@@ -38,7 +38,7 @@ import numpy as np
 from ..manifest import EARLIER_LOGITS
 from .gptq import pack_gptq
 from .head_scan import SCAN_BITS, scan_head
-from .int8 import float_matrix, initializer, quantize_matmul_int8, unmap
+from .int8 import Quantized, float_matrix, initializer, quantize_matmul_int8, unmap
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def quantize_int4(src: Path, dst: Path, external: bool, settings: Int4Settings,
     model = ir.load(str(src))  # external weights stay memory-mapped until read
     heads = {} if settings.head == "int4" else _head_matmuls(model.graph)
     packed: dict[Any, tuple[Any, ...]] = {}  # a weight read by several MatMuls is packed once
-    int8_made: dict[Any, Any] = {}  # an input or weight read by several int8 MatMuls is quantised once
+    int8_made = Quantized()  # an input or weight read by several int8 MatMuls is quantised once
     scans: dict[Any, Any] = {}  # the head's scan tables, made once for its two MatMuls
     counts = {"int4_matmuls": 0, "int8_matmuls": 0, **({"gptq_matmuls": 0} if settings.method == "gptq" else {})}
     for node in list(model.graph):
