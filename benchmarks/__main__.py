@@ -17,7 +17,7 @@ SCENARIOS: tuple[Scenario, ...] = (
       "checkouts A/B: greedy and beam 4 ms/token, bundled model and base preset", ("--quick",)),
     S("step", "decode", "benchmarks.decode.step:step_main",
       "checkouts (each with its export) against CTranslate2: one step at small batches, fresh processes"),
-    S("exports", "decode", "benchmarks.decode.exports:exports_main",
+    S("exports", "decode", "benchmarks.decode.step:exports_main",
       "two or more exports of one family folder against each other and CTranslate2"),
     S("nocache", "decode", "benchmarks.decode.nocache:nocache_main",
       "a module export without a KV cache against the native KV-cache export", ("--tiny", "--repeat", "1")),
