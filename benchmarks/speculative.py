@@ -18,6 +18,9 @@ Cases (each exported into a temporary folder, without validation):
 - `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 128, 3 + 3 layers, 718 ids;
   its answers are the 20-40 ids of its source before a marker) on its 20 held-out sources
   (tests/copy_fixtures.py), by prompt lookup: issue #63's summarization case.
+- `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks.families.big_models)
+  float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
+  random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
 `--case NAME` (repeatable) runs only the cases named.
 """
 
@@ -28,7 +31,6 @@ import functools
 import json
 import tempfile
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,6 +48,8 @@ from tfm_export.runtime.decode.loop import DecodeTimings
 
 LOOKUP = 10  # prompt_lookup_num_tokens
 POSITIONS = (1, 2, 3, 5, 9, 11)  # the call-cost table: 1 + k positions
+NLLB_VARIANTS = {"float32": (), "int4": ("--quantize", "int4")}  # nllb-600m-int4-draft: the model, its draft
+NLLB_FIXED = 5  # nllb-600m-int4-draft: the fixed num_assistant_tokens (transformers' "constant" schedule)
 T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 
 
@@ -55,36 +59,69 @@ def _base(folder: Path, quick: bool) -> Path:
     return folder / "onnx"
 
 
-def _trained(family: str, folder: Path, source: Path | None = None) -> Path:
-    """The trained fixture of `family` (or the folder `source`) exported into `folder` without validation."""
+def _trained(family: str, folder: Path, source: Path | None = None, *flags: str) -> Path:
+    """The trained fixture of `family` (or the folder `source`) exported into `folder` without validation, as
+    `tfm-export SOURCE -o OUT --no-validate FLAGS` exports it."""
     from tfm_export.cli import cli
 
     out = folder / family
     source = source or fixtures.hf().trained_folder(family)
-    cli.main([str(source), "-o", str(out), "--no-validate"], standalone_mode=False)
+    cli.main([str(source), "-o", str(out), "--no-validate", *flags], standalone_mode=False)
     return out
 
 
-class _ScheduleOnly:
-    """While in force, new draft-length policies are made without the switch-off (the schedule alone)."""
+def _nllb_exports(work: Path) -> tuple[Path, Path]:
+    """The NLLB-600M layout (random weights: benchmarks.families.big_models) exported float32 and `--quantize
+    int4` into `work`, each reused when there (a 600M export takes minutes on 2 cores)."""
+    from benchmarks.families.backends import prepared
+    from benchmarks.families.big_models import build_folder
+
+    hf = work / "nllb-hf"
+    build_folder("nllb", hf)
+    for variant, flags in NLLB_VARIANTS.items():
+        prepared(work / f"nllb-{variant}", lambda out: _trained(out.name, out.parent, hf, *flags))
+    return work / "nllb-float32", work / "nllb-int4"
+
+
+class _Policy:
+    """While in force, new draft-length policies are made by `made` (None: as the library makes them)."""
+
+    def __init__(self, made: Callable[..., DraftLength] | None):
+        self.made = made
 
     def __enter__(self) -> None:
-        self.made, speculative.DraftLength = speculative.DraftLength, functools.partial(DraftLength, switch_off=False)
+        self.shipped = speculative.DraftLength
+        speculative.DraftLength = self.made or self.shipped
 
     def __exit__(self, *exc: Any) -> None:
-        speculative.DraftLength = self.made
+        speculative.DraftLength = self.shipped
+
+
+class FixedLength(DraftLength):
+    """transformers' "constant" schedule: `start` ids drafted every step, never switched off."""
+
+    def __init__(self, start: int, cap: int | None = None):
+        super().__init__(start, cap, switch_off=False)
+
+    def record(self, drafted: int, accepted: int, emitted: int, seconds: float) -> None:
+        pass  # k stays `start`
+
+
+SCHEDULE_ONLY = functools.partial(DraftLength, switch_off=False)  # the schedule without the switch-off
 
 
 def _side(model: Any, sources: list[list[int]], steps: int, schedule_only: bool = False, repeat: int = 1,
-          **options: Any) -> Callable[[], dict[str, Any]]:
+          policy: Callable[..., DraftLength] | None = None, **options: Any) -> Callable[[], dict[str, Any]]:
     """One run: every source alone (batch 1), greedy, `repeat` times; ms per generated id (EOS counted), what was
     accepted and how often the policy switched speculation off. `schedule_only`: `model` is an opening of its
-    own, whose policies (made on its first run, kept by the runner) have no switch-off."""
+    own, whose policies (made on its first run, kept by the runner) have no switch-off; `policy`: what makes
+    them instead (its own opening too, or options that key a policy of their own: num_assistant_tokens)."""
+    policy = SCHEDULE_ONLY if schedule_only else policy
 
     def run() -> dict[str, Any]:
         timings, ids = DecodeTimings(), []
         pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values())
-        with _ScheduleOnly() if schedule_only else nullcontext():
+        with _Policy(policy):
             start = time.perf_counter()
             for src in sources * repeat:
                 ids += model.generate_ids([src], max_new_tokens=steps, config=GREEDY, timings=timings, **options)
@@ -148,6 +185,7 @@ def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int
                      "calls_per_token": round(last["calls"] / last["tokens"], 3),
                      "acceptance": round(last["accepted"] / last["drafted"], 3) if last["drafted"] else None,
                      "switch_offs": last["pauses"], "same_ids": all(r["ids"] == reference for r in runs),
+                     "distinct": len({i for row in last["ids"] for i in row}),  # 1: a degenerate output
                      "ms_rounds": [round(r["ms"], 3) for r in runs]})
     return rows
 
@@ -155,7 +193,7 @@ def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int
 COLUMNS = [Column("case"), Column("side"), Column("ms_per_token", "ms/token", "{:.3f}"),
            Column("speedup", "x plain", "{:.2f}"), Column("calls_per_token", "decoder calls/token", "{:.3f}"),
            Column("acceptance", "drafts accepted", "{:.0%}"), Column("switch_offs", "switch-offs (last run)"),
-           Column("same_ids", "same ids")]
+           Column("same_ids", "same ids"), Column("distinct", "distinct ids out")]
 COST_COLUMNS = [Column("case"), Column("positions", "positions fed (1 + k)"),
                 Column("ms_per_call", "ms/call", "{:.3f}"), Column("x_plain_step", "x plain step", "{:.2f}")]
 
@@ -198,8 +236,36 @@ def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> 
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}), args.rounds), costs
 
 
+def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The NLLB-600M layout (random weights) float32, drafted by its own `--quantize int4` export: the shipped
+    policy and a fixed draft length, on random ids and on words (the trained nllb fixture's held-out targets
+    through its tokenizer: ids of real text, if of a smaller vocabulary)."""
+    from transformers import AutoTokenizer
+
+    model_folder, draft_folder = _nllb_exports(args.work or tmp)
+    model, draft = open_export(model_folder, args.device, options), open_export(draft_folder, args.device, options)
+    rng, hf = np.random.default_rng(1), fixtures.hf()
+    tokenizer = AutoTokenizer.from_pretrained(hf.trained_folder("nllb"))
+    sources = {"random ids": [rng.integers(4, model.config.src_vocab_size - 1, 24).tolist()
+                              for _ in range(args.sources)],
+               "words": [tokenizer(e.target)["input_ids"] for e in hf.task_examples("nllb")[:args.sources]]}
+    costs = [*_call_costs("nllb-600m float32", model, sources["words"][0], args.rounds),
+             *_call_costs("nllb-600m int4 (the draft)", draft, sources["words"][0], args.rounds)]
+    rows = []
+    for kind, srcs in sources.items():
+        rows += _rows(f"nllb-600m-int4-draft, {kind}", {
+            "plain": _side(model, srcs, args.new_tokens),
+            "int4 self-draft": _side(model, srcs, args.new_tokens, assistant=draft),
+            f"int4 self-draft, fixed {NLLB_FIXED}": _side(model, srcs, args.new_tokens, policy=FixedLength,
+                                                         assistant=draft, num_assistant_tokens=NLLB_FIXED)},
+            args.rounds)
+    return rows, costs
+
+
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
-CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy}
+CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
+         "nllb-600m-int4-draft": _nllb_int4_draft}
+ON_REQUEST = {"nllb-600m-int4-draft"}  # run only when named (a 600M export); --quick: the tiny preset alone
 
 
 def speculative_main() -> None:
@@ -212,11 +278,13 @@ def speculative_main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="the tiny preset alone, instead of base and t5 (smoke run)")
     parser.add_argument("--case", action="append", choices=list(CASES), default=None,
-                        help="run only this case (repeatable; default: every case)")
+                        help="run only this case (repeatable; default: every case but nllb-600m-int4-draft)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="nllb-600m-int4-draft: keep its layout and exports here and reuse them (minutes each)")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads)
-    cases = ["base-random"] if args.quick else args.case or list(CASES)  # the smoke run: the tiny preset alone
+    cases = ["base-random"] if args.quick else args.case or [c for c in CASES if c not in ON_REQUEST]
     rows, costs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in cases:
