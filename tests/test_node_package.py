@@ -120,6 +120,7 @@ def app(tmp_path_factory) -> Path:
          "decode/beam.mjs", "decode/loop.mjs", "decode/prefix.mjs", "decode/processors.mjs", "decode/sampling.mjs",
          "decode/scoring.mjs", "decode/strategies.mjs", "decode/vmap.mjs", "decode/checking.mjs",
          "decode/draft_length.mjs", "decode/proposers.mjs", "decode/speculative.mjs", "speculating.mjs",
+         "decode/speculative_sampling.mjs",
          "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
          "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
          "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/transcribe.mjs",

@@ -38,16 +38,19 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "runtime/states/shortlist.py": ("states/shortlist.mjs", ("MaskedCache", "MaskedState"), ()),
     "runtime/decode/strategies.py": ("decode/strategies.mjs", ("Greedy", "TokenPicker"), ("strategy_for",)),
     "runtime/decode/beam.py": ("decode/beam.mjs", ("BeamSearch",), ()),
-    "runtime/decode/sampling.py": ("decode/sampling.mjs", ("SplitMix64",), ("row_generators", "warp", "sample")),
+    "runtime/decode/sampling.py": ("decode/sampling.mjs", ("SplitMix64",), ("row_generators", "warp", "sample", "draw")),
     "runtime/decode/processors.py": ("decode/processors.mjs", (),
                                      ("log_softmax", "banned_ngram_tokens", "process=processRow")),
     "runtime/states/growing.py": ("states/growing.mjs", ("GrowingCache", "GrowingState"), ()),
-    # speculative greedy decoding (issue #63), plain and under processors; Node has no speculative sampling
+    # speculative decoding (issue #63): greedy, plain and under processors, and sampling (the same seeded draws)
     "runtime/decode/speculative.py": ("decode/speculative.mjs", ("Speculation",),
                                       ("speculate", "wanted", "checkable", "proposal")),
     "runtime/decode/proposers.py": ("decode/proposers.mjs", ("PromptLookup", "DraftModel"), ("check_draft",)),
     "runtime/decode/draft_length.py": ("decode/draft_length.mjs", ("Recent", "DraftLength"), ()),
     "runtime/decode/checking.py": ("decode/checking.mjs", ("ArgmaxCheck", "ProcessorCheck"), ()),
+    "runtime/decode/speculative_sampling.py": ("decode/speculative_sampling.mjs", ("Sampler", "SamplingCheck"),
+                                               ("acceptance", "residual", "accept", "distribution", "sample_sources",
+                                                "sample_hypotheses")),
     "runtime/speculating.py": ("speculating.mjs", (), ("speculative_rows",)),
     "runtime/states/nocache.py": ("states/nocache.mjs", ("NoCacheCache", "NoCacheState"), ("runtime_graphs",)),
     "runtime/states/reorder.py": ("states/reorder.mjs", (), ("host_gather=gatherRows",)),
@@ -105,8 +108,6 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/states/static.py": "the static cache and its CUDA graphs (GPU only)",
     "runtime/states/rows.py": "the server's in-flight rows on the static cache",
     "runtime/states/host_rows.py": "the server's in-flight rows on host caches",
-    "runtime/decode/speculative_sampling.py": "speculative sampling's acceptance rule (a draft with do_sample): not "
-                                              "ported to Node, which speculates greedy decoding only",
     "runtime/speech/assisted.py": "speculative decoding of Whisper's greedy windows (transcribe's assistant, "
                                   "prompt_lookup_num_tokens): not ported to Node, which speculates text decoding only",
     "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim, on the "

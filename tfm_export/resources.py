@@ -41,6 +41,7 @@ BUNDLES = {
                                           # speculative greedy decoding (api.mjs imports speculating.mjs)
                                           "speculating.mjs", "decode/speculative.mjs", "decode/proposers.mjs",
                                           "decode/draft_length.mjs", "decode/checking.mjs",
+                                          "decode/speculative_sampling.mjs",
                                           "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs",
                                           "states/shortlist.mjs",
                                           "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",

@@ -154,7 +154,7 @@ export async function generate(ort, model, sources, { timings, targetPrefix = nu
   if (targetPrefix !== null) return decodePrefixed(ort, model, sources, config, targetPrefix);
   const steps = resolveMaxNewTokens(config.maxNewTokens, textConfig(model).max_len);
   const rows = await speculativeRows(ort, model, sources, steps, config, assistant, { timings, stats: speculation, scored: true });
-  if (rows) return rows.map((hypothesis) => [hypothesis]); // scored as plain decoding scores it
+  if (rows) return rows; // scored as plain decoding scores them
   return decodeAll(ort, model, sources, config, { timings, scored: true });
 }
 

@@ -396,9 +396,10 @@ export interface GenerateOptions extends DecodingOptions {
   /** CTranslate2's use_vmap: the output head chooses among the sources' shortlist under `model.vmap` only (a
    * VocabularyMap: the fixed set, the source tokens' candidates, EOS, the decoder start, the forced first token). */
   useVmap?: boolean;
-  /** A draft export of the same vocabulary (an opened one: `await openExport(DRAFT_DIR)`): plain greedy decoding
-   * then speculates, source by source, the drafts checked in one decoder step (the same ids in fewer calls; a draft
-   * of another vocabulary throws one line). promptLookupNumTokens drafts from n-grams instead. */
+  /** A draft export of the same vocabulary (an opened one: `await openExport(DRAFT_DIR)`): greedy decoding then
+   * speculates, source by source, the drafts checked in one decoder step (the same ids in fewer calls; a draft of
+   * another vocabulary throws one line), and sampling too (the same distribution; seeded: Python's speculative
+   * sampling's ids). promptLookupNumTokens drafts from n-grams instead. */
   assistant?: ExportedModel | null;
   /** Filled with the speculative decode's counts (decoder calls, drafted and accepted ids). */
   speculation?: Speculation | null;

@@ -31,11 +31,13 @@ export class ArgmaxCheck {
 /**
  * TokenPicker's greedy picks (Python's ProcessorCheck): the argmax of the processed scores at each position.
  * `config`: the decode's options (greedy: numBeams 1, no sampling); `steps`: its budget (forced EOS comes at the
- * last); `c`: the manifest's model config. The state fetched the logits of every position it was fed.
+ * last); `c`: the manifest's model config (its eos_id and suppress_ids); `processors`: a caller's LogitsProcessors
+ * after the generic ones (Whisper's rules: speech/assisted.mjs). The state fetched the logits of every position it
+ * was fed; `first` keeps the first call's (the prompt's positions too: Whisper's <|nospeech|>).
  */
 export class ProcessorCheck {
-  constructor(config, steps, c) {
-    Object.assign(this, { config, steps, eosId: c.eos_id, banned: c.suppress_ids ?? [] });
+  constructor(config, steps, c, { processors = [] } = {}) {
+    Object.assign(this, { config, steps, processors, eosId: c.eos_id, banned: c.suppress_ids ?? [], first: null });
     this.score = 0; // TokenPicker's: the sum of log_softmax(processed scores) at every kept id, EOS included
     this.pending = []; // the last picks' log-probabilities
   }
@@ -46,6 +48,7 @@ export class ProcessorCheck {
 
   picks(state, history, draft, step) {
     const { data, vocab } = state.positionLogits(); // one row: (fed, vocab), the last draft.length + 1 checked
+    this.first ??= { data, vocab };
     const fed = data.length / vocab;
     const out = [];
     this.pending = [];
@@ -53,7 +56,7 @@ export class ProcessorCheck {
       const at = (fed - draft.length - 1 + i) * vocab;
       const seen = [...history, ...draft.slice(0, i)]; // what plain decoding fed by then
       const scores = processRow(Float64Array.from(data.subarray(at, at + vocab)), seen, step + i, this.steps - 1,
-        this.config, this.eosId, this.banned);
+        this.config, this.eosId, this.banned, this.processors);
       const pick = argmax(scores);
       out.push(pick);
       this.pending.push(logProbAt(scores, pick));

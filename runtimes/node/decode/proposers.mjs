@@ -6,7 +6,10 @@
 //   (n <= 2) that ends the history, found first in the source (when source ids are target ids: a shared
 //   embedding), then earlier in the history; the ids that followed it are the draft, cut before an EOS.
 // - `DraftModel`: a smaller export of the same vocabulary (`checkDraft` tells), decoding greedily on its own
-//   growing cache (states/growing.mjs: `feed`, `truncate`), rolled back to the ids the model kept.
+//   growing cache (states/growing.mjs: `feed`, `truncate`), rolled back to the ids the model kept. With a
+//   `sampler` (speculative sampling, decode/speculative_sampling.mjs) it samples its ids instead, under the
+//   model's processors and warpers, and reports the distributions q it drew them from.
+// `probabilities`: the last draft's q (k rows of vocab), or null where the draft is deterministic (one-hot q).
 // No globals beyond ECMAScript: the browser page may import this file too.
 
 export const MAX_NGRAM = 2; // transformers' max_matching_ngram_size default
@@ -27,13 +30,13 @@ function firstMatch(haystack, tail, k, eosId) {
 /** Drafts from n-grams of the source and of the output so far (Python's PromptLookup). `config`: the manifest's. */
 export class PromptLookup {
   constructor(config, maxNgram = MAX_NGRAM) {
-    Object.assign(this, { config, maxNgram, source: [] });
+    Object.assign(this, { config, maxNgram, source: [], probabilities: null }); // n-gram drafts are certain
   }
 
   /** A new decode of `source` (one source's ids; `padded`: the encoder's batch of it) begins. */
   async start(source) {
     const c = this.config;
-    const row = c.share_embeddings ? [...source] : [];
+    const row = c.share_embeddings ? [...source] : []; // a features source never shares embeddings (config's check)
     while (row.length && row.at(-1) === c.src_pad_id) row.pop();
     this.source = row;
   }
@@ -53,12 +56,13 @@ export class PromptLookup {
 }
 
 /**
- * Drafts by greedy decoding with a draft export of the same vocabulary (Python's DraftModel). `cache`: the draft's
- * growing cache (states/growing.mjs's GrowingCache); `config`: its manifest's config (max_len: its positions).
+ * Drafts by greedy decoding (or sampling) with a draft export of the same vocabulary (Python's DraftModel). `cache`:
+ * the draft's growing cache (states/growing.mjs's GrowingCache); `config`: its manifest's config (max_len: its
+ * positions); `sampler`: a decode/speculative_sampling.mjs Sampler to sample with (null: greedy).
  */
 export class DraftModel {
-  constructor(cache, config) {
-    Object.assign(this, { cache, config, state: null, padded: null, fed: [] });
+  constructor(cache, config, sampler = null) {
+    Object.assign(this, { cache, config, sampler, state: null, padded: null, fed: [], probabilities: null });
   }
 
   /** The draft encodes the source at its first proposal: a decode that never drafts never runs its encoder. */
@@ -70,17 +74,29 @@ export class DraftModel {
     let kept = 0; // the draft's cache keeps what the history still agrees with, and at least one id is fed
     while (kept < Math.min(this.fed.length, history.length - 1) && this.fed[kept] === history[kept]) kept += 1;
     k = Math.min(k, this.config.max_len - history.length);
+    this.probabilities = null;
     if (k <= 0) return [];
-    this.state ??= await this.cache.start(this.padded, { rows: 1, reads: 'next_ids' });
+    this.state ??= await this.cache.start(this.padded, { rows: 1, reads: this.sampler ? 'logits' : 'next_ids' });
     this.state.truncate(kept);
     await this.state.feed(history.slice(kept), history.length - kept);
-    const draft = [this.state.nextIds()[0]];
+    const q = [];
+    const draft = [this.next(history, q)];
     while (draft.length < k && draft.at(-1) !== this.config.eos_id) {
       await this.state.step(draft.slice(-1));
-      draft.push(this.state.nextIds()[0]);
+      draft.push(this.next([...history, ...draft], q));
     }
+    this.probabilities = q.length ? q : null;
     this.fed = [...history, ...draft.slice(0, -1)];
     return draft;
+  }
+
+  /** The draft's id after decoder input `ids` (the last one fed): its argmax, or a sample whose q joins `q`. */
+  next(ids, q) {
+    if (!this.sampler) return this.state.nextIds()[0];
+    const { data, vocab } = this.state.logits();
+    const [token, row] = this.sampler.draft(data.subarray(0, vocab), ids);
+    q.push(row);
+    return token;
   }
 
   close() {

@@ -1,6 +1,6 @@
 // Seeded sampling that every runtime reproduces token for token: the port of
 // tfm_export/runtime/decode/sampling.py (its docstring is the specification): SplitMix64 on BigInt, one
-// generator per decoder row, transformers' warpers (temperature, top-k, top-p) and the draw.
+// generator per decoder row, transformers' warpers (temperature, top-k, top-p) and the draw (`sample`, `draw`).
 // No globals beyond ECMAScript (BigInt): the browser page imports this file too.
 import { pairwiseSum } from './processors.mjs';
 
@@ -49,18 +49,27 @@ export function warp(row, temperature, topK, topP) {
   return s;
 }
 
-/** One token id from one row's warped scores: the first id whose running sum of exp(s - max) exceeds u * sum. */
+/** One token id from one row's warped scores: `draw` on exp(s - max). */
 export function sample(scores, generator) {
   let max = -Infinity;
   for (const v of scores) if (v > max) max = v;
-  const running = new Float64Array(scores.length);
+  return draw(Float64Array.from(scores, (v) => Math.exp(v - max)), generator);
+}
+
+/**
+ * One id from non-negative weights `probs` (unnormalised; Python's `draw`): the first id whose running sum exceeds
+ * u * sum (the last id with a weight above 0 when rounding leaves none). Speculative sampling draws from a draft's
+ * q and a residual with it (decode/speculative_sampling.mjs).
+ */
+export function draw(probs, generator) {
+  const running = new Float64Array(probs.length);
   let sum = 0;
-  scores.forEach((v, t) => { sum += Math.exp(v - max); running[t] = sum; });
+  probs.forEach((v, t) => { sum += v; running[t] = sum; }); // np.cumsum: sequential
   const target = generator.uniform() * sum;
   const hit = running.findIndex((r) => r > target);
   if (hit >= 0) return hit;
-  for (let t = scores.length - 1; t >= 0; t--) if (Math.exp(scores[t] - max) > 0) return t;
-  return scores.length - 1;
+  for (let t = probs.length - 1; t >= 0; t--) if (probs[t] > 0) return t;
+  return probs.length - 1;
 }
 
 export { sample as sampleToken }; // its first name

@@ -5,6 +5,8 @@
 // cache back to the ids kept (`truncate`). transformers' rule for greedy assisted generation and
 // prompt_lookup_num_tokens: plain greedy decoding's ids, id for id, in fewer decoder calls. The draft length
 // adapts (decode/draft_length.mjs). Only one source at a time speculates (speculating.mjs loops over them).
+// A `prompt` (Whisper's forced decoder input, speech/assisted.mjs) is fed whole in the first step. Sampling's check
+// is decode/speculative_sampling.mjs's SamplingCheck: its picks are the ids its rule emits.
 // No globals beyond ECMAScript (and `performance`): the browser page may import this file too.
 import { ArgmaxCheck } from './checking.mjs';
 import { DraftLength } from './draft_length.mjs';
@@ -24,16 +26,17 @@ export class Speculation {
  * Greedy ids of one source (at most `steps` with EOS; EOS not returned), drafted by `proposer`, with `policy`'s
  * draft lengths: decode/strategies.mjs's Greedy ids. `cache`: a GrowingCache whose decoder returns
  * earlier_logits; `source`: the source's ids; `padded`: the encoder's batch of it; `c`: the model config.
- * `stats` (a Speculation) and `timings` ({ encoderMs, stepsMs, drafted, accepted }) are filled when given.
+ * `stats` (a Speculation) and `timings` ({ encoderMs, stepsMs, drafted, accepted }) are filled when given; `prompt`:
+ * the decoder's forced input (default: BOS), fed in the first step.
  */
 export async function speculate(cache, source, padded, proposer, policy, steps, c, { forcedBos = null, timings = null,
-  stats = new Speculation(), check = new ArgmaxCheck(c, forcedBos) } = {}) {
+  stats = new Speculation(), check = new ArgmaxCheck(c, forcedBos), prompt = null } = {}) {
   const eos = check.eosId;
   let start = performance.now();
   const state = await cache.start(padded, { rows: 1, reads: CHECKED });
   await proposer.start(source, padded);
   if (timings) Object.assign(timings, { encoderMs: performance.now() - start, stepsMs: timings.stepsMs ?? [] });
-  const history = [c.bos_id]; // the decoder's input; from state.length on not fed
+  const history = [...(prompt ?? [c.bos_id])]; // the decoder's input; from state.length on not fed
   const out = [];
   try {
     while (out.length < steps && (!out.length || out.at(-1) !== eos)) {
