@@ -17,35 +17,58 @@ from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs under any checkout's tfm_export (only the runtime's public names of the last months).
+# Runs under any checkout's tfm_export (only the runtime's public names of the last months; the in-flight cases:
+# runtime.inflight's decode_in_flight and runtime.states.host_rows' open_rows, as the server steps its rows).
 CORE_WORKER = r"""
 import json, random, sys, time
 import tfm_export
 from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
 folder, threads, new_tokens, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 cases = json.loads(sys.argv[5])
-model = open_export(folder, "cpu", RuntimeOptions(intra_op_threads=threads, cuda_graph=False, spin_wait=False),
-                    verify=False)
+def opened(static):
+    options = RuntimeOptions(intra_op_threads=threads, cuda_graph=static, spin_wait=False)
+    return open_export(folder, "cpu", options, verify=False)
+model, rows_model = opened(False), None
+def in_flight(sources, config):
+    from tfm_export.runtime.inflight import decode_in_flight
+    from tfm_export.runtime.states.host_rows import open_rows
+    cache = rows_model.static_cache
+    src = rows_model.source_input(sources)
+    rows = open_rows(cache, len(sources) * config.num_beams, cache.config.src_len or src.shape[1])
+    steps = min(new_tokens, cache.slots - 1)
+    def run():
+        out = decode_in_flight(rows, src, steps, config, cache.config)
+        return [row if isinstance(row[0], int) else row[0].ids for row in out]
+    return run
 rng = random.Random(0)
 out = {"tfm_export": tfm_export.__file__, "ms_per_token": {}, "cpu_ms_per_token": {}}
-for name, (batch, beams) in cases.items():
+for name, (batch, beams, rows) in cases.items():
     sources = [[rng.randrange(4, model.config.src_vocab_size - 1) for _ in range(32)] for _ in range(batch)]
     config = GREEDY.replace(num_beams=beams)
-    run = lambda: model.generate_ids(sources, new_tokens, stop_at_eos=False, config=config)
-    run()  # warm-up
+    if rows:  # the server's rows, every source a request of its own; they stop at EOS: per step
+        rows_model = rows_model or opened(True)
+        run = in_flight(sources, config)
+        steps = max(len(ids) for ids in run())  # the warm-up
+    else:
+        run = lambda: model.generate_ids(sources, new_tokens, stop_at_eos=False, config=config)
+        run()  # warm-up
+        steps = new_tokens
     times, cpu = [], []
     for _ in range(repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
         run()
         times.append(time.perf_counter() - start); cpu.append(time.process_time() - start_cpu)
-    out["ms_per_token"][name] = 1e3 * min(times) / new_tokens
+    out["ms_per_token"][name] = 1e3 * min(times) / steps
     # CPU time of all the process's threads: the work done, which another process taking a core does not add to
-    out["cpu_ms_per_token"][name] = 1e3 * min(cpu) / new_tokens
+    out["cpu_ms_per_token"][name] = 1e3 * min(cpu) / steps
 print(json.dumps(out))
 """
 
-CORE_CASES = {"greedy, batch 1": (1, 1), "beam 4, batch 1": (1, 4), "greedy, batch 8": (8, 1),
-              "beam 4, batch 8": (8, 4)}
+# name -> (sources, beams, in the server's in-flight rows)
+CORE_CASES = {"greedy, batch 1": (1, 1, False), "beam 4, batch 1": (1, 4, False), "greedy, batch 8": (8, 1, False),
+              "beam 4, batch 8": (8, 4, False), "in flight greedy, batch 8": (8, 1, True),
+              "in flight beam 4, batch 2": (2, 4, True)}
+STATIC_SLOTS = 64  # the exports' decoder_static/decoder_rows slots: the in-flight cases' rows
 
 
 def _bundled(work: Path) -> Path:
@@ -68,12 +91,13 @@ def _preset(name: str) -> Callable[[Path], Path]:
     return made
 
 
-# Exports a checkpoint (argv[1]) to argv[2] under the checkout on PYTHONPATH (any of the last months')
+# Exports a checkpoint (argv[1]) to argv[2] with argv[3] static slots (the in-flight cases' rows) under the checkout
+# on PYTHONPATH (any of the last months')
 EXPORT_WORKER = r"""
 import sys
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.importers import load_any
-export_model(load_any(sys.argv[1]), sys.argv[2], ExportOptions(validate=False))
+export_model(load_any(sys.argv[1]), sys.argv[2], ExportOptions(validate=False, static_slots=int(sys.argv[3])))
 """
 
 
@@ -81,8 +105,8 @@ def _export(weights: Path, out: Path, tree: Path, scratch: Path) -> Path:
     """`weights` exported to `out` (once) by the checkout `tree`, in a process of its own."""
     if not (out / "manifest.json").exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-c", EXPORT_WORKER, str(weights), str(out)], check=True, cwd=scratch,
-                       env={**os.environ, "PYTHONPATH": str(tree)})
+        subprocess.run([sys.executable, "-c", EXPORT_WORKER, str(weights), str(out), str(STATIC_SLOTS)], check=True,
+                       cwd=scratch, env={**os.environ, "PYTHONPATH": str(tree)})
     return out
 
 
