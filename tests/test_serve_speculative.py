@@ -1,8 +1,9 @@
-"""Prompt lookup in the server's rows in flight (runtime.inflight.Speculating): a plain greedy request that asks
+"""Prompt lookup in the server's rows in flight (runtime.inflight.Speculating): a greedy request that asks
 prompt_lookup_num_tokens decodes its row speculatively, each step of the rows one checking call of its own, next
 to greedy, beam and sampling groups of the same batch; every answer equals the direct `generate` call (and
-plain greedy's ids), the drafts were really checked (fewer calls than ids, counted on /metrics), a batch without
-such a request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does."""
+plain greedy's ids), score included, the source was encoded once (for the rows, not again for its checking
+state), the drafts were really checked (fewer calls than ids, counted on /metrics), a batch without such a
+request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hf_fixtures
@@ -27,6 +29,7 @@ pytest.importorskip("fastapi")
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de" / "model.pt"
 LOOKUP = {"prompt_lookup_num_tokens": 5}
+PROCESSED = {"prompt_lookup_num_tokens": 4, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}  # ProcessorCheck's
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +68,29 @@ def test_speculating_rows_decode_like_direct_calls_among_every_strategy(static_e
     steps = []
     step = engine.rows.step
     engine.rows.step = lambda tokens: steps.append(1) or step(tokens)
+    encodes, own = [], []  # sources through the rows' encoder; encoder runs of the checking states' own
+    encode, own_encode = engine.rows.encode, engine.checking._encode
+    engine.rows.encode = lambda src, *side: encodes.append(src.shape[0]) or encode(src, *side)
+    engine.checking._encode = lambda src: own.append(1) or own_encode(src)
     results: dict = {}
-    options = [LOOKUP, *MIXED[:3], {"prompt_lookup_num_tokens": 2}, MIXED[3]]
-    jobs = repeating_jobs(engine.model, 24, 7, results, options)
+    options = [LOOKUP, *MIXED[:3], {"prompt_lookup_num_tokens": 2}, MIXED[3], PROCESSED]
+    jobs = repeating_jobs(engine.model, 28, 7, results, options)
     engine.start()
     engine.submit(jobs)
     engine.close(120)
     assert not lane
+    assert sum(encodes) == len(jobs) and not own  # every source encoded once, speculating or not
     direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
     emitted = 0
     for n, job in enumerate(jobs):
-        tokens, _ = outcome(results[n])
+        tokens, hypotheses = outcome(results[n])
         config = job.config.replace(max_new_tokens=job.max_new_tokens)
-        assert tokens == direct.generate([job.ids], config)[0][0].ids, (n, job.config)
+        expected = direct.generate([job.ids], config)[0][0]
+        assert tokens == expected.ids, (n, job.config)
         if config.prompt_lookup_num_tokens:
-            assert tokens == direct.generate_ids([job.ids], config=config.replace(prompt_lookup_num_tokens=0))[0]
+            plain = direct.generate([job.ids], config.replace(prompt_lookup_num_tokens=0))[0][0]
+            assert tokens == plain.ids and [h.ids for h in hypotheses] == [tokens]
+            np.testing.assert_allclose([hypotheses[0].score] * 2, [expected.score, plain.score], atol=1e-4)
             emitted += len(tokens) + (len(tokens) < job.max_new_tokens)  # EOS is an emitted id too
     spec = engine.batch.speculation
     assert 0 < spec.accepted <= spec.drafted
@@ -114,13 +125,18 @@ def test_sampling_with_prompt_lookup_decodes_beside_the_batch_like_generate(stat
 
 
 def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
-    """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids; the
-    speculation's counters on /metrics."""
+    """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids, and the
+    score of a direct call (for a request under processors, the score of the same request served without prompt
+    lookup); the speculation's counters on /metrics."""
     settings = ServeSettings(str(folder), engine=EngineConfig(max_batch=8, max_queue=64), max_texts=4)
     # num_beams 1 by name: an export's defaults may be beam search (marian's), which does not speculate
     options = [{**LOOKUP, "num_beams": 1}, {"num_beams": 1}, {"num_beams": 2},
-               {"do_sample": True, "seed": 3, "num_beams": 1}, {"prompt_lookup_num_tokens": 3, "num_beams": 1}]
+               {"do_sample": True, "seed": 3, "num_beams": 1}, {"prompt_lookup_num_tokens": 3, "num_beams": 1},
+               {**PROCESSED, "num_beams": 1}]
     work = [([src], 16, options[n % len(options)]) for n, src in enumerate(sources)]
+    processed = [(ids, steps, {**opts, "prompt_lookup_num_tokens": 0}) for ids, steps, opts in work
+                 if "repetition_penalty" in opts]  # the same requests, not speculating: scored in the rows
+    work += processed
     with serving(settings) as (url, engine):
         def post(request):
             ids, steps, opts = request
@@ -132,11 +148,15 @@ def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
     direct = open_export(folder, "cpu", RuntimeOptions(cuda_graph=False))
     for (ids, steps, opts), reply in zip(work, replies):
         assert reply.status_code == 200, reply.text
-        got = reply.json()["translations"][0]["ids"]
-        assert got == direct.generate(ids, max_new_tokens=steps, **opts)[0][0].ids, opts
-        if "prompt_lookup_num_tokens" in opts:
-            plain = {**opts, "prompt_lookup_num_tokens": 0}
-            assert got == direct.generate(ids, max_new_tokens=steps, **plain)[0][0].ids
+        got, expected = reply.json()["translations"][0], direct.generate(ids, max_new_tokens=steps, **opts)[0][0]
+        assert got["ids"] == expected.ids, opts
+        if opts.get("prompt_lookup_num_tokens"):
+            plain = direct.generate(ids, max_new_tokens=steps, **{**opts, "prompt_lookup_num_tokens": 0})[0][0]
+            assert got["ids"] == plain.ids
+            np.testing.assert_allclose([got["score"]] * 2, [expected.score, plain.score], atol=1e-4)
+    scores = [reply.json()["translations"][0]["score"] for (_, _, opts), reply in zip(work, replies)
+              if "repetition_penalty" in opts]  # speculating ones, then the same served plainly
+    assert processed and scores[:len(processed)] == pytest.approx(scores[len(processed):], abs=1e-4)
     spec = engine.batch.speculation
     assert spec.calls > 0 and f"tfm_export_speculative_drafted_total {float(spec.drafted)}" in metrics
     assert f"tfm_export_speculative_accepted_total {float(spec.accepted)}" in metrics

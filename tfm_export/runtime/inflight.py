@@ -14,12 +14,15 @@ cross; the whole logits cross once per step, only for the groups that sample or 
 processors (1.21x the engine's beam-4 throughput at 64 rows over each group's log-softmax and top-k
 on the host: BENCHMARKS.md, "Serving beam search").
 
-A plain greedy request with prompt_lookup_num_tokens speculates (`Speculating`): its group's strategy is a
+A greedy request with prompt_lookup_num_tokens speculates (`Speculating`): its group's strategy is a
 runtime.decode.speculative.SpeculativeRow on a checking state of its own (the growing decoder with
-earlier_logits, which takes the row's last id and its draft in one call and truncates back to the ids kept);
-its rows here stay unbound, since decoder_static takes one id per row a step. Each step of the rows is one
-call of every speculating group's state, emitting one or more ids (plain greedy's); the rows themselves step
-when any other group is bound, so a batch without speculating groups steps exactly as before.
+earlier_logits, which takes the row's last id and its draft in one call and truncates back to the ids kept),
+started on the encoder outputs the rows' encoder made for its source (`InflightRows.checking_state`: a source
+is encoded once); its rows here stay unbound, since decoder_static takes one id per row a step. Each step of
+the rows is one call of every speculating group's state, emitting one or more ids (greedy's), checked
+as `generate` checks them (runtime.decode.checking.ProcessorCheck), so that its answer carries generate's score;
+the rows themselves step when any other group is bound, so a batch without speculating groups steps exactly
+as before.
 
 `decode_in_flight` runs sources through this loop alone: how an export's checks (runtime.verify)
 prove that the server's rows decode like decoder.onnx.
@@ -37,8 +40,9 @@ from .decode.beam import BeamSearch
 from .decode.loop import moved
 from .options.generation import GenerationConfig, Hypothesis
 from .decode.processors import BiasKey
-from .decode.speculative import Speculation, SpeculativeRow, proposal
-from .decode.checking import ArgmaxCheck
+from .decode.speculative import Speculation, SpeculativeRow, checkable, proposal
+from .decode.checking import ProcessorCheck
+from .states.growing import GrowingState, device_value
 from .states.rows import Rows
 from .decode.strategies import Greedy, Picker, TokenPicker, strategy_for
 
@@ -68,11 +72,10 @@ class RowGroup:
 
     @classmethod
     def speculating(cls, owner: Any, rows: list[int], config: GenerationConfig, max_new_tokens: int,
-                    cfg: TransformerConfig, cache: Any, src: np.ndarray, stats: Speculation) -> "RowGroup":
-        """A plain greedy request with prompt lookup (`speculates`): its row decodes on a checking state of
-        `cache` (the growing decoder with earlier_logits) started on `src` (1, src_len), `stats` counting its
-        drafts."""
-        return cls(owner, rows, Speculating.start(config, max_new_tokens, cfg, cache, src, stats))
+                    cfg: TransformerConfig, state: Any, src: np.ndarray, stats: Speculation) -> "RowGroup":
+        """A greedy request with prompt lookup (`speculates`): its row decodes on `state`, a checking state
+        of its source `src` (1, src_len) (`InflightRows.checking_state`), `stats` counting its drafts."""
+        return cls(owner, rows, Speculating.start(config, max_new_tokens, cfg, state, src, stats))
 
     @property
     def speculates(self) -> bool:
@@ -98,34 +101,36 @@ class RowGroup:
         return self.strategy.finished
 
     def results(self) -> list[Hypothesis] | None:
-        """The request's hypotheses (None for plain greedy: no score is computed)."""
-        return None if isinstance(self.strategy, (Greedy, Speculating)) else self.strategy.results()[0]
+        """The request's hypotheses (None for plain greedy in the rows: no score is computed)."""
+        return None if isinstance(self.strategy, Greedy) else self.strategy.results()[0]
 
 
 def speculates(config: GenerationConfig, cache: Any) -> bool:
-    """Whether a request of `config` speculates in the rows: plain greedy decoding (Greedy's ids, which
-    runtime.decode.checking.ArgmaxCheck checks) with prompt_lookup_num_tokens, and a `cache` that checks drafts
-    (runtime.exported's checking_cache; None: an export from before earlier_logits, decoded plainly). Forced EOS
-    too (a Marian folder's default): its ids are greedy's one step shorter, as a direct call decodes them."""
-    return cache is not None and config.prompt_lookup_num_tokens > 0 and config.replace(forced_eos=False).is_greedy
+    """Whether a request of `config` speculates in the rows: greedy decoding (runtime.decode.speculative.checkable:
+    one sequence, no beams, no sampling; under its processors too, forced EOS included, which
+    runtime.decode.checking.ProcessorCheck applies as TokenPicker does) with prompt_lookup_num_tokens, and a
+    `cache` that checks drafts (runtime.exported's checking_cache; None: an export from before earlier_logits,
+    decoded plainly)."""
+    return cache is not None and config.prompt_lookup_num_tokens > 0 and checkable(config)
 
 
 @dataclass
 class Speculating:
     """A group's strategy that speculates (see the module docstring): each step of the rows is one decoder call
-    of its own checking state, fed its last id and its draft, which may emit several ids."""
+    of its own checking state, fed its last id and its draft, which may emit several ids. Its check is
+    runtime.decode.speculative.scored's (TokenPicker's greedy picks, forced EOS included), so its hypothesis is
+    `generate`'s, score and all."""
 
     row: SpeculativeRow
     bos_id: int
 
     @classmethod
-    def start(cls, config: GenerationConfig, steps: int, cfg: TransformerConfig, cache: Any, src: np.ndarray,
+    def start(cls, config: GenerationConfig, steps: int, cfg: TransformerConfig, state: Any, src: np.ndarray,
               stats: Speculation) -> "Speculating":
         proposer, policy = proposal(config, cfg, None, None)
         proposer.start(src)
-        check, steps = ArgmaxCheck(cfg, config.forced_bos_token_id), steps - config.forced_eos  # EOS not sent
-        return cls(SpeculativeRow(cache.start(src, 1), proposer, policy, steps, check, [cfg.bos_id], stats),
-                   cfg.bos_id)
+        check = ProcessorCheck(config, cfg.eos_id, steps, tuple(cfg.suppress_ids))
+        return cls(SpeculativeRow(state, proposer, policy, steps, check, [cfg.bos_id], stats), cfg.bos_id)
 
     @property
     def finished(self) -> bool:
@@ -136,7 +141,8 @@ class Speculating:
         return np.array(self.row.step(), dtype=np.int64), None
 
     def results(self) -> list[list[Hypothesis]]:
-        return [[Hypothesis(self.row.result(), float("nan"))]]
+        ids = self.row.result()
+        return [[Hypothesis(ids, self.row.score)]]
 
 
 @dataclass
@@ -216,6 +222,16 @@ class InflightRows:
     def bound_groups(self) -> list[RowGroup]:
         """Each bound group once, in row order."""
         return list({id(g): g for g in self.groups if g is not None}.values())
+
+    def checking_state(self, cache: Any, encoded: list[np.ndarray], length: int) -> GrowingState:
+        """A state of `cache` (the growing decoder: runtime.exported's checking_cache) for one source from the
+        rows' encoder outputs (`Rows.encode`'s, each (1, ...)), cut to the source's own `length` along src_len
+        (src_mask's axis 1, cross.*'s 2: what its own encoder run returns), so the source is not encoded again."""
+        def own(value: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(value[:, :length] if value.ndim == 2 else value[:, :, :length])
+
+        return GrowingState(cache, {name: device_value(cache.device, own(value))
+                                    for name, value in zip(self.rows.encoded_names, encoded)}, 1)
 
     def join(self, group: RowGroup, encoded: list[np.ndarray]) -> None:
         """Write one source's encoder outputs (1, ...) into the group's rows; it starts at the next step. A

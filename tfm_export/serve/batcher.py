@@ -141,8 +141,10 @@ class InflightBatcher(Engine):
         """One job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
         rows, cfg = [free.pop(0) for _ in range(self.rows_for(job))], self.model.config
         if speculates(job.config, self.checking):  # its row decodes on a checking state (prompt lookup)
-            group = RowGroup.speculating(job, rows, job.config, job.max_new_tokens, cfg, self.checking,
-                                         self.model.source_input([job.ids]), self.batch.speculation)
+            src = self.model.source_input([job.ids])  # (1, src_len): what the proposer reads; encoded already
+            state = self.batch.checking_state(self.checking, encoded, src.shape[1])
+            group = RowGroup.speculating(job, rows, job.config, job.max_new_tokens, cfg, state, src,
+                                         self.batch.speculation)
         else:
             group = RowGroup.start(job, rows, job.config, job.max_new_tokens, cfg, job.row)
         self.batch.join(group, encoded)
@@ -156,7 +158,6 @@ class InflightBatcher(Engine):
             for token in chosen:
                 if over := self._token(job, int(token)):
                     break
-            over = over or group.finished  # forced EOS: a speculating row ends one id short of its budget
             if over:
                 self._finish(job, group.results())
         elif job.cancelled:

@@ -148,12 +148,17 @@ class SpeculativeRow:
         stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
         return new
 
+    @property
+    def score(self) -> float:
+        """The sum of log p of the ids emitted, EOS included, under a check that keeps them (ProcessorCheck, ...);
+        nan under one that keeps none (ArgmaxCheck: the logits stay on the device)."""
+        logprobs = getattr(self.check, "logprobs", None)
+        return float(sum(logprobs)) if logprobs is not None else float("nan")
+
     def result(self) -> list[int]:
         """The ids (EOS not returned); sets the stats' `ended` and `score`."""
         out, stats = self.out, self.stats
-        stats.ended = bool(out) and out[-1] == self.check.eos_id
-        logprobs = getattr(self.check, "logprobs", None)  # each emitted id's, EOS included (ProcessorCheck, ...)
-        stats.score = float(sum(logprobs)) if logprobs is not None else float("nan")
+        stats.ended, stats.score = bool(out) and out[-1] == self.check.eos_id, self.score
         return out[:-1] if stats.ended else out
 
 
