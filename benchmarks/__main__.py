@@ -24,6 +24,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("speculative", "decode", "benchmarks.speculative:speculative_main",
       "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
       ("--quick", "--rounds", "1", "--new-tokens", "8", "--sources", "2")),
+    S("speculative-served", "decode", "benchmarks.speculative_served:speculative_served_main",
+      "prompt lookup in the server's in-flight rows against plain rows, copy-heavy BART: ms/token, acceptance",
+      ("--rounds", "1", "--new-tokens", "8", "--sources", "2")),
     S("gpu", "decode", "benchmarks.decode.gpu:gpu_main",
       "the CUDA rows: bench --device cuda on base and opus-mt size, greedy and beam 4, and a step's profile"),
     # profiles (where a step's time goes)

@@ -169,8 +169,8 @@ def test_every_scenario_resolves_to_its_entry_point(name):
     assert callable(scenario.entry())
 
 
-# the smoke modes that take half a minute each run in `make test-long`, to keep CI's time
-SLOW_SMOKE = {"nocache", "decode-core"}
+# the smoke modes that take half a minute or more (speculative-served: its export) run in `make test-long`, to keep CI's time
+SLOW_SMOKE = {"nocache", "decode-core", "speculative-served"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(s.name, marks=[pytest.mark.long] if s.name in SLOW_SMOKE else [])
