@@ -122,7 +122,7 @@ def app(tmp_path_factory) -> Path:
          "decode/draft_length.mjs", "decode/proposers.mjs", "decode/speculative.mjs", "speculating.mjs",
          "decode/speculative_sampling.mjs",
          "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
-         "speech/alignment.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
+         "speech/alignment.mjs", "speech/assisted.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
          "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/transcribe.mjs",
          "speech/vad.mjs", "speech/whisper.mjs", "speech/words.mjs",
          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs", "states/shortlist.mjs",

@@ -66,6 +66,7 @@ MIRROR: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                                    ("split_segments", "compression_ratio", "previous_text", "window_prompt",
                                     "cache_runner", "window_config", "window_decoder", "transcribe=transcribeWindows")),
     "runtime/speech/fallback.py": ("speech/fallback.mjs", ("Fallback",), ("temperatures_of", "fallback_for")),
+    "runtime/speech/assisted.py": ("speech/assisted.mjs", ("Assisted",), ("speculating", "assisted_decoder")),
     "runtime/speech/words.py": ("speech/words.mjs", (), ("alignment_session", "window_times=timeWindow", "add_words")),
     "runtime/speech/alignment.py": ("speech/alignment.mjs", (), ("median_filter", "dtw", "token_times", "words")),
     "runtime/speech/whisper.py": ("speech/whisper.mjs", (), ("transcribe", "to_srt", "to_vtt")),
@@ -108,8 +109,6 @@ PYTHON_ONLY: dict[str, str] = {
     "runtime/states/static.py": "the static cache and its CUDA graphs (GPU only)",
     "runtime/states/rows.py": "the server's in-flight rows on the static cache",
     "runtime/states/host_rows.py": "the server's in-flight rows on host caches",
-    "runtime/speech/assisted.py": "speculative decoding of Whisper's greedy windows (transcribe's assistant, "
-                                  "prompt_lookup_num_tokens): not ported to Node, which speculates text decoding only",
     "runtime/states/positions.py": "a speculative step's greedy ids at every position and its cache trim, on the "
                                    "device: Node reads them on the host (states/growing.mjs positionIds, truncate)",
     "runtime/states/head.py": "beam candidates picked on the device by a head graph; Node's beam search takes the "

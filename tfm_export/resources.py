@@ -49,6 +49,7 @@ BUNDLES = {
                                           # Whisper transcription (the page's speech section)
                                           "speech/whisper.mjs", "speech/prompt.mjs", "speech/rules.mjs",
                                           "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
+                                          "speech/assisted.mjs",
                                           "speech/alignment.mjs", "speech/fallback.mjs", "speech/streaming.mjs",
                                           "speech/vad.mjs", "speech/chunks.mjs",
                                           # batched long form (the page's "batch" with "skip silence")

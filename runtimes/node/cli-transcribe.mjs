@@ -2,7 +2,8 @@
 // in Node (speech/whisper.mjs): the text of each file on its line, its subtitles (--format srt|vtt, as Python's), or with
 // --json one object per line { file, text, language, segments, ids } (Python's --json). --vad (and its --vad-* settings)
 // transcribes only the speech; --batch-size N decodes N windows together (--vad's chunks and the files given), as
-// Python's. A bad file or export is one error line and exit 1 (the files before it are printed; with --batch-size,
+// Python's; --prompt-lookup N or --assistant DRAFT_DIR (a Whisper export of the same tokenizer) decode the greedy
+// windows speculatively (the same ids: speech/assisted.mjs). A bad file or export is one error line and exit 1 (the files before it are printed; with --batch-size,
 // which transcribes the files in one call, none); a bad flag exit 2, as cli.mjs.
 import { existsSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
@@ -17,7 +18,8 @@ const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments
 export const USAGE = 'usage: cli.mjs transcribe EXPORT_DIR FILE.wav [FILE.wav ...] [--language CODE] ' +
   '[--task transcribe|translate] [--timestamps] [--num-beams N] [--prompt TEXT] [--max-new-tokens N] ' +
   '[--format txt|srt|vtt|json] [--json] [--word-timestamps] [--output-dir DIR] [--vad] [--vad-threshold P] ' +
-  '[--vad-min-speech-ms MS] [--vad-min-silence-ms MS] [--vad-pad-ms MS] [--vad-max-speech-s S] [--batch-size N]';
+  '[--vad-min-speech-ms MS] [--vad-min-silence-ms MS] [--vad-pad-ms MS] [--vad-max-speech-s S] [--batch-size N] ' +
+  '[--prompt-lookup N] [--assistant DRAFT_DIR]';
 
 // --vad-* -> the VAD's parameter (Python's VadParameters field, speech/vad.mjs), and whether it takes whole numbers
 const VAD_FLAGS = { 'vad-threshold': ['threshold', false], 'vad-min-speech-ms': ['min_speech_duration_ms', true],
@@ -73,7 +75,8 @@ function transcribeOptions(values) {
   const options = { language: values.language, task: values.task ?? 'transcribe', timestamps: values.timestamps ?? false,
     numBeams: integer('num-beams', values['num-beams']) ?? 1, prompt: values.prompt ?? null,
     maxNewTokens: integer('max-new-tokens', values['max-new-tokens']), wordTimestamps: values['word-timestamps'] ?? false,
-    batchSize: integer('batch-size', values['batch-size']) ?? 1 };
+    batchSize: integer('batch-size', values['batch-size']) ?? 1,
+    promptLookupNumTokens: integer('prompt-lookup', values['prompt-lookup']) };
   if (values.vad) Object.assign(options, { vad: true, vadParameters: vadParameters(values) });
   return options;
 }
@@ -99,6 +102,7 @@ export async function transcribeCommand(args) {
         'max-new-tokens': { type: 'string' }, prompt: { type: 'string' }, format: { type: 'string' },
         'output-dir': { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
         'word-timestamps': { type: 'boolean' }, vad: { type: 'boolean' }, 'batch-size': { type: 'string' },
+        'prompt-lookup': { type: 'string' }, assistant: { type: 'string' },
         ...Object.fromEntries(Object.keys(VAD_FLAGS).map((flag) => [flag, { type: 'string' }])),
         help: { type: 'boolean', short: 'h' } },
     }));
@@ -125,12 +129,14 @@ export async function transcribeCommand(args) {
     return 2;
   }
   let model = null;
+  let assistant = null;
   try {
     const options = transcribeOptions(values);
     checkVad(options.vadParameters);
     const targets = values['output-dir'] ? await outputFiles(files, values['output-dir'], ext) : [];
     const { openExport } = await import('./exported.mjs'); // onnxruntime-node: loaded only when decoding
     model = await openExport(exportDir);
+    if (values.assistant) options.assistant = assistant = await openExport(values.assistant); // the draft
     // one file at a time, each written when done; with --batch-size, all files' windows together (Python's)
     const all = options.batchSize > 1 ? await model.transcribe(files, options) : null;
     for (const [i, file] of files.entries()) {
@@ -144,5 +150,6 @@ export async function transcribeCommand(args) {
     return 1;
   } finally {
     await model?.release();
+    await assistant?.release();
   }
 }

@@ -255,6 +255,16 @@ export interface TranscribeOptions {
    * (Python's batch_size: one encoder call per round of windows, their decoder rows side by side), with the answers
    * of decoding them one after the other. */
   batchSize?: number;
+  /** Greedy windows drafted from n-grams of the decoder input (its prompt and conditioning text, the ids so far),
+   * checked in one decoder step under Whisper's rules: plain greedy's transcript in fewer calls (0: off). */
+  promptLookupNumTokens?: number | null;
+  /** An opened Whisper export of the same tokenizer (a smaller one, or the model's int8 variant) that drafts for the
+   * greedy windows (the same transcript; one of another vocabulary throws one line). */
+  assistant?: ExportedModel | null;
+  /** The ids the assistant drafts at first (default 20), then transformers' +2/-1 schedule. */
+  numAssistantTokens?: number | null;
+  /** Filled with the speculative windows' counts (decoder calls, drafted and accepted ids). */
+  speculation?: Speculation | null;
 }
 
 /** A word and its times in seconds (Python's `words`). */

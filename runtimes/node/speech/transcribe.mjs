@@ -12,6 +12,7 @@ import * as speech from './whisper.mjs';
 
 const VAD_MODEL = fileURLToPath(new URL(`../../../models/silero-vad/${VAD_FILE}`, import.meta.url)); // the checkout's
 const vadSessions = {}; // one session per VAD model file: it keeps no state
+const SPECULATION_OPTIONS = ['assistant', 'numAssistantTokens', 'promptLookupNumTokens']; // speech/assisted.mjs's
 
 /**
  * `transcribe`'s recordings (`audios`: each a WAV file's path or bytes, or samples) as { audio, label }, and its
@@ -23,6 +24,11 @@ export async function readRecordings(audios, opts) {
   if (vadParameters !== null && !vad) throw new Error('vadParameters are the VAD\'s: pass vad: true with them');
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new Error(`batchSize must be a whole number of 1 or more, got ${typeof batchSize === 'string' ? JSON.stringify(batchSize) : String(batchSize)}`);
+  }
+  const speculative = SPECULATION_OPTIONS.filter((name) => options[name]); // Python's rule: windows batched do not speculate
+  if (speculative.length && batchSize > 1 && (audios.length > 1 || vad)) {
+    throw new Error(`${speculative.join(', ')}: speculative decoding checks one window at a time, and batchSize ` +
+      `${batchSize} decodes windows together (not speculated yet): use batchSize 1`);
   }
   const recordings = [];
   for (const one of audios) recordings.push(await readAudio(one, options.label));

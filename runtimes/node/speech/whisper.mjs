@@ -13,13 +13,15 @@
 // thresholds over the folder's) decide each window as Python's do, sampled tries drawing Python's SplitMix64
 // numbers; the folder's (or the call's) conditionOnPrevTokens conditions each window on the text before it
 // (promptConditionType 'all-segments': after the initial prompt); faster-whisper's `hotwords` and `prefix` as
-// Python's. Not ported: per-token logprobs. The result is Python's: { text,
+// Python's. `assistant` (an opened Whisper export of the same tokenizer) or `promptLookupNumTokens`: greedy windows
+// decode speculatively (speech/assisted.mjs: the same ids). Not ported: per-token logprobs. The result is Python's: { text,
 // language, segments, ids }; `toSrt` / `toVtt` write its segments as subtitles. No Node APIs: the browser
 // page can import it (exported.mjs reads files and passes their bytes).
 import { readWav } from '../audio/io.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from '../audio/features.mjs';
 import { generationConfig } from '../options/generation.mjs';
 import { GrowingCache } from '../states/growing.mjs';
+import { assistedDecoder, speculating } from './assisted.mjs';
 import { fallbackFor } from './fallback.mjs';
 import { cacheRunner, featureWindow, transcribeWindows, windowDecoder, windowPrompt } from './longform.mjs';
 import { DETECT, initTokens, languageCode, promptPrefix, whisperSettings } from './prompt.mjs';
@@ -28,7 +30,8 @@ import { addWords, alignmentSession, timeWindow } from './words.mjs';
 
 const OPTIONS = ['language', 'task', 'timestamps', 'numBeams', 'prompt', 'maxNewTokens', 'wordTimestamps', 'temperature',
   'seed', 'compressionRatioThreshold', 'logprobThreshold', 'noSpeechThreshold', 'conditionOnPrevTokens',
-  'promptConditionType', 'hotwords', 'prefix', 'maxSeconds', 'label', 'runner'];
+  'promptConditionType', 'hotwords', 'prefix', 'assistant', 'promptLookupNumTokens', 'numAssistantTokens', 'speculation',
+  'maxSeconds', 'label', 'runner'];
 const DEFAULT_MAX_SECONDS = 3600; // Python's: an hour, not a mistaken path to a day of audio
 
 /** The audio as float32 samples at `rate`: WAV bytes decoded (and resampled), samples as they are. */
@@ -124,7 +127,10 @@ async function detectFirst(runWindow, settings, init, { features, nMels, total, 
  * model's rate; options: language (a code "de", a name "german", a token "<|de|>"; default: detected),
  * task ("transcribe" or "translate"), timestamps (segments timed by the model), numBeams, prompt (an initial
  * prompt before every window: text the transcript is conditioned on, or its token ids),
- * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors); runner
+ * maxNewTokens (per window), maxSeconds (default 3600; null: no limit), label (names the audio in errors);
+ * assistant (an opened Whisper export of the same tokenizer: a smaller one, or the model itself) or
+ * promptLookupNumTokens: greedy windows decode speculatively (speech/assisted.mjs: the same ids), the assistant
+ * drafting numAssistantTokens at first; speculation (an object: its calls, drafted and accepted get the counts); runner
  * (what decodes each window, the language detection's included, as Python's `runner`: default decode/loop.mjs's run
  * on a cache of its own, one window at a time; speech/batch.mjs passes speech/batch_rounds.mjs's rounds).
  */
@@ -134,7 +140,8 @@ export async function transcribe(ort, model, audio, options = {}) {
   const { language, task, numBeams, timestamps = false, prompt = null, maxNewTokens: max = null,
     wordTimestamps = false, temperature = null, seed = 0, compressionRatioThreshold = null, logprobThreshold = null,
     noSpeechThreshold = null, conditionOnPrevTokens = null, promptConditionType = 'first-segment', hotwords = null,
-    prefix: prefixText = null, runner = null, ...read } = speechOptions(settings, options);
+    prefix: prefixText = null, runner = null, assistant = null, promptLookupNumTokens = null, numAssistantTokens = null,
+    speculation = null, ...read } = speechOptions(settings, options);
   const fallback = fallbackFor(settings, { temperature, compressionRatioThreshold, logprobThreshold, noSpeechThreshold });
   const condition = Boolean(conditionOnPrevTokens ?? settings.condition_on_prev_tokens);
   if (!['first-segment', 'all-segments'].includes(promptConditionType)) {
@@ -142,7 +149,9 @@ export async function transcribe(ort, model, audio, options = {}) {
   }
   if (promptConditionType === 'all-segments' && !condition) throw new Error('promptConditionType "all-segments" needs conditionOnPrevTokens');
   const alignment = wordTimestamps ? await alignmentSession(model) : null; // refused before any decoding
-  const decoding = generationConfig(null, { numBeams, seed }); // Python's fresh GenerationConfig: not the folder's defaults
+  // Python's fresh GenerationConfig: not the folder's defaults
+  const decoding = generationConfig(null, { numBeams, seed, promptLookupNumTokens, numAssistantTokens });
+  const assisted = speculating(ort, model, decoding, assistant, runner, speculation ?? undefined);
   const { features, total, long, seconds, frames } = recordingFeatures(audio, config, read);
   const stamped = Boolean(timestamps) || long;
   if (stamped) checkTimestamps(settings, long);
@@ -155,9 +164,11 @@ export async function transcribe(ort, model, audio, options = {}) {
   const layout = { features, nMels: config.nMels, total, windowFrames: config.nbMaxFrames };
   const runWindow = runner ?? cacheRunner(new GrowingCache(ort, model));
   const ahead = prefix.length || hotwordIds.length || prefixIds.length; // the prompt's start is not <|startoftranscript|>
-  if (ahead && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
-  const decodeWindow = windowDecoder(runWindow, settings, decoding, { timestamps: stamped, max,
-    maxTargetPositions: model.manifest.config.max_len, onDetected: (p) => { init = p; } });
+  // a speculative window is checked with its whole prompt: the language is detected first, as Python always does
+  if ((ahead || assisted) && init.includes(DETECT)) init = await detectFirst(runWindow, settings, init, layout);
+  const positions = { timestamps: stamped, max, maxTargetPositions: model.manifest.config.max_len };
+  const decodeWindow = assistedDecoder(windowDecoder(runWindow, settings, decoding, { ...positions,
+    onDetected: (p) => { init = p; } }), assisted, settings, positions);
   // The timestamp tokens' first id. As in Python and transformers, the ids a model emits from there on cut segments,
   // move seek and stay out of the text even when no timestamps were asked (the rules that place them are off then).
   const nts = settings.no_timestamps_token_id;
