@@ -9,6 +9,8 @@ deltas carry the logprobs of their tokens (runtime.speech.logprobs.TextSoFar), t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,9 @@ from helpers import serving  # noqa: E402
 from test_serve_audio import direct, recordings, tones  # noqa: E402,F401  # fixtures
 
 import tfm_export.runtime.speech.longform as longform  # noqa: E402
+from tfm_export.runtime.speech.chunks import join_text  # noqa: E402
 from tfm_export.runtime.speech.fallback import OPENAI_TEMPERATURES, openai_fallback  # noqa: E402
+from tfm_export.runtime.speech.vad import VadParameters  # noqa: E402
 from tfm_export.runtime.speech.whisper import speech_settings  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 
@@ -193,31 +197,93 @@ def speak(*parts):
                            for p in parts])
 
 
-def test_chunks_logprobs_are_joined_in_order(client, direct, tmp_path):
-    """chunking_strategy server_vad: the logprobs are each VAD chunk's, transcribed alone, in order (the
-    server's VAD settings: OpenAI's defaults)."""
+# server_vad's defaults (OpenAI's), as the VAD's parameters
+SERVER_VAD = VadParameters(threshold=0.5, speech_pad_ms=300, min_silence_duration_ms=200)
+SEED = 7  # the form's seed (this server's field, not OpenAI's: OpenAI's clients send it as extra_body)
+
+
+@pytest.fixture(scope="module")
+def vad_speech(direct, tmp_path_factory):
+    """Three utterances with pauses (two VAD chunks of this model's 4 s windows) as a WAV of float samples (the
+    server reads what `transcribe` is given), and each chunk's own transcription sampled at 0.5 from SEED (the
+    first chunk's language given to the others): made once for both servers."""
     from tfm_export.runtime.speech.chunks import speech_chunks
     from tfm_export.runtime.speech.transcribe import _whisper_plan
-    from tfm_export.runtime.speech.vad import VadParameters
 
     samples = speak(0.5, ("one two three four", "en", 160, 50), 1.0, ("five six seven", "en-us+f3", 150, 40), 1.0,
                     ("eight nine", "en", 170, 45), 0.5)
-    vad = VadParameters(threshold=0.5, speech_pad_ms=300, min_silence_duration_ms=200)
-    chunks = speech_chunks(samples, _whisper_plan(direct), vad).chunks
+    chunks = speech_chunks(samples, _whisper_plan(direct), SERVER_VAD).chunks
     assert len(chunks) >= 2
-    served = fallback(direct, 0)  # the form leaves temperature out: 0, the fallback
-    each = [direct.transcribe(c.samples, logprobs=True, max_seconds=None, language=None if n == 0 else
-                              direct.transcribe(chunks[0].samples)["language"], **served)
-            for n, c in enumerate(chunks)]
-    want = [p for result in each for p in result["logprobs"]]
-    assert want and direct.transcribe(samples, vad=True, vad_parameters=vad, logprobs=True, **served)["logprobs"] == want
-    assert direct.transcribe(samples, vad=True, vad_parameters=vad, logprobs=True, batch_size=4,
-                             **served)["logprobs"] == want
-    wav = tmp_path / "speech.wav"
+    wav = tmp_path_factory.mktemp("vad") / "speech.wav"
     sf.write(wav, samples, 16000, subtype="FLOAT")
-    got = create(client, wav, include=["logprobs"], chunking_strategy={"type": "server_vad"})
+    each, language = [], None
+    for chunk in chunks:
+        each.append(direct.transcribe(chunk.samples, logprobs=True, max_seconds=None, language=language, seed=SEED,
+                                      **fallback(direct, 0.5)))
+        language = language or each[0]["language"]
+    return samples, wav, each
+
+
+def test_vad_chunks_are_transcribed_alone_in_order(direct, vad_speech):
+    """transcribe(vad=True): the chunks' ids and logprobs, each chunk transcribed alone, in order, whether
+    the chunks decode one after the other or together (batch_size, as the server's); sampled from the seed."""
+    samples, _, each = vad_speech
+    options = dict(vad=True, vad_parameters=SERVER_VAD, logprobs=True, seed=SEED, **fallback(direct, 0.5))
+    want = [p for result in each for p in result["logprobs"]]
+    for batch_size in (1, 4):
+        got = direct.transcribe(samples, batch_size=batch_size, **options)
+        assert want and got["logprobs"] == want, batch_size
+        assert got["ids"] == [t for result in each for t in result["ids"]], batch_size
+    assert direct.transcribe(samples, **{**options, "seed": 0})["ids"] != got["ids"]  # the seed is drawn from
+
+
+def test_chunks_logprobs_are_joined_in_order(client, vad_speech):
+    """chunking_strategy server_vad at temperature 0.5 with a seed: the answer's logprobs are each VAD chunk's,
+    transcribed alone, in order (the server's VAD settings: OpenAI's defaults), and so are a stream's."""
+    _, wav, each = vad_speech
+    want = [p for result in each for p in result["logprobs"]]
+    fields = dict(include=["logprobs"], chunking_strategy={"type": "server_vad"}, temperature=0.5,
+                  extra_body={"seed": SEED})
+    got = create(client, wav, **fields)
+    assert got.text == functools.reduce(join_text, (result["text"] for result in each), "")
     assert [(p.token, p.bytes) for p in got.logprobs] == [(p["token"], p["bytes"]) for p in want]
     assert np.allclose([p.logprob for p in got.logprobs], [p["logprob"] for p in want], atol=1e-4)
-    events = streamed(client, wav, include=["logprobs"], chunking_strategy={"type": "server_vad"})
+    events = streamed(client, wav, **fields)
     assert [entry for event in events[:-1] for entry in entries(event.logprobs)] == entries(events[-1].logprobs)
     assert entries(events[-1].logprobs) == entries(got.logprobs)  # the chunks' in order, streamed as they end
+
+
+# (the form's chunking_strategy, its seed: None left out) -> transcribe's vad_parameters and seed
+SAMPLED = {("auto", None): (VadParameters(), 0), ("server_vad", SEED): (SERVER_VAD, SEED)}
+
+
+@pytest.fixture(scope="module")
+def sampled(direct, vad_speech):
+    """SAMPLED's cases transcribed directly with timestamps at 0.5 (and greedy, None), made once for both servers."""
+    samples = vad_speech[0]
+    answers = {case: direct.transcribe(samples, vad=True, vad_parameters=vad, timestamps=True, seed=seed,
+                                       **fallback(direct, 0.5)) for case, (vad, seed) in SAMPLED.items()}
+    return {**answers, None: direct.transcribe(samples, vad=True, vad_parameters=SERVER_VAD, timestamps=True)}
+
+
+def test_vad_sampling_is_the_direct_calls(client, vad_speech, sampled):
+    """Served with chunking_strategy (its chunks decoded together, on the server's windows) at a temperature
+    above 0: every segment's tokens are those of `transcribe(vad=True, temperature=..., seed=...)` called
+    directly with the form's seed (left out: transcribe's default, 0), not greedy's."""
+    for (strategy, seed), want in ((case, sampled[case]) for case in SAMPLED):
+        got = create(client, vad_speech[1], temperature=0.5, response_format="verbose_json",
+                     chunking_strategy=strategy if strategy == "auto" else {"type": strategy},
+                     **({} if seed is None else {"extra_body": {"seed": seed}}))
+        assert got.text == want["text"], (strategy, seed)
+        assert [(s.start, s.end, s.tokens, s.temperature) for s in got.segments] == \
+            [(s["start"], s["end"], s["tokens"], s["temperature"]) for s in want["segments"]], (strategy, seed)
+    assert [s.tokens for s in got.segments] != [s["tokens"] for s in sampled[None]["segments"]]  # sampled
+
+
+@pytest.mark.parametrize("value", ["-1", "18446744073709551616", "1.5", "lucky"])
+@pytest.mark.parametrize("route", ["transcriptions", "translations"])
+def test_a_bad_seed_is_a_422_naming_it(url, recordings, route, value):
+    answer = httpx.post(f"{url}/v1/audio/{route}", data={"model": "whisper-1", "seed": value},
+                        files={"file": ("short.wav", recordings["short"].read_bytes())}, timeout=60)
+    assert answer.status_code == 422 and answer.json()["field"] == "seed", answer.text
+    assert answer.json()["error"].startswith("seed: ")

@@ -336,6 +336,28 @@ def test_server_chunking_strategy(served, digits):
             samples, **default)["text"]
 
 
+def test_server_vad_sampling_equals_transcribe(served, digits):
+    """chunking_strategy with temperature 0.5 and the form's seed (this server's field): the segments' tokens
+    are transcribe(vad=True)'s sampled at 0.5 from that seed, though the server decodes the chunks together."""
+    import openai
+    import soundfile
+    from tfm_export.runtime.speech.fallback import openai_fallback
+    from tfm_export.runtime.speech.whisper import speech_settings
+
+    url, wav = served
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    samples = soundfile.read(wav, dtype="float32")[0]
+    sampled = openai_fallback(speech_settings(digits)[0], 0.5)
+    with open(wav, "rb") as audio:
+        got = client.audio.transcriptions.create(file=audio, model="whisper-1", response_format="verbose_json",
+                                                 chunking_strategy="auto", temperature=0.5, extra_body={"seed": 3})
+    want = digits.transcribe(samples, vad=True, timestamps=True, seed=3, **sampled)
+    assert got.text == want["text"] and got.text.split() == f"{FIRST[0]} {SECOND[0]}".split()
+    assert [(s.start, s.end, s.tokens, s.temperature) for s in got.segments] == \
+        [(s["start"], s["end"], s["tokens"], s["temperature"]) for s in want["segments"]]
+    assert {s.temperature for s in got.segments} == {0.5}
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"chunking_strategy": "manual"}, "chunking_strategy: Input should be 'auto'"),
     ({"chunking_strategy": '{"type": "server_vad", "threshold": 2}'}, "chunking_strategy[threshold]: Input should "

@@ -2,9 +2,9 @@
 for api.openai.com) work unchanged:
 
     POST /v1/audio/transcriptions   multipart/form-data: file, model, language?, prompt?, response_format?,
-                                    temperature?, timestamp_granularities[]?, include[]?, stream?,
+                                    temperature?, seed?, timestamp_granularities[]?, include[]?, stream?,
                                     chunking_strategy?
-    POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?
+    POST /v1/audio/translations     multipart/form-data: file, model, prompt?, response_format?, temperature?, seed?
 
 Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech.whisper):
 json {"text", "usage"}; text the text; verbose_json {"task", "language", "duration", "text", "segments":
@@ -16,9 +16,12 @@ with timestamps (segments with their times), json and text without. Where this d
 - `temperature` (0 to 1) means what OpenAI's does (runtime.speech.fallback.openai_fallback): 0 is the
   temperature fallback (each window decoded at 0, then 0.2, ..., 1.0 while its compression ratio or
   log-probability misses the folder's thresholds, else openai-whisper's 2.4 and -1.0; a silent window,
-  no_speech_prob over 0.6 with a low log-probability, is skipped), above 0 sampling at it. Sampled tries draw
-  from transcribe's fixed seed (0), so an answer is repeatable, where OpenAI's service is not. Left out, it
+  no_speech_prob over 0.6 with a low log-probability, is skipped), above 0 sampling at it. Left out, it
   is 0 (OpenAI's default): the fallback.
+- `seed` (this server's field, not OpenAI's; its clients send it as `extra_body`): sampled tries draw from it
+  (default 0, transcribe's), so an answer is repeatable, where OpenAI's service is not, and equals
+  `transcribe(..., seed=seed)`'s, with chunking_strategy too (each window's sampling starts from the seed,
+  so the chunks' order on the server's windows changes nothing).
 - `include[]=logprobs` (response_format json): `logprobs` [{token, logprob, bytes}] of the text's tokens, as
   `transcribe(..., logprobs=True)` (the chunks' in order with chunking_strategy); `bytes` are the token's own,
   as OpenAI's (byte-level BPE: a token that is part of a character gives its raw bytes, its text U+FFFD;
@@ -198,7 +201,7 @@ def add_audio(app: FastAPI, settings: ServeSettings, state: dict[str, Any]) -> N
                                   getattr(form, "language", "") or None, task, form.response_format in TIMESTAMPED,
                                   form.prompt or None, words,
                                   chunking_parameters(getattr(form, "chunking_strategy", None)),
-                                  form.temperature, logprobs)
+                                  form.temperature, logprobs, form.seed)
             if stream:
                 return await streamed(recording, transcriber, state, settings)
             done = await finished(recording, transcriber, request, settings)

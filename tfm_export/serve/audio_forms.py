@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
+from ..runtime.options.generation import SEED_END
 from ..runtime.speech.vad import VadParameters
 from .translation import HTTPFailure
 
@@ -32,6 +33,9 @@ class TranslationForm(BaseModel):
         0.0, ge=0, le=1, allow_inf_nan=False,
         description="0 (the default, OpenAI's): the temperature fallback (0, 0.2, ..., 1 while a window misses "
                     "the thresholds: the folder's, else openai-whisper's); above 0: sampling at it.")
+    # this server's, not OpenAI's (whose answers do not repeat); OpenAI's clients send it as extra_body
+    seed: int = Field(0, ge=0, lt=SEED_END, description="The sampled tries' seed (SplitMix64, transcribe's `seed`): "
+                                                        "an answer is transcribe's with the same seed.")
 
 
 class ServerVad(BaseModel):

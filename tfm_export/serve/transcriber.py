@@ -42,6 +42,7 @@ class Recording:
     vad: Any = None  # runtime.speech.vad.VadParameters: only the speech (chunking_strategy); None: all of it
     temperature: float | None = 0.0  # OpenAI's (fallback.openai_fallback; 0, its default: the fallback); None: greedy
     logprobs: bool = False  # include[]=logprobs: the text tokens' log-probabilities
+    seed: int = 0  # the sampled tries' (transcribe's seed; the form's, this server's field)
 
 
 @dataclass
@@ -128,7 +129,7 @@ class Transcriber:
                                        on_text=each_window, runner=runner, word_timestamps=request.word_timestamps,
                                        vad=request.vad is not None, vad_parameters=request.vad,
                                        batch_size=CHUNK_BATCH if request.vad is not None else 1,
-                                       logprobs=request.logprobs, **decoding)
+                                       logprobs=request.logprobs, seed=request.seed, **decoding)
         seconds = len(samples) / features.sampling_rate
         elapsed = time.perf_counter() - started
         log.debug("transcribed %.1f s of audio in %.2f s", seconds, elapsed)
