@@ -3,11 +3,14 @@ prompt_lookup_num_tokens decodes its row speculatively, each step of the rows on
 to greedy, beam and sampling groups of the same batch; every answer equals the direct `generate` call (and
 plain greedy's ids), score included, the source was encoded once (for the rows, not again for its checking
 state), the drafts were really checked (fewer calls than ids, counted on /metrics), a batch without such a
-request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does."""
+request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does.
+Under load (--speculate-below rows in flight or queued) such requests decode as plain rows, with the same ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,11 +21,14 @@ import hf_fixtures
 from helpers import run_cli_ok, serving
 from test_serve_groups import MIXED, outcome
 
+from tfm_export.errors import InputError
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.serve.batcher import EngineConfig, InflightBatcher, Job, SearchLane
 from tfm_export.serve.engine import ServeSettings, open_engine
+from tfm_export.serve.metrics import EngineCollector
+from tfm_export.serve.ray_config import settings_from_dict
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -30,6 +36,7 @@ pytest.importorskip("fastapi")
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "num2words-de" / "model.pt"
 LOOKUP = {"prompt_lookup_num_tokens": 5}
 PROCESSED = {"prompt_lookup_num_tokens": 4, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3}  # ProcessorCheck's
+ALWAYS = 10 ** 6  # speculate_below: every prompt-lookup request speculates, whatever the load
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,8 @@ def repeating_jobs(model, count: int, seed: int, results: dict, options: list[di
 def test_speculating_rows_decode_like_direct_calls_among_every_strategy(static_export, monkeypatch):
     lane = []
     monkeypatch.setattr(SearchLane, "submit", lambda self, jobs: lane.extend(jobs))
-    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=12, max_queue=64)))
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=12, max_queue=64,
+                                                                              speculate_below=ALWAYS)))
     assert isinstance(engine, InflightBatcher) and engine.checking is not None
     steps = []
     step = engine.rows.step
@@ -124,11 +132,68 @@ def test_sampling_with_prompt_lookup_decodes_beside_the_batch_like_generate(stat
         assert outcome(results[n])[0] == direct.generate([job.ids], config)[0][0].ids
 
 
+def answered(results: dict, count: int) -> None:
+    """Wait until `count` jobs of `repeating_jobs` have ended (a done or error event each)."""
+    deadline = time.monotonic() + 120
+    while sum(events[-1][0] != "token" for events in results.values()) < count:
+        assert time.monotonic() < deadline, results
+        time.sleep(0.01)
+
+
+def collected(engine, name: str) -> float:
+    """A counter's value on /metrics (its collector, read without HTTP)."""
+    return next(family.samples[0].value for family in EngineCollector(engine).collect() if family.name == name)
+
+
+@pytest.mark.parametrize("count, speculating", [(3, True), (4, False)])
+def test_under_load_prompt_lookup_requests_decode_as_plain_rows_and_alone_they_speculate(static_export, count,
+                                                                                          speculating):
+    """speculate_below 4: `count` jobs queued before the loop starts join in one round at a load of `count`; 3
+    speculate, 4 decode as plain rows (no checking call, each counted declined), greedy's ids either way. A job
+    that comes alone afterwards speculates."""
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, speculate_below=4)))
+    results: dict = {}
+    jobs = repeating_jobs(engine.model, count + 1, 11, results, [LOOKUP])
+    engine.submit(jobs[:count])
+    engine.start()
+    answered(results, count)
+    spec = engine.batch.speculation
+    assert (spec.calls > 0) == speculating and engine.declined == (0 if speculating else count)
+    assert collected(engine, "tfm_export_speculative_declined") == engine.declined
+    calls = spec.calls
+    engine.submit(jobs[count:])  # alone: a load of 1
+    answered(results, count + 1)
+    assert spec.calls > calls and engine.declined == (0 if speculating else count)
+    engine.close(60)
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    for n, job in enumerate(jobs):
+        plain = direct.generate([job.ids], job.config.replace(max_new_tokens=job.max_new_tokens,
+                                                              prompt_lookup_num_tokens=0))[0][0]
+        assert outcome(results[n])[0] == plain.ids, n
+
+
+def test_speculate_below_zero_never_speculates_and_reaches_the_config(static_export, tmp_path):
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=4, speculate_below=0)))
+    results: dict = {}
+    engine.start()
+    engine.submit(repeating_jobs(engine.model, 1, 2, results, [LOOKUP]))
+    engine.close(60)
+    assert engine.batch.speculation.calls == 0 and engine.declined == 1 and len(results) == 1
+    yaml = pytest.importorskip("yaml")
+    path = tmp_path / "serve.yaml"
+    run_cli_ok("serve", static_export, "--write-config", path, "--speculate-below", 2)
+    settings = settings_from_dict(yaml.safe_load(path.read_text())["applications"][0]["args"])
+    assert settings.engine == dataclasses.replace(ServeSettings("x").engine, max_batch=16, speculate_below=2)
+    with pytest.raises(InputError, match="speculate_below"):
+        EngineConfig(speculate_below=-1)
+
+
 def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
     """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids, and the
     score of a direct call (for a request under processors, the score of the same request served without prompt
     lookup); the speculation's counters on /metrics."""
-    settings = ServeSettings(str(folder), engine=EngineConfig(max_batch=8, max_queue=64), max_texts=4)
+    settings = ServeSettings(str(folder), engine=EngineConfig(max_batch=8, max_queue=64, speculate_below=ALWAYS),
+                             max_texts=4)
     # num_beams 1 by name: an export's defaults may be beam search (marian's), which does not speculate
     options = [{**LOOKUP, "num_beams": 1}, {"num_beams": 1}, {"num_beams": 2},
                {"do_sample": True, "seed": 3, "num_beams": 1}, {"prompt_lookup_num_tokens": 3, "num_beams": 1},

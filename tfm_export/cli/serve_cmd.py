@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..serve.jobs import SPECULATE_BELOW
 from .common import requires_extra, library_errors, main_group, ort_thread_options
 
 
@@ -44,6 +45,10 @@ def limit_options(fn):
 @click.option("--max-src-len", type=click.IntRange(min=1), default=None,
               help="Longest source accepted (default: the model's max_len; longer get 413). In-flight rows are "
                    "sized to it, so a smaller value makes every step cheaper.")
+@click.option("--speculate-below", type=click.IntRange(min=0), default=SPECULATE_BELOW, show_default=True,
+              metavar="N", help="In-flight batching: a request with prompt_lookup_num_tokens speculates (its own "
+                                "decoder calls) when fewer than N rows are in flight or queued as it joins, else it "
+                                "decodes as a plain row of the shared step (the same ids); 0: never speculate.")
 @click.option("--window-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="--batching request: how long the first request waits for others.")
 @click.option("--api-key", envvar="TFM_EXPORT_API_KEY", default=None,
@@ -83,10 +88,10 @@ def limit_options(fn):
 @library_errors
 def serve_command(folders: tuple[Path, ...], host: str, port: int, device: str, batching: str, max_batch: int,
                   max_queue: int, max_texts: int, max_beams: int, max_rows: int, max_src_len: int | None,
-                  window_ms: float, max_upload_mb: float, max_audio_seconds: float, audio_workers: int | None,
-                  upload_dir: str | None, api_key: str | None, cors_origins: tuple[str, ...], threads: int | None,
-                  spin: bool, idle_unload: float | None, max_loaded: int | None, pivot: str, use_ray: bool,
-                  replicas: int, write_config: Path | None) -> None:
+                  speculate_below: int, window_ms: float, max_upload_mb: float, max_audio_seconds: float,
+                  audio_workers: int | None, upload_dir: str | None, api_key: str | None,
+                  cors_origins: tuple[str, ...], threads: int | None, spin: bool, idle_unload: float | None,
+                  max_loaded: int | None, pivot: str, use_ray: bool, replicas: int, write_config: Path | None) -> None:
     """Serve the export in FOLDER over HTTP: POST /v1/translate, LibreTranslate's POST /translate and
     GET /languages (a text model) or OpenAI's POST /v1/audio/transcriptions and /v1/audio/translations
     (a Whisper export); GET /healthz, /metrics, docs at /docs.
@@ -108,7 +113,8 @@ def serve_command(folders: tuple[Path, ...], host: str, port: int, device: str, 
     if not folders and write_config is None:
         raise click.UsageError("give the export FOLDER to serve")
     check_origins(cors_origins)
-    fields = dict(device=device, batching=batching, engine=EngineConfig(max_batch, max_queue, window_ms, max_src_len),
+    fields = dict(device=device, batching=batching, engine=EngineConfig(max_batch, max_queue, window_ms, max_src_len,
+                                                                     speculate_below),
                   max_texts=max_texts, threads=threads, spin=spin, api_key=api_key, cors_origins=cors_origins,
                   max_beams=max_beams, max_rows=max_rows)
     if serves_several(folders) or idle_unload is not None or max_loaded is not None:

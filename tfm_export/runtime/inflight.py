@@ -22,7 +22,8 @@ is encoded once); its rows here stay unbound, since decoder_static takes one id 
 the rows is one call of every speculating group's state, emitting one or more ids (greedy's), checked
 as `generate` checks them (runtime.decode.checking.ProcessorCheck), so that its answer carries generate's score;
 the rows themselves step when any other group is bound, so a batch without speculating groups steps exactly
-as before.
+as before. Which requests speculate is the caller's choice (serve.batcher's load rule); one that does not is
+bound with `RowGroup.start` as the same request without prompt lookup (greedy's ids either way).
 
 `decode_in_flight` runs sources through this loop alone: how an export's checks (runtime.verify)
 prove that the server's rows decode like decoder.onnx.

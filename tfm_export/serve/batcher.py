@@ -12,7 +12,9 @@ request, which seeds its sampling generators as in a direct call).
   does not fit, a second thread encodes it ahead (serve.joiner), so rows that free take it at once.
   A group that ends (EOS, its `max_new_tokens`, its search done) leaves at once and its rows are
   reused. Jobs wider than the batch or longer than its rows' slots go to a side thread
-  (`SearchLane`) that decodes each with `generate`.
+  (`SearchLane`) that decodes each with `generate`. A greedy job with prompt lookup speculates on a
+  checking state of its own while the rows are not busy (`InflightBatcher.speculating`:
+  EngineConfig.speculate_below), else it decodes as a plain row, with the same ids.
 - `RequestBatcher`: collect jobs for `window_ms` (up to `max_batch`), decode that batch to its end,
   repeat: plain greedy jobs together with `generate_ids`, beam jobs of the same settings together
   with `generate`, others one at a time. `max_batch=1` is one request at a time. The baselines of
@@ -61,6 +63,7 @@ class InflightBatcher(Engine):
         self.batch = InflightRows(open_rows(static, config.max_batch, width), cfg)
         self.slots = static.slots  # the longest output a row can hold
         self.checking = model.checking_cache()  # where prompt-lookup requests speculate (None: they decode plainly)
+        self.declined = 0  # prompt-lookup requests bound as plain rows because the rows were busy (`speculating`)
         self.lane = SearchLane(model, config)  # jobs wider than the batch or longer than the rows' slots
         side = side_encoder(static)
         self.joiner = Joiner(self, lambda src: self.rows.encode(src, side), self.lane.submit, self.rows_for)
@@ -117,9 +120,10 @@ class InflightBatcher(Engine):
         free = self.batch.free_rows()
         ready = self.joiner.ready(len(free))  # encoded by the joiner while the next job did not fit
         self.release(len(ready))
+        load = self._load(sum(self.rows_for(job) for job, _ in ready))
         for job, encoded in ready:
             if not job.cancelled:
-                self._bind(free, job, encoded)
+                self._bind(free, job, encoded, load)
         # Free rows take waiting jobs at once, encoded here (all threads): a job that arrives while
         # others decode starts at the next step. Idle: wait for one (or for the joiner's).
         # Jobs the joiner holds came first: nothing newer is taken until they are bound (else narrower
@@ -131,16 +135,35 @@ class InflightBatcher(Engine):
         if joined:
             src = source_batch([job.ids for job in joined], self.model.config)  # (joined, src_len)
             encoded = self.rows.encode(src)
+            load = self._load(sum(self.rows_for(job) for job in joined))
             for n, job in enumerate(joined):
-                self._bind(free, job, [value[n:n + 1] for value in encoded])
+                self._bind(free, job, [value[n:n + 1] for value in encoded], load)
         self.joiner.poke()  # the rows changed: the joiner looks again whether to encode ahead
         if self.active:
             self.batch.step(self._ended)
 
-    def _bind(self, free: list[int], job: Job, encoded: list[np.ndarray]) -> None:
-        """One job's encoder outputs (1, ...) into as many of the `free` rows as it takes."""
+    def _load(self, joining: int) -> int:
+        """Rows in flight once `joining` rows are bound, plus the jobs waiting (queued, or encoded ahead)."""
+        return self.active + joining + self.queue_depth + len(self.joiner.waiting())
+
+    def speculating(self, job: Job, load: int) -> bool:
+        """Whether `job` speculates (runtime.inflight.speculates) at this `load` (`_load`, counted once per round
+        of joins, so jobs that join together decide alike). The rule: below config.speculate_below. Each
+        speculating request makes decoder calls of its own, one after the other, while plain rows share one step;
+        past the break-even (jobs.SPECULATE_BELOW) a plain row's share of the step costs less per id than the
+        request's checks, and greedy's ids are the same either way. Decided once, as the job joins: its cache is
+        then the growing decoder's or the rows', and moving a past between them is not clean."""
+        if not speculates(job.config, self.checking):
+            return False
+        if load < self.config.speculate_below:
+            return True
+        self.declined += 1
+        return False
+
+    def _bind(self, free: list[int], job: Job, encoded: list[np.ndarray], load: int) -> None:
+        """One job's encoder outputs (1, ...) into as many of the `free` rows as it takes; `load`: `_load`'s."""
         rows, cfg = [free.pop(0) for _ in range(self.rows_for(job))], self.model.config
-        if speculates(job.config, self.checking):  # its row decodes on a checking state (prompt lookup)
+        if self.speculating(job, load):  # its row decodes on a checking state (prompt lookup)
             src = self.model.source_input([job.ids])  # (1, src_len): what the proposer reads; encoded already
             state = self.batch.checking_state(self.checking, encoded, src.shape[1])
             group = RowGroup.speculating(job, rows, job.config, job.max_new_tokens, cfg, state, src,

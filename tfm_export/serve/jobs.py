@@ -41,6 +41,14 @@ class Cancelled(TfmExportError):
     """The client went away: its work stops at the next step it can (a transcription's next window)."""
 
 
+# Where speculating stops paying (BENCHMARKS.md, "Speculative decoding", served): a speculating request's calls
+# cost s per id it emits (0.29 ms alone on the copy-heavy BART, 2 CPU threads) while n plain rows share a step of
+# T(n) (0.72 ms at 1 row, ~1.8 ms at 8: a + b n), each row's share T(n) / n; s < T(n) / n up to n ~ 4. On a GPU a
+# step costs about the same at any n, so the share is T / n: the break-even is near the ids a check emits (not
+# measured there).
+SPECULATE_BELOW = 4
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How an engine batches."""
@@ -51,12 +59,18 @@ class EngineConfig:
     # Longest source accepted (None: the model's max_len). In-flight rows are sized to it: every
     # step's cross attention spans it, so a server whose sources are short runs faster with less.
     max_src_len: int | None = None
+    # In-flight only: a prompt-lookup request speculates when fewer rows than this are in flight or queued as
+    # it joins (it included), else it decodes as a plain row (serve.batcher.InflightBatcher.speculating; 0: never).
+    speculate_below: int = SPECULATE_BELOW
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_src_len"):
             if (getattr(self, name) or 1) < 1:
                 raise InputError(f"{{{name}}} must be at least 1, got {getattr(self, name)}",
                                  options={name: None})
+        if self.speculate_below < 0:
+            raise InputError(f"{{speculate_below}} must be at least 0, got {self.speculate_below}",
+                             options={"speculate_below": None})
 
 
 def one_row(config: GenerationConfig) -> bool:

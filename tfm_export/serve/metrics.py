@@ -45,6 +45,9 @@ class EngineCollector:
                                       spec.drafted)
             yield CounterMetricFamily("tfm_export_speculative_accepted", "Drafted ids the model accepted.",
                                       spec.accepted)
+            yield CounterMetricFamily("tfm_export_speculative_declined", "Prompt lookup requests decoded as plain "
+                                      "rows because the rows were busy (--speculate-below).",
+                                      getattr(engine, "declined", 0))
 
 
 class ServerMetrics:
