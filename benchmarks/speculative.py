@@ -111,7 +111,8 @@ SCHEDULE_ONLY = functools.partial(DraftLength, switch_off=False)  # the schedule
 
 
 def _side(model: Any, sources: list[list[int]], steps: int, schedule_only: bool = False, repeat: int = 1,
-          policy: Callable[..., DraftLength] | None = None, **options: Any) -> Callable[[], dict[str, Any]]:
+          policy: Callable[..., DraftLength] | None = None, config: Any = GREEDY,
+          **options: Any) -> Callable[[], dict[str, Any]]:
     """One run: every source alone (batch 1), greedy, `repeat` times; ms per generated id (EOS counted), what was
     accepted and how often the policy switched speculation off. `schedule_only`: `model` is an opening of its
     own, whose policies (made on its first run, kept by the runner) have no switch-off; `policy`: what makes
@@ -124,7 +125,7 @@ def _side(model: Any, sources: list[list[int]], steps: int, schedule_only: bool 
         with _Policy(policy):
             start = time.perf_counter()
             for src in sources * repeat:
-                ids += model.generate_ids([src], max_new_tokens=steps, config=GREEDY, timings=timings, **options)
+                ids += model.generate_ids([src], max_new_tokens=steps, config=config, timings=timings, **options)
             seconds = time.perf_counter() - start
         tokens = sum(len(r) + (len(r) < steps) for r in ids)
         pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values()) - pauses
@@ -251,14 +252,16 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
                "words": [tokenizer(e.target)["input_ids"] for e in hf.task_examples("nllb")[:args.sources]]}
     costs = [*_call_costs("nllb-600m float32", model, sources["words"][0], args.rounds),
              *_call_costs("nllb-600m int4 (the draft)", draft, sources["words"][0], args.rounds)]
-    rows = []
+    rows, steps = [], args.new_tokens
+    config = GREEDY.replace(min_new_tokens=steps)  # EOS banned: the random layout ends every source at once
     for kind, srcs in sources.items():
         rows += _rows(f"nllb-600m-int4-draft, {kind}", {
-            "plain": _side(model, srcs, args.new_tokens),
-            "int4 self-draft": _side(model, srcs, args.new_tokens, assistant=draft),
-            f"int4 self-draft, fixed {NLLB_FIXED}": _side(model, srcs, args.new_tokens, policy=FixedLength,
+            "plain": _side(model, srcs, steps, config=config),
+            "int4 self-draft": _side(model, srcs, steps, config=config, assistant=draft),
+            f"int4 self-draft, fixed {NLLB_FIXED}": _side(model, srcs, steps, policy=FixedLength, config=config,
                                                          assistant=draft, num_assistant_tokens=NLLB_FIXED)},
             args.rounds)
+    assert all(r["same_ids"] for r in rows), "speculation changed the ids"
     return rows, costs
 
 
