@@ -2,14 +2,16 @@
 
     apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
     .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
-    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume]
+    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft]
 
 Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
 generation_config.json with lang_to_id / task_to_id, tokenizer files with the timestamp tokens,
 preprocessor_config.json), plus heldout.tsv and metrics.json. Seeded; its length is set in minutes
 (default 20) because that is what a 2-core machine has, so two runs differ in how many steps they take.
 `--resume` trains the folder's model for another stage (half the learning rate, other batches);
-metrics.json lists the stages.
+metrics.json lists the stages. `--draft` writes draft/ instead: the folder's model cut to the layers DRAFT_LAYERS
+keeps (its weights, its tokenizer files) and trained on for MINUTES more, a speculative decoding assistant
+(`transcribe(..., assistant=)`) saved in float16, as many published drafts are.
 
 The model learns what Whisper's decoder is asked to do, on a task small enough for minutes of CPU:
 the language token (detection), transcribe or translate (German digits written as English words),
@@ -43,6 +45,8 @@ from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
 SEED, BANK, HELDOUT, BATCH, LR, WARMUP = 1234, 1200, 60, 24, 1.5e-3, 150
 LANGUAGES = ("en", "de")
 TIMESTAMPS = WINDOW_SECONDS * 50 + 1  # <|0.00|> ... <|4.00|>, 0.02 s apart
+DRAFT_LAYERS = {"encoder": (0, 1), "decoder": (0,)}  # --draft: the folder's layers the draft keeps, in order
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 FOLDER_FILES = ("config.json", "model.safetensors", "generation_config.json", "preprocessor_config.json",
                 "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                 "added_tokens.json", "normalizer.json")
@@ -91,6 +95,26 @@ def build_model(tok) -> transformers.WhisperForConditionalGeneration:
         task_to_id={t: ids[f"<|{t}|>"] for t in ("transcribe", "translate")}, return_timestamps=False,
         alignment_heads=[[1, 0], [1, 2]])
     return model
+
+
+def build_draft(teacher: transformers.WhisperForConditionalGeneration) -> transformers.WhisperForConditionalGeneration:
+    """`teacher` cut to DRAFT_LAYERS: its embeddings, convolutions, norms and the kept layers' weights (a
+    start that minutes of training make a useful draft of; a fresh one would need the teacher's hour)."""
+    config = transformers.WhisperConfig.from_dict(teacher.config.to_dict())
+    config.encoder_layers, config.decoder_layers = (len(DRAFT_LAYERS[side]) for side in ("encoder", "decoder"))
+    draft = transformers.WhisperForConditionalGeneration(config)
+    renamed = {f"model.{side}.layers.{old}.": f"model.{side}.layers.{new}."
+               for side, kept in DRAFT_LAYERS.items() for new, old in enumerate(kept)}
+    weights = {}
+    for name, value in teacher.state_dict().items():
+        prefix = next((p for p in renamed if name.startswith(p)), None)
+        if prefix is not None or ".layers." not in name:
+            weights[renamed[prefix] + name[len(prefix):] if prefix else name] = value
+    draft.load_state_dict(weights, strict=True)
+    draft.generation_config = transformers.GenerationConfig.from_dict(teacher.generation_config.to_dict())
+    last = config.decoder_layers - 1  # the cross-attention heads token timestamps read: the last layer's
+    draft.generation_config.alignment_heads = [[last, head] for _, head in teacher.generation_config.alignment_heads]
+    return draft
 
 
 def target(tok, window: Window, timestamps: bool) -> list[int]:
@@ -193,34 +217,46 @@ def previous_stages() -> list[dict]:
     return metrics.get("stages") or [{k: metrics[k] for k in ("steps", "batch", "train_minutes", "final_loss")}]
 
 
-def main(minutes: float, resume: bool) -> None:
+def start(tok, resume: bool, draft: bool) -> tuple[transformers.WhisperForConditionalGeneration, list[dict]]:
+    """The model a run trains and the stages before it: a fresh one, the folder's (--resume, its weights and
+    generation config trained on for another stage) or a draft cut from the folder's (--draft)."""
+    if not (resume or draft):
+        return build_model(tok), []
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(str(HERE), local_files_only=True)
+    return (build_draft(model), []) if draft else (model, previous_stages())
+
+
+def main(minutes: float, resume: bool, draft: bool) -> None:
     torch.set_num_threads(2)
     rng = random.Random(SEED)
+    out = HERE / "draft" if draft else HERE
     with tempfile.TemporaryDirectory(dir=HERE) as stage:
         stage = Path(stage)
         tok = build_tokenizer(stage)
         utterances, heldout = bank(rng, BANK, heldout=False), bank(rng, HELDOUT, heldout=True)
-        stages = previous_stages() if resume else []
-        if resume:  # the folder's weights and generation config, trained on for another stage
-            model = transformers.WhisperForConditionalGeneration.from_pretrained(str(HERE), local_files_only=True)
-        else:
-            model = build_model(tok)
+        model, stages = start(tok, resume, draft)
         stages.append(train(model, tok, utterances, minutes, len(stages)))
+        if draft:  # scored as published: its float16 weights, widened as an import widens them
+            model = model.to(torch.float16).to(torch.float32)
         metrics = {"stages": stages, "steps": sum(s["steps"] for s in stages), "batch": BATCH,
                    "train_minutes": round(sum(s["train_minutes"] for s in stages), 1),
                    "final_loss": stages[-1]["final_loss"], **evaluate(model, tok, heldout),
                    "parameters": sum(p.numel() for p in model.parameters())}
-        model.save_pretrained(stage)
+        (model.to(torch.float16) if draft else model).save_pretrained(stage)
         extractor = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=WINDOW_SECONDS)
         (stage / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
-        (stage / "heldout.tsv").write_text("".join(s.row() + "\n" for lang in LANGUAGES for s, _ in heldout[lang]))
+        if draft:
+            metrics["layers_kept"] = DRAFT_LAYERS
+        else:  # a draft is scored on the folder's held-out set (the same seed draws it)
+            (stage / "heldout.tsv").write_text("".join(s.row() + "\n" for lang in LANGUAGES for s, _ in heldout[lang]))
         (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        out.mkdir(exist_ok=True)
         for path in stage.iterdir():  # the recipe's own files only: rename each into place
             if path.name in FOLDER_FILES + ("heldout.tsv", "metrics.json"):
-                os.replace(path, HERE / path.name)
+                os.replace(path, out / path.name)
     print(json.dumps(metrics, indent=2))
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--resume"]
-    main(float(args[0]) if args else 20.0, "--resume" in sys.argv[1:])
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(float(args[0]) if args else 20.0, "--resume" in sys.argv[1:], "--draft" in sys.argv[1:])
