@@ -21,6 +21,8 @@ Cases (each exported into a temporary folder, without validation):
 - `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks.families.big_models)
   float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
   random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
+- `whisper-digits`: the trained Whisper fixture transcribing long held-out recordings, drafted by its 2 + 1 layer
+  draft (models/whisper-digits/draft) and by prompt lookup (benchmarks.speculative_whisper).
 `--case NAME` (repeatable) runs only the cases named.
 """
 
@@ -183,7 +185,7 @@ def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int
     for name, runs in samples.items():
         ms, last = median(r["ms"] for r in runs), runs[-1]
         rows.append({"case": case, "side": name, "ms_per_token": round(ms, 3), "speedup": round(plain / ms, 2),
-                     "calls_per_token": round(last["calls"] / last["tokens"], 3),
+                     "calls_per_token": round(last["calls"] / last["tokens"], 3) if last["calls"] else None,
                      "acceptance": round(last["accepted"] / last["drafted"], 3) if last["drafted"] else None,
                      "switch_offs": last["pauses"], "same_ids": all(r["ids"] == reference for r in runs),
                      "distinct": len({i for row in last["ids"] for i in row}),  # 1: a degenerate output
@@ -265,9 +267,15 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
     return rows, costs
 
 
+def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    from benchmarks.speculative_whisper import whisper_digits  # imports this module: loaded when run
+
+    return whisper_digits(tmp, args, options)
+
+
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
-         "nllb-600m-int4-draft": _nllb_int4_draft}
+         "nllb-600m-int4-draft": _nllb_int4_draft, "whisper-digits": _whisper_digits}
 ON_REQUEST = {"nllb-600m-int4-draft"}  # run only when named (a 600M export); --quick: the tiny preset alone
 
 
