@@ -41,12 +41,13 @@ class Cancelled(TfmExportError):
     """The client went away: its work stops at the next step it can (a transcription's next window)."""
 
 
-# Where speculating stops paying (BENCHMARKS.md, "Speculative decoding", served): a speculating request's calls
-# cost s per id it emits (0.29 ms alone on the copy-heavy BART, 2 CPU threads) while n plain rows share a step of
-# T(n) (0.72 ms at 1 row, ~1.8 ms at 8: a + b n), each row's share T(n) / n; s < T(n) / n up to n ~ 4. On a GPU a
-# step costs about the same at any n, so the share is T / n: the break-even is near the ids a check emits (not
-# measured there).
-SPECULATE_BELOW = 4
+# Where speculating stops paying: each speculating request makes decoder calls of its own while plain rows share
+# one step, so past some load a plain row's share of the step costs less per id than the request's checks. Measured
+# (BENCHMARKS.md, "Speculative decoding", served: every prompt-lookup request speculating, the copy-heavy BART, 8
+# rows, 2 CPU threads): 2.07x plain rows with 2 requests at a time, 1.40x at 3, 1.11x at 4, 1.01x at 6, 0.69-0.85x
+# with 20 queued. On a GPU a step costs about the same at any n rows, so a row's share falls as 1 / n and the
+# break-even should come sooner (not measured there): lower it with serve --speculate-below.
+SPECULATE_BELOW = 6
 
 
 @dataclass(frozen=True)
