@@ -90,4 +90,6 @@ def whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions)
                            f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}.items():
         sides[name] = _transcribed(model, recordings, **proposer)
         sides[f"{name}, schedule only"] = _transcribed(again, recordings, schedule_only=True, **proposer)
-    return _rows("whisper-digits", sides, args.rounds), costs
+    rows = _rows("whisper-digits", sides, args.rounds)
+    assert all(r["same_ids"] for r in rows), "speculation changed the transcripts' ids"
+    return rows, costs
