@@ -34,7 +34,8 @@ from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 from tfm_export.serve.multi import create_multi_app  # noqa: E402
-from tfm_export.serve.registry import ModelRegistry, export_folders, serves_several  # noqa: E402
+from tfm_export.serve.catalog import export_folders, serves_several  # noqa: E402
+from tfm_export.serve.registry import ModelRegistry  # noqa: E402
 
 FRENCH = ["la maison", "un petit chat", "les arbres verts", "nous mangeons du pain"]
 ENGLISH = ["the house", "a small cat", "green trees grow", "we eat bread"]

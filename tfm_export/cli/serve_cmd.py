@@ -106,7 +106,7 @@ def serve_command(folders: tuple[Path, ...], host: str, port: int, device: str, 
     from ..serve.cors import check_origins
     from ..serve.engine import ServeSettings, check_batching, check_bind, is_speech, resolve_batching
     from ..serve.module_exports import auto_request_note
-    from ..serve.registry import serves_several
+    from ..serve.catalog import serves_several
     from ..serve.server import run_server
     from ..serve.web import check_port
 
@@ -153,7 +153,8 @@ def _serve_several(folders: tuple[Path, ...], host: str, port: int, unloading: t
     """One server of several exports (serve.multi): their manifests checked now, each opened on first use;
     `unloading`: (idle_unload, max_loaded, pivot)."""
     from ..serve.engine import ServeSettings, check_bind
-    from ..serve.registry import ModelRegistry, export_folders
+    from ..serve.catalog import export_folders
+    from ..serve.registry import ModelRegistry
     from ..serve.server import run_server
     from ..serve.web import check_port
 

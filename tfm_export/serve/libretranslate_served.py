@@ -20,7 +20,8 @@ from ..text.iso639 import two_letter
 from .contract import LanguageView
 from .libretranslate import listed, pick_languages
 from .libretranslate_params import as_libretranslate
-from .registry import Leg, LoadFailed, ModelRegistry
+from .catalog import Leg
+from .registry import LoadFailed, ModelRegistry
 from .translation import HTTPFailure, failure_from
 
 # One leg: (the request state with the leg's engine, held for the block; its source code; its target code)

@@ -51,7 +51,8 @@ from .libretranslate_served import Served, Translator, leased, registry_served
 from .mailbox import Mailbox
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .model_list import ModelCard, ModelList
-from .registry import Leg, ModelRegistry
+from .catalog import Leg
+from .registry import ModelRegistry
 from .schemas import Language, TranslateRequest, error_responses
 from .translation import HTTPFailure, failure_from
 
