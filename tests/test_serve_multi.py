@@ -32,9 +32,9 @@ from tfm_export.importers import load_model  # noqa: E402
 from tfm_export.importers.hub import local_origin  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
+from tfm_export.serve.catalog import export_folders, serves_several  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 from tfm_export.serve.multi import create_multi_app  # noqa: E402
-from tfm_export.serve.catalog import export_folders, serves_several  # noqa: E402
 from tfm_export.serve.registry import ModelRegistry  # noqa: E402
 
 FRENCH = ["la maison", "un petit chat", "les arbres verts", "nous mangeons du pain"]
@@ -302,6 +302,18 @@ def test_an_inflight_export_beside_others(exports, static_export, serial, models
         assert [row["text"] for row in reply.json()["translations"]] == models[FR_EN].translate(TEXTS)
         engines = {name: slot.engine.name for name, slot in registry.slots.items()}
         assert engines == {static_export.name: "inflight", FR_EN: "request"}
+        # prompt lookup in its rows: /metrics counts it as the export's own server would, and keeps the count
+        # once the engine is closed (a counter never goes down)
+        ids = [5, 6, 7, 5, 6, 7, 5, 6]
+        reply = client.post("/v1/translate", json={"model": static_export.name, "ids": [ids], "max_new_tokens": 8,
+                                                   "prompt_lookup_num_tokens": 3})
+        assert reply.json()["translations"][0]["ids"] == serial(ids, 8)
+        spec = registry.slots[static_export.name].engine.batch.speculation
+        assert spec.calls > 0
+        drafted = f"tfm_export_speculative_drafted_total {float(spec.drafted)}"
+        assert drafted in client.get("/metrics").text
+        assert client.portal.call(registry.unload, registry.slots[static_export.name])
+        assert drafted in client.get("/metrics").text
         assert client.get("/languages").json() == [{"code": "en", "name": "en", "targets": []},
                                                    {"code": "fr", "name": "fr", "targets": ["en"]}]
 

@@ -142,6 +142,12 @@ class InflightBatcher(Engine):
         if self.active:
             self.batch.step(self._ended)
 
+    def speculation_counts(self) -> dict[str, int]:
+        """/metrics' prompt-lookup counters (serve.metrics): ids drafted and accepted in the rows, and the
+        requests decoded as plain rows because the rows were busy."""
+        spec = self.batch.speculation
+        return {"drafted": spec.drafted, "accepted": spec.accepted, "declined": self.declined}
+
     def _load(self, joining: int) -> int:
         """Rows in flight once `joining` rows are bound, plus the jobs waiting (queued, or encoded ahead)."""
         return self.active + joining + self.queue_depth + len(self.joiner.waiting())

@@ -19,6 +19,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Processing seconds per second of audio: below 1 is faster than real time (a GPU: 0.01; a small CPU: ~1).
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# The in-flight rows' prompt lookup (serve.batcher.InflightBatcher.speculation_counts): counter -> its help.
+SPECULATION_COUNTERS = {
+    "drafted": "Ids drafted by prompt lookup in the rows.",
+    "accepted": "Drafted ids the model accepted.",
+    "declined": "Prompt lookup requests decoded as plain rows because the rows were busy (--speculate-below).",
+}
 
 
 class EngineCollector:
@@ -39,15 +45,11 @@ class EngineCollector:
         yield CounterMetricFamily("tfm_export_tokens", "Tokens generated since start.", tokens)
         yield GaugeMetricFamily("tfm_export_tokens_per_second", "Tokens generated per second since the last scrape.",
                                 (tokens - before) / max(now - then, 1e-9))
-        spec = getattr(getattr(engine, "batch", None), "speculation", None)  # in-flight rows (prompt lookup)
-        if spec is not None:
-            yield CounterMetricFamily("tfm_export_speculative_drafted", "Ids drafted by prompt lookup in the rows.",
-                                      spec.drafted)
-            yield CounterMetricFamily("tfm_export_speculative_accepted", "Drafted ids the model accepted.",
-                                      spec.accepted)
-            yield CounterMetricFamily("tfm_export_speculative_declined", "Prompt lookup requests decoded as plain "
-                                      "rows because the rows were busy (--speculate-below).",
-                                      getattr(engine, "declined", 0))
+        counts_of = getattr(engine, "speculation_counts", None)  # in-flight rows (prompt lookup), else none
+        counts = counts_of() if counts_of is not None else None
+        if counts is not None:
+            for key, help_text in SPECULATION_COUNTERS.items():
+                yield CounterMetricFamily(f"tfm_export_speculative_{key}", help_text, counts[key])
 
 
 class ServerMetrics:

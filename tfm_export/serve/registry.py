@@ -80,6 +80,7 @@ class ModelRegistry:
         self.exports = unique_names([read_export(folder, settings) for folder in folders])
         self.slots = {e.name: Slot(e) for e in self.exports}
         self.retired_tokens = 0  # tokens of the engines closed so far (tokens_total stays a counter)
+        self.retired_speculation: dict[str, int] | None = None  # the same for speculation_counts
         self._languages: list[dict[str, Any]] | None = None
 
     # -- choosing an export -------------------------------------------------------------------------
@@ -209,6 +210,7 @@ class ModelRegistry:
             engine, slot.engine = slot.engine, None
             await asyncio.to_thread(engine.close)
             self.retired_tokens += engine.tokens_total
+            self.retired_speculation = self._speculation([engine], self.retired_speculation)
         log.info("closed %s", slot.export.name)
         return True
 
@@ -254,6 +256,23 @@ class ModelRegistry:
     @property
     def tokens_total(self) -> int:
         return self.retired_tokens + sum(engine.tokens_total for engine in self._engines())
+
+    def speculation_counts(self) -> dict[str, int] | None:
+        """The in-flight engines' prompt-lookup counters summed, the closed ones' included (None: no export
+        here has decoded in flight)."""
+        return self._speculation(self._engines(), self.retired_speculation)
+
+    @staticmethod
+    def _speculation(engines: list[Any], start: dict[str, int] | None) -> dict[str, int] | None:
+        """`start` plus each of `engines`' speculation_counts (those that have them), key by key."""
+        counts = [c() for c in (getattr(e, "speculation_counts", None) for e in engines) if c is not None]
+        if not counts:
+            return start
+        totals = dict(start or {})
+        for each in counts:
+            for key, value in each.items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
 
     @property
     def config(self) -> Any:
