@@ -53,7 +53,7 @@ SCAN_MIN_WEIGHTS = 16_000_000
 # `--int4-block-size auto`: (fewest inputs, block size), first match. Blocks of 128 save MLAS's per-block work
 # (NLLB-600M's layout at batch 1: 0.55-0.57x int8's time, 0.63-0.65x at 32). Where a block is an eighth of a column
 # or less they cost no measurable agreement with float32 (a trained model 1024 wide: `python -m benchmarks wide-fixture`,
-# BENCHMARKS.md, Quality, "Block sizes"); at 512 inputs the trained models disagree (a 512-wide Marian level,
+# docs/exporting.md, "4-bit weights"); at 512 inputs the trained models disagree (a 512-wide Marian level,
 # whisper-digits' FFN output one utterance of 120 worse, num2words-de's one better); on the 64-wide fixtures, where
 # 128 is a whole column, they agreed less in 11 of 16 cases. So weights under 1024 inputs keep blocks of 32.
 AUTO_BLOCKS = ((1024, 128), (0, 32))
