@@ -45,8 +45,9 @@ class Cancelled(TfmExportError):
 # one step, so past some load a plain row's share of the step costs less per id than the request's checks. Measured
 # (BENCHMARKS.md, "Speculative decoding", served: every prompt-lookup request speculating, the copy-heavy BART, 8
 # rows, 2 CPU threads, a noisy shared machine): 2.07x plain rows with 2 requests at a time, 1.11x at 4, 1.01-1.40x
-# at 6, 0.69-0.93x with 20 queued (8 speculating at once). On a GPU a step costs about the same at any n rows, so a row's share falls as 1 / n and the
-# break-even should come sooner (not measured there): lower it with serve --speculate-below.
+# at 6, 0.69-0.93x with 20 queued (8 speculating at once). On a GPU a step costs about the same at any n rows, so
+# a row's share falls as 1 / n and the break-even should come sooner (not measured there): lower it with serve
+# --speculate-below.
 SPECULATE_BELOW = 6
 
 
