@@ -116,6 +116,30 @@ def mel_filters(n_mels: int, n_fft: int, sampling_rate: int) -> np.ndarray:
     return filters
 
 
+@functools.lru_cache(maxsize=8)
+def mel_bands(n_mels: int, n_fft: int, sampling_rate: int) -> tuple[np.ndarray, np.ndarray]:
+    """mel_filters' nonzero weights, filter by filter, for `project`: (bins, weights), both (n_mels, width),
+    each filter's bins from its first, padded with weight 0. A triangle covers a few bins (80 filters of 201
+    bins: 391 weights, at most 14 a filter), so the projection reads a few per cent of the dense matrix."""
+    filters = mel_filters(n_mels, n_fft, sampling_rate)
+    nonzero = [np.flatnonzero(row) for row in filters]
+    width = max(1, *(len(found) for found in nonzero))
+    bins, weights = np.zeros((n_mels, width), np.int64), np.zeros((n_mels, width))
+    for mel, found in enumerate(nonzero):
+        bins[mel, :len(found)], weights[mel, :len(found)] = found, filters[mel, found]
+    for array in (bins, weights):
+        array.setflags(write=False)  # cached: shared by every caller
+    return bins, weights
+
+
+def project(power: np.ndarray, bands: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(n_mels, frames) = mel_filters @ power.T for power (frames, n_freqs), each filter's nonzero weights
+    only (`mel_bands`), summed by einsum rather than BLAS: on a busy 2-core machine OpenBLAS's threads took
+    43 ms for one 4 s window's (80, 201) @ (201, 401) product, 0.8 ms on one thread, this 0.3 ms."""
+    bins, weights = bands
+    return np.einsum("mkf,mk->mf", np.ascontiguousarray(power.T)[bins], weights)
+
+
 # The Slaney mel scale: linear below 1 kHz (3 mels per 200 Hz), logarithmic above (27 mels per factor 6.4).
 MIN_LOG_HZ, MIN_LOG_MEL, LOG_STEP = 1000.0, 15.0, np.log(6.4) / 27.0
 
@@ -162,12 +186,12 @@ def log_mel_spectrogram(samples: Any, config: FeatureConfig) -> np.ndarray:
     frames = np.lib.stride_tricks.sliding_window_view(padded, config.n_fft)[:: config.hop_length]  # (frames + 1, n_fft)
     count = len(frames) - 1  # the last frame is dropped, as Whisper does: 30 s gives exactly 3000 frames
     window = hann_window(config.n_fft)
-    filters = mel_filters(config.n_mels, config.n_fft, config.sampling_rate)  # (n_mels, n_freqs)
+    bands = mel_bands(config.n_mels, config.n_fft, config.sampling_rate)  # mel_filters' nonzero weights
     log_mel = np.empty((config.n_mels, count), dtype=np.float64)              # (n_mels, frames)
     for start in range(0, count, BLOCK_FRAMES):
         block = frames[start: min(start + BLOCK_FRAMES, count)] * window     # (block, n_fft) float64
         power = np.abs(np.fft.rfft(block, axis=-1)) ** 2                     # (block, n_freqs)
-        log_mel[:, start: start + len(block)] = np.log10(np.maximum(filters @ power.T, LOG_FLOOR))
+        log_mel[:, start: start + len(block)] = np.log10(np.maximum(project(power, bands), LOG_FLOOR))
     log_mel = np.maximum(log_mel, log_mel.max() - DYNAMIC_RANGE)
     return ((log_mel + 4.0) / 4.0).astype(np.float32)
 
