@@ -13,13 +13,13 @@ from tfm_export.bench.harness import Scenario
 S = Scenario
 SCENARIOS: tuple[Scenario, ...] = (
     # decode core and the step
-    S("decode-core", "decode", "benchmarks.decode.core:decode_core_main",
+    S("decode-core", "decode", "benchmarks.decode:decode_core_main",
       "checkouts A/B: greedy and beam 4 ms/token, bundled model and base preset", ("--quick",)),
-    S("step", "decode", "benchmarks.decode.step:step_main",
+    S("step", "decode", "benchmarks.decode:step_main",
       "checkouts (each with its export) against CTranslate2: one step at small batches, fresh processes"),
-    S("exports", "decode", "benchmarks.decode.step:exports_main",
+    S("exports", "decode", "benchmarks.exports:exports_main",
       "two or more exports of one family folder against each other and CTranslate2"),
-    S("nocache", "decode", "benchmarks.decode.nocache:nocache_main",
+    S("nocache", "decode", "benchmarks.nocache:nocache_main",
       "a module export without a KV cache against the native KV-cache export", ("--tiny", "--repeat", "1")),
     S("speculative", "decode", "benchmarks.speculative:speculative_main",
       "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
@@ -27,7 +27,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("speculative-served", "decode", "benchmarks.speculative_served:speculative_served_main",
       "prompt lookup in the server's in-flight rows against plain rows, copy-heavy BART: ms/token, acceptance",
       ("--rounds", "1", "--new-tokens", "8", "--sources", "2")),
-    S("gpu", "decode", "benchmarks.decode.gpu:gpu_main",
+    S("gpu", "decode", "benchmarks.profiles:gpu_main",
       "the CUDA rows: bench --device cuda on base and opus-mt size, greedy and beam 4, and a step's profile"),
     # profiles (where a step's time goes)
     S("profile-decoder", "profiles", "benchmarks.profiles:profile_decoder_main",
@@ -43,13 +43,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("scan-recall", "profiles", "benchmarks.heads:scan_recall_main",
       "how often the head scan misses float32's token", ("--states", "2", "--vocab", "4096", "--k", "128")),
     # families and big models
-    S("families", "families", "benchmarks.families.compare:families_main",
+    S("families", "families", "benchmarks.families:families_main",
       "t5, flan-t5, bart, nllb layouts: ORT vs transformers vs CTranslate2 vs Optimum"),
-    S("marian", "families", "benchmarks.families.marian:marian_main",
+    S("marian", "families", "benchmarks.families:marian_main",
       "an opus-mt-sized MarianMTModel: ORT vs transformers generate"),
-    S("opus-mt-folder", "families", "benchmarks.families.opus_mt_folder:opus_mt_folder_main",
+    S("opus-mt-folder", "families", "benchmarks.families:opus_mt_folder_main",
       "writes the opus-mt-sized random Marian folder other scenarios read"),
-    S("big-models", "families", "benchmarks.families.big_models:big_models_main",
+    S("big-models", "families", "benchmarks.exports:big_models_main",
       "models over 2 GB: each export stage's peak memory; --speed: int8/int4 against CTranslate2 int8"),
     # quality of reduced precision
     S("quality-table", "quality", "benchmarks.quality.table:quality_table_main",

@@ -18,7 +18,7 @@ Cases (each exported into a temporary folder, without validation):
 - `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 128, 3 + 3 layers, 718 ids;
   its answers are the 20-40 ids of its source before a marker) on its 20 held-out sources
   (tests/copy_fixtures.py), by prompt lookup: issue #63's summarization case.
-- `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks.families.big_models)
+- `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks/exports.py)
   float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
   random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
 - `whisper-digits`: the trained Whisper fixture transcribing long held-out recordings, drafted by its 2 + 1 layer
@@ -73,10 +73,10 @@ def _trained(family: str, folder: Path, source: Path | None = None, *flags: str)
 
 
 def _nllb_exports(work: Path) -> tuple[Path, Path]:
-    """The NLLB-600M layout (random weights: benchmarks.families.big_models) exported float32 and `--quantize
+    """The NLLB-600M layout (random weights: benchmarks/exports.py) exported float32 and `--quantize
     int4` into `work`, each reused when there (a 600M export takes minutes on 2 cores)."""
-    from benchmarks.families.backends import prepared
-    from benchmarks.families.big_models import build_folder
+    from benchmarks.exports import build_folder
+    from tfm_export.bench.families import prepared
 
     hf = work / "nllb-hf"
     build_folder("nllb", hf)

@@ -1,4 +1,26 @@
-r"""Models over 2 GB: peak memory of each export stage and variant, and int8 speed against CTranslate2 int8.
+"""Exports of one family folder, one scenario each: `big-models` (models over 2 GB: each export stage's peak
+memory; --speed: int8/int4 against CTranslate2 int8) and `exports` (two or more exports of one folder against each
+other and CTranslate2). The families' backends and the step measure are tfm_export.bench.families'."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoConfig
+
+from tfm_export.bench import harness
+from tfm_export.bench.families import (
+    FIRST_ID, UNK_ID, IdTokenizer, Run, build, convert_ct2, ct2_run, measure, ort_run, prepared)
+
+BIG_MODELS_DOC = r"""Models over 2 GB: peak memory of each export stage and variant, and int8 speed against CTranslate2
+int8.
 
     .venv/bin/python -m benchmarks big-models [--layout nllb,nllb_1.3b] [--variants float32,int8,optimize,float16] \
         [--work DIR] [--json OUT.json] [--speed] [--speed-variants int8,int4,float32] [--threads 2] [--repeat 3]
@@ -16,23 +38,7 @@ batch 1 and 16, greedy and beam 4, one interleaved run (`families`'s `measure`: 
 medians). `--variants ""` measures exports kept in --work without exporting again.
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-import argparse
-import json
-import re
-import subprocess
-import sys
-import tempfile
-
-from benchmarks.families.backends import IdTokenizer, convert_ct2, ort_run, prepared
-from benchmarks.families.layouts import FIRST_ID, UNK_ID, build
-from benchmarks.families.steps import measure
-from tfm_export.bench import harness
-
-ROOT = Path(__file__).resolve().parents[2]  # the checkout
+ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 VARIANT_OPTIONS: dict[str, dict[str, Any]] = {
     "float32": {}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}, "optimize": {"optimize": True},
@@ -152,7 +158,8 @@ def big_models_main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=BIG_MODELS_DOC,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", default="nllb,nllb_1.3b", help="`families` FULL layouts, comma-separated")
     parser.add_argument("--variants", default="float32,int8,optimize,float16",
                         help=f"comma-separated, of {', '.join(VARIANT_OPTIONS)}")
@@ -185,3 +192,57 @@ def big_models_main() -> None:
             speed_rows = speed(work / f"{first}-hf", exports, work, args)
         if args.json:
             args.json.write_text(json.dumps({"memory": rows, "speed": speed_rows}, indent=2) + "\n")
+
+
+EXPORTS_DOC = r"""Two or more exports of one family folder against each other and CTranslate2, interleaved in one
+process.
+
+    .venv/bin/python -m benchmarks exports WORK/bart-full-seed0 --family bart \
+        --exports onnx-prev,onnx [--batch 16] [--src-len 512] [--num-beams 4] [--new-tokens 32] [--repeat 3]
+
+For A/B checks of an export change (a graph form, a runtime path) where `families`'s four backends
+would take too long: WORK/<family>-<scale>-seed<seed> is a folder `benchmarks families --work` made (hf/, ct2/
+and the exports, named relative to it or absolute). Sources are `families`'s random ids; every row
+decodes exactly --new-tokens tokens (EOS banned until then). Timed by families.measure: the time per
+step is (t(N) - t(1)) / (N - 1), median over the repeats, each repeat running every backend once; the
+rows are compared with CTranslate2's.
+"""
+
+
+class Exports:
+    """CTranslate2 and each export as families.measure's backends."""
+
+    def __init__(self, root: Path, family: str, exports: list[str], threads: int):
+        tokenizer = IdTokenizer(AutoConfig.from_pretrained(root / "hf"), UNK_ID[family])
+        self.family = family
+        self.runs: dict[str, Run] = {"ctranslate2": ct2_run(root / "ct2", tokenizer, threads)}
+        self.runs |= {name: ort_run(root / name, threads) for name in exports}
+
+    def seconds(self, name: str, src: list[list[int]], k: int, beams: int) -> float:
+        return harness.timed(lambda: self.runs[name](src, k, beams))
+
+
+def exports_main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=EXPORTS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path, help="a family folder of `benchmarks families --work` (hf/, ct2/, exports)")
+    parser.add_argument("--family", required=True, choices=sorted(UNK_ID), help="the folder's family")
+    parser.add_argument("--exports", required=True, help="export folders to compare, comma-separated")
+    parser.add_argument("--batch", type=int, default=16, help="sources per call (default: 16)")
+    parser.add_argument("--src-len", type=int, default=32, help="source tokens per row (default: 32)")
+    parser.add_argument("--num-beams", type=int, default=4, help="beams (1: greedy; default: 4)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per row (default: 32)")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of every backend (default: 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed rounds (default: 3)")
+    parser.add_argument("--seed", type=int, default=0, help="source ids (default: 0)")
+    args = parser.parse_args()
+    vocab = AutoConfig.from_pretrained(args.root / "hf").vocab_size
+    gen = torch.Generator().manual_seed(args.seed)
+    src = torch.randint(FIRST_ID, vocab - 1, (args.batch, args.src_len), generator=gen).tolist()
+    backends = Exports(args.root, args.family, args.exports.split(","), args.threads)
+    result = measure(backends, src, args.num_beams, args, reference="ctranslate2")  # type: ignore[arg-type]
+    ct2 = result["ctranslate2"]["step_ms_p50"]
+    for name, r in result.items():
+        print(f"{name:24s} {r['step_ms_p50']:8.1f} ms/step  tokens/s vs CTranslate2 {ct2 / r['step_ms_p50']:5.2f}x  "
+              f"rows as CTranslate2's {r['same_as_ctranslate2']:.0%}  samples {[round(v, 1) for v in r['step_ms']]}")

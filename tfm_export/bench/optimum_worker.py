@@ -1,10 +1,11 @@
 r"""Hugging Face Optimum as thin timing backends, run in Optimum's own virtual environment (it needs
 transformers < 4.58; this project's .venv has transformers 5), so this file imports neither tfm_export
-nor the benchmarks package. One mode a process:
+nor the benchmarks package (it lives in tfm_export/bench beside its client, optimum_client.py, and runs as a
+script). One mode a process:
 
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py seq2seq HF_FOLDER CACHE [--threads 2]   # families
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py whisper HF_FOLDER CACHE [--threads 2]   # whisper-speed
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py tjs HF_FOLDER OUT                       # js-speech
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py seq2seq HF_FOLDER CACHE [--threads 2]  # families
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py whisper HF_FOLDER CACHE [--threads 2]  # Whisper
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py tjs HF_FOLDER OUT  # js-speech
 
 Each mode's protocol is in its section's docstring below (SEQ2SEQ_DOC, WHISPER_DOC, TJS_DOC).
 """
@@ -33,7 +34,7 @@ import transformers
 
 SEQ2SEQ_DOC = r"""Hugging Face Optimum's ORTModelForSeq2SeqLM as a timing server for `families`.
 
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py seq2seq HF_FOLDER CACHE_FOLDER [--threads 2]
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py seq2seq HF_FOLDER CACHE_FOLDER [--threads 2]
 
 Why a separate process: Optimum's ONNX export (optimum-onnx 0.1) requires transformers < 4.58, and
 this project's .venv has transformers 5, so Optimum lives in a virtual environment of its own and
@@ -132,7 +133,7 @@ def seq2seq_main() -> None:
 
 WHISPER_DOC = r"""Hugging Face Optimum's ORTModelForSpeechSeq2Seq (Whisper) as a timing server for `whisper-speed`.
 
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py whisper HF_FOLDER CACHE_FOLDER [--threads 2]
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py whisper HF_FOLDER CACHE_FOLDER [--threads 2]
 
 Why a separate process, and how to build its venv: as optimum_worker.py (Optimum's ONNX export needs
 transformers < 4.58; this project's .venv has transformers 5); nothing more is needed (the samples and the
@@ -270,7 +271,7 @@ def whisper_main() -> None:
 
 TJS_DOC = r"""Optimum's ONNX export of a Whisper folder, laid out as transformers.js loads it (`js-speech`, #43).
 
-    /work/optimum-venv/bin/python benchmarks/optimum_worker.py tjs HF_FOLDER OUT
+    /work/optimum-venv/bin/python tfm_export/bench/optimum_worker.py tjs HF_FOLDER OUT
 
 Runs in the Optimum venv (optimum_whisper_worker.py says why and how to build it). The export is the one
 optimum_whisper_worker.py makes (main_export, task automatic-speech-recognition-with-past, nb_max_frames set to

@@ -1,23 +1,98 @@
-"""The families' backends: transformers' generate, our export on ONNX Runtime, CTranslate2 (a conversion named
-by a stand-in tokenizer) and Optimum (optimum_worker.py's seq2seq mode), each as run(sources, new tokens,
-beams) -> new ids per row."""
+"""The Hugging Face families as benchmark backends (`families`, `big-models`, `exports`, `speculative`): the
+published checkpoints' layouts in transformers' own config classes (FULL, TINY for smoke runs) and random seeded
+folders of them; transformers' generate, our export on ONNX Runtime, CTranslate2 (a conversion named by a
+stand-in tokenizer) and Optimum (optimum_worker.py's seq2seq mode), each as run(sources, new tokens, beams) ->
+new ids per row; and `measure`, the time per decoding step of several of them on one batch:
+(t(N tokens) - t(1 token)) / (N - 1), so the encoder and set-up cancel, interleaved rounds and medians by the
+harness."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from transformers import AutoModelForSeq2SeqLM
-from typing import Any, Callable
 import argparse
+import json
 import shutil
+from pathlib import Path
+from typing import Any, Callable
+
 import torch
+from transformers import AutoModelForSeq2SeqLM, BartConfig, GenerationConfig, M2M100Config, MarianConfig, T5Config
 
-from benchmarks.families.layouts import UNK_ID, build
-from benchmarks.optimum_client import OptimumProcess
-from tfm_export.bench import harness
-from tfm_export.export.exporter import ExportOptions, export_model
-from tfm_export.importers import load_any
-from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+from ..export.exporter import ExportOptions, export_model
+from ..importers import load_any
+from ..runtime import GREEDY, RuntimeOptions, open_export
+from . import harness
+from .optimum_client import OptimumProcess
 
+
+# --- layouts
+
+# the published opus-mt-en-de layout (the `marian` scenario's model and the families' marian row)
+OPUS_MT = dict(vocab_size=58101, decoder_vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
+               encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+               max_position_embeddings=512, pad_token_id=58100, eos_token_id=0, decoder_start_token_id=58100,
+               scale_embedding=True, activation_function="swish")
+
+
+# The published checkpoints' layouts: transformers' config class and what differs from its defaults.
+FULL: dict[str, tuple[type, dict[str, Any]]] = {
+    "bart": (BartConfig, dict(  # facebook/bart-base
+        vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+        decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_position_embeddings=1024,
+        forced_eos_token_id=None,
+        normalize_before=False)),  # as bart-base's config.json; CTranslate2 reads it (transformers 5 dropped it)
+    "t5": (T5Config, dict(  # t5-small
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
+        feed_forward_proj="relu", decoder_start_token_id=0)),
+    "flan_t5": (T5Config, dict(  # google/flan-t5-base: T5 v1.1, gated GELU, untied lm_head
+        vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_decoder_layers=12, num_heads=12,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0)),
+    "nllb": (M2M100Config, dict(  # facebook/nllb-200-distilled-600M
+        vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+        scale_embedding=True, activation_function="relu", decoder_start_token_id=2)),
+    "nllb_1.3b": (M2M100Config, dict(  # facebook/nllb-200-1.3B: 5.5 GB of float32 weights
+        vocab_size=256206, d_model=1024, encoder_layers=24, decoder_layers=24, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=8192, decoder_ffn_dim=8192, max_position_embeddings=1024,
+        scale_embedding=True, activation_function="relu", decoder_start_token_id=2)),
+    "marian": (MarianConfig, OPUS_MT),  # Helsinki-NLP/opus-mt-*
+}
+# --scale tiny: these replace the sizes a family's layout sets (Marian: its pad, the last id, too).
+TINY = dict(vocab_size=512, d_model=64, d_kv=16, d_ff=128, encoder_ffn_dim=128, decoder_ffn_dim=128, num_heads=4,
+            encoder_attention_heads=4, decoder_attention_heads=4, num_layers=2, num_decoder_layers=2,
+            encoder_layers=2, decoder_layers=2)
+TINY_MARIAN = dict(decoder_vocab_size=512, pad_token_id=511, decoder_start_token_id=511)
+UNK_ID = {"bart": 3, "t5": 2, "flan_t5": 2, "nllb": 3, "nllb_1.3b": 3, "marian": 1}  # the tokenizers' <unk>
+FIRST_ID = 4  # source ids are drawn from FIRST_ID .. vocab - 2 (no special id of any family)
+IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+def family_config(family: str, scale: str) -> Any:
+    cls, sizes = FULL[family]
+    if scale == "tiny":
+        sizes = {**sizes, **{k: v for k, v in TINY.items() if k in sizes}}
+        sizes |= TINY_MARIAN if family == "marian" else {}
+    return cls(**sizes)
+
+
+def build(family: str, scale: str, seed: int, folder: Path) -> None:
+    """Random weights of the family's layout, saved as transformers saves them (no tokenizer)."""
+    cfg = family_config(family, scale)
+    torch.manual_seed(seed)
+    model = AutoModelForSeq2SeqLM.from_config(cfg).eval()
+    # Only the ids: no forced EOS, no n-gram bans, no default beams (each run says how it decodes).
+    ids = {k: getattr(cfg, k, None) for k in IDS}
+    model.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+    if family == "flan_t5":  # T5 v1.1: an lm_head of its own (transformers 5 ties every T5 it builds)
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight) * cfg.d_model ** -0.5)
+        model.all_tied_weights_keys.pop("lm_head.weight", None)
+    model.save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    if "scale_decoder_outputs" in saved:  # T5: as published, tie_word_embeddings says whether outputs are scaled
+        saved["tie_word_embeddings"] = saved.pop("scale_decoder_outputs")
+        (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+
+
+# --- backends
 
 class IdTokenizer:
     """What CTranslate2's loaders read from a tokenizer: token strings for ids (`t{id}`, the special
@@ -172,3 +247,31 @@ class Backends:
         if self.optimum:
             self.optimum.close()
 
+
+# --- the time per step
+
+def measure(backends: Any, src: list[list[int]], beams: int, args: argparse.Namespace,
+            reference: str = "transformers") -> dict[str, Any]:
+    """Warm-up (output lengths checked), then --repeat rounds of every backend in turn. `backends`: anything
+    with Backends' `family`, `runs` and `seconds`; each backend's rows are compared with `reference`'s."""
+    n, outputs = args.new_tokens, {}
+    for name, run in backends.runs.items():
+        for k in (1, n):
+            outputs[name] = run(src, k, beams)
+            lengths = {len(row) for row in outputs[name]}
+            assert lengths == {k}, f"{backends.family} {name}: asked for {k} new tokens per row, got {lengths}"
+    sides = {name: (lambda name=name: (backends.seconds(name, src, n, beams), backends.seconds(name, src, 1, beams)))
+             for name in backends.runs}
+    runs = harness.interleave(sides, harness.Plan(rounds=args.repeat, warmup=0))
+    samples = {name: {"total_s": [t for t, _ in r], "first_s": [f for _, f in r]} for name, r in runs.items()}
+    result: dict[str, Any] = {}
+    for name, s in samples.items():
+        step_ms = [1e3 * (t - f) / (n - 1) for t, f in zip(s["total_s"], s["first_s"])]
+        result[name] = {"step_ms": step_ms, "step_ms_p50": harness.median(step_ms),
+                        "total_ms_p50": 1e3 * harness.median(s["total_s"]),
+                        "first_ms_p50": 1e3 * harness.median(s["first_s"]),
+                        "ms_per_generated_token_p50": harness.median(step_ms) / len(src),
+                        # rows equal to the reference's (random weights: near ties may differ at float precision)
+                        f"same_as_{reference}": sum(a == b for a, b in zip(outputs[name], outputs[reference]))
+                        / len(src)}
+    return result

@@ -1,4 +1,35 @@
-r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hugging Face families (random weights).
+"""Hugging Face families on random weights, one scenario each: `families` (t5, flan-t5, bart, nllb layouts: ORT vs
+transformers vs CTranslate2 vs Optimum), `marian` (an opus-mt-sized MarianMTModel: ORT vs transformers generate),
+`opus-mt-folder` (writes the opus-mt-sized Marian folder `step` and `ct2-batch` read). The backends, layouts and
+the step measure are tfm_export.bench.families'; exports of one family folder (`big-models`, `exports`) are
+benchmarks/exports.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import MarianConfig, MarianMTModel
+
+from benchmarks import fixtures
+from tfm_export.bench import harness
+from tfm_export.bench.families import FIRST_ID, FULL, OPUS_MT, Backends, measure
+from tfm_export.bench.harness import machine_info
+from tfm_export.bench.optimum_client import optimum_versions
+from tfm_export.export.exporter import ExportOptions, export_model
+from tfm_export.importers import load_any
+from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+
+
+FAMILIES_DOC = r"""ORT (tfm-export) vs transformers' generate vs CTranslate2 (vs Optimum) on Hugging Face families
+(random weights).
 
     .venv/bin/python -m benchmarks families --family bart [--scale full] [--batch 1,16] [--num-beams 4] \
         [--new-tokens 32] [--src-len 32] [--threads 2] [--repeat 5] [--work DIR] [--json OUT.json] \
@@ -25,21 +56,6 @@ the repeats, and the ORT/transformers, ORT/CTranslate2 and ORT/Optimum ratios of
 ORT is faster).
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-import argparse
-import json
-import tempfile
-import torch
-import transformers
-
-from benchmarks.families.backends import Backends
-from benchmarks.families.layouts import FIRST_ID, FULL
-from benchmarks.families.steps import measure
-from benchmarks.optimum_client import optimum_versions
-from tfm_export.bench.harness import machine_info
 
 BACKENDS = ("transformers", "ort", "ctranslate2", "optimum")
 
@@ -76,7 +92,7 @@ def versions(optimum_python: Path | None) -> dict[str, str | None]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=FAMILIES_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", default="bart",
                         help=f"one or more of {', '.join(FULL)}, comma-separated (default: bart)")
     parser.add_argument("--scale", choices=("full", "tiny"), default="full",
@@ -169,3 +185,96 @@ def families_main() -> None:
         args.json.write_text(json.dumps({"machine": machine, "settings": settings, "prepared_s": made,
                                          "skipped": skipped, "rows": rows}, indent=1) + "\n")
         print(f"wrote {args.json}")
+
+
+# ORT (tfm-export) vs transformers' own generate on an opus-mt sized MarianMT (random weights).
+#
+#     .venv/bin/python -m benchmarks marian [--threads 2] [--repeat 3] [--num-beams 4]
+#
+# Both decode 64 new tokens (EOS ignored; greedy, or beam search with --num-beams) for batch 1, 32
+# source tokens, interleaved in one run; per-token time = (t(64 tokens) - t(1 token)) / 63 for both,
+# so encoder and set-up cancel.
+def marian_main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams on both sides")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    hf = MarianMTModel(MarianConfig(**OPUS_MT)).eval()
+    src = torch.randint(1, 58000, (1, 32))
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(Path(tmp) / "hf")
+        export_s = harness.timed(lambda: export_model(load_any(Path(tmp) / "hf"), Path(tmp) / "onnx",
+                                                      ExportOptions(validate=False)))
+        ort_model = open_export(Path(tmp) / "onnx", "cpu", RuntimeOptions(intra_op_threads=args.threads))
+        n = args.new_tokens
+
+        def hf_run(k: int):
+            return lambda: hf.generate(input_ids=src, num_beams=args.num_beams, do_sample=False, max_new_tokens=k,
+                                       min_new_tokens=k)
+
+        def ort_call(k: int):
+            return lambda: ort_model.generate_ids(src.tolist(), max_new_tokens=k, stop_at_eos=False,
+                                                  config=GREEDY.replace(num_beams=args.num_beams))
+
+        sides = {name: (lambda fn=fn: (harness.timed(fn(n)) - harness.timed(fn(1))) / (n - 1))
+                 for name, fn in (("transformers", hf_run), ("ort", ort_call))}
+        runs = harness.interleave(sides, harness.Plan(rounds=args.repeat, warmup=1))
+    per_token = {name: 1e3 * harness.median(v) for name, v in runs.items()}
+    print(f"opus-mt sized Marian (random weights), batch 1, src_len 32, {n} new tokens, {args.num_beams} beam(s), "
+          f"{args.threads} threads")
+    print(f"export (no validation): {export_s:.1f} s")
+    for name, ms in per_token.items():
+        print(f"{name:>13}: {ms:.2f} ms/token")
+    print(f"ORT/transformers per-token ratio: {per_token['ort'] / per_token['transformers']:.2f}")
+
+
+OPUS_MT_FOLDER_DOC = r"""An opus-mt-sized Marian folder as Helsinki-NLP publishes it, with random (seeded) weights.
+
+    .venv/bin/python -m benchmarks opus-mt-folder OUT [--vocab 15600] [--seed 0] [--tiny]
+
+Built by the test fixtures (tests/marian_fixtures.py: marian_folder(..., **OPUS_MT)): 6 + 6 layers of
+512 wide, 8 heads, ffn 2048, 512 positions, vocab.json padded to --vocab ids, real SentencePiece files,
+and the published generation_config.json (num_beams 4, the pad id banned, max_length 512, renormalised
+logits, forced EOS), so that an export of it decodes with beam 4 by default. --tiny: the fixtures' tiny
+sizes instead (2 + 2 layers of 32 wide; the vocabulary unpadded unless --vocab is given), for smoke tests.
+
+OUT is built in a temporary sibling folder and renamed into place; an existing OUT is never replaced.
+"""
+
+
+def opus_mt_folder_main() -> None:
+    parser = argparse.ArgumentParser(description=OPUS_MT_FOLDER_DOC,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="the folder to write (must not exist)")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="ids in vocab.json (default: 15600, opus-mt-en-de's size; --tiny: unpadded)")
+    parser.add_argument("--seed", type=int, default=0, help="weights (default: 0)")
+    parser.add_argument("--tiny", action="store_true", help="the fixtures' tiny sizes (smoke tests)")
+    args = parser.parse_args()
+    out = args.out
+    if out.exists() or out.is_symlink():
+        raise SystemExit(f"{out} exists; choose another name")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vocab = args.vocab if args.vocab is not None or args.tiny else 15_600
+    sizes = {} if args.tiny else fixtures.marian().OPUS_MT
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    partial.chmod(0o777 & ~umask)  # mkdtemp's 0700 -> as a plain mkdir would make it
+    try:
+        fixtures.marian().marian_folder(partial, seed=args.seed, vocab_size=vocab, **sizes)
+        if out.exists() or out.is_symlink():  # made while we built (a rename would replace an empty folder)
+            raise SystemExit(f"{out} appeared while building; left as it is")
+        os.rename(partial, out)
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    config = json.loads((out / "config.json").read_text())
+    generation = json.loads((out / "generation_config.json").read_text())
+    print(f"wrote {out}: d_model {config['d_model']}, {config['encoder_layers']}+{config['decoder_layers']} layers, "
+          f"{config['encoder_attention_heads']} heads, ffn {config['encoder_ffn_dim']}, vocab {config['vocab_size']}; "
+          f"generation_config num_beams {generation.get('num_beams')}, max_length {generation.get('max_length')}")

@@ -5,7 +5,7 @@ r"""What a decoder without a KV cache costs (#42): the tutorial model of ../shar
 Seed 000's model (tests/reference_models.TutorialTransformer at its tutorial size: d_model 512, 6+6
 layers, 8 heads, d_ff 2048; random weights, vocabularies of 8,000) is exported by the native path
 (load_any on its state_dict, decoder.onnx with a KV cache) and by the generic one (`tfm-export MODEL.pt
---trust-pickle --adapter benchmarks.decode.nocache:ADAPTER`: export_with_adapter with this module's ADAPTER, so
+--trust-pickle --adapter benchmarks.nocache:ADAPTER`: export_with_adapter with this module's ADAPTER, so
 decoder_nocache.onnx, which reads the whole prefix every step). Both are timed on CPU in one
 interleaved run: batch 1 and 8 (sources of 24 tokens), greedy and beam search with 4 beams, 16 and 64
 new tokens (EOS ignored: stop_at_eos=False, every row decodes all of them). Each round times every
@@ -53,7 +53,7 @@ def decode(model: Any, tgt_ids, memory, src_mask):
     return model.decoder(tgt_ids, memory, src_mask[:, None, None, :], model.make_trg_mask(tgt_ids))
 
 
-# What `--adapter benchmarks.decode.nocache:ADAPTER` names; vocabularies set per size.
+# What `--adapter benchmarks.nocache:ADAPTER` names; vocabularies set per size.
 ADAPTER = SimpleNamespace(encode=encode, decode=decode, bos_id=BOS, eos_id=EOS, src_pad_id=PAD, tgt_pad_id=PAD,
                           max_len=MAX_LEN)
 
@@ -69,7 +69,7 @@ def exports(size: dict[str, int], folder: Path) -> dict[str, Path]:
     checkpoint = load_any(folder / "model.pt", options={"heads": size["heads"], "src_pad_id": PAD, "bos_id": BOS,
                                                         "eos_id": EOS})
     export_model(checkpoint, folder / "cache", ExportOptions(validate=False))
-    export_with_adapter(module, load_adapter("benchmarks.decode.nocache:ADAPTER"), folder / "nocache", src_vocab_size=vocab,
+    export_with_adapter(module, load_adapter("benchmarks.nocache:ADAPTER"), folder / "nocache", src_vocab_size=vocab,
                         tgt_vocab_size=vocab, validate=False)
     return {"KV cache": folder / "cache", "no cache": folder / "nocache"}
 
