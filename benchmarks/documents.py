@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import pstats
-import random
 import json
+import pstats
 import subprocess
 import sys
 import time
@@ -15,13 +14,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks import quality
+from benchmarks.documents_cases import CASES, Case, planned
 from tfm_export.bench import harness
 
 DOC = r"""A document end to end, ours against CTranslate2's translate_iterable on the same weights (#62).
 
-    .venv/bin/python -m benchmarks documents [--words 3000] [--rounds 5] [--threads 2] [--work DIR] \
-        [--folder tests/fixtures/trained/nllb] [--no-int8] [--batch-types examples,tokens] \
-        [--spin on|off|both] [--in-process] [--profile] [--json OUT]
+    .venv/bin/python -m benchmarks documents [--case fixture|opus-mt] [--words 3000] [--rounds 5] [--threads 2] \
+        [--work DIR] [--folder tests/fixtures/trained/nllb] [--new-tokens N] [--no-int8] \
+        [--batch-types examples,tokens] [--spin on|off|both] [--in-process] [--profile] [--json OUT]
 
 The trained NLLB fixture (digits -> words, tests/test_documents.py's model) exported with `tfm-export FOLDER -o
 OUT` (float32, and `--quantize int8`) and converted for CTranslate2 from the same folder (quality.convert_folder;
@@ -40,24 +40,22 @@ Both with --threads threads (ORT intra-op, CTranslate2 intra_threads, inter_thre
 sides in one process, where CTranslate2's 2 threads ran up to 10x slower than alone on this VM). Agreement: the
 share of identical sentences and chrF (sacrebleu) of ours against CTranslate2's, per precision. `--profile`:
 cProfile's top 15 of one of our float32 documents (in this process).
+
+`--case opus-mt`: the size a step costs what it does in use: the opus-mt-sized random Marian folder (`benchmarks
+opus-mt-folder`'s: 6 + 6 layers of 512, vocab 15,600, the Marian fixture's SentencePiece files), built in WORK;
+WORDS sentences of three of the fixture's English phrases, to >>de<<. Random weights never end a sentence, so
+every sentence decodes exactly --new-tokens ids on both sides (greedy): ours max_new_tokens N, stop_at_eos False
+(EOS ignored) and forced EOS off, CTranslate2 min_decoding_length = max_decoding_length = N (EOS banned); the
+report gives each side's output lengths (`lengths`), counted from the ids.
 """
 
-ENG, DEU = "eng_Latn", "deu_Latn"
-FOLDER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trained" / "nllb"
 
-
-def document(words: int, seed: int = 0) -> str:
-    """`words` one-number sentences in paragraphs of 10 (the fixture's domain)."""
-    rng = random.Random(seed)
-    chosen = [f"{rng.randint(1, 9999)}." for _ in range(words)]
-    return "".join(s + ("\n\n" if n % 10 == 9 else " ") for n, s in enumerate(chosen))
-
-
-def exported(folder: Path, out: Path, quantize: str | None) -> Path:
-    """`tfm-export FOLDER -o OUT [--quantize int8]` (validation on), unless a previous run left it."""
+def exported(folder: Path, out: Path, quantize: str | None, flags: tuple[str, ...] = ()) -> Path:
+    """`tfm-export FOLDER -o OUT [--quantize int8] [FLAGS]`, unless a previous run left it."""
     if not (out / "manifest.json").exists():
         cli = Path(sys.executable).with_name("tfm-export")
-        cmd = [str(cli), str(folder), "-o", str(out), "--force"] + (["--quantize", quantize] if quantize else [])
+        quantized = ["--quantize", quantize] if quantize else []
+        cmd = [str(cli), str(folder), "-o", str(out), "--force", *flags, *quantized]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -72,32 +70,43 @@ def timed(work: Callable[[], Any]) -> dict[str, Any]:
     return {"seconds": seconds, "cpu_s": time.process_time() - cpu, "result": out[0]}
 
 
-def ours_side(runner: Any, text: str) -> Callable[[], dict[str, Any]]:
-    return lambda: timed(lambda: runner.translate([text], source_lang=ENG, target_lang=DEU, split_sentences=True)[0])
+def ours_side(runner: Any, text: str, case: Case, new_tokens: int) -> Callable[[], dict[str, Any]]:
+    options = {**case.langs(), **case.ours(new_tokens)}
+    return lambda: timed(lambda: runner.translate([text], split_sentences=True, **options)[0])
 
 
-def ct2_side(decoder: Any, text: str, batch_type: str, max_batch: int) -> Callable[[], dict[str, Any]]:
+def ct2_side(decoder: Any, text: str, case: Case, new_tokens: int, batch_type: str, max_batch: int
+             ) -> Callable[[], dict[str, Any]]:
     from tfm_export.text import sentences
 
-    count = lambda s: len(decoder.runner.encode(s, ENG, DEU))  # noqa: E731
-    plan = sentences.plan(text, ENG, count, decoder.runner.config.max_len)
+    plan = planned(decoder.runner, case, text)
     texts = sentences.texts_of(plan)
 
-    def translate() -> list[str]:
-        tokens, prefix, settings = decoder.request(texts, {"source_lang": ENG, "target_lang": DEU}, {"num_beams": 1})
-        results = decoder.translator.translate_iterable(
+    def translate() -> tuple[list[str], list[int]]:
+        tokens, prefix, settings = decoder.request(texts, case.langs(), case.ct2(new_tokens))
+        results = list(decoder.translator.translate_iterable(
             tokens, target_prefix=[prefix] * len(tokens) if prefix else None, max_batch_size=max_batch,
-            batch_type=batch_type, **settings)
+            batch_type=batch_type, **settings))
         out = [decoder.text(r, prefix) for r in results]
         sentences.join(plan, out)  # the document, as ours gives it (the rows are what is compared)
-        return out
-    return lambda: timed(translate)
+        return out, [len(r.hypotheses[0]) - len(prefix) for r in results]
+
+    def run() -> dict[str, Any]:
+        done = timed(translate)
+        done["result"], lengths = done["result"]
+        return {**done, "lengths": sorted(set(lengths))}
+    return run
 
 
-def our_sentences(runner: Any, texts: list[str], batch: int) -> list[str]:
-    """Ours sentence by sentence, in the library's DOCUMENT_BATCH chunks (the rows its document path decodes)."""
-    return [t for i in range(0, len(texts), batch)
-            for t in runner.translate(texts[i:i + batch], source_lang=ENG, target_lang=DEU)]
+def our_sentences(runner: Any, texts: list[str], batch: int, case: Case, new_tokens: int
+                  ) -> tuple[list[str], list[int]]:
+    """Ours sentence by sentence, in the library's DOCUMENT_BATCH chunks (the rows its document path decodes):
+    their texts and the distinct lengths of their ids."""
+    options = {**runner.language_options(case.target), **case.ours(new_tokens)}
+    ids = [runner.encode(t, **case.langs()) for t in texts]
+    rows = [row for i in range(0, len(ids), batch) for row in runner.generate_ids(ids[i:i + batch], **options)]
+    forced = "forced_bos_token_id" in options  # its language token: CTranslate2's target prefix, not counted
+    return [runner.tokenizer.decode(row) for row in rows], sorted({len(row) - forced for row in rows})
 
 
 def profile(run: Callable[[], Any]) -> str:
@@ -110,17 +119,22 @@ def profile(run: Callable[[], Any]) -> str:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--folder", type=Path, default=FOLDER, help="trained Hugging Face folder (NLLB layout)")
-    parser.add_argument("--words", type=int, default=3000, help="the document's sentences (one word each)")
+    parser.add_argument("--case", choices=tuple(CASES), default="fixture",
+                        help="the trained NLLB fixture (default) or the opus-mt-sized random Marian")
+    parser.add_argument("--folder", type=Path, help="Hugging Face folder (default: the case's)")
+    parser.add_argument("--words", type=int, default=3000,
+                        help="the document's sentences (fixture: one number each; opus-mt: three phrases)")
+    parser.add_argument("--new-tokens", type=int, help="ids every sentence decodes, EOS ignored (0: as the "
+                        "model ends them; default: the case's, opus-mt 24)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
     parser.add_argument("--threads", type=int, default=2, help="threads per side")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-documents"), help="exports, CT2 model")
+    parser.add_argument("--work", type=Path, help="exports, CT2 model (default: /tmp/bench-documents[-CASE])")
     parser.add_argument("--no-int8", action="store_true", help="float32 only")
     parser.add_argument("--batch-types", default="examples,tokens",
                         help="translate_iterable's batch_type(s), comma-separated: a CT2 side each")
     parser.add_argument("--max-batch", type=int, default=0,
                         help="translate_iterable's max_batch_size (0: our DOCUMENT_BATCH sentences; tokens: "
-                             "8 times that, about a sentence's tokens here)")
+                             "that times a sentence's mean source tokens)")
     parser.add_argument("--spin", choices=tuple(SPIN), default="on",
                         help="ORT's spin-waiting threads on ours (the default), off, or both as two sides")
     parser.add_argument("--in-process", dest="isolate", action="store_false",
@@ -128,7 +142,12 @@ def parse() -> argparse.Namespace:
                              "side's idle thread pools cannot slow another's)")
     parser.add_argument("--profile", action="store_true", help="cProfile top 15 of one of our documents")
     parser.add_argument("--json", type=Path, help="write the report here")
-    return parser.parse_args()
+    args = parser.parse_args()
+    case = CASES[args.case]
+    args.folder = args.folder or case.folder(args.work or Path(f"/tmp/bench-documents-{args.case}"))
+    args.work = args.work or Path("/tmp/bench-documents" + ("" if args.case == "fixture" else f"-{args.case}"))
+    args.new_tokens = case.new_tokens if args.new_tokens is None else args.new_tokens
+    return args
 
 
 SPIN = {"on": {"": True}, "off": {" no-spin": False}, "both": {"": True, " no-spin": False}}  # --spin: ours sides
@@ -140,11 +159,12 @@ def side(spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
     options = RuntimeOptions(intra_op_threads=spec["threads"], spin_wait=spec.get("spin", True))
     runner = open_export(spec["export"], "cpu", options=options)
-    text = document(spec["words"])
+    case = CASES[spec["case"]]
+    text = case.document(spec["words"])
     if spec["kind"] == "ours":
-        return ours_side(runner, text)
+        return ours_side(runner, text, case, spec["new_tokens"])
     decoder = quality.TextDecoder(Path(spec["ct2"]), spec["precision"], runner, threads=spec["threads"])
-    return ct2_side(decoder, text, spec["batch_type"], spec["max_batch"])
+    return ct2_side(decoder, text, case, spec["new_tokens"], spec["batch_type"], spec["max_batch"])
 
 
 def worker() -> None:
@@ -159,42 +179,59 @@ def fresh(spec: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     return lambda: harness.run_json(cmd, cwd=Path(__file__).resolve().parents[1], timeout=600)
 
 
-def sides(args: argparse.Namespace, precisions: list[str], batches: dict[str, int]
-          ) -> tuple[dict[str, Callable[[], dict[str, Any]]], dict[str, tuple[str, Any]]]:
+def batch_sizes(args: argparse.Namespace, runner: Any, text: str) -> dict[str, int]:
+    """translate_iterable's max_batch_size per batch type: --max-batch, or our DOCUMENT_BATCH sentences
+    (tokens: times a sentence's mean source tokens)."""
+    from tfm_export.runtime.api import DOCUMENT_BATCH
+    from tfm_export.text import sentences
+
+    case = CASES[args.case]
+    texts = sentences.texts_of(planned(runner, case, text))
+    mean = round(sum(len(runner.encode(t, **case.langs())) for t in texts) / len(texts))
+    return {kind: args.max_batch or DOCUMENT_BATCH * (mean if kind == "tokens" else 1)
+            for kind in args.batch_types.split(",")}
+
+
+def sides(args: argparse.Namespace, precisions: list[str], text: str
+          ) -> tuple[dict[str, Callable[[], dict[str, Any]]], dict[str, tuple[str, Any]], dict[str, int]]:
     """"ours P[ no-spin]" and "ct2 P BATCH_TYPE" for each precision P, each in a fresh process a run
-    (--isolate) or all in this one; ours sides' (precision, opened export), for the agreement."""
+    (--isolate) or all in this one; ours sides' (precision, opened export), for the agreement; the batches."""
     from tfm_export.runtime import open_export
 
     ct2_dir = quality.convert_folder(args.folder, args.work / "ct2")
     make = fresh if args.isolate else side
-    runners, out = {}, {}
+    runners, out, batches = {}, {}, {}
     for p in precisions:
-        folder = exported(args.folder, args.work / f"ours-{p}", None if p == "float32" else p)
-        base = {"precision": p, "export": str(folder), "threads": args.threads, "words": args.words}
+        folder = exported(args.folder, args.work / f"ours-{p}", None if p == "float32" else p,
+                          CASES[args.case].export_flags)
+        batches = batches or batch_sizes(args, open_export(folder, "cpu"), text)
+        base = {"precision": p, "export": str(folder), "threads": args.threads, "words": args.words,
+                "case": args.case, "new_tokens": args.new_tokens}
         for suffix, spin in SPIN[args.spin].items():
             runners[f"ours {p}{suffix}"] = (p, open_export(folder, "cpu"))
             out[f"ours {p}{suffix}"] = make({**base, "kind": "ours", "spin": spin})
         for kind, size in batches.items():
             out[f"ct2 {p} {kind}"] = make({**base, "kind": "ct2", "ct2": str(ct2_dir), "batch_type": kind,
                                            "max_batch": size})
-    return out, runners
+    return out, runners, batches
 
 
 def rows(samples: dict[str, list[dict[str, Any]]], runners: dict[str, tuple[str, Any]], text: str,
-         batches: dict[str, int]) -> list[dict[str, Any]]:
-    """A row per ours side and CTranslate2 batch type: medians, throughputs, the ratio and the agreement."""
+         batches: dict[str, int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """A row per ours side and CTranslate2 batch type: medians, throughputs, the ratio, the agreement and
+    the output lengths."""
     import sacrebleu
 
     from tfm_export.runtime.api import DOCUMENT_BATCH
     from tfm_export.text import sentences
 
-    first = next(iter(runners.values()))[1]
-    plan = sentences.plan(text, ENG, lambda s: len(first.encode(s, ENG, DEU)), first.config.max_len)
+    case = CASES[args.case]
+    plan = planned(next(iter(runners.values()))[1], case, text)
     n, words = len(sentences.texts_of(plan)), len(text.split())
     out = []
     for name, (p, runner) in runners.items():
         ours = samples[name]
-        rows_ = our_sentences(runner, sentences.texts_of(plan), DOCUMENT_BATCH)
+        rows_, lengths = our_sentences(runner, sentences.texts_of(plan), DOCUMENT_BATCH, case, args.new_tokens)
         mine = [t.strip() for t in rows_]
         joined = sentences.join(plan, rows_) == ours[-1]["result"]  # the document is these rows joined back
         t_ours = harness.median(s["seconds"] for s in ours)
@@ -214,34 +251,30 @@ def rows(samples: dict[str, list[dict[str, Any]]], runners: dict[str, tuple[str,
                         "best_ours_over_ct2": min(s["seconds"] for s in ct2) / min(s["seconds"] for s in ours),
                         "identical": sum(a == b for a, b in zip(mine, theirs)) / n,
                         "chrf_ours_vs_ct2": sacrebleu.corpus_chrf(mine, [theirs]).score,
-                        "rows_join_to_document": joined})
+                        "rows_join_to_document": joined, "ours_lengths": lengths,
+                        "ct2_lengths": sorted({n for s in ct2 for n in s["lengths"]})})
     return out
 
 
-def split_seconds(text: str, runner: Any) -> float:
-    from tfm_export.text import sentences
-
-    count = lambda s: len(runner.encode(s, ENG, DEU))  # noqa: E731
-    return harness.median(harness.timed(lambda: sentences.plan(text, ENG, count, runner.config.max_len))
-                          for _ in range(3))
+def split_seconds(text: str, runner: Any, case: Case) -> float:
+    return harness.median(harness.timed(lambda: planned(runner, case, text)) for _ in range(3))
 
 
 def documents_main() -> int:
-    from tfm_export.runtime.api import DOCUMENT_BATCH
-
     args = parse()
     args.work.mkdir(parents=True, exist_ok=True)
-    text = document(args.words)
-    batches = {kind: args.max_batch or DOCUMENT_BATCH * (8 if kind == "tokens" else 1)
-               for kind in args.batch_types.split(",")}
+    case = CASES[args.case]
+    text = case.document(args.words)
     precisions = ["float32"] + ([] if args.no_int8 else ["int8"])
-    runs, runners = sides(args, precisions, batches)
+    runs, runners, batches = sides(args, precisions, text)
     samples = harness.interleave(runs, harness.Plan(rounds=args.rounds, warmup=0 if args.isolate else 1),
                                  progress=lambda line: print(line, file=sys.stderr))
-    report = harness.Report("documents", {"words": args.words, "rounds": args.rounds, "threads": args.threads,
-                                          "folder": str(args.folder)}, machine=harness.machine_info(args.threads))
-    report.rows = rows(samples, runners, text, batches)
-    report.settings["split_s"] = split_seconds(text, next(iter(runners.values()))[1])
+    report = harness.Report("documents", {"case": args.case, "words": args.words, "rounds": args.rounds,
+                                          "threads": args.threads, "folder": str(args.folder),
+                                          "new_tokens": args.new_tokens},
+                            machine=harness.machine_info(args.threads))
+    report.rows = rows(samples, runners, text, batches, args)
+    report.settings["split_s"] = split_seconds(text, next(iter(runners.values()))[1], case)
     print(report.machine_line())
     print(harness.markdown_table(report.rows, [
         harness.Column("ours"), harness.Column("batch_type", "CT2 batch_type"), harness.Column("sentences"),
@@ -251,14 +284,15 @@ def documents_main() -> int:
         harness.Column("best_ours_over_ct2", "best round / best round", "{:.2f}"),
         harness.Column("identical", "identical sentences", "{:.1%}"),
         harness.Column("chrf_ours_vs_ct2", "chrF ours vs CT2", "{:.2f}"),
-        harness.Column("ours_cpu_s", "ours CPU s", "{:.2f}"), harness.Column("ct2_cpu_s", "CT2 CPU s", "{:.2f}")]))
+        harness.Column("ours_cpu_s", "ours CPU s", "{:.2f}"), harness.Column("ct2_cpu_s", "CT2 CPU s", "{:.2f}"),
+        harness.Column("ours_lengths", "ours lengths"), harness.Column("ct2_lengths", "CT2 lengths")]))
     print(f"split (our splitter, its count): {report.settings['split_s']:.3f} s a document")
     if args.profile:
         from tfm_export.runtime import RuntimeOptions, open_export
 
         mine = open_export(args.work / "ours-float32", "cpu", options=RuntimeOptions(intra_op_threads=args.threads))
         report.settings["profile"] = profile(lambda: mine.translate(
-            [text], source_lang=ENG, target_lang=DEU, split_sentences=True))
+            [text], split_sentences=True, **case.langs(), **case.ours(args.new_tokens)))
         print(report.settings["profile"])
     if args.json:
         report.write(args.json)
