@@ -1,7 +1,9 @@
 """Prompt lookup in the server's rows in flight (runtime.inflight.Speculating): a greedy request that asks
 prompt_lookup_num_tokens decodes its row speculatively, each step of the rows one checking call of its own, next
 to greedy, beam and sampling groups of the same batch; every answer equals the direct `generate` call (and
-plain greedy's ids), score included, the source was encoded once (for the rows, not again for its checking
+plain greedy's ids); without processors it is checked on the graph's argmax (no logits to the host) and has no
+score, as a plain greedy row; under processors every row kind (speculating, plain, declined for load) carries the
+direct call's score; the source was encoded once (for the rows, not again for its checking
 state), the drafts were really checked (fewer calls than ids, counted on /metrics), a batch without such a
 request steps exactly as before, and sampling with prompt lookup decodes beside the batch as generate does.
 Under load (--speculate-below rows in flight or queued) such requests decode as plain rows, with the same ids."""
@@ -25,6 +27,7 @@ from tfm_export.errors import InputError
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.runtime import RuntimeOptions, open_export
+from tfm_export.runtime.states.growing import GrowingState
 from tfm_export.serve.batcher import EngineConfig, InflightBatcher, Job, SearchLane
 from tfm_export.serve.engine import ServeSettings, open_engine
 from tfm_export.serve.metrics import EngineCollector
@@ -97,12 +100,41 @@ def test_speculating_rows_decode_like_direct_calls_among_every_strategy(static_e
         assert tokens == expected.ids, (n, job.config)
         if config.prompt_lookup_num_tokens:
             plain = direct.generate([job.ids], config.replace(prompt_lookup_num_tokens=0))[0][0]
-            assert tokens == plain.ids and [h.ids for h in hypotheses] == [tokens]
-            np.testing.assert_allclose([hypotheses[0].score] * 2, [expected.score, plain.score], atol=1e-4)
+            assert tokens == plain.ids
+            if config.is_greedy:  # checked on the argmax: no score, as a plain greedy row
+                assert hypotheses is None
+            else:
+                assert [h.ids for h in hypotheses] == [tokens]
+                np.testing.assert_allclose([hypotheses[0].score] * 2, [expected.score, plain.score], atol=1e-4)
             emitted += len(tokens) + (len(tokens) < job.max_new_tokens)  # EOS is an emitted id too
     spec = engine.batch.speculation
     assert 0 < spec.accepted <= spec.drafted
     assert spec.calls < emitted  # drafts were checked in the rows: fewer calls than ids
+
+
+def test_speculating_rows_without_processors_check_on_the_argmax_like_plain_greedy(static_export, monkeypatch):
+    """No processors: the check is ArgmaxCheck's (the position logits never cross to the host), the ids are plain
+    greedy's and the answer has no score, as a plain greedy row's; a processed request in the same batch still
+    reads them (ProcessorCheck)."""
+    read = []
+    logits = GrowingState.position_logits
+    monkeypatch.setattr(GrowingState, "position_logits", lambda self: read.append(1) or logits(self))
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, speculate_below=ALWAYS)))
+    results: dict = {}
+    jobs = repeating_jobs(engine.model, 6, 13, results, [LOOKUP, {"prompt_lookup_num_tokens": 2}])
+    engine.start()
+    engine.submit(jobs)
+    engine.close(120)
+    assert engine.batch.speculation.accepted > 0 and not read
+    direct = open_export(static_export, "cpu", RuntimeOptions(cuda_graph=False))
+    for n, job in enumerate(jobs):
+        plain = direct.generate_ids([job.ids], max_new_tokens=job.max_new_tokens)[0]
+        assert outcome(results[n]) == (plain, None), n
+    engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, speculate_below=ALWAYS)))
+    engine.start()
+    engine.submit(repeating_jobs(engine.model, 1, 13, {}, [PROCESSED]))
+    engine.close(120)
+    assert read  # the ids under processors come from the processed logits
 
 
 def test_a_batch_without_prompt_lookup_never_starts_a_checking_state(static_export):
@@ -149,11 +181,11 @@ def collected(engine, name: str) -> float:
 def test_under_load_prompt_lookup_requests_decode_as_plain_rows_and_alone_they_speculate(static_export, count,
                                                                                           speculating):
     """speculate_below 4: `count` jobs queued before the loop starts join in one round at a load of `count`; 3
-    speculate, 4 decode as plain rows (no checking call, each counted declined), greedy's ids either way. A job
-    that comes alone afterwards speculates."""
+    speculate, 4 decode as plain rows (no checking call, each counted declined), greedy's ids either way, and
+    under processors generate's score either way (none without). A job that comes alone afterwards speculates."""
     engine = open_engine(ServeSettings(str(static_export), engine=EngineConfig(max_batch=8, speculate_below=4)))
     results: dict = {}
-    jobs = repeating_jobs(engine.model, count + 1, 11, results, [LOOKUP])
+    jobs = repeating_jobs(engine.model, count + 1, 11, results, [LOOKUP, PROCESSED])
     engine.submit(jobs[:count])
     engine.start()
     answered(results, count)
@@ -169,7 +201,12 @@ def test_under_load_prompt_lookup_requests_decode_as_plain_rows_and_alone_they_s
     for n, job in enumerate(jobs):
         plain = direct.generate([job.ids], job.config.replace(max_new_tokens=job.max_new_tokens,
                                                               prompt_lookup_num_tokens=0))[0][0]
-        assert outcome(results[n])[0] == plain.ids, n
+        tokens, hypotheses = outcome(results[n])
+        assert tokens == plain.ids, n
+        if job.config.is_greedy:  # no score, speculating or declined, as a plain greedy row
+            assert hypotheses is None, n
+        else:  # under processors generate's score, speculating or declined
+            np.testing.assert_allclose(hypotheses[0].score, plain.score, atol=1e-4)
 
 
 def test_speculate_below_zero_never_speculates_and_reaches_the_config(static_export, tmp_path):
@@ -189,9 +226,9 @@ def test_speculate_below_zero_never_speculates_and_reaches_the_config(static_exp
 
 
 def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
-    """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids, and the
-    score of a direct call (for a request under processors, the score of the same request served without prompt
-    lookup); the speculation's counters on /metrics."""
+    """Concurrent clients, speculating and plain, through /v1/translate: equal direct and greedy ids; under
+    processors the score of a direct call and of the same request served without prompt lookup, without them no
+    score (as plain greedy answers); the speculation's counters on /metrics."""
     settings = ServeSettings(str(folder), engine=EngineConfig(max_batch=8, max_queue=64, speculate_below=ALWAYS),
                              max_texts=4)
     # num_beams 1 by name: an export's defaults may be beam search (marian's), which does not speculate
@@ -218,7 +255,10 @@ def served_equal_direct(folder: Path, sources: list[list[int]]) -> None:
         if opts.get("prompt_lookup_num_tokens"):
             plain = direct.generate(ids, max_new_tokens=steps, **{**opts, "prompt_lookup_num_tokens": 0})[0][0]
             assert got["ids"] == plain.ids
-            np.testing.assert_allclose([got["score"]] * 2, [expected.score, plain.score], atol=1e-4)
+            if direct.generation_config(**opts).is_greedy:  # checked on the argmax: no score, as plain greedy
+                assert "score" not in got, opts
+            else:  # under processors (the request's, or the export's: marian's forced EOS): generate's score
+                np.testing.assert_allclose([got["score"]] * 2, [expected.score, plain.score], atol=1e-4)
     scores = [reply.json()["translations"][0]["score"] for (_, _, opts), reply in zip(work, replies)
               if "repetition_penalty" in opts]  # speculating ones, then the same served plainly
     assert processed and scores[:len(processed)] == pytest.approx(scores[len(processed):], abs=1e-4)

@@ -19,11 +19,14 @@ runtime.decode.speculative.SpeculativeRow on a checking state of its own (the gr
 earlier_logits, which takes the row's last id and its draft in one call and truncates back to the ids kept),
 started on the encoder outputs the rows' encoder made for its source (`InflightRows.checking_state`: a source
 is encoded once); its rows here stay unbound, since decoder_static takes one id per row a step. Each step of
-the rows is one call of every speculating group's state, emitting one or more ids (greedy's), checked
-as `generate` checks them (runtime.decode.checking.ProcessorCheck), so that its answer carries generate's score;
-the rows themselves step when any other group is bound, so a batch without speculating groups steps exactly
-as before. Which requests speculate is the caller's choice (serve.batcher's load rule); one that does not is
-bound with `RowGroup.start` as the same request without prompt lookup (greedy's ids either way).
+the rows is one call of every speculating group's state, emitting one or more ids (greedy's), checked as
+the same request's plain row would pick them (runtime.decode.checking.check_for): without processors on the graph's argmax
+(ArgmaxCheck: only ids cross, and no score, as a plain greedy row answers), under
+processors as `generate` checks them (ProcessorCheck: the processed logits on the host, and generate's score,
+as a TokenPicker row answers); the rows themselves step when any other group is bound, so a batch without
+speculating groups steps exactly as before. Which requests speculate is the caller's choice (serve.batcher's load
+rule); one that does not is bound with `RowGroup.start` as the same request without prompt lookup (greedy's ids,
+and a score under processors, either way).
 
 `decode_in_flight` runs sources through this loop alone: how an export's checks (runtime.verify)
 prove that the server's rows decode like decoder.onnx.
@@ -42,7 +45,7 @@ from .decode.loop import moved
 from .options.generation import GenerationConfig, Hypothesis
 from .decode.processors import BiasKey
 from .decode.speculative import Speculation, SpeculativeRow, checkable, proposal
-from .decode.checking import ProcessorCheck
+from .decode.checking import ProcessorCheck, check_for
 from .states.growing import GrowingState, device_value
 from .states.rows import Rows
 from .decode.strategies import Greedy, Picker, TokenPicker, strategy_for
@@ -102,8 +105,10 @@ class RowGroup:
         return self.strategy.finished
 
     def results(self) -> list[Hypothesis] | None:
-        """The request's hypotheses (None for plain greedy in the rows: no score is computed)."""
-        return None if isinstance(self.strategy, Greedy) else self.strategy.results()[0]
+        """The request's hypotheses (None for plain greedy, speculating or not: no score is computed)."""
+        strategy = self.strategy
+        unscored = isinstance(strategy, Greedy) or (isinstance(strategy, Speculating) and not strategy.scored)
+        return None if unscored else strategy.results()[0]
 
 
 def speculates(config: GenerationConfig, cache: Any) -> bool:
@@ -118,9 +123,10 @@ def speculates(config: GenerationConfig, cache: Any) -> bool:
 @dataclass
 class Speculating:
     """A group's strategy that speculates (see the module docstring): each step of the rows is one decoder call
-    of its own checking state, fed its last id and its draft, which may emit several ids. Its check is
-    runtime.decode.speculative.scored's (TokenPicker's greedy picks, forced EOS included), so its hypothesis is
-    `generate`'s, score and all."""
+    of its own checking state, fed its last id and its draft, which may emit several ids. Its check is the plain
+    row's (runtime.decode.checking.check_for): under processors runtime.decode.speculative.scored's
+    (TokenPicker's greedy picks, forced EOS included), so its hypothesis is `generate`'s, score and all; without
+    them Greedy's argmax on the device, and no score (`scored` False), as a plain greedy row."""
 
     row: SpeculativeRow
     bos_id: int
@@ -130,7 +136,7 @@ class Speculating:
               stats: Speculation) -> "Speculating":
         proposer, policy = proposal(config, cfg, None, None)
         proposer.start(src)
-        check = ProcessorCheck(config, cfg.eos_id, steps, tuple(cfg.suppress_ids))
+        check = check_for(config, cfg, steps, scored=False)  # a plain row's picks: Greedy's or TokenPicker's
         return cls(SpeculativeRow(state, proposer, policy, steps, check, [cfg.bos_id], stats), cfg.bos_id)
 
     @property
@@ -140,6 +146,11 @@ class Speculating:
     def advance(self, view: Any) -> tuple[np.ndarray, None]:
         """The ids this step emits (1 or more; the rows' step is not read)."""
         return np.array(self.row.step(), dtype=np.int64), None
+
+    @property
+    def scored(self) -> bool:
+        """Whether its check keeps each id's log-probability (ProcessorCheck): its hypothesis has a score."""
+        return isinstance(self.row.check, ProcessorCheck)
 
     def results(self) -> list[list[Hypothesis]]:
         ids = self.row.result()

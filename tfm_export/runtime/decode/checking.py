@@ -18,7 +18,8 @@ the draft is accepted while d_{i+1} equals that id. Two checks, one per kind of 
   (log_softmax of its processed scores) is kept as TokenPicker keeps it (`logprobs`: Whisper's
   avg_logprob, the temperature fallback's test).
 
-Either way the ids are the core strategy's, id for id, whatever was drafted.
+Either way the ids are the core strategy's, id for id, whatever was drafted. `check_for` picks the one whose
+picks are runtime.decode.strategies.strategy_for's (the server's rows in flight: runtime.inflight.Speculating).
 """
 
 from __future__ import annotations
@@ -107,3 +108,12 @@ class ProcessorCheck:
 
     def keep(self, count: int) -> None:
         self.logprobs += self.pending[:count]
+
+
+def check_for(config: GenerationConfig, cfg: TransformerConfig, steps: int, scored: bool = True) -> Check:
+    """The check of strategy_for's greedy strategy for `config` (greedy: num_beams 1, no sampling): for plain
+    greedy decoding when no score is asked for (`scored=False`) Greedy's, ArgmaxCheck (only ids cross to the
+    host), else TokenPicker's, ProcessorCheck (whose `logprobs` give generate's score)."""
+    if config.is_greedy and not scored:
+        return ArgmaxCheck(cfg, config.forced_bos_token_id)
+    return ProcessorCheck(config, cfg.eos_id, steps, tuple(cfg.suppress_ids))
