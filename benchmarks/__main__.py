@@ -52,11 +52,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("big-models", "families", "benchmarks.exports:big_models_main",
       "models over 2 GB: each export stage's peak memory; --speed: int8/int4 against CTranslate2 int8"),
     # quality of reduced precision
-    S("quality-table", "quality", "benchmarks.quality.table:quality_table_main",
+    S("quality-table", "quality", "benchmarks.quality:quality_table_main",
       "float32, int8, int4 and CTranslate2 on the trained fixtures' held-out sets (chrF, WER)"),
-    S("int4-sensitivity", "quality", "benchmarks.quality.sensitivity:int4_sensitivity_main",
+    S("int4-sensitivity", "quality", "benchmarks.int4:int4_sensitivity_main",
       "which weight classes the 4 bits cost (eager model, rtn rounding)"),
-    S("wide-fixture", "quality", "benchmarks.quality.wide:wide_fixture_main",
+    S("wide-fixture", "quality", "benchmarks.int4:wide_fixture_main",
       "trains a fixture 512 or 1024 wide and measures its quality table"),
     # speech
     S("whisper-speed", "speech", "benchmarks.speech.whisper_speed:whisper_speed_main",

@@ -1,4 +1,24 @@
-r"""Which weights does 4-bit rounding cost quality on? A trained fixture with some weights rounded to 4 bits (#41).
+"""What 4 bits cost on trained models, one scenario each (investigations of the quality table's int4 rows, #41):
+`int4-sensitivity` (which weight classes the 4 bits cost, in the eager model) and `wide-fixture` (a fixture trained
+512 or 1024 wide, measured by the quality table)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import fixtures
+from benchmarks.quality import measure, trained_fixture, variant_options, versions
+from tfm_export.bench import harness
+from tfm_export.bench.quality import markdown
+
+
+INT4_SENSITIVITY_DOC = r"""Which weights does 4-bit rounding cost quality on? A trained fixture with some weights
+rounded to 4 bits (#41).
 
     .venv/bin/python -m benchmarks int4-sensitivity pegasus [--numbers 500] [--keep CLASSES[;CLASSES...]] [--json OUT]
 
@@ -13,16 +33,6 @@ everything but the listed classes (comma-separated; `;` between sets), e.g. the 
 The fake quantisation reproduces the export's int4 (pegasus: 89.6 % identical and chrF 89.40, the export 89.6 and
 89.38): activations at 8 bits (accuracy level 4) matter little next to the weights' 4.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-import argparse
-import json
-
-from benchmarks import fixtures
-from tfm_export.bench import harness
 
 
 BLOCK = 32  # the block `--int4-block-size auto` gives weights under 1024 inputs (every fixture weight)
@@ -101,7 +111,7 @@ class Probe:
 
 
 def int4_sensitivity_main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=INT4_SENSITIVITY_DOC.split("\n\n")[0])
     parser.add_argument("family", help="a trained fixture: marian, bart, pegasus, t5, ...")
     parser.add_argument("--numbers", type=int, default=500, help="held-out numbers decoded")
     parser.add_argument("--keep", default="", help="class sets kept float32 (the rest 4-bit), ';' between sets")
@@ -122,3 +132,57 @@ def int4_sensitivity_main(argv: list[str] | None = None) -> None:
         harness.write_text(args.json, json.dumps(rows, indent=1) + "\n")
 
 
+WIDE_FIXTURE_DOC = r"""int4 on weights of a real model's width (#41): a wide model trained on the fixtures' task,
+measured.
+
+    .venv/bin/python -m benchmarks wide-fixture --work W [--family marian] [--d-model 512] [--ffn 2048] \
+        [--steps 200] [--lr 1e-3] [--blocks 32,64,128] [--methods gptq] [--numbers 500] [--json OUT.json]
+
+The trained fixtures (tests/fixtures/trained) are 64 wide: a block of 64 or 128 is a whole column there, the
+coarsest a block can be, so their block-size rows say little about a model of NLLB's width (1024, blocks of 128
+an eighth of a column), and the fixtures' shortfall against CTranslate2 int8 may be their width's. This trains a
+family's fixture task (`--family`, marian by default; tests/fixtures/train_fixtures.py, the same data, tokenizer and
+schedule; the fixture's layer counts) at `--d-model` (heads of 64, `--ffn`), saves it as the fixtures are saved
+(W/trained/<family>-d512, reused when there), and runs quality_table's measurement on it: float32, int8, int4 at each
+block size and CTranslate2 int8, greedy and the folder's default decoding, the held-out numbers in every target
+language.
+"""
+
+
+def wide_fixture_main() -> None:
+    parser = argparse.ArgumentParser(description=WIDE_FIXTURE_DOC.split("\n")[0])
+    parser.add_argument("--work", type=Path, required=True, help="the trained folder, exports and conversions")
+    parser.add_argument("--family", default="marian", help="the trained fixture whose task and layout to widen")
+    parser.add_argument("--d-model", type=int, default=512, help="the model's width (heads of 64)")
+    parser.add_argument("--ffn", type=int, default=2048, help="the feed-forward width")
+    parser.add_argument("--steps", type=int, default=200, help="training steps of 64 pairs (200: 55 %% of held-out "
+                        "numbers exact, as the fixtures stop on the way; 900: all of them)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (the fixtures': 2e-3)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for training")
+    parser.add_argument("--blocks", default="32,64,128", help="int4 block sizes to measure")
+    parser.add_argument("--methods", default="", help="int4 methods besides the default (e.g. gptq)")
+    parser.add_argument("--numbers", type=int, default=500, help="held-out numbers per target language")
+    parser.add_argument("--json", type=Path, help="write the training metrics and the rows here")
+    args = parser.parse_args()
+    name = f"{args.family}-d{args.d_model}"
+    folder = args.work / "trained" / name  # beside, not under, work/<name> (the exports)
+    metrics = None
+    if folder.exists() and not (folder / "model.safetensors").exists():
+        raise SystemExit(f"{folder} exists and holds no trained model; remove it or choose another --work")
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))  # train() replaces its folder
+        layers = fixtures.hf().SHAPES["trained"][args.family]
+        # heads of 64, as Marian's, NLLB's and T5's (d_kv)
+        shape = fixtures.hf().Shape(args.d_model, layers.encoder_layers, layers.decoder_layers, args.d_model // 64, args.ffn,
+                        64 if layers.d_kv else 0)
+        metrics = fixtures.train().train(args.family, args.steps, folder=stage, shape=shape, lr=args.lr, threads=args.threads)
+        stage.rename(folder)
+    fixture = dataclasses.replace(trained_fixture(args.family, args.numbers), name=name, model=folder)
+    blocks = tuple(int(b) for b in args.blocks.split(",") if b)
+    methods = tuple(m for m in args.methods.split(",") if m)
+    variants = variant_options((4,), blocks, methods, (), ())
+    rows = measure(fixture, args.work, variants)
+    if args.json:
+        harness.write_text(args.json, json.dumps({"versions": versions(), "training": metrics, "rows": rows}, indent=1))
+    print(markdown(rows))

@@ -1,4 +1,5 @@
-r"""CTranslate2's rows of the quality table (`quality-table`): conversions and decoders on the export's ids.
+r"""CTranslate2 decoding an export's ids: the quality table's CTranslate2 rows (`quality-table`) and `documents`'s
+peer; conversions and decoders.
 
 Every CTranslate2 row reads the same token ids as the ONNX rows: the float32 export's tokenizer encodes the
 source (its language tokens included) and decodes the output, and its language options give the forced first
@@ -7,17 +8,17 @@ quantisation's, not a tokenizer's. CTranslate2 quantises at load time (`compute_
 conversion serves both rows.
 
     convert_folder(folder, out)      a Hugging Face folder (text or Whisper): ctranslate2's TransformersConverter
-    convert_native(checkpoint, out)  our own checkpoint: tfm_export.bench.ct2's spec writer
-    TextDecoder / WhisperDecoder     (group, decoding options) -> output texts, as quality_table's decoders
+    convert_native(checkpoint, out)  our own checkpoint: bench.ct2's spec writer
+    TextDecoder / WhisperDecoder     (group, decoding options) -> output texts, as the quality table's decoders
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
 import contextlib
 import json
 import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def convert_folder(folder: Path, out: Path) -> Path:
         def load_model(self, *args: Any, **kwargs: Any) -> Any:
             model = super().load_model(*args, **kwargs)
             # transformers 5's T5Config always says tied (scale_decoder_outputs says whether the outputs are
-            # scaled); CTranslate2 scales them when it reads tied (as `benchmarks families`).
+            # scaled); CTranslate2 scales them when it reads tied (as bench.families' convert_ct2).
             if hasattr(model.config, "scale_decoder_outputs"):
                 model.config.tie_word_embeddings = model.config.scale_decoder_outputs
             # CTranslate2 tells mBART-50 from mBART-25 by config.tokenizer_class; without one (the fixture's
@@ -109,7 +110,7 @@ def trained_pad_marian() -> Iterator[None]:
 
 def convert_native(checkpoint: Any, out: Path) -> Path:
     """Our own checkpoint through tfm_export.bench.ct2 (token names t<id>, <s>, </s>), float32."""
-    from tfm_export.bench.ct2 import convert
+    from .ct2 import convert
 
     return prepared(out, lambda path: convert(checkpoint.build_model(), path))
 
@@ -179,7 +180,7 @@ class WhisperDecoder:
     def __init__(self, model_dir: Path, compute_type: str, runner: Any, base: Path):
         import ctranslate2
 
-        from tfm_export.runtime.speech.whisper import speech_settings
+        from ..runtime.speech.whisper import speech_settings
 
         self.model = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type=compute_type,
                                                 inter_threads=1)
@@ -189,9 +190,9 @@ class WhisperDecoder:
     def __call__(self, group: Any, decoding: dict[str, Any]) -> list[str]:
         import ctranslate2
 
-        from tfm_export.audio.features import log_mel
-        from tfm_export.runtime.speech.whisper import read_samples
-        from tfm_export.runtime.speech.prompt import init_tokens
+        from ..audio.features import log_mel
+        from ..runtime.speech.prompt import init_tokens
+        from ..runtime.speech.whisper import read_samples
 
         if decoding.get("num_beams", 1) != 1:
             raise ValueError("the Whisper rows decode greedily")

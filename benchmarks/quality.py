@@ -1,4 +1,99 @@
-r"""The quality table of reduced precision (#41): every trained fixture, float32 against int8, int4 and CTranslate2.
+"""The quality table of reduced precision (#41), `quality-table`: each trained fixture's held-out set (the sets
+below) exported and decoded as float32, int8, int4 and CTranslate2, then scored. The scores, the bootstrap and the
+report are tfm_export.bench.quality's, CTranslate2's conversions and decoders bench.ct2_decode's (re-exported
+here: the tests and `documents` read them from this module); `int4-sensitivity` and `wide-fixture` are
+benchmarks/int4.py."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from benchmarks import fixtures
+from tfm_export.bench import ct2_decode as ct2  # noqa: F401 (`quality.ct2.prepared`: documents' cases)
+from tfm_export.bench import harness
+from tfm_export.bench.ct2_decode import TextDecoder, WhisperDecoder, convert_folder, convert_native
+from tfm_export.bench.quality import (  # noqa: F401 (the tests' names)
+    Decoder, Fixture, Group, decode_all, markdown, paired_bootstrap, paired_bootstrap_wer, score_rows,
+    significantly_below, verdicts)
+from tfm_export.export.int4 import Int4Settings
+from tfm_export.export.quality import decode_set, read_eval_file
+
+
+# --- the sets: each trained fixture as groups of held-out sources and references (and the training sources
+# `--int4-method gptq` calibrates on)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CALIBRATION, CALIBRATION_SEED = 256, 1  # training sources for --int4-method gptq (never the held-out ones)
+NUM2WORDS = ROOT / "models" / "num2words-de"
+WHISPER = ROOT / "models" / "whisper-digits"
+
+
+def trained_fixture(family: str, numbers: int) -> Fixture:
+    """A trained Hugging Face fixture: the first `numbers` held-out numbers in each of its target languages."""
+    hf_fixtures = fixtures.hf()
+    held_out = hf_fixtures.split_numbers()[1][:numbers]
+    groups = []
+    for lang in hf_fixtures.TARGETS[family]:
+        examples = [hf_fixtures.example(family, n, lang) for n in held_out]
+        code = hf_fixtures.lang_code(family, lang)  # None: the source says it (marian's >>de<<, T5's prefix)
+        options = {"target_lang": code, "source_lang": hf_fixtures.LANGS[family][0]} if code else {}
+        groups.append(Group(lang, tuple(e.source for e in examples), tuple(e.target for e in examples), options))
+    langs = hf_fixtures.TARGETS[family]
+    trained = random.Random(CALIBRATION_SEED).sample(hf_fixtures.split_numbers()[0], CALIBRATION)
+    calibration = tuple(hf_fixtures.example(family, n, langs[i % len(langs)]).source for i, n in enumerate(trained))
+    return Fixture(family, hf_fixtures.trained_folder(family), "text", tuple(groups), calibration=calibration)
+
+
+def num2words_fixture(numbers: int) -> Fixture:
+    held_out = read_eval_file(NUM2WORDS / "heldout.tsv")
+    group = Group("de", held_out.sources[:numbers], held_out.references[:numbers])  # type: ignore[index]
+    # Its training numbers are 0..99999 less 2000 held out, of which the first 200 ship: calibrate on others.
+    pool = sorted(set(range(100_000)) - {int(s) for s in held_out.sources})
+    calibration = tuple(str(n) for n in random.Random(CALIBRATION_SEED).sample(pool, CALIBRATION))
+    return Fixture("num2words-de", NUM2WORDS / "model.pt", "text", (group,), native=True, calibration=calibration)
+
+
+def whisper_fixture(work: Path, utterances: int) -> Fixture:
+    """models/whisper-digits' held-out digit strings spoken by espeak-ng (written once into `work`), by
+    language, which is given: CTranslate2 takes a Whisper vocabulary this small for an English-only model and
+    refuses to detect the language."""
+    speech = fixtures.whisper_digits_speech()
+    Spoken, write_eval_set = speech.Spoken, speech.write_eval_set
+
+    folder = work / "whisper-digits-heldout"
+    spoken = [Spoken.from_row(row) for row in (WHISPER / "heldout.tsv").read_text().splitlines()]
+    if not (folder / "heldout.tsv").exists():  # all of them, whatever `utterances` is
+        write_eval_set([(s, s.samples()) for s in spoken], folder)
+    pairs = list(zip(read_eval_file(folder / "heldout.tsv").sources, spoken))[:utterances]  # (file, utterance)
+    groups = tuple(Group(lang, tuple(f for f, s in pairs if s.language == lang),
+                         tuple(s.text() for _, s in pairs if s.language == lang), {"language": lang})
+                   for lang in dict.fromkeys(s.language for _, s in pairs))
+    return Fixture("whisper-digits", WHISPER, "speech", groups, base=folder)
+
+
+def chosen_fixtures(names: list[str], work: Path, numbers: int, utterances: int) -> list[Fixture]:
+    hf_fixtures = fixtures.hf()
+    made = {"num2words-de": lambda: num2words_fixture(numbers),
+            "whisper-digits": lambda: whisper_fixture(work, utterances),
+            **{family: (lambda f=family: trained_fixture(f, numbers)) for family in hf_fixtures.FAMILIES}}
+    unknown = [n for n in names if n not in made]
+    if unknown:
+        raise SystemExit(f"unknown fixtures {unknown}; choose from {', '.join(made)}")
+    return [made[n]() for n in names]
+
+
+QUALITY_TABLE_DOC = r"""The quality table of reduced precision (#41): every trained fixture, float32 against int8, int4
+and CTranslate2.
 
     .venv/bin/python -m benchmarks quality-table --work /tmp/quality [--fixtures marian,nllb,whisper-digits] \
         [--numbers 500] [--utterances 120] [--int4-levels 0,1,2,3,4] [--int4-blocks 16] [--int4-methods k_quant,gptq] \
@@ -24,34 +119,12 @@ int8 by a paired bootstrap (sacrebleu's, of chrF; for speech the same test of WE
 the choice of sources explains?
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any, Callable, Iterator
-import argparse
-import contextlib
-import dataclasses
-import functools
-import json
-import logging
-import shutil
-
-from benchmarks import fixtures
-from benchmarks.quality.bootstrap import paired_bootstrap, paired_bootstrap_wer
-from benchmarks.quality.ct2 import TextDecoder, WhisperDecoder, convert_folder, convert_native
-from benchmarks.quality.report import markdown
-from benchmarks.quality.sets import Decoder, Fixture, Group, chosen_fixtures
-from tfm_export.bench import harness
-from tfm_export.export.int4 import Int4Settings
-from tfm_export.export.quality import KINDS, decode_set, identical
-
 
 MAX_NEW_TOKENS = 64  # the longest answer is under 30 tokens; a looping variant stops here
-BASELINE = "ct2 int8"  # what each int4 row is tested against
 DEFAULT_INT4 = Int4Settings()
 LEVELS = next(f for f in dataclasses.fields(Int4Settings) if f.name == "accuracy_level").metadata["choices"]
 
-log = logging.getLogger("quality_table")
+log = logging.getLogger("quality_table")  # as bench.quality's: the progress this scenario shows
 
 
 def variant_options(levels: tuple[int, ...], blocks: tuple[int, ...] = (), methods: tuple[str, ...] = (),
@@ -144,42 +217,6 @@ def decodings(fixture: Fixture, runner: Any) -> dict[str, dict[str, Any]]:
     return modes
 
 
-def decode_all(fixture: Fixture, decoders: dict[str, Decoder], modes: dict[str, dict[str, Any]]
-               ) -> dict[str, dict[str, list[str]]]:
-    """decoding -> variant -> the outputs of every group's sources, in order."""
-    outputs: dict[str, dict[str, list[str]]] = {}
-    for mode, options in modes.items():
-        for variant, decode in decoders.items():
-            texts: list[str] = []
-            seconds = harness.timed(lambda: texts.extend(t for group in fixture.groups for t in decode(group, options)))
-            outputs.setdefault(mode, {})[variant] = texts
-            log.info("%s %s %s: %d outputs in %.1f s", fixture.name, mode, variant, len(texts), seconds)
-    return outputs
-
-
-def scores(kind: str, hypotheses: list[str], others: list[str]) -> dict[str, float]:
-    """export.quality's scores of the kind (chrF and BLEU; WER) and the share of identical outputs."""
-    return {**KINDS[kind][0](hypotheses, others), "identical": identical(hypotheses, others)}
-
-
-def score_rows(fixture: Fixture, outputs: dict[str, dict[str, list[str]]]) -> list[dict[str, Any]]:
-    """One row per decoding and variant: scores against the references and against float32's outputs; each int4
-    row also its paired bootstrap against CTranslate2 int8 (`versus_ct2_int8`: chrF, or WER for speech)."""
-    references = [r for group in fixture.groups for r in group.references]
-    rows = []
-    for mode, by_variant in outputs.items():
-        float32 = by_variant["float32"]
-        for variant, hypotheses in by_variant.items():
-            row = {"fixture": fixture.name, "kind": fixture.kind, "decoding": mode, "variant": variant,
-                   "size": len(hypotheses), "references": scores(fixture.kind, hypotheses, references),
-                   "float32": scores(fixture.kind, hypotheses, float32)}
-            if variant.startswith("int4") and BASELINE in by_variant:
-                test = paired_bootstrap if fixture.kind == "text" else paired_bootstrap_wer
-                row["versus_ct2_int8"] = test(by_variant[BASELINE], hypotheses, references)
-            rows.append(row)
-    return rows
-
-
 def measure(fixture: Fixture, work: Path, variants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Export, convert, decode and score one fixture in each of `variants` (variant_options) and CTranslate2's (its
     exports kept in work/<fixture>)."""
@@ -213,7 +250,7 @@ def calibration_file(fixture: Fixture, work: Path) -> Path:
 def quality_table_main(argv: list[str] | None = None) -> None:
     hf_fixtures = fixtures.hf()
     everything = [*hf_fixtures.FAMILIES, "num2words-de", "whisper-digits"]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=QUALITY_TABLE_DOC.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="exports and conversions, kept and reused")
     parser.add_argument("--fixtures", default=",".join(everything), help="comma-separated (default: all)")
     parser.add_argument("--numbers", type=int, default=500, help="held-out numbers per target language")
@@ -253,5 +290,3 @@ def versions() -> dict[str, str]:
 
     return {"onnxruntime": onnxruntime.__version__, "ctranslate2": ctranslate2.__version__,
             "sacrebleu": sacrebleu.__version__}
-
-

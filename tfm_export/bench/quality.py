@@ -1,4 +1,7 @@
-r"""The quality table's markdown (`quality-table`'s rows): the targets' verdicts first, then the scores.
+"""The quality table's measures apart from its fixtures (`quality-table`, `wide-fixture`, `documents`): a set of
+held-out sources as groups (Group, Fixture), the decoders' outputs scored (export.quality's chrF, BLEU, WER and
+identical outputs), each int4 row against CTranslate2 int8 by a paired bootstrap (sacrebleu's, of chrF; for speech
+the same test of WER), and the table's Markdown with the targets' verdicts first.
 
 A row: {"fixture", "kind" (text | speech), "decoding", "variant", "size", "references": scores, "float32":
 scores}, the scores export.quality's (chrf, bleu; wer) plus "identical" (% of outputs equal to the other
@@ -8,7 +11,126 @@ at or above CTranslate2 int8, on every fixture and decoding.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..export.quality import KINDS, identical
+from . import harness
+
+log = logging.getLogger("quality_table")
+BOOTSTRAP = 1000  # the bootstrap's samples
+BASELINE = "ct2 int8"  # what each int4 row is tested against
+
+
+# --- the sets
+
+
+@dataclass(frozen=True)
+class Group:
+    """Sources decoded together: one target language's (translate's `options` name it)."""
+
+    lang: str | None
+    sources: tuple[str, ...]
+    references: tuple[str, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    model: Path  # what the exporter and CTranslate2's converter read
+    kind: str  # "text" or "speech" (export.quality.KINDS)
+    groups: tuple[Group, ...]
+    base: Path | None = None  # speech: the folder of the audio files
+    native: bool = False  # our own checkpoint (bench.ct2's converter), not a Hugging Face folder
+    calibration: tuple[str, ...] = ()  # training sources `--int4-method gptq` calibrates on (none: speech)
+
+
+Decoder = Callable[[Group, dict[str, Any]], list[str]]  # (group, decoding options) -> output texts
+
+
+Decoder = Callable[[Group, dict[str, Any]], list[str]]  # (group, decoding options) -> output texts
+
+
+# --- scores
+
+
+def decode_all(fixture: Fixture, decoders: dict[str, Decoder], modes: dict[str, dict[str, Any]]
+               ) -> dict[str, dict[str, list[str]]]:
+    """decoding -> variant -> the outputs of every group's sources, in order."""
+    outputs: dict[str, dict[str, list[str]]] = {}
+    for mode, options in modes.items():
+        for variant, decode in decoders.items():
+            texts: list[str] = []
+            seconds = harness.timed(lambda: texts.extend(t for group in fixture.groups for t in decode(group, options)))
+            outputs.setdefault(mode, {})[variant] = texts
+            log.info("%s %s %s: %d outputs in %.1f s", fixture.name, mode, variant, len(texts), seconds)
+    return outputs
+
+
+def scores(kind: str, hypotheses: list[str], others: list[str]) -> dict[str, float]:
+    """export.quality's scores of the kind (chrF and BLEU; WER) and the share of identical outputs."""
+    return {**KINDS[kind][0](hypotheses, others), "identical": identical(hypotheses, others)}
+
+
+def score_rows(fixture: Fixture, outputs: dict[str, dict[str, list[str]]]) -> list[dict[str, Any]]:
+    """One row per decoding and variant: scores against the references and against float32's outputs; each int4
+    row also its paired bootstrap against CTranslate2 int8 (`versus_ct2_int8`: chrF, or WER for speech)."""
+    references = [r for group in fixture.groups for r in group.references]
+    rows = []
+    for mode, by_variant in outputs.items():
+        float32 = by_variant["float32"]
+        for variant, hypotheses in by_variant.items():
+            row = {"fixture": fixture.name, "kind": fixture.kind, "decoding": mode, "variant": variant,
+                   "size": len(hypotheses), "references": scores(fixture.kind, hypotheses, references),
+                   "float32": scores(fixture.kind, hypotheses, float32)}
+            if variant.startswith("int4") and BASELINE in by_variant:
+                test = paired_bootstrap if fixture.kind == "text" else paired_bootstrap_wer
+                row["versus_ct2_int8"] = test(by_variant[BASELINE], hypotheses, references)
+            rows.append(row)
+    return rows
+
+
+def paired_bootstrap(baseline: list[str], hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """sacrebleu's paired bootstrap resampling of chrF (BOOTSTRAP samples, its fixed seed): `hypotheses`' chrF
+    minus `baseline`'s, and the p-value of that difference (small: the sources' sampling does not explain it)."""
+    from sacrebleu.metrics import CHRF
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", baseline), ("variant", hypotheses)], {"chrf": CHRF()}, [references],
+                      test_type="bs", n_samples=BOOTSTRAP)
+    _, results = test()
+    base, variant = next(value for key, value in results.items() if key != "System")
+    return {"chrf_delta": round(variant.score - base.score, 2), "p": round(variant.p_value, 4)}
+
+
+def paired_bootstrap_wer(baseline: list[str], hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """paired_bootstrap for speech: WER (in points) resampled by utterance as sacrebleu resamples sentences (the
+    same seed, samples and p-value: its Moses-style paired bootstrap; sacrebleu has no WER). `wer_delta`: the
+    variant's WER minus the baseline's (positive: worse)."""
+    import jiwer
+    import numpy as np
+
+    def stats(outputs: list[str]) -> Any:  # (errors, reference words) per utterance
+        words = [jiwer.process_words(r, h) for r, h in zip(references, outputs)]
+        return np.array([(w.substitutions + w.deletions + w.insertions, w.hits + w.substitutions + w.deletions)
+                         for w in words], dtype=np.float64)
+
+    base, variant = stats(baseline), stats(hypotheses)
+    wer = lambda s: 100 * s[..., 0].sum(-1) / np.maximum(s[..., 1].sum(-1), 1)  # noqa: E731
+    rng = np.random.default_rng(int(os.environ.get("SACREBLEU_SEED", "12345")))
+    idx = rng.choice(len(references), size=(BOOTSTRAP, len(references)), replace=True)
+    diffs = np.abs(wer(variant[idx]) - wer(base[idx]))
+    delta = float(wer(variant) - wer(base))
+    # sacrebleu's p (its private _compute_p_value): centred resampled differences beyond the real one, plus one.
+    p = (int(np.sum(diffs - diffs.mean() > abs(delta))) + 1) / (BOOTSTRAP + 1)
+    return {"wer_delta": round(delta, 2), "p": round(p, 4)}
+
+
+# --- the report
 
 
 TARGET_DROP = 1.0  # points int4 may lose against float32
@@ -143,4 +265,3 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     settings = tuple(dict.fromkeys(r["variant"] for r in rows if r["variant"].startswith("int4")))
     return "\n".join([summary(rows), wide(rows), detail(rows), "int4 by setting (accuracy level, block size):\n",
                       detail(rows, settings)])
-
