@@ -12,11 +12,13 @@ so the deltas of an item add up to its transcript, and they come while it is spo
 16 kHz (soxr, one stream per session); server VAD is Silero's (serve.turns). Each step of each session runs on the
 server's transcription workers (serve.transcriber) and its windows in the in-flight window batch (serve.windows):
 sessions share decoder rows with each other and with uploads. A dropped connection stops its work at the next
-window. Bad input (bad JSON, an unknown event, a wrong format, an append over the limits) is one `error` event,
-and the session goes on. A client that stops reading (an event not taken within SEND_TIMEOUT_S) stops its
+window. Bad input (bad JSON, an unknown event, a wrong format, an append over the limits, a setting of the wrong
+type or range, one not done or not known: serve.realtime_fields, which checks an update whole before any of it is
+applied) is one `error` event naming the field in its `param`, and the session goes on. A client that stops reading (an event not taken within SEND_TIMEOUT_S) stops its
 session at once, as a dropped one does, and gets one `error` event (client_not_reading) and a close should it read
 again; the other sessions go on. Where this differs from OpenAI's service: `model` may be any name; semantic_vad,
-noise reduction, logprobs and the conversation.item.* events besides transcription's are not done.
+noise reduction, logprobs and the conversation.item.* events besides transcription's are not done (a session
+asking for them is refused); `hotwords` in the transcription settings is this server's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from fastapi import FastAPI, WebSocket
 
 from ..errors import TfmExportError
 from .guard import authorized
-from .realtime_session import CLIENT_RATE, Refused, Session
+from .realtime_fields import Refused, beta_update, ga_update
+from .realtime_session import Session
 
 KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: OpenAI's key as a subprotocol
 
@@ -38,29 +41,13 @@ KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: OpenAI
 
 async def session_update(session: Session, event: dict[str, Any]) -> None:
     """GA: {"session": {"type": "transcription", "audio": {"input": {format, transcription, turn_detection}}}}."""
-    body = event.get("session")
-    if not isinstance(body, dict) or body.get("type", "transcription") != "transcription":
-        raise Refused("this server runs transcription sessions: send session.type \"transcription\"",
-                      param="session.type")
-    given = ((body.get("audio") or {}).get("input") or {}) if isinstance(body.get("audio"), dict) else {}
-    audio_format = given.get("format")
-    if audio_format is not None and (not isinstance(audio_format, dict) or audio_format.get("type") != "audio/pcm"
-                                     or audio_format.get("rate", CLIENT_RATE) != CLIENT_RATE):
-        raise Refused(f"audio.input.format must be {{\"type\": \"audio/pcm\", \"rate\": {CLIENT_RATE}}}, got "
-                      f"{json.dumps(audio_format)}", code="invalid_audio_format", param="audio.input.format")
-    session.configure(given.get("transcription"), given.get("turn_detection"), "turn_detection" in given)
+    session.configure(ga_update(event.get("session"), session.check_language))
     await session.send("session.updated", session=session.session_fields())
 
 
 async def transcription_session_update(session: Session, event: dict[str, Any]) -> None:
     """Beta: {"session": {input_audio_format, input_audio_transcription, turn_detection}}."""
-    body = event.get("session")
-    if not isinstance(body, dict):
-        raise Refused("transcription_session.update needs `session`, an object", param="session")
-    if body.get("input_audio_format", "pcm16") != "pcm16":
-        raise Refused(f"input_audio_format must be pcm16 (24 kHz), got {body['input_audio_format']!r}",
-                      code="invalid_audio_format", param="session.input_audio_format")
-    session.configure(body.get("input_audio_transcription"), body.get("turn_detection"), "turn_detection" in body)
+    session.configure(beta_update(event.get("session"), session.check_language))
     await session.send("transcription_session.updated", session={
         "id": session.id, "object": "realtime.transcription_session", "input_audio_format": "pcm16",
         "input_audio_transcription": session.transcription_fields(), "turn_detection": session.detection_fields(),

@@ -18,27 +18,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import TfmExportError
+from ..runtime.speech.prompt import language_id
 from ..runtime.speech.streaming import StreamOptions, StreamTranscriber, StreamUpdate
+from ..runtime.speech.whisper import speech_settings
 from .jobs import Cancelled, QueueFull
+from .realtime_fields import CLIENT_RATE, Refused, Transcription, Update
 from .turns import TurnDetection, TurnDetector
 
 log = logging.getLogger(__name__)
 
-CLIENT_RATE = 24000  # OpenAI's: audio/pcm is 24 kHz mono PCM16
 MAX_APPEND_BYTES = 15 * 2**20  # OpenAI's limit on one append's audio
 MIN_COMMIT_S = 0.1  # OpenAI refuses to commit less
 STREAM_OPTIONS = StreamOptions()  # each item's streaming policy (a test's fixture may need another)
 RETRY_S = 0.2  # a step the workers' queue refused waits this long and runs with the audio that came meanwhile
 SEND_TIMEOUT_S = 10.0  # an event the client has not taken in this long: it stopped reading (the session stops)
 FAREWELL_S = 30.0  # how long a stopped session's error event and close wait for that client to read again
-
-
-class Refused(Exception):
-    """A client event the session cannot take: answered as one `error` event."""
-
-    def __init__(self, message: str, code: str = "invalid_value", param: str | None = None):
-        super().__init__(message)
-        self.code, self.param = code, param
 
 
 @dataclass(eq=False)
@@ -65,9 +59,7 @@ class Session:
         self.ws, self.state, self.max_seconds = ws, state, max_seconds
         self.id = new_id("sess")
         self.model = state["engine"].model
-        self.language: str | None = None
-        self.prompt: str | None = None
-        self.transcription_model = "whisper-1"
+        self.transcription = Transcription()  # model, language, prompt, hotwords (serve.realtime_fields)
         self.detection: TurnDetection | None = TurnDetection()  # OpenAI's default: server VAD
         self.turns: TurnDetector | None = TurnDetector(self.detection)
         self.resampler = soxr.ResampleStream(CLIENT_RATE, 16000, 1, dtype="float32")
@@ -121,7 +113,14 @@ class Session:
                 "audio": {"input": given}, "include": []}
 
     def transcription_fields(self) -> dict[str, Any]:
-        return {"model": self.transcription_model, "language": self.language, "prompt": self.prompt or ""}
+        t = self.transcription
+        shown = {"model": t.model, "language": t.language, "prompt": t.prompt or ""}
+        return {**shown, "hotwords": t.hotwords} if t.hotwords else shown  # this server's field, when set
+
+    def check_language(self, language: str) -> None:
+        """`language` is one of the model's (an InputError naming it otherwise), checked when the session is
+        updated rather than at its first step."""
+        language_id(speech_settings(self.model)[0], language)
 
     def detection_fields(self) -> dict[str, Any] | None:
         d = self.detection
@@ -129,15 +128,12 @@ class Session:
                                        "prefix_padding_ms": d.prefix_padding_ms,
                                        "silence_duration_ms": d.silence_duration_ms}
 
-    def configure(self, transcription: Any, detection: Any, has_detection: bool) -> None:
-        if transcription is not None:
-            if not isinstance(transcription, dict):
-                raise Refused("transcription must be an object {model, language, prompt}", param="transcription")
-            self.transcription_model = str(transcription.get("model") or self.transcription_model)
-            self.language = transcription.get("language") or None
-            self.prompt = transcription.get("prompt") or None
-        if has_detection:
-            self.detection = turn_detection(detection)
+    def configure(self, update: Update) -> None:
+        """A checked update's settings (serve.realtime_fields); the items that follow use them."""
+        if update.transcription is not None:
+            self.transcription = update.transcription
+        if update.has_detection:
+            self.detection = update.detection
             self.turns = None if self.detection is None else TurnDetector(self.detection)
 
     # ---- audio ----------------------------------------------------------------------------------------
@@ -171,8 +167,11 @@ class Session:
         if self.item is None:
             options = {} if self.state.get("windows") is None else {"runner": self.state["windows"].runner(
                 self.gone.is_set)}
-            stream = StreamTranscriber(self.model, language=self.language, prompt=self.prompt,
-                                       options=STREAM_OPTIONS, **options)
+            t = self.transcription
+            if t.hotwords:
+                options["hotwords"] = t.hotwords
+            stream = StreamTranscriber(self.model, language=t.language, prompt=t.prompt, options=STREAM_OPTIONS,
+                                       **options)
             self.item = Item(new_id("item"), stream)
         self.item.pending.append(samples)
         self.item.seconds += len(samples) / 16000
@@ -247,18 +246,3 @@ class Session:
 
 # server VAD's actions (serve.turns.TurnDetector) -> what the session does
 TURN_ACTIONS = {"start": Session.speech_started, "stop": Session.speech_stopped, "audio": Session.audio}
-
-
-def turn_detection(given: Any) -> TurnDetection | None:
-    """A session's turn_detection: null (the client commits) or server_vad with its settings."""
-    if given is None:
-        return None
-    if not isinstance(given, dict) or given.get("type", "server_vad") != "server_vad":
-        kind = given.get("type") if isinstance(given, dict) else given
-        raise Refused(f"turn_detection {kind!r} is not done here: use server_vad or null", param="turn_detection")
-    try:
-        return TurnDetection(float(given.get("threshold", 0.5)), int(given.get("prefix_padding_ms", 300)),
-                             int(given.get("silence_duration_ms", 500)))
-    except (TypeError, ValueError):
-        raise Refused("turn_detection's threshold, prefix_padding_ms and silence_duration_ms are numbers",
-                      param="turn_detection") from None
