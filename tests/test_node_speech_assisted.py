@@ -6,7 +6,8 @@ espeak-ng speech: short recordings (timestamps, the language detected, German gi
 windows (seeking on the timestamps, with and without conditioning on the previous text, which prompt lookup drafts
 from). Drafts are really accepted (the `speculation` counts: fewer decoder calls than ids with the self-draft); what
 cannot speculate (beam search, windows batched, a draft of another vocabulary) is one line; the CLI's
---prompt-lookup and --assistant print the plain transcript."""
+--prompt-lookup and --assistant print the plain transcript. Live transcription (`streamTranscribe`) with each
+proposer gives Python's plain greedy stream, update for update."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ from speech import RATE, Spoken  # noqa: E402
 
 pytestmark = [*spoken_marks(), pytest.mark.slow]
 
-# Each run: transcribe `file` with `options`, drafted by `assistant` (a folder, opened once) when given; the answer
-# and the speculation counts, or the error's message.
-SCRIPT = r"""
+
+def runs_script(body: str) -> str:
+    """A Node script over stdin's job {export, runs: [{file, options, assistant}], ...}: `body` runs each with `opts`
+    (its options, the speculation counts to fill, the assistant folder opened once) and pushes to `out`, printed."""
+    return r"""
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 const { openExport } = await import(pathToFileURL(`${process.argv[1]}/exported.mjs`).href);
@@ -44,15 +47,21 @@ const out = [];
 for (const { file, options, assistant } of job.runs) {
   const speculation = { calls: 0, drafted: 0, accepted: 0 };
   const opts = { ...options, speculation, ...(assistant ? { assistant: await open(assistant) } : {}) };
-  try {
-    out.push({ result: await model.transcribe(file, opts), speculation });
-  } catch (err) {
-    out.push({ error: err.message });
-  }
+""" + body + r"""
 }
 console.log(JSON.stringify(out));
 for (const m of Object.values(models)) await m.release();
 """
+
+
+# Each run: transcribe `file` with `options`, drafted by `assistant` when given; the answer and the speculation
+# counts, or the error's message.
+SCRIPT = runs_script(r"""
+  try {
+    out.push({ result: await model.transcribe(file, opts), speculation });
+  } catch (err) {
+    out.push({ error: err.message });
+  }""")
 
 SHORT = [({"timestamps": True}, {"timestamps": True}), ({}, {}),  # the language detected, before the window decodes
          ({"language": "de", "timestamps": True}, {"language": "de", "timestamps": True})]
@@ -182,3 +191,49 @@ def test_the_node_cli_transcribes_speculatively(digits_export, recordings):
     refused = node(*command, "--num-beams", "2", "--prompt-lookup", "4")
     assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.count("\n") == 1
     assert refused.stderr.endswith("transcribe with numBeams 1\n")
+
+
+# Each run: `file`'s float32 samples fed in `job.chunk`-sample chunks to model.streamTranscribe with `options` (and
+# `assistant`): every update as [chunks fed before it, its fields], and the speculation counts.
+STREAM_SCRIPT = runs_script(r"""
+  const data = readFileSync(file);
+  const samples = new Float32Array(data.buffer, data.byteOffset, data.length / 4);
+  let n = 0;
+  async function* fed() { for (let at = 0; at < samples.length; at += job.chunk) { yield samples.subarray(at, at + job.chunk); n += 1; } }
+  const updates = [];
+  for await (const u of model.streamTranscribe(fed(), opts)) {
+    updates.push([u.final ? Math.ceil(samples.length / job.chunk) : n, { confirmed: u.confirmed, tentative: u.tentative,
+      text: u.text, final: u.final, language: u.language, words: u.words.map((w) => [w.start, w.end, w.text]) }]);
+  }
+  out.push({ updates, speculation });""")
+
+
+def test_node_streams_speculatively_as_python_streams_plainly(digits_export, int8_draft, tmp_path):
+    """Live transcription (speech/streaming.mjs's streamTranscribe) with prompt lookup, the self-draft and the int8
+    draft: every update (confirmed, tentative, words) after every chunk is Python's plain greedy stream's, and
+    Python's stream with prompt lookup is too; each re-transcription of the buffer speculates (drafts accepted)."""
+    from test_node_streaming import CHUNK, close_words, heldout, python_updates, recording
+
+    samples = recording(heldout(0, 4), 0.7)
+    file = tmp_path / "stream.f32"
+    samples.tofile(file)
+    digits = open_export(digits_export, "cpu")
+    plain = python_updates(digits, samples, language="en")
+    assert sum(1 for _, u in plain if u["confirmed"] and not u["final"]) >= 1  # text confirmed live
+    assert python_updates(digits, samples, language="en", prompt_lookup_num_tokens=4) == plain
+    runs = [{"file": str(file), "options": {"language": "en", **extra.get("options", {})},
+             "assistant": extra.get("assistant")} for extra in proposers(int8_draft, digits_export).values()]
+    done = node_module(STREAM_SCRIPT, NODE, stdin=json.dumps({"export": str(digits_export), "chunk": CHUNK,
+                                                              "runs": runs}), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name, answer in zip(proposers(int8_draft, digits_export), json.loads(done.stdout)):
+        got = answer["updates"]
+        assert [at for at, _ in got] == [at for at, _ in plain], name
+        for (at, mine), (_, theirs) in zip(got, plain):
+            assert {k: v for k, v in mine.items() if k != "words"} == {k: v for k, v in theirs.items() if k != "words"}, (
+                name, at)
+            assert close_words(mine["words"], theirs["words"]), (name, at)
+        stats = answer["speculation"]
+        assert stats["calls"] > 0 and 0 <= stats["accepted"] <= stats["drafted"], name
+        if name != "lookup":  # a draft model is right often (the self-draft always)
+            assert stats["accepted"] > 0, name

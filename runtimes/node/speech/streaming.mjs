@@ -132,7 +132,9 @@ function concat(a, b) {
 /**
  * One live stream's buffer and its confirmed text (Python's StreamTranscriber). `options`: language, task,
  * prompt (text the stream is conditioned on throughout), `options` (a StreamOptions, or its fields), and
- * each step's transcribe options (numBeams, maxNewTokens). One caller at a time: await each feed.
+ * each step's transcribe options (numBeams, maxNewTokens; promptLookupNumTokens or an assistant: each step decodes
+ * speculatively, speech/assisted.mjs, with plain greedy's ids and so the same updates). One caller at a time: await
+ * each feed.
  */
 export class StreamTranscriber {
   constructor(ort, model, { language = null, task = 'transcribe', prompt = null, options = new StreamOptions(),
