@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from tfm_export.bench.harness import Scenario
+from tfm_export.errors import TfmExportError
 
 S = Scenario
 SCENARIOS: tuple[Scenario, ...] = (
@@ -74,14 +75,14 @@ SCENARIOS: tuple[Scenario, ...] = (
       "live transcription over the Realtime WebSocket: word-end-to-confirmed latency, RTF at 1/4/8 sessions",
       None),  # espeak-ng's speech, the fixture's export and real-time sessions: minutes, not a smoke run
     # serving
-    S("load", "serving", "benchmarks.serving.load:load_main",
+    S("load", "serving", "benchmarks.serving:load_main",
       "open-loop Poisson load on tfm-export serve, the batching modes taking turns"),
-    S("engine", "serving", "benchmarks.serving.engine:engine_main",
+    S("engine", "serving", "benchmarks.serving:engine_main",
       "the serving engines without HTTP: request-level vs in-flight on one workload"),
     S("documents", "peers", "benchmarks.documents:documents_main",
       "a document end to end (split, batched, joined): ours vs CTranslate2 translate_iterable, same weights",
       ("--words", "200", "--rounds", "1", "--no-int8", "--work", "/tmp/bench-documents-smoke")),
-    S("ct2-batch", "peers", "benchmarks.serving.ct2_batch:ct2_batch_main",
+    S("ct2-batch", "peers", "benchmarks.serving:ct2_batch_main",
       "CTranslate2 translate_batch on the load workload (the serving peer)"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -104,7 +105,11 @@ def main(argv: list[str]) -> int:
         print(f"no scenario {argv[0]!r}; `python -m benchmarks` lists them", file=sys.stderr)
         return 2
     sys.argv = [f"python -m benchmarks {scenario.name}", *argv[1:]]  # each scenario parses its own options
-    result = scenario.entry()()
+    try:
+        result = scenario.entry()()
+    except TfmExportError as exc:  # bad input or a failed run of the package's own measuring code: one line
+        print(exc, file=sys.stderr)
+        return 1
     return result if isinstance(result, int) else 0
 
 

@@ -214,7 +214,7 @@ def step_main() -> int:
     args = parser.parse_args()
     if args.json and args.json.exists():
         raise SystemExit(f"{args.json} exists; choose another name")
-    from benchmarks.serving.ct2_batch import converted, id_tokens
+    from tfm_export.bench.ct2_decode import converted, id_tokens
 
     converted(args.hf_folder, args.ct2_dir)
     id_tokens(args.hf_folder, args.ct2_dir)  # the same vocabulary, or SystemExit

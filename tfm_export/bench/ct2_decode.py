@@ -10,6 +10,7 @@ conversion serves both rows.
     convert_folder(folder, out)      a Hugging Face folder (text or Whisper): ctranslate2's TransformersConverter
     convert_native(checkpoint, out)  our own checkpoint: bench.ct2's spec writer
     TextDecoder / WhisperDecoder     (group, decoding options) -> output texts, as the quality table's decoders
+    converted, id_tokens             a Marian folder converted as it is (`step`, `ct2-batch`), its ids as tokens
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+
+from ..errors import InputError
 
 
 CT2_BATCH = 16  # sources per translate_batch call (the ONNX rows decode 16 at a time too: quality.TEXT_BATCH)
@@ -206,3 +209,42 @@ class WhisperDecoder:
         return out
 
 
+# --- a Marian folder as `step` and `ct2-batch` read it: converted as it is, its ids by its vocab.json
+
+
+def converted(hf_folder: Path, ct2_dir: Path) -> float | None:
+    """Convert into ct2_dir unless it holds a model already; seconds taken, or None when reused."""
+    if (ct2_dir / "model.bin").exists():
+        return None
+    if ct2_dir.exists() and any(ct2_dir.iterdir()):
+        raise InputError(f"{ct2_dir} is neither empty nor a CTranslate2 model; choose another --ct2-dir")
+    from ctranslate2.converters import TransformersConverter
+
+    from . import harness
+
+    # float32: no quantization
+    return harness.timed(lambda: TransformersConverter(str(hf_folder)).convert(str(ct2_dir), force=True))
+
+
+def ct2_vocabulary(ct2_dir: Path) -> list[str]:
+    for name in ("shared_vocabulary.json", "source_vocabulary.json"):
+        if (ct2_dir / name).exists():
+            return json.loads((ct2_dir / name).read_text(encoding="utf-8"))
+    for name in ("shared_vocabulary.txt", "source_vocabulary.txt"):
+        if (ct2_dir / name).exists():
+            return (ct2_dir / name).read_text(encoding="utf-8").split("\n")[:-1]
+    raise InputError(f"{ct2_dir}: no vocabulary file")
+
+
+def id_tokens(hf_folder: Path, ct2_dir: Path) -> list[str]:
+    """The folder's vocab.json as a list (id -> token), checked against the converted vocabulary
+    (CTranslate2 drops Marian's trailing <pad>, the decoder start it replaces with a zero embedding)."""
+    vocab = json.loads((hf_folder / "vocab.json").read_text(encoding="utf-8"))
+    tokens = [""] * len(vocab)
+    for token, i in vocab.items():
+        tokens[i] = token
+    theirs = ct2_vocabulary(ct2_dir)
+    if tokens[: len(theirs)] != theirs or len(tokens) - len(theirs) not in (0, 1):
+        raise InputError(f"{ct2_dir}'s vocabulary ({len(theirs)} tokens) is not {hf_folder}/vocab.json's "
+                         f"({len(tokens)}); a --ct2-dir converted from another folder?")
+    return tokens

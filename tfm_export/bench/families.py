@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,8 @@ from ..importers import load_any
 from ..runtime import GREEDY, RuntimeOptions, open_export
 from . import harness
 from .optimum_client import OptimumProcess
+
+log = logging.getLogger(__name__)
 
 
 # --- layouts
@@ -218,7 +221,7 @@ class Backends:
 
     def skip(self, name: str, label: str, exc: Exception) -> None:
         self.skipped[name] = f"{type(exc).__name__}: {exc}"
-        print(f"{self.family}: {label} skipped ({self.skipped[name]})", flush=True)
+        log.warning("%s: %s skipped (%s)", self.family, label, self.skipped[name])
 
     def add_ctranslate2(self, config: Any, hf_dir: Path, ct2_dir: Path, threads: int) -> None:
         tokenizer = IdTokenizer(config, UNK_ID[self.family])
