@@ -56,7 +56,15 @@ FILES = [("input", "wav", {}, {}),
          # over 30 s of utterances (two VAD chunks), batched ("batch" 4 on the page, batch_size=4 here), the
          # language detected
          ("drop", "wav", {"timestamps": True, "vad": True, "batchSize": 4},
-          {"timestamps": True, "vad": True, "batch_size": 4})]
+          {"timestamps": True, "vad": True, "batch_size": 4}),
+         # the decoding row (issue #60): a seeded temperature fallback forced on every window (no average
+         # log-probability is above 0), sampled windows included; hotwords and a prefix
+         ("drop", "wav", {"language": "en", "timestamps": True, "temperature": [0, 0.2, 0.4, 0.6, 0.8, 1],
+                          "logprobThreshold": 0, "seed": 5},
+          {"language": "en", "timestamps": True, "temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+           "logprob_threshold": 0.0, "seed": 5}),
+         ("drop", "wav", {"language": "en", "timestamps": True, "hotwords": "neun acht", "prefix": "one two"},
+          {"language": "en", "timestamps": True, "hotwords": "neun acht", "prefix": "one two"})]
 PAUSE = 12.0  # seconds between the VAD file's utterances
 
 
@@ -127,8 +135,9 @@ def test_the_page_transcribes_like_python(digits_export, tmp_path):
     runtime = open_export(digits_export, device="cpu")
     files = []
     english = held_out("en")
+    several = np.concatenate([part for s in english[2:6] for part in (s.samples(), np.zeros(RATE // 2, np.float32))])
     recordings = [english[0].samples(), held_out("de")[0].samples(), english[1].samples(), paused(english[:2]),
-                  many(english)]
+                  many(english), several, several]
     for n, ((how, kind, mine, theirs), samples) in enumerate(zip(FILES, recordings)):
         path = tmp_path / f"{n}-{how}.{kind}"
         want = for_the_page(runtime.transcribe(write(path, samples), **theirs))
@@ -138,10 +147,13 @@ def test_the_page_transcribes_like_python(digits_export, tmp_path):
     assert files[3]["expected"]["text"].split() == first + second  # both utterances, nothing made up in the pause
     assert len(chunks_of(runtime, files[4]["path"])) >= 2  # the batch has chunks to decode together
     assert files[4]["expected"]["ids"] == runtime.transcribe(files[4]["path"], timestamps=True, vad=True)["ids"]
+    plain = runtime.transcribe(files[5]["path"], language="en", timestamps=True)["ids"]
+    assert all(files[n]["expected"]["ids"] != plain for n in (5, 6))  # the decoding row's options change the text
+    assert any(s["temperature"] > 0 for s in files[5]["expected"]["segments"])  # sampled windows compared
     expected = {"export": str(digits_export), "files": files, "mic": microphone_file(runtime, tmp_path)}
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     out = run_node_tests(RUNTIMES / "web", None, files=("test/speech.test.mjs",),
                          env={"TFM_SPEECH_EXPECTED": str(tmp_path / "expected.json")})
     for name in ("a WAV file chosen or dropped is transcribed exactly", "the microphone is recorded",
-                 "a file that is not audio is one error line"):
+                 "a file that is not audio is one error line", "a bad decoding value is one error line"):
         assert re.search(rf"^ok \d+ - {name}", out, re.M), out[-2000:]

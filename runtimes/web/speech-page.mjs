@@ -10,6 +10,9 @@
 // transcribe with vad: true, so the page's text is Python's transcribe(vad=True)'s). With "batch" above 1 the
 // VAD chunks are decoded that many together (/lib/speech/batch.mjs, Node's transcribe with vad and batchSize:
 // the encoder batched over a round's chunks, the decoder's rows together), the text Python's batch_size's.
+// The decoding row sets the options of every window as tfm-export transcribe's flags do (the temperature fallback,
+// its seed and thresholds, the previous text, the prompt on every window, hotwords, a prefix): the same call, so the
+// same ids as Python's transcribe with them; a bad value is one error line.
 // For tests: window.tfmTranscript (the latest result: { name, source, text, language, segments, ids,
 // seconds, ms }), window.tfmSpeechError (the latest error line), window.tfmRecordedSeconds.
 import { fileAudio, Recorder } from './audio-in.mjs';
@@ -22,6 +25,52 @@ import { MODEL_FILE as VAD_FILE, vadSession } from '/lib/speech/vad.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
 
 const $ = (id) => document.getElementById(id);
+
+/** A box's text, or undefined when blank (the option's default). */
+const typed = (id) => $(id).value.trim() || undefined;
+const SEEDS = 2n ** 64n; // Python's seed range: 0 .. 2**64 - 1
+
+/** A threshold box's number (blank: the folder's), or one line naming the box. */
+function threshold(id, name) {
+  const text = typed(id);
+  if (text === undefined) return undefined;
+  if (!Number.isFinite(Number(text))) throw new Error(`${name} takes a number, got ${JSON.stringify(text)}`);
+  return Number(text);
+}
+
+/** The temperature box: one number, the fallback's list (0,0.2,...), or one line. */
+function temperatureOption() {
+  const text = typed('speech-temperature');
+  if (text === undefined) return undefined;
+  const values = text.split(',').map((t) => (t.trim() === '' ? NaN : Number(t)));
+  if (values.some((t) => !Number.isFinite(t) || t < 0)) {
+    throw new Error(`temperature takes numbers of 0 or more separated by commas (0,0.2,0.4), got ${JSON.stringify(text)}`);
+  }
+  return values.length > 1 ? values : values[0];
+}
+
+/** The seed box: a whole number below 2**64 (a BigInt past 2**53, as generationConfig takes it), or one line. */
+function seedOption() {
+  const text = typed('speech-seed');
+  if (text === undefined) return undefined;
+  const big = /^\d+$/.test(text) ? BigInt(text) : -1n;
+  if (big < 0n || big >= SEEDS) throw new Error(`seed takes a whole number from 0 to 2**64 - 1, got ${JSON.stringify(text)}`);
+  return big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
+}
+
+/**
+ * The form's options of every window (tfm-export transcribe's --temperature, --seed, --*-threshold,
+ * --condition-on-prev-tokens, --prompt-condition-type, --hotwords, --prefix): those given only, a bad one one line.
+ */
+function windowOptions() {
+  const options = { temperature: temperatureOption(), seed: seedOption(),
+    compressionRatioThreshold: threshold('speech-ratio', 'compression ratio'),
+    logprobThreshold: threshold('speech-logprob', 'log-prob'), noSpeechThreshold: threshold('speech-nospeech', 'no speech'),
+    conditionOnPrevTokens: { on: true, off: false }[$('speech-condition').value],
+    promptConditionType: $('speech-all-segments').checked ? 'all-segments' : undefined,
+    hotwords: typed('speech-hotwords'), prefix: typed('speech-prefix') };
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+}
 
 /** The form's transcribe options (speech.mjs checks them: a bad one is its one-line error). */
 function speechOptions() {
@@ -104,7 +153,7 @@ function transcriber(ort, model, samplingRate, setStatus) {
       const samples = audioSamples(await getAudio(), samplingRate, name); // WAV bytes: audio.mjs, as in Node
       const seconds = samples.length / samplingRate;
       setStatus(`transcribing ${name}…`);
-      const options = speechOptions();
+      const options = { ...speechOptions(), ...windowOptions() }; // the live text (startLive) takes the first only
       const start = performance.now();
       const result = await transcribePage(ort, model, samples, { ...options, label: name });
       const ms = performance.now() - start;

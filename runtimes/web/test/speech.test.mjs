@@ -3,11 +3,13 @@
 // served by `tfm-export serve-web`, and transcribes: a 16 kHz WAV file chosen with the file input, one
 // dropped on the page (with the form's language, beams and timestamps) and a dropped FLAC file (the
 // browser's decoder), and a dropped recording with a 12 s pause, "skip silence" ticked (Silero VAD from /vad/),
-// its chunks decoded one after the other and then batched (the form's batch: Python's batch_size),
+// its chunks decoded one after the other and then batched (the form's batch: Python's batch_size), and with the
+// decoding row's options (a seeded temperature fallback, hotwords and a prefix: Python's temperature, seed, ...),
 // give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
 // loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
 // error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
-// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad, batchSize },
+// { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad, batchSize,
+// temperature, seed, logprobThreshold, hotwords, prefix, ... (setOptions') },
 // expected: { text, language, segments (their exact fields), measures (each segment's avg_logprob,
 // compression_ratio, no_speech_prob), ids } }], mic: { path, seconds, text } }), TFM_PYTHON (default
 // python3), CHROMIUM (default /usr/bin/chromium).
@@ -24,8 +26,15 @@ let url;
 let context;
 const openPage = (problems) => openPageAt(context, url, problems);
 
-/** The form set to `options` (Node's names, as speech.mjs takes them). */
-async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '', vad = false, batchSize = 1 }) {
+/** The form set to `options` (Node's names, as speech.mjs takes them; the decoding row's blank where left out). */
+async function setOptions(page, { language = '', numBeams = 1, timestamps = false, prompt = '', vad = false, batchSize = 1,
+  temperature = '', seed = '', compressionRatioThreshold = '', logprobThreshold = '', noSpeechThreshold = '',
+  conditionOnPrevTokens = null, promptConditionType = 'first-segment', hotwords = '', prefix = '' }) {
+  for (const [id, value] of [['temperature', [temperature].flat().join(',')], ['seed', seed],
+    ['ratio', compressionRatioThreshold], ['logprob', logprobThreshold], ['nospeech', noSpeechThreshold],
+    ['hotwords', hotwords], ['prefix', prefix]]) await page.fill(`#speech-${id}`, String(value));
+  await page.selectOption('#speech-condition', conditionOnPrevTokens === null ? '' : conditionOnPrevTokens ? 'on' : 'off');
+  await page.setChecked('#speech-all-segments', promptConditionType === 'all-segments');
   await page.setChecked('#speech-vad', vad);
   await page.fill('#speech-batch', String(batchSize));
   await page.selectOption('#speech-lang', language);
@@ -121,6 +130,29 @@ test('a file that is not audio is one error line, and the page still works', { s
   assert.match(await page.textContent('#status'), /^error: notes\.wav: /);
   const [{ path: file, expected: want }] = expected.files;
   await setOptions(page, expected.files[0].options);
+  const got = await transcript(page, () => page.setInputFiles('#audio-file', file));
+  assert.deepEqual(got.ids, want.ids);
+  assert.deepEqual(problems, []);
+});
+
+test('a bad decoding value is one error line naming its box, and the page still works', { skip, timeout: 60_000 }, async () => {
+  const problems = [];
+  const page = await openPage(problems);
+  const [{ path: file, options, expected: want }] = expected.files;
+  for (const [bad, says] of [[{ temperature: '0,hot' }, /^temperature takes numbers of 0 or more separated by commas/],
+    [{ temperature: '-0.5' }, /^temperature takes numbers of 0 or more/], [{ seed: '-1' }, /^seed takes a whole number/],
+    [{ seed: String(2n ** 64n) }, /^seed takes a whole number from 0 to 2\*\*64 - 1/],
+    [{ logprobThreshold: 'low' }, /^log-prob takes a number, got "low"/],
+    [{ compressionRatioThreshold: '2,4' }, /^compression ratio takes a number/]]) {
+    await setOptions(page, { ...options, ...bad });
+    await page.evaluate(() => { [window.tfmTranscript, window.tfmSpeechError] = [null, null]; });
+    await page.setInputFiles('#audio-file', file);
+    await page.waitForFunction(() => window.tfmTranscript || window.tfmSpeechError, null, { timeout: 30_000 });
+    const error = await page.evaluate(() => window.tfmSpeechError);
+    assert.match(error ?? '(none)', says, JSON.stringify(bad));
+    assert.equal((await page.textContent('#status')).split('\n').length, 1);
+  }
+  await setOptions(page, options);
   const got = await transcript(page, () => page.setInputFiles('#audio-file', file));
   assert.deepEqual(got.ids, want.ids);
   assert.deepEqual(problems, []);
