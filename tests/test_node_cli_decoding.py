@@ -12,18 +12,13 @@ fallback on one window (compression ratio 0.8) or on every one (log-probability 
 from __future__ import annotations
 
 import json
-import sys
 
-import numpy as np
 import pytest
 
-from helpers import DIGITS as FOLDER
 from helpers import NODE, node, spoken_marks
 from tfm_export.runtime import open_export
 
-soundfile = pytest.importorskip("soundfile")
-sys.path.insert(0, str(FOLDER))
-from speech import RATE, Spoken  # noqa: E402
+from test_whisper_fallback import long_en as recording  # noqa: E402,F401  # fixture: (samples, its WAV file)
 
 pytestmark = spoken_marks()
 TEMPERATURES = "0,0.2,0.4,0.6,0.8,1"
@@ -54,16 +49,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def long_en(tmp_path_factory):
-    """test_whisper_fallback.long_en's recording, as a WAV file."""
-    rng = np.random.default_rng(0)
-    spoken = [Spoken.from_row(row) for row in (FOLDER / "heldout.tsv").read_text().splitlines()]
-    parts = []
-    for s in [s for s in spoken if s.language == "en"][:8]:
-        parts += [np.zeros(int(rng.uniform(0.3, 0.9) * RATE), np.float32), s.samples()]
-    path = tmp_path_factory.mktemp("wav") / "long-en.wav"
-    soundfile.write(str(path), np.concatenate(parts), RATE, subtype="FLOAT")
-    return path
+def long_en(recording):
+    return recording[1]
 
 
 def cli(export, path, *flags):
