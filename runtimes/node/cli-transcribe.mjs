@@ -56,6 +56,15 @@ const VAD_FLAGS = { 'vad-threshold': ['threshold', false], 'vad-min-speech-ms': 
   'vad-min-silence-ms': ['min_silence_duration_ms', true], 'vad-pad-ms': ['speech_pad_ms', true],
   'vad-max-speech-s': ['max_speech_duration_s', false] };
 
+// parseArgs' flags: those taking a value, the switches
+const FLAGS = Object.fromEntries([
+  ...['language', 'task', 'num-beams', 'max-new-tokens', 'prompt', 'format', 'output-dir', 'batch-size', 'prompt-lookup',
+    'assistant', 'temperature', 'seed', 'prompt-condition-type', 'hotwords', 'prefix', ...Object.keys(THRESHOLD_FLAGS),
+    ...Object.keys(VAD_FLAGS)].map((flag) => [flag, { type: 'string' }]),
+  ...['timestamps', 'json', 'word-timestamps', 'vad', 'condition-on-prev-tokens', 'no-condition-on-prev-tokens']
+    .map((flag) => [flag, { type: 'boolean' }]),
+  ['help', { type: 'boolean', short: 'h' }]]);
+
 /** A positive integer flag's value, or one line. */
 function integer(flag, text) {
   const value = Number(text);
@@ -194,17 +203,7 @@ export async function transcribeCommand(args) {
   try {
     ({ values, positionals } = parseArgs({
       args: joinNegatives(args), allowPositionals: true,
-      options: { language: { type: 'string' }, task: { type: 'string' }, 'num-beams': { type: 'string' },
-        'max-new-tokens': { type: 'string' }, prompt: { type: 'string' }, format: { type: 'string' },
-        'output-dir': { type: 'string' }, timestamps: { type: 'boolean' }, json: { type: 'boolean' },
-        'word-timestamps': { type: 'boolean' }, vad: { type: 'boolean' }, 'batch-size': { type: 'string' },
-        'prompt-lookup': { type: 'string' }, assistant: { type: 'string' }, temperature: { type: 'string' },
-        seed: { type: 'string' }, 'condition-on-prev-tokens': { type: 'boolean' },
-        'no-condition-on-prev-tokens': { type: 'boolean' }, 'prompt-condition-type': { type: 'string' },
-        hotwords: { type: 'string' }, prefix: { type: 'string' },
-        ...Object.fromEntries(Object.keys(THRESHOLD_FLAGS).map((flag) => [flag, { type: 'string' }])),
-        ...Object.fromEntries(Object.keys(VAD_FLAGS).map((flag) => [flag, { type: 'string' }])),
-        help: { type: 'boolean', short: 'h' } },
+      options: FLAGS,
     }));
   } catch (err) {
     console.error(`error: ${err.message}\n${USAGE}`);
