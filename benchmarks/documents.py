@@ -29,11 +29,11 @@ CTranslate2 quantises to int8 at load time). The document: WORDS one-number sent
 10, eng_Latn -> deu_Latn, greedy, the export's max length on both sides.
 
     ours  model.translate([document], split_sentences=True): split (text.sentences), encoded, decoded
-          DOCUMENT_BATCH sentences at a time in document order, joined back with the document's whitespace
+          DOCUMENT_BATCH sentences at a time in length order, joined back with the document's whitespace
     ct2   the same sentences (split once by our splitter, untimed: `split_s` is that split's time), encoded
           with the export's tokenizer, translator.translate_iterable(max_batch_size=DOCUMENT_BATCH,
-          batch_type examples, and tokens at 8x: a side each) (it reads ahead and sorts by
-          length), decoded and joined the same way
+          batch_type examples, and tokens at that times a sentence's mean tokens: a side each) (it
+          reads ahead and sorts by length), decoded and joined the same way
 
 Both with --threads threads (ORT intra-op, CTranslate2 intra_threads, inter_threads=1), interleaved rounds
 (harness.interleave), each run in a fresh process that runs its side once untimed first (`--in-process`: all
@@ -43,7 +43,7 @@ cProfile's top 15 of one of our float32 documents (in this process).
 
 `--case opus-mt`: the size a step costs what it does in use: the opus-mt-sized random Marian folder (`benchmarks
 opus-mt-folder`'s: 6 + 6 layers of 512, vocab 15,600, the Marian fixture's SentencePiece files), built in WORK;
-WORDS sentences of three of the fixture's English phrases, to >>de<<. Random weights never end a sentence, so
+WORDS sentences of 1 to 5 of the fixture's English phrases (5-45 tokens), to >>de<<. Random weights never end a sentence, so
 every sentence decodes exactly --new-tokens ids on both sides (greedy): ours max_new_tokens N, stop_at_eos False
 (EOS ignored) and forced EOS off, CTranslate2 min_decoding_length = max_decoding_length = N (EOS banned); the
 report gives each side's output lengths (`lengths`), counted from the ids.
@@ -100,11 +100,13 @@ def ct2_side(decoder: Any, text: str, case: Case, new_tokens: int, batch_type: s
 
 def our_sentences(runner: Any, texts: list[str], batch: int, case: Case, new_tokens: int
                   ) -> tuple[list[str], list[int]]:
-    """Ours sentence by sentence, in the library's DOCUMENT_BATCH chunks (the rows its document path decodes):
-    their texts and the distinct lengths of their ids."""
+    """Ours sentence by sentence, in the library's DOCUMENT_BATCH chunks by length (the rows its document path
+    decodes): their texts and the distinct lengths of their ids."""
+    from tfm_export.text import sentences
+
     options = {**runner.language_options(case.target), **case.ours(new_tokens)}
     ids = [runner.encode(t, **case.langs()) for t in texts]
-    rows = [row for i in range(0, len(ids), batch) for row in runner.generate_ids(ids[i:i + batch], **options)]
+    rows = sentences.by_length(ids, batch, lambda chunk: runner.generate_ids(chunk, **options))
     forced = "forced_bos_token_id" in options  # its language token: CTranslate2's target prefix, not counted
     return [runner.tokenizer.decode(row) for row in rows], sorted({len(row) - forced for row in rows})
 
@@ -123,7 +125,7 @@ def parse() -> argparse.Namespace:
                         help="the trained NLLB fixture (default) or the opus-mt-sized random Marian")
     parser.add_argument("--folder", type=Path, help="Hugging Face folder (default: the case's)")
     parser.add_argument("--words", type=int, default=3000,
-                        help="the document's sentences (fixture: one number each; opus-mt: three phrases)")
+                        help="the document's sentences (fixture: one number each; opus-mt: 1-5 phrases)")
     parser.add_argument("--new-tokens", type=int, help="ids every sentence decodes, EOS ignored (0: as the "
                         "model ends them; default: the case's, opus-mt 24)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")

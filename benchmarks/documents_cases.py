@@ -25,10 +25,12 @@ def document(words: int, seed: int = 0) -> str:
 
 
 def phrases_document(words: int, seed: int = 0) -> str:
-    """`words` sentences of three of the Marian fixture's English phrases each, in paragraphs of 10."""
+    """`words` sentences of 1 to 5 of the Marian fixture's English phrases (a document's spread of lengths), in
+    paragraphs of 10."""
     rng = random.Random(seed)
     english = fixtures.marian().WORDS[:4]
-    return paragraphs([" ".join(rng.choice(english) for _ in range(3)).capitalize() + "." for _ in range(words)])
+    return paragraphs([" ".join(rng.choice(english) for _ in range(rng.randint(1, 5))).capitalize() + "."
+                       for _ in range(words)])
 
 
 def opus_mt_folder(work: Path) -> Path:

@@ -95,6 +95,33 @@ def test_a_document_encodes_each_distinct_sentence_once(nllb, monkeypatch):
     assert sorted(encoded) == sorted(set(chosen))
 
 
+def test_by_length_decodes_batches_of_similar_length_in_the_sources_order():
+    sources = [[0] * n for n in (5, 1, 4, 1, 3, 2, 5)]
+    batches: list[list[int]] = []
+    rows = sentences.by_length(sources, 3, lambda batch: batches.append([len(s) for s in batch]) or [
+        len(s) for s in batch])
+    assert batches == [[1, 1, 2], [3, 4, 5], [5]]
+    assert rows == [5, 1, 4, 1, 3, 2, 5]
+
+
+def test_a_document_decodes_its_sentences_by_length(nllb, monkeypatch):
+    """Sentences of similar length share a batch (less padding, as CTranslate2's translate_iterable sorts);
+    the document is the one translated in document order (each sentence as it is alone)."""
+    _, model = nllb
+    rng = random.Random(2)
+    chosen = [" ".join(str(rng.randint(1, 9999)) for _ in range(rng.randint(1, 6))) + "." for _ in range(70)]
+    text = " ".join(chosen)
+    alone = model.translate(chosen, source_lang=ENG, target_lang=DEU)
+    lengths: list[list[int]] = []
+    generate = type(model).generate_ids
+    monkeypatch.setattr(type(model), "generate_ids", lambda self, src, *a, **k: lengths.append(
+        [len(s) for s in src]) or generate(self, src, *a, **k))
+    translated = model.translate([text], source_lang=ENG, target_lang=DEU, split_sentences=True)[0]
+    assert translated == sentences.join(sentences.split(text, ENG), alone)
+    assert [len(b) for b in lengths] == [32, 32, 6]
+    assert all(max(a) <= min(b) for a, b in zip(lengths, lengths[1:]))
+
+
 def test_a_source_over_max_len_is_translated_not_refused(nllb, caplog):
     _, model = nllb
     long = "1 " * 1100  # 2,200 tokens without a sentence end: cut at max_len 1024

@@ -166,7 +166,7 @@ class GenerateMixin:
         return the best texts; `source_lang`/`target_lang`: language codes (tokenizer.languages).
 
         `split_sentences`: each text is a document, translated sentence by sentence (text.sentences: the
-        sentences of every text decoded together, DOCUMENT_BATCH at a time) and joined back with its own
+        sentences of every text decoded together, DOCUMENT_BATCH at a time by length) and joined back with its own
         whitespace; a sentence over max_len is cut at the limit (logged). Without it each text is one
         source, as always, except a text over max_len: rather than refuse it, it is translated as a
         document, with a logged warning (a call that used to raise an InputError now translates).
@@ -211,9 +211,8 @@ class GenerateMixin:
         plans = [sentences.plan(text, language, lambda t: len(encoded(t)), limit) if cut
                  else [sentences.Piece("", text, "")] for text, cut in zip(texts, split)]
         pieces = [encoded(text) for plan in plans for text in sentences.texts_of(plan)]
-        rows = [row for start in range(0, len(pieces), DOCUMENT_BATCH)
-                for row in self.generate_ids(pieces[start:start + DOCUMENT_BATCH], max_new_tokens, config=config,
-                                             **options)]
+        rows = sentences.by_length(pieces, DOCUMENT_BATCH, lambda batch: self.generate_ids(
+            batch, max_new_tokens, config=config, **options))
         decoded = iter(self.tokenizer.decode(ids) for ids in rows)
         return [sentences.join(plan, [next(decoded) for _ in sentences.texts_of(plan)]) for plan in plans]
 
