@@ -25,7 +25,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("speculative", "decode", "benchmarks.speculative:speculative_main",
       "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
       ("--quick", "--rounds", "1", "--new-tokens", "8", "--sources", "2")),
-    S("speculative-served", "decode", "benchmarks.speculative_served:speculative_served_main",
+    S("speculative-served", "decode", "benchmarks.speculative:speculative_served_main",
       "prompt lookup in the server's in-flight rows against plain rows, copy-heavy BART: ms/token, acceptance",
       ("--rounds", "1", "--new-tokens", "8", "--sources", "2")),
     S("gpu", "decode", "benchmarks.profiles:gpu_main",

@@ -23,7 +23,7 @@ given, task transcribe, greedy, no timestamps, one window:
                 (both: --threads intra-op threads, 1 inter-op; js_speech_node.mjs, one process each)
   browser-ours  the page (runtimes/web, `tfm-export serve-web OUT`) in headless Chromium: the file chosen with
                 its file input, timed by the page around its transcribe (onnxruntime-web WASM, 1 thread)
-  browser-tjs   transformers.js' web build in a page of its own (js_speech_page.mjs), on the page's
+  browser-tjs   transformers.js' web build in a page of its own (js_speech_browser.mjs's PAGE), on the page's
                 onnxruntime-web (the same files: build and version), 1 WASM thread; the same Optimum export
                 (both: js_speech_browser.mjs, one Chromium)
   node-before   node-ours with the runtimes/node of --before-tree (an earlier checkout), on the same export: a
@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fixtures
-from benchmarks.optimum_client import tjs_folder
+from tfm_export.bench.optimum_client import tjs_folder
 from benchmarks.speech.inputs import RATE, exported, long_recording, random_folder
 from tfm_export.bench import harness
 

@@ -5,8 +5,8 @@
 //
 // ours: the page itself (runtimes/web, `tfm-export serve-web OUR_EXPORT`, as runtimes/web/test/harness.mjs
 // starts it): a WAV file chosen with its file input is transcribed by speech-page.mjs, which times the
-// transcription of the samples (window.tfmTranscript.ms: not the reading of the file). tjs: js_speech_page.mjs
-// on a loopback server of this script's (tfm-export serve-web checks for a manifest.json, which Optimum's export
+// transcription of the samples (window.tfmTranscript.ms: not the reading of the file). tjs: a page of its own
+// (PAGE) on a loopback server of this script's (tfm-export serve-web checks for a manifest.json, which Optimum's export
 // has not; Playwright routes cannot carry the graphs: a route's body goes through the DevTools pipe, at most
 // 100 MB), with serve-web's mounts (/ort/ from runtimes/web's onnxruntime-web: the same build and version as
 // our page's; /lib/ from runtimes/node; the wavefile shim) and the Optimum export MODEL_DIR at /export/, running
@@ -24,6 +24,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { closeAll, launchChromium, openPage, startServeWeb } from '../runtimes/web/test/harness.mjs';
+import { tjsTranscriber } from './js_speech_node.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const runtimes = path.join(here, '..', 'runtimes');
@@ -49,10 +50,42 @@ const HTML = `<!doctype html><html><head><meta charset="utf-8"><link rel="icon" 
   "onnxruntime-common": "/ort/ort.wasm.min.mjs", "wavefile": "/wavefile-shim.mjs" } }</script>
 </head><body><script type="module" src="/bench.mjs"></script></body></html>`;
 
+// The tjs page's module (/bench.mjs), on this script's loopback server with tfm-export serve-web's mounts, so
+// that it imports onnxruntime-web from /ort/ (the page's own build and version, 1 WASM thread as the page: app.mjs) and
+// the WAV reader from /lib/audio/io.mjs (Node's, as the page reads a WAV file: the same samples for both).
+// transformers.js (its web build, /tjs/transformers.web.js) gets that onnxruntime-web through the page's
+// import map, and the Optimum export as the model "export" under / (served at /export/;
+// env.allowRemoteModels = false; localModelPath must be a path: transformers.js takes a URL for a remote file).
+// window.tjsReady (or window.tjsError) once the pipeline is loaded; window.tjsBench(wavUrl, language,
+// maxNewTokens) -> { ms, text, ids } transcribes the file's samples (read once, not timed).
+// tjsTranscriber is js_speech_node.mjs's, its source put in the module: one transcriber for Node and the page.
+const PAGE = `import * as ort from '/ort/ort.wasm.min.mjs';
+import { readWav } from '/lib/audio/io.mjs';
+
+ort.env.wasm.wasmPaths = '/ort/'; // set before transformers.js loads: it would point an unset one at a CDN
+ort.env.wasm.numThreads = 1; // the page's: threads need cross-origin isolation
+
+const samples = {};
+
+async function open() {
+  const { env, pipeline } = await import('/tjs/transformers.web.js');
+  Object.assign(env, { allowRemoteModels: false, allowLocalModels: true, localModelPath: '/',
+    useBrowserCache: false, useWasmCache: false });
+  const asr = await pipeline('automatic-speech-recognition', 'export', { dtype: 'fp32', device: 'wasm' });
+  const transcribe = tjsTranscriber(asr);
+  window.tjsBench = async (url, language, maxNewTokens) => {
+    samples[url] ??= readWav(new Uint8Array(await (await fetch(url)).arrayBuffer()), 16000, url);
+    return transcribe(samples[url], language, maxNewTokens);
+  };
+}
+
+open().then(() => { window.tjsReady = true; }, (err) => { window.tjsError = \`\${err.name}: \${err.message}\`; });
+
+${tjsTranscriber.toString()}
+`;
+
 /** The file behind a URL path of the tjs page, or null. */
 function tjsFile(urlPath) {
-  if (urlPath === '/bench.mjs') return path.join(here, 'js_speech_page.mjs');
-  if (urlPath === '/tjs-run.mjs') return path.join(here, 'js_speech_tjs.mjs');
   if (urlPath.startsWith('/wav/')) return wavs[Number.parseInt(urlPath.slice(5), 10)] ?? null;
   const prefix = Object.keys(MOUNTS).find((p) => urlPath.startsWith(p));
   const root = path.resolve(MOUNTS[prefix]);
@@ -65,6 +98,7 @@ function serveTjs() {
   const server = createServer((req, res) => {
     const urlPath = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     if (urlPath === '/') return res.writeHead(200, { 'Content-Type': 'text/html' }).end(HTML);
+    if (urlPath === '/bench.mjs') return res.writeHead(200, { 'Content-Type': 'text/javascript' }).end(PAGE);
     const file = tjsFile(urlPath);
     const notFound = () => res.writeHead(404).end();
     if (!file) return notFound();

@@ -21,37 +21,42 @@ Cases (each exported into a temporary folder, without validation):
 - `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks/exports.py)
   float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
   random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
-- `whisper-digits`: the trained Whisper fixture transcribing long held-out recordings, drafted by its 2 + 1 layer
-  draft (models/whisper-digits/draft) and by prompt lookup (benchmarks.speculative_whisper).
-`--case NAME` (repeatable) runs only the cases named.
+- `whisper-digits`: the trained Whisper fixture (models/whisper-digits: d_model 128, 2 + 2 layers) transcribing
+  long held-out English recordings (espeak-ng; the language given, timestamps on; runtime.speech.assisted),
+  drafted by its draft (models/whisper-digits/draft: 2 + 1 layers, the same tokenizer; its encoder runs once per
+  window) and by prompt lookup. The time is the whole `transcribe` (features, encoders and decoders), what a
+  caller waits for; the call-cost table gives the model's decoder step and the draft's.
+`--case NAME` (repeatable) runs only the cases named. `speculative-served` (SPECULATIVE_SERVED_DOC below): prompt
+lookup in the server's in-flight rows. The sides, call costs and rows are tfm_export.bench.speculative's.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from benchmarks import fixtures
-from tfm_export.bench.harness import Column, Plan, interleave, machine_info, markdown_table, median
+from tfm_export.bench.harness import Plan, interleave, machine_info, markdown_table
+from tfm_export.bench.speculative import (
+    COLUMNS, COST_COLUMNS, SERVED_COLUMNS, FixedLength, Rows, call_costs, decode_side, decode_sides, served_rows,
+    served_side, timing_rows, transcribed)
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.model.presets import init_checkpoint
 from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
-from tfm_export.runtime.decode import speculative
-from tfm_export.runtime.decode.draft_length import DraftLength
-from tfm_export.runtime.decode.loop import DecodeTimings
+from tfm_export.serve.batcher import EngineConfig
+from tfm_export.serve.engine import ServeSettings, open_engine
+from tfm_export.serve.jobs import SPECULATE_BELOW
 
 LOOKUP = 10  # prompt_lookup_num_tokens
-POSITIONS = (1, 2, 3, 5, 9, 11)  # the call-cost table: 1 + k positions
 NLLB_VARIANTS = {"float32": (), "int4": ("--quantize", "int4")}  # nllb-600m-int4-draft: the model, its draft
 NLLB_FIXED = 5  # nllb-600m-int4-draft: the fixed num_assistant_tokens (transformers' "constant" schedule)
+SECONDS, RECORDINGS = 20.0, 3  # whisper-digits: three recordings of 20 s (five 4-s windows or more each)
 T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 
 
@@ -85,133 +90,14 @@ def _nllb_exports(work: Path) -> tuple[Path, Path]:
     return work / "nllb-float32", work / "nllb-int4"
 
 
-class _Policy:
-    """While in force, new draft-length policies are made by `made` (None: as the library makes them)."""
-
-    def __init__(self, made: Callable[..., DraftLength] | None):
-        self.made = made
-
-    def __enter__(self) -> None:
-        self.shipped = speculative.DraftLength
-        speculative.DraftLength = self.made or self.shipped
-
-    def __exit__(self, *exc: Any) -> None:
-        speculative.DraftLength = self.shipped
-
-
-class FixedLength(DraftLength):
-    """transformers' "constant" schedule: `start` ids drafted every step, never switched off."""
-
-    def __init__(self, start: int, cap: int | None = None):
-        super().__init__(start, cap, switch_off=False)
-
-    def record(self, drafted: int, accepted: int, emitted: int, seconds: float) -> None:
-        pass  # k stays `start`
-
-
-SCHEDULE_ONLY = functools.partial(DraftLength, switch_off=False)  # the schedule without the switch-off
-
-
-def _side(model: Any, sources: list[list[int]], steps: int, schedule_only: bool = False, repeat: int = 1,
-          policy: Callable[..., DraftLength] | None = None, config: Any = GREEDY,
-          **options: Any) -> Callable[[], dict[str, Any]]:
-    """One run: every source alone (batch 1), greedy, `repeat` times; ms per generated id (EOS counted), what was
-    accepted and how often the policy switched speculation off. `schedule_only`: `model` is an opening of its
-    own, whose policies (made on its first run, kept by the runner) have no switch-off; `policy`: what makes
-    them instead (its own opening too, or options that key a policy of their own: num_assistant_tokens)."""
-    policy = SCHEDULE_ONLY if schedule_only else policy
-
-    def run() -> dict[str, Any]:
-        timings, ids = DecodeTimings(), []
-        pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values())
-        with _Policy(policy):
-            start = time.perf_counter()
-            for src in sources * repeat:
-                ids += model.generate_ids([src], max_new_tokens=steps, config=config, timings=timings, **options)
-            seconds = time.perf_counter() - start
-        tokens = sum(len(r) + (len(r) < steps) for r in ids)
-        pauses = sum(p.pauses for p in model.__dict__.get("draft_lengths", {}).values()) - pauses
-        return {"ms": 1000 * seconds / tokens, "ids": ids, "calls": len(timings.steps_s), "tokens": tokens,
-                "drafted": timings.drafted, "accepted": timings.accepted, "pauses": pauses}
-
-    return run
-
-
-def _sides(model: Any, again: Any, sources: list[list[int]], steps: int, proposers: dict[str, dict[str, Any]],
-           repeat: int = 1) -> dict[str, Callable[[], dict[str, Any]]]:
-    """Plain greedy, then each proposer (name -> its generate_ids options) with the policy as it ships on
-    `model` and with the schedule alone on `again` (another opening of the same export)."""
-    sides = {"plain": _side(model, sources, steps, repeat=repeat)}
-    for name, options in proposers.items():
-        sides[name] = _side(model, sources, steps, repeat=repeat, **options)
-        sides[f"{name}, schedule only"] = _side(again, sources, steps, schedule_only=True, repeat=repeat, **options)
-    return sides
-
-
-def _call_costs(case: str, model: Any, src: list[int], rounds: int) -> list[dict[str, Any]]:
-    """ms of a decoder call feeding 1 + k positions after a 20-position past, with the speculative step's
-    pick of every position and its cache trim (runtime.states.positions), against a plain step's."""
-    cache, cfg = model.checking_cache(), model.config
-    bias = np.zeros(cfg.tgt_vocab_size, np.float32)
-
-    def call(n: int) -> Callable[[], float]:
-        def run() -> float:
-            state = cache.start(model.source_input([src]))
-            state.feed(np.array([[cfg.bos_id] + [5] * 19]))
-            start = time.perf_counter()
-            for _ in range(10):
-                state.feed(np.full((1, n), 5, np.int64))
-                if n == 1:  # a plain step: its id, the past grown by one
-                    state.next_ids()
-                else:  # a check: every position's id, the past cut back to 20 + the kept (here 0)
-                    state.position_ids(bias)
-                    state.truncate(20)
-            return 100 * (time.perf_counter() - start)  # ms a call
-
-        return run
-
-    samples = interleave({n: call(n) for n in POSITIONS}, Plan(rounds=rounds))
-    one = median(samples[1])
-    return [{"case": case, "positions": n, "ms_per_call": round(median(samples[n]), 3),
-             "x_plain_step": round(median(samples[n]) / one, 2)} for n in POSITIONS]
-
-
-def _rows(case: str, sides: dict[str, Callable[[], dict[str, Any]]], rounds: int) -> list[dict[str, Any]]:
-    """One row per side: median ms/token, x plain, and the last run's calls, acceptance and switch-offs."""
-    samples = interleave(sides, Plan(rounds=rounds))
-    plain = median(s["ms"] for s in samples["plain"])
-    reference = samples["plain"][0]["ids"]
-    rows = []
-    for name, runs in samples.items():
-        ms, last = median(r["ms"] for r in runs), runs[-1]
-        rows.append({"case": case, "side": name, "ms_per_token": round(ms, 3), "speedup": round(plain / ms, 2),
-                     "calls_per_token": round(last["calls"] / last["tokens"], 3) if last["calls"] else None,
-                     "acceptance": round(last["accepted"] / last["drafted"], 3) if last["drafted"] else None,
-                     "switch_offs": last["pauses"], "same_ids": all(r["ids"] == reference for r in runs),
-                     "distinct": len({i for row in last["ids"] for i in row}),  # 1: a degenerate output
-                     "ms_rounds": [round(r["ms"], 3) for r in runs]})
-    return rows
-
-
-COLUMNS = [Column("case"), Column("side"), Column("ms_per_token", "ms/token", "{:.3f}"),
-           Column("speedup", "x plain", "{:.2f}"), Column("calls_per_token", "decoder calls/token", "{:.3f}"),
-           Column("acceptance", "drafts accepted", "{:.0%}"), Column("switch_offs", "switch-offs (last run)"),
-           Column("same_ids", "same ids"), Column("distinct", "distinct ids out")]
-COST_COLUMNS = [Column("case"), Column("positions", "positions fed (1 + k)"),
-                Column("ms_per_call", "ms/call", "{:.3f}"), Column("x_plain_step", "x plain step", "{:.2f}")]
-
-
-Rows = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # (timing rows, call-cost rows)
-
-
 def _base_random(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The base preset (tiny with --quick), random weights, random 24-id sources: prompt lookup and self-draft."""
     folder = _base(tmp / "base", args.quick)
     base, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
     rng = np.random.default_rng(1)
     sources = [rng.integers(4, base.config.src_vocab_size, 24).tolist() for _ in range(args.sources)]
-    costs = _call_costs("base-random", base, sources[0], args.rounds)
-    return _rows("base-random", _sides(base, again, sources, args.new_tokens, {
+    costs = call_costs("base-random", base, sources[0], args.rounds)
+    return timing_rows("base-random", decode_sides(base, again, sources, args.new_tokens, {
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
         "self-draft": {"assistant": base}}), args.rounds), costs
 
@@ -222,8 +108,8 @@ def _t5_trained(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) ->
     t5, again = open_export(t5_folder, args.device, options), open_export(t5_folder, args.device, options)
     draft = open_export(_trained("flan_t5", tmp), args.device, options)
     sources = [t5.encode(e.source) for e in fixtures.hf().task_examples("t5")]
-    costs = _call_costs("t5-trained", t5, sources[0], args.rounds)
-    return _rows("t5-trained", _sides(t5, again, sources, args.new_tokens, {
+    costs = call_costs("t5-trained", t5, sources[0], args.rounds)
+    return timing_rows("t5-trained", decode_sides(t5, again, sources, args.new_tokens, {
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP},
         "flan_t5 draft": {"assistant": draft}}, repeat=T5_REPEAT), 3 * args.rounds), costs
 
@@ -234,8 +120,8 @@ def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> 
     folder = _trained("bart-copy", tmp, copy.copy_folder(COPY_FAMILY))
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
     sources = [model.encode(s) for s, _ in copy.copy_examples(20)]
-    costs = _call_costs("bart-copy", model, sources[0], args.rounds)
-    return _rows("bart-copy", _sides(model, again, sources, args.new_tokens, {
+    costs = call_costs("bart-copy", model, sources[0], args.rounds)
+    return timing_rows("bart-copy", decode_sides(model, again, sources, args.new_tokens, {
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}), args.rounds), costs
 
 
@@ -252,15 +138,15 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
     sources = {"random ids": [rng.integers(4, model.config.src_vocab_size - 1, 24).tolist()
                               for _ in range(args.sources)],
                "words": [tokenizer(e.target)["input_ids"] for e in hf.task_examples("nllb")[:args.sources]]}
-    costs = [*_call_costs("nllb-600m float32", model, sources["words"][0], args.rounds),
-             *_call_costs("nllb-600m int4 (the draft)", draft, sources["words"][0], args.rounds)]
+    costs = [*call_costs("nllb-600m float32", model, sources["words"][0], args.rounds),
+             *call_costs("nllb-600m int4 (the draft)", draft, sources["words"][0], args.rounds)]
     rows, steps = [], args.new_tokens
     config = GREEDY.replace(min_new_tokens=steps)  # EOS banned: the random layout ends every source at once
     for kind, srcs in sources.items():
-        rows += _rows(f"nllb-600m-int4-draft, {kind}", {
-            "plain": _side(model, srcs, steps, config=config),
-            "int4 self-draft": _side(model, srcs, steps, config=config, assistant=draft),
-            f"int4 self-draft, fixed {NLLB_FIXED}": _side(model, srcs, steps, policy=FixedLength, config=config,
+        rows += timing_rows(f"nllb-600m-int4-draft, {kind}", {
+            "plain": decode_side(model, srcs, steps, config=config),
+            "int4 self-draft": decode_side(model, srcs, steps, config=config, assistant=draft),
+            f"int4 self-draft, fixed {NLLB_FIXED}": decode_side(model, srcs, steps, policy=FixedLength, config=config,
                                                          assistant=draft, num_assistant_tokens=NLLB_FIXED)},
             args.rounds)
     assert all(r["same_ids"] for r in rows), "speculation changed the ids"
@@ -268,9 +154,26 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
 
 
 def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    from benchmarks.speculative_whisper import whisper_digits  # imports this module: loaded when run
+    """The case: plain greedy, the draft and prompt lookup (each with the shipped policy and with the schedule
+    alone, on a second opening), and the call costs of the model's decoder and of the draft's."""
+    from benchmarks.speech.inputs import long_recording
 
-    return whisper_digits(tmp, args, options)
+    folder = _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
+    model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
+    draft = open_export(_trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft"), args.device,
+                        options)
+    recordings = [long_recording(fixtures.WHISPER_DIGITS, SECONDS, seed, tmp)[0] for seed in range(RECORDINGS)]
+    window = np.zeros((model.config.n_mels, 400), np.float32)  # one 4-s window of features
+    costs = [*call_costs("whisper-digits", model, window, args.rounds),
+             *call_costs("whisper-digits draft", draft, window, args.rounds)]
+    sides = {"plain": transcribed(model, recordings)}
+    for name, proposer in {"draft (2 + 1 layers)": {"assistant": draft},
+                           f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}.items():
+        sides[name] = transcribed(model, recordings, **proposer)
+        sides[f"{name}, schedule only"] = transcribed(again, recordings, schedule_only=True, **proposer)
+    rows = timing_rows("whisper-digits", sides, args.rounds)
+    assert all(r["same_ids"] for r in rows), "speculation changed the transcripts' ids"
+    return rows, costs
 
 
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
@@ -312,3 +215,61 @@ def _report(rows: list[dict[str, Any]], costs: list[dict[str, Any]], args: argpa
     if args.json:
         args.json.write_text(json.dumps({"machine": machine_info(args.threads), "call_costs": costs, "rows": rows},
                                         indent=1))
+
+
+SPECULATIVE_SERVED_DOC = r"""Prompt lookup in the server's rows in flight (runtime.inflight.Speculating) against
+plain greedy rows, on the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: its answers copy 20-40 ids of
+the source).
+
+    python -m benchmarks speculative-served [--device cpu] [--threads 2] [--rounds 5] [--new-tokens 64]
+        [--sources 20] [--max-batch 8] [--speculate-below N] [--middle N] [--json OUT]
+
+The fixture is exported with its static-cache decoders (`--static-slots 64`) and served by the in-flight engine
+(serve.batcher.InflightBatcher, no HTTP). Three workloads, each plain and with prompt_lookup_num_tokens 10, sides
+interleaved: `one at a time` (a job submitted when the last is answered: batch-1 latency, what a speculating request
+gains), `N at a time` (--middle N, by default SPECULATE_BELOW - 1: the most the rule lets speculate together) and
+`all at once` (every source queued together: throughput, where plain rows share one decoder step and each
+speculating request would run calls of its own). The engine keeps its default --speculate-below
+(serve.jobs.SPECULATE_BELOW; `--speculate-below N` sets it): at that load a prompt-lookup request decodes as a plain
+row. ms per generated id (EOS counted), the speculating requests' decoder calls per id and acceptance, the requests
+declined for load (the engine's counters), and whether both sides' ids are equal.
+"""
+
+SLOTS = 64  # --static-slots: the most ids a row generates
+
+
+def speculative_served_main() -> None:
+    parser = argparse.ArgumentParser(description=SPECULATIVE_SERVED_DOC.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:N")
+    parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
+    parser.add_argument("--new-tokens", type=int, default=SLOTS, help=f"most ids per source (at most {SLOTS})")
+    parser.add_argument("--sources", type=int, default=20, help="held-out sources of the fixture")
+    parser.add_argument("--max-batch", type=int, default=8, help="the engine's rows")
+    parser.add_argument("--speculate-below", type=int, default=SPECULATE_BELOW,
+                        help="the engine's load rule: speculate below this many rows in flight or queued")
+    parser.add_argument("--middle", type=int, default=SPECULATE_BELOW - 1,
+                        help="the middle workload: this many sources queued at a time")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    copy = fixtures.copy()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _trained("bart-copy", Path(tmp), copy.copy_folder(COPY_FAMILY), "--static-slots", str(SLOTS))
+        engine = open_engine(ServeSettings(str(folder), device=args.device, threads=args.threads, engine=EngineConfig(
+            max_batch=args.max_batch, max_queue=max(64, args.sources), speculate_below=args.speculate_below)))
+        engine.start()
+        sources = [engine.model.encode(s) for s, _ in copy.copy_examples(args.sources)]
+        steps = min(args.new_tokens, SLOTS)
+        for workload, together in (("one at a time", 1), (f"{args.middle} at a time", args.middle),
+                                   ("all at once", len(sources))):
+            sides = {"plain": served_side(engine, sources, steps, 0, together),
+                     f"prompt lookup {LOOKUP}": served_side(engine, sources, steps, LOOKUP, together)}
+            rows += served_rows(workload, interleave(sides, Plan(rounds=args.rounds)))
+        engine.close()
+    print(f"in-flight engine, greedy, {args.device}, {args.threads} threads, max_batch {args.max_batch}, "
+          f"speculate_below {args.speculate_below}, {args.sources} sources, medians of {args.rounds} interleaved "
+          f"rounds")
+    print(markdown_table(rows, SERVED_COLUMNS))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine_info(args.threads), "rows": rows}, indent=1))
