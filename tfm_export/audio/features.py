@@ -156,9 +156,13 @@ def mel_to_hz(mel):
                     200.0 * mel / 3.0)
 
 
+@functools.lru_cache(maxsize=8)
 def hann_window(n_fft: int) -> np.ndarray:
-    """(n_fft,) periodic Hann (torch.hann_window's default): the symmetric n_fft + 1 window less its last point."""
-    return np.hanning(n_fft + 1)[:-1]
+    """(n_fft,) periodic Hann (torch.hann_window's default): the symmetric n_fft + 1 window less its last point.
+    Cached (read-only): a batched VAD transcription computes it once per 4 s chunk otherwise."""
+    window = np.hanning(n_fft + 1)[:-1]
+    window.setflags(write=False)
+    return window
 
 
 def as_samples(samples: Any) -> np.ndarray:

@@ -32,6 +32,7 @@ and on each of its segments (`Segment.window`), as openai-whisper's segments car
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from dataclasses import dataclass, field, replace
@@ -267,9 +268,11 @@ def transcribe(features: np.ndarray, decode_window: Callable[..., Decoded],
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def window_config(config: GenerationConfig, temperature: float) -> GenerationConfig:
     """The decoding settings of one fallback try (transformers' generate_with_fallback): sampling at
-    `temperature` > 0 (one beam), else `config` as it is with temperature 1."""
+    `temperature` > 0 (one beam), else `config` as it is with temperature 1. Cached (both are frozen): each
+    window of each VAD chunk asks, and a GenerationConfig checks every option when made."""
     if temperature > 0.0:
         return config.replace(do_sample=True, temperature=temperature, num_beams=1, num_return_sequences=1)
     return config.replace(do_sample=False, temperature=1.0)

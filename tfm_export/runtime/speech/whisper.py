@@ -33,6 +33,7 @@ adds each text token's log-probability ({token, logprob, bytes}, OpenAI's includ
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -173,6 +174,14 @@ def _features(samples: np.ndarray, config: FeatureConfig) -> tuple[np.ndarray, n
     return features, first
 
 
+@functools.lru_cache(maxsize=64)
+def _generation(num_beams: int, max_new_tokens: int | None, seed: int, prompt_lookup_num_tokens: int,
+                num_assistant_tokens: int | None) -> GenerationConfig:
+    """transcribe's GenerationConfig, made (and every option checked) once per setting, not per VAD chunk."""
+    return GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens, seed=seed).replace(
+        prompt_lookup_num_tokens=prompt_lookup_num_tokens, num_assistant_tokens=num_assistant_tokens)
+
+
 def transcribe(model: Any, audio: Any, language: str | None = None, task: str | None = "transcribe",
                timestamps: bool = False, num_beams: int = 1, prompt: str | Sequence[int] | None = None,
                max_seconds: float | None = DEFAULT_MAX_SECONDS, max_new_tokens: int | None = None,
@@ -205,8 +214,7 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     samples = read_samples(audio, features_config.sampling_rate, max_seconds)
     window = features_config.nb_max_frames
     features, first = _features(samples, features_config)
-    config = GenerationConfig(num_beams=num_beams, max_new_tokens=max_new_tokens, seed=options.seed).replace(
-        prompt_lookup_num_tokens=prompt_lookup_num_tokens, num_assistant_tokens=num_assistant_tokens)
+    config = _generation(num_beams, max_new_tokens, options.seed, prompt_lookup_num_tokens, num_assistant_tokens)
     speculation = assisted.speculating(model, config, assistant, runner)
     detected = None
     if needs_detection(settings, language, task):
