@@ -6,6 +6,7 @@ only when it runs, so listing them needs no torch, transformers or peer installe
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from tfm_export.bench.harness import Scenario
@@ -60,11 +61,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("wide-fixture", "quality", "benchmarks.int4:wide_fixture_main",
       "trains a fixture 512 or 1024 wide and measures its quality table"),
     # speech
-    S("whisper-speed", "speech", "benchmarks.speech.whisper_speed:whisper_speed_main",
+    S("whisper-speed", "speech", "benchmarks.whisper:whisper_speed_main",
       "Whisper: ORT vs faster-whisper vs transformers vs Optimum, short and long form"),
-    S("word-timestamps", "speech", "benchmarks.speech.word_timestamps:word_timestamps_main",
+    S("word-timestamps", "speech", "benchmarks.whisper:word_timestamps_main",
       "what word timestamps cost on long-form transcription"),
-    S("served-speech", "speech", "benchmarks.speech.served:served_speech_main",
+    S("served-speech", "speech", "benchmarks.speech_served:served_speech_main",
       "serve's in-flight windows against one recording at a time and faster-whisper batched"),
     S("speech-batched", "speech", "benchmarks.speech_batched:speech_batched_main",
       "10 min with pauses: ours with VAD + batching vs faster-whisper's BatchedInferencePipeline, time and WER",
@@ -96,6 +97,17 @@ def listing() -> str:
     return "\n".join(lines)
 
 
+def show_progress() -> None:
+    """The package's benchmark code (tfm_export.bench) logs its progress and skipped peers at INFO: shown as plain
+    lines on stderr, as the scenarios' own prints, without the library's other logs."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    bench = logging.getLogger("tfm_export.bench")
+    bench.addHandler(handler)
+    bench.setLevel(logging.INFO)
+    bench.propagate = False  # a scenario's own logging.basicConfig would print them twice
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "list"):
         print(listing())
@@ -105,6 +117,7 @@ def main(argv: list[str]) -> int:
         print(f"no scenario {argv[0]!r}; `python -m benchmarks` lists them", file=sys.stderr)
         return 2
     sys.argv = [f"python -m benchmarks {scenario.name}", *argv[1:]]  # each scenario parses its own options
+    show_progress()
     try:
         result = scenario.entry()()
     except TfmExportError as exc:  # bad input or a failed run of the package's own measuring code: one line

@@ -62,9 +62,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fixtures
-from tfm_export.bench.optimum_client import tjs_folder
-from benchmarks.speech.inputs import RATE, exported, long_recording, random_folder
+from benchmarks.fixtures import long_recording, random_folder
 from tfm_export.bench import harness
+from tfm_export.bench.optimum_client import tjs_folder
+from tfm_export.bench.whisper import RATE, exported
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent

@@ -40,7 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.speech.served import free_port, served_exported
+from benchmarks import fixtures
+from benchmarks.speech_served import served_exported
+from tfm_export.bench.serving import free_port
 from tfm_export.bench import harness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +54,7 @@ PUBLISHED_S = 3.3  # whisper_streaming, large-v2 on an A40 (Table 3)
 
 
 def speech():
-    sys.path.insert(0, str(FIXTURE))
-    import speech as spoken  # models/whisper-digits/speech.py
-
-    return spoken
+    return fixtures.whisper_digits_speech()  # models/whisper-digits/speech.py
 
 
 def exported(work: Path) -> Path:

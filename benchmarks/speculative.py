@@ -156,7 +156,7 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
 def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The case: plain greedy, the draft and prompt lookup (each with the shipped policy and with the schedule
     alone, on a second opening), and the call costs of the model's decoder and of the draft's."""
-    from benchmarks.speech.inputs import long_recording
+    from benchmarks.fixtures import long_recording
 
     folder = _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)

@@ -1,24 +1,27 @@
+"""`served-speech`: serve's in-flight windows against one recording at a time and faster-whisper batched
+(SERVED_SPEECH_DOC); its served export and server are what `live-speech` (benchmarks/live.py) serves too."""
+
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor
 import contextlib
 import json
 import os
-from pathlib import Path
-import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tfm_export.bench import harness
-from tfm_export.runtime import RuntimeOptions, open_export
 
-from .backends import window_padding
-from .inputs import RATE, converted, random_folder
-from .whisper_measures import rotated
+from benchmarks.fixtures import random_folder
+from tfm_export.bench import harness
+from tfm_export.bench.serving import free_port
+from tfm_export.bench.whisper import RATE, converted, window_padding
+from tfm_export.bench.whisper_measures import rotated
+from tfm_export.runtime import RuntimeOptions, open_export
 
 SERVED_SPEECH_DOC = r"""Served Whisper throughput: in-flight windows vs one recording at a time vs faster-whisper's
 BatchedInferencePipeline, on the same weights and recordings (#43).
@@ -89,12 +92,6 @@ def recordings(count: int, work: Path, seed: int = 0) -> list[tuple[Path, float]
                             subtype="PCM_16")
         made.append((path, seconds))
     return made
-
-def free_port() -> int:
-    """A loopback port that nothing listens on now (the OS's pick)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 @contextlib.contextmanager
 def server(export: Path, threads: int, *options: str) -> Iterator[str]:

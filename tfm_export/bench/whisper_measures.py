@@ -5,16 +5,17 @@ harness's rotation, each after a rest."""
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from typing import Any
 
 import numpy as np
-from tfm_export.bench import harness
 
-from .backends import Folder, Ours, own_time
-from .inputs import RATE, normalized, wer
+from ..errors import TfmExportError
+from . import harness
+from .whisper import RATE, Folder, Ours, normalized, own_time, wer
 
+log = logging.getLogger(__name__)
 N_SHORT = 4  # new tokens of the short decode of the step measure
 WARMUP_SECONDS = 8.0
 PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
@@ -45,7 +46,7 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
             times[name].append(own_time(backend, seconds))
             if isinstance(backend, Ours):
                 encoder[name].append((backend.encoder_s, backend.encoder_calls))
-            print(f"  repeat {r + 1}: {name} {times[name][-1]:.2f} s", file=sys.stderr)
+            log.info("  repeat %d: %s %.2f s", r + 1, name, times[name][-1])
     features_s = features_seconds(backends, samples, repeats)
     seconds = len(samples) / RATE
     rows = []
@@ -63,8 +64,8 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
 
 def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int) -> float | None:
     """The export's log-mel features of the whole recording, timed alone (median of `repeats`)."""
-    from tfm_export.audio.features import log_mel_spectrogram
-    from tfm_export.runtime.speech.whisper import speech_settings
+    from ..audio.features import log_mel_spectrogram
+    from ..runtime.speech.whisper import speech_settings
 
     ours = next((b for b in backends.values() if isinstance(b, Ours)), None)
     if ours is None:
@@ -92,7 +93,7 @@ def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, r
         for n in (N_SHORT, n_long):
             got = backend.steps(features, n)
             if got != n:
-                raise SystemExit(f"{name} generated {got} tokens, not {n}, on {model}")
+                raise TfmExportError(f"{name} generated {got} tokens, not {n}, on {model}")
     times: dict[str, list[float]] = {name: [] for name in backends}
     for r in range(repeats):
         for name in rotated(list(backends), r):
@@ -107,7 +108,7 @@ def step_features(folder: Folder, batch: int, samples: np.ndarray | None) -> np.
     if samples is None:
         rng = np.random.default_rng(0)
         return rng.uniform(-0.8, 1.2, (batch, folder.n_mels, folder.window_frames)).astype(np.float32)
-    from tfm_export.audio.features import FeatureConfig, log_mel_spectrogram
+    from ..audio.features import FeatureConfig, log_mel_spectrogram
 
     config = FeatureConfig.from_preprocessor_config(json.loads((folder.path / "preprocessor_config.json").read_text()))
     mel = log_mel_spectrogram(samples, config)
