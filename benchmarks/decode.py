@@ -61,8 +61,6 @@ def _preset(name: str) -> Callable[[Path], Path]:
     return made
 
 
-
-
 def _exports(weights: Path, out: Path, sides: list[tuple[str, Path]], args: argparse.Namespace) -> dict[str, Path]:
     """Each side's export of `weights`: with --own-exports its own checkout's (OUT-SIDE), else this one's (OUT)."""
     if args.own_exports:

@@ -90,7 +90,6 @@ def versions(optimum_python: Path | None) -> dict[str, str | None]:
     return {"transformers": transformers.__version__, "ctranslate2": ct2} | optimum_versions(optimum_python)
 
 
-
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=FAMILIES_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", default="bart",

@@ -89,6 +89,7 @@ NOTES = [
 
 # ---- folders and files ---------------------------------------------------------------------------
 
+
 def headline_folder(layout: str, folder: Path, vocab: int, new_tokens: int) -> Path:
     """whisper_speed's random folder made to generate exactly `new_tokens` tokens (EOS's row zeroed), with the
     language and task maps transformers.js needs (and the page's language list)."""
@@ -125,6 +126,7 @@ def recording(seconds: float, work: Path) -> tuple[Path, float]:
 
 
 # ---- workers -------------------------------------------------------------------------------------
+
 
 class Worker:
     """A JSON-lines process (js_speech_node.mjs, js_speech_browser.mjs): its ready line, then request -> reply."""
@@ -177,6 +179,7 @@ def open_modes(modes: list[str], ours: Path, tjs: Path, args: argparse.Namespace
 
 # ---- measures ------------------------------------------------------------------------------------
 
+
 def request(mode: str, wav: Path, new_tokens: int | None) -> dict[str, Any]:
     """Ours takes the folder's max_length (the page has no such field); transformers.js max_new_tokens."""
     return {"wav": str(wav), "language": "en", "max_new_tokens": new_tokens if mode.endswith("-tjs") else None}
@@ -213,6 +216,7 @@ def measure(label: str, ours: Path, tjs: Path, wav: Path, audio_s: float, new_to
 
 
 # ---- report --------------------------------------------------------------------------------------
+
 
 def versions(tjs: Path, chromium: str) -> dict[str, str | None]:
     def package(folder: Path) -> str | None:

@@ -56,6 +56,7 @@ still runs the encoder once.
 
 PROMPT = 4  # <|startoftranscript|>, <|en|>, <|transcribe|>, <|notimestamps|>
 
+
 def folder_of(layout: str, max_length: int, work: Path) -> Path:
     """The random folder of `layout` with its generation_config's max_length set (a copy of the benchmark's own)."""
     folder = random_folder(layout, work / f"{layout}-folder", 51865)
@@ -65,6 +66,7 @@ def folder_of(layout: str, max_length: int, work: Path) -> Path:
         gen["max_length"] = max_length
         gen_path.write_text(json.dumps(gen, indent=2) + "\n")
     return folder
+
 
 def served_exported(folder: Path, out: Path, slots: int = 448) -> Path:
     """`folder` exported to `out` (unless done already) with its static decoder for `slots` target positions (448:
@@ -76,6 +78,7 @@ def served_exported(folder: Path, out: Path, slots: int = 448) -> Path:
         if done.returncode:
             raise SystemExit(f"the export failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return out
+
 
 def recordings(count: int, work: Path, seed: int = 0) -> list[tuple[Path, float]]:
     """`count` WAV files of 10-30 s: tones gliding in noise."""
@@ -92,6 +95,7 @@ def recordings(count: int, work: Path, seed: int = 0) -> list[tuple[Path, float]
                             subtype="PCM_16")
         made.append((path, seconds))
     return made
+
 
 @contextlib.contextmanager
 def server(export: Path, threads: int, *options: str) -> Iterator[str]:
@@ -116,6 +120,7 @@ def server(export: Path, threads: int, *options: str) -> Iterator[str]:
         proc.terminate()
         proc.wait(60)
 
+
 def served(url: str, recs: list[tuple[Path, float]], clients: int) -> tuple[float, list[str]]:
     """Every recording posted by `clients` clients at once: (wall seconds, the texts in order)."""
     import httpx
@@ -132,6 +137,7 @@ def served(url: str, recs: list[tuple[Path, float]], clients: int) -> tuple[floa
             return list(pool.map(post, recs))
 
     return harness.timed_call(post_all)
+
 
 class FasterBatched:
     """faster-whisper's BatchedInferencePipeline over the recordings as clips of one array."""
@@ -165,6 +171,7 @@ class FasterBatched:
             max_new_tokens=self.max_new_tokens, batch_size=self.batch)
         self.tokens = sum(len(segment.tokens) for segment in segments)  # a generator: decoding happens here
 
+
 def profile(export: Path, threads: int, batch: int, rec: Path) -> dict[str, float]:
     """One window's encoder run, and one decoder step at batch 1 and `batch` (ms), the export's sessions alone;
     the ids a window of `rec` decodes."""
@@ -183,6 +190,7 @@ def profile(export: Path, threads: int, batch: int, rec: Path) -> dict[str, floa
         out[f"step_ms_batch{rows}"] = 1000 * harness.median(timings.steps_s[1:])
     out["ours_ids_per_window"] = len(model.transcribe(str(rec), language="en")["ids"])
     return out
+
 
 def served_speech_main() -> None:
     parser = argparse.ArgumentParser(description=SERVED_SPEECH_DOC.split("\n\n")[0])

@@ -12,7 +12,6 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from benchmarks.fixtures import ROOT, long_recording, random_folder
 from tfm_export.bench import harness
 from tfm_export.bench.whisper import (
     BACKENDS, Folder, OPTIMUM, OPTIMUM_WORKER, OptimumWhisper, RATE, exported, open_backends, versions)
-from tfm_export.bench.whisper_measures import N_SHORT, PAUSE, measure_rtf, measure_steps, step_features
+from tfm_export.bench.whisper_measures import N_SHORT, PAUSE, markdown, measure_rtf, measure_steps, step_features
 from tfm_export.runtime import RuntimeOptions, open_export
 
 
@@ -125,28 +124,6 @@ the recording are kept and reused by a rerun.
 
 TOOL = "tfm-export `benchmarks whisper-speed`"
 
-def fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-def markdown(report: dict[str, Any]) -> str:
-    s, lines = report["settings"], []
-    if report["rtf"]:
-        lines += [f"## Long-form real-time factor: {s['seconds']:g} s of espeak-ng digits, whisper-digits (trained), "
-                  f"{s['threads']} threads, median of {s['repeat']}", "",
-                  "| backend | median s | RTF | x ours-f32 | WER | encoder share | features share |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in report["rtf"]:
-        lines.append(f"| {r['backend']} | {r['median_s']:.2f} | {r['rtf']:.4f} | {fmt(r['ratio_to_ours_f32'], '.2f')}"
-                     f" | {r['wer']:.3f} | {fmt(r.get('encoder_share'), '.1%')}"
-                     f" | {fmt(r.get('features_share'), '.1%')} |")
-    lines += ["", f"## Decoder ms per step (one new token for every row; (t(n_long) - t({N_SHORT})) / "
-              f"(n_long - {N_SHORT}), EOS banned), median of {s['repeat']}", "",
-              "| model | batch | backend | ms/step | x ours-f32 |", "|---|---:|---|---:|---:|"]
-    for r in report["steps"]:
-        lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | {r['ms_per_step']:.2f} "
-                     f"| {fmt(r['ratio_to_ours_f32'], '.2f')} |")
-    lines += ["", *(f"- {note}" for note in report["notes"])]
-    return "\n".join(lines)
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=WHISPER_SPEED_DOC.splitlines()[0])
@@ -174,6 +151,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write the report here")
     return p.parse_args()
 
+
 def run_model(label: str, path: Path, args: argparse.Namespace, work: Path, names: list[str],
               recording: tuple[np.ndarray, str] | None, rtf: bool = False,
               skipped: list[str] | None = None) -> tuple[list[dict], list[dict]]:
@@ -195,6 +173,7 @@ def run_model(label: str, path: Path, args: argparse.Namespace, work: Path, name
     gc.collect()
     return rtf_rows, steps
 
+
 def notes(args: argparse.Namespace, names: list[str]) -> list[str]:
     out = ["RTF and ms/step are medians over the repeats; x ours-f32 is the median of the per-repeat ratios to "
            "ours-f32 (below 1: faster than ours-f32)"]
@@ -212,6 +191,7 @@ def notes(args: argparse.Namespace, names: list[str]) -> list[str]:
             out.append(f"optimum: its export traces a 3000-frame dummy input, which a {frames}-frame model rejects: "
                        f"it was given nb_max_frames {frames} (optimum-cli's --nb_max_frames)")
     return out
+
 
 def whisper_speed_main() -> None:
     args = parse_args()
@@ -263,6 +243,7 @@ FIXTURE = ROOT / "models" / "whisper-digits"
 
 MAX_NEW = {"digits": None, "base": 32}
 
+
 class Timer:
     """Seconds spent in a module function, summed (wrapped in place)."""
 
@@ -273,8 +254,10 @@ class Timer:
     def add(self, seconds: float) -> None:
         self.total += seconds
 
+
 def folder_for(layout: str, work: Path) -> Path:
     return FIXTURE if layout == "digits" else random_folder(layout, work / f"{layout}-hf", 51865)
+
 
 def measure(layout: str, samples, repeats: int, threads: int, work: Path) -> dict:
     model = open_export(exported(folder_for(layout, work), work / f"{layout}-onnx", None), "cpu",
@@ -298,6 +281,7 @@ def measure(layout: str, samples, repeats: int, threads: int, work: Path) -> dic
     return {"layout": layout, "plain": harness.median(times["plain"]), "words": harness.median(times["words"]),
             "ratio": harness.median(ratios), "alignment": harness.median(aligned),
             "dtw": harness.median(warped), "word_count": words}
+
 
 def word_timestamps_main() -> None:
     p = argparse.ArgumentParser(description=WORD_TIMESTAMPS_DOC.splitlines()[0])

@@ -97,6 +97,7 @@ def build(family: str, scale: str, seed: int, folder: Path) -> None:
 
 # --- backends
 
+
 class IdTokenizer:
     """What CTranslate2's loaders read from a tokenizer: token strings for ids (`t{id}`, the special
     ids by their names), so a folder without tokenizer files converts and ids map to tokens 1:1."""
@@ -252,6 +253,7 @@ class Backends:
 
 
 # --- the time per step
+
 
 def measure(backends: Any, src: list[list[int]], beams: int, args: argparse.Namespace,
             reference: str = "transformers") -> dict[str, Any]:

@@ -29,7 +29,6 @@ import torch
 import transformers
 
 
-
 # --- optimum_worker -------------------------------------------------------------------------------
 
 SEQ2SEQ_DOC = r"""Hugging Face Optimum's ORTModelForSeq2SeqLM as a timing server for `families`.
@@ -63,6 +62,7 @@ generate is called as `families` calls transformers' (min_new_tokens = max_new_t
 banned until then); t is its wall time in here, so the pipe and JSON are not timed. A failed request
 answers {"error": "..."}; end of stdin ends the process.
 """
+
 
 def seq2seq_export(hf_dir: Path, cache: Path) -> float | None:
     """Optimum's seq2seq_export of hf_dir into cache (seconds), unless cache holds one already (None)."""

@@ -33,6 +33,7 @@ OPTIMUM = "optimum"  # a backend only with --optimum-python
 
 OPTIMUM_WORKER = WORKER  # its whisper mode
 
+
 class Folder:
     """What every backend needs to know of the Hugging Face folder."""
 
@@ -43,6 +44,7 @@ class Folder:
         self.window_frames, self.n_mels = 2 * config["max_source_positions"], config["num_mel_bins"]
         self.sot, self.eos = config["decoder_start_token_id"], gen["eos_token_id"]
         self.no_timestamps = gen["no_timestamps_token_id"]
+
 
 class Ours:
     """The export on ONNX Runtime; the encoder session's time is summed (the profile)."""
@@ -65,6 +67,7 @@ class Ours:
         ids = self.model.generate_ids(features, max_new_tokens=n, stop_at_eos=False, config=GREEDY)
         return min(len(row) for row in ids)
 
+
 @contextlib.contextmanager
 def window_padding(frames: int):
     """faster-whisper pads each window to 3000 frames (pad_or_trim's default) whatever chunk_length says:
@@ -78,6 +81,7 @@ def window_padding(frames: int):
         yield
     finally:
         fwt.pad_or_trim = original
+
 
 class Faster:
     """faster-whisper's WhisperModel on a CTranslate2 conversion; its ctranslate2 model for the steps."""
@@ -118,6 +122,7 @@ class Faster:
                                         [prompt] * len(features), beam_size=1, max_length=2 * n,  # n new ids
                                         suppress_tokens=[f.eos], suppress_blank=False)
         return min(len(r.sequences_ids[0]) for r in out)
+
 
 class Eager:
     """transformers' WhisperForConditionalGeneration, eager attention, float32."""
@@ -161,6 +166,7 @@ class Eager:
                                            decoder_input_ids=prompt, generation_config=config)
         return out.shape[1] - prompt.shape[1]
 
+
 class OptimumWhisper(OptimumProcess):
     """optimum_worker.py's whisper mode under Optimum's venv's python: exports (or reuses) `work`/optimum, then
     times each call itself: `seconds` is the last call's time as the worker measured it, which the measures take
@@ -187,9 +193,11 @@ class OptimumWhisper(OptimumProcess):
     def steps(self, features: np.ndarray, n: int) -> int:
         return self.ask({"steps": self.npy("features", features), "new_tokens": n})["new_tokens"]
 
+
 def own_time(backend: Any, outside: float) -> float:
     """A call's seconds: `outside` (its wall time, taken here), or Optimum's as its worker measured it."""
     return backend.seconds if isinstance(backend, OptimumWhisper) else outside
+
 
 def open_backends(names: list[str], folder: Folder, work: Path, threads: int, optimum_python: Path | None = None,
                   skipped: list[str] | None = None) -> dict[str, Any]:
@@ -226,6 +234,7 @@ def open_backends(names: list[str], folder: Folder, work: Path, threads: int, op
 def normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
+
 def wer(reference: str, hypothesis: str) -> float:
     import jiwer
 
@@ -242,6 +251,7 @@ def exported(folder: Path, out: Path, quantize: str | None) -> Path:
             raise TfmExportError(f"tfm-export {folder} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return out
 
+
 def converted(folder: Path, out: Path, quantization: str | None) -> Path:
     """CTranslate2's TransformersConverter, as faster-whisper's docs convert a Whisper folder."""
     if not (out / "model.bin").exists():
@@ -250,6 +260,7 @@ def converted(folder: Path, out: Path, quantization: str | None) -> Path:
         TransformersConverter(str(folder), copy_files=["tokenizer.json", "preprocessor_config.json"]).convert(
             str(out), quantization=quantization, force=True)
     return out
+
 
 def versions(optimum_python: Path | None) -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version

@@ -1,6 +1,6 @@
-"""whisper-speed's measures: the long-form real-time factor of every backend (and the share of it the encoder
-and the features take in ours), and the decoder's ms per step at a batch; the backends take turns in the
-harness's rotation, each after a rest."""
+"""whisper-speed's measures and its report's Markdown: the long-form real-time factor of every backend (and the
+share of it the encoder and the features take in ours), and the decoder's ms per step at a batch; the backends take
+turns in the harness's rotation, each after a rest."""
 
 from __future__ import annotations
 
@@ -20,15 +20,18 @@ N_SHORT = 4  # new tokens of the short decode of the step measure
 WARMUP_SECONDS = 8.0
 PAUSE = 0.3  # seconds of rest before each timed backend: the last one's spinning threads (OpenMP, ORT) go idle
 
+
 def rotated(names: list[str], r: int) -> list[str]:
     """The order of round `r` (the harness's rotation: A, B / B, A for two)."""
     return harness.rotation(names, r + 1)[r]
+
 
 def paired_ratio(times: dict[str, list[float]], name: str, base: str = "ours-f32") -> float | None:
     """Median over repeats of name's figure / base's figure in the same repeat."""
     if base not in times:
         return None
     return harness.median(a / b for a, b in zip(times[name], times[base]))
+
 
 def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, repeats: int) -> list[dict]:
     """Every backend transcribes the recording once per repeat (after a warm-up on its first 8 s)."""
@@ -62,6 +65,7 @@ def measure_rtf(backends: dict[str, Any], samples: np.ndarray, reference: str, r
         rows.append(row)
     return rows
 
+
 def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int) -> float | None:
     """The export's log-mel features of the whole recording, timed alone (median of `repeats`)."""
     from ..audio.features import log_mel_spectrogram
@@ -72,6 +76,7 @@ def features_seconds(backends: dict[str, Any], samples: np.ndarray, repeats: int
         return None
     config = speech_settings(ours.model)[1]
     return harness.median(harness.timed(lambda: log_mel_spectrogram(samples, config)) for _ in range(repeats))
+
 
 def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float) -> float:
     """(t(n_long) - t(N_SHORT)) / (n_long - N_SHORT) in ms, over as many (short, long) pairs as fill
@@ -85,6 +90,7 @@ def step_ms(backend: Any, features: np.ndarray, n_long: int, min_seconds: float)
         long, pairs = long + own_time(backend, long_s), pairs + 1
         elapsed += short_s + long_s
     return (long - short) / pairs / (n_long - N_SHORT) * 1000
+
 
 def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, repeats: int,
                   model: str, min_seconds: float) -> list[dict]:
@@ -103,6 +109,7 @@ def measure_steps(backends: dict[str, Any], features: np.ndarray, n_long: int, r
              "runs_ms": runs, "ms_per_step": harness.median(runs), "ratio_to_ours_f32": paired_ratio(times, name)}
             for name, runs in times.items()]
 
+
 def step_features(folder: Folder, batch: int, samples: np.ndarray | None) -> np.ndarray:
     """(batch, n_mels, window frames): the recording's first windows (trained fixture), else noise."""
     if samples is None:
@@ -117,3 +124,28 @@ def step_features(folder: Folder, batch: int, samples: np.ndarray | None) -> np.
         mel, ((0, 0), (0, folder.window_frames - mel.shape[1])))]
     return np.ascontiguousarray(np.stack([windows[i % len(windows)] for i in range(batch)]))
 
+
+def fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """`whisper-speed`'s report as Markdown: the real-time factor table, the step table, the notes."""
+    s, lines = report["settings"], []
+    if report["rtf"]:
+        lines += [f"## Long-form real-time factor: {s['seconds']:g} s of espeak-ng digits, whisper-digits (trained), "
+                  f"{s['threads']} threads, median of {s['repeat']}", "",
+                  "| backend | median s | RTF | x ours-f32 | WER | encoder share | features share |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rtf"]:
+        lines.append(f"| {r['backend']} | {r['median_s']:.2f} | {r['rtf']:.4f} | {fmt(r['ratio_to_ours_f32'], '.2f')}"
+                     f" | {r['wer']:.3f} | {fmt(r.get('encoder_share'), '.1%')}"
+                     f" | {fmt(r.get('features_share'), '.1%')} |")
+    lines += ["", f"## Decoder ms per step (one new token for every row; (t(n_long) - t({N_SHORT})) / "
+              f"(n_long - {N_SHORT}), EOS banned), median of {s['repeat']}", "",
+              "| model | batch | backend | ms/step | x ours-f32 |", "|---|---:|---|---:|---:|"]
+    for r in report["steps"]:
+        lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | {r['ms_per_step']:.2f} "
+                     f"| {fmt(r['ratio_to_ours_f32'], '.2f')} |")
+    lines += ["", *(f"- {note}" for note in report["notes"])]
+    return "\n".join(lines)
