@@ -1,12 +1,15 @@
 """The benchmark harness (tfm_export.bench.harness): the interleaving order, the statistics, the rows'
 JSON and Markdown, a fake scenario run end to end, and every scenario of `python -m benchmarks` at least
-importable (the cheap ones run in their smoke mode). No timing is asserted: only what the harness computes
+importable (the cheap ones run in their smoke mode), and the layout: no benchmark puts a folder on sys.path, and
+the package's bench code imports neither the benchmarks nor the tests. No timing is asserted: only what the harness computes
 from the values it is given."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +184,47 @@ def test_the_cheap_scenarios_run_in_their_smoke_mode(name):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip()
+
+
+# --- the layout: data flows down, from benchmarks/ into the package, never back ------------------------------
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+SYS_PATH = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*(\+?=|\[)")  # a folder put on it
+UPWARD = {"benchmarks", "tests", "conftest"}  # and the tests' flat fixture modules, *_fixtures
+
+
+def upward(path: Path) -> set[str]:
+    return {name for name in imported_modules(path) if name.split(".")[0] in UPWARD or name.endswith("_fixtures")}
+
+
+def test_no_benchmark_puts_a_folder_on_sys_path():
+    """Test fixtures reach the benchmarks through benchmarks/fixtures.py, which loads them by path."""
+    found = [str(p.relative_to(ROOT)) for p in python_files(ROOT / "benchmarks") if SYS_PATH.search(p.read_text())]
+    assert found == []
+
+
+def test_the_package_bench_imports_neither_the_benchmarks_nor_the_tests():
+    found = {f"{p.relative_to(ROOT)}: {sorted(upward(p))}" for p in python_files(ROOT / "tfm_export" / "bench")
+             if upward(p)}
+    assert found == set()
+
+
+def test_the_checks_find_a_sys_path_insert_and_an_upward_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import sys\nfrom benchmarks import fixtures\nimport hf_fixtures\nsys.path.insert(0, 'x')\n")
+    assert upward(module) == {"benchmarks", "hf_fixtures"} and SYS_PATH.search(module.read_text())
+    module.write_text("import sys\nprint(sys.path)  # reading it is fine\n")
+    assert upward(module) == set() and not SYS_PATH.search(module.read_text())
