@@ -1,8 +1,8 @@
-"""The benchmark harness (tfm_export.bench.harness): the interleaving order, the statistics, the rows'
-JSON and Markdown, a fake scenario run end to end, and every scenario of `python -m benchmarks` at least
-importable (the cheap ones run in their smoke mode), and the layout: no benchmark puts a folder on sys.path, and
-the package's bench code imports neither the benchmarks nor the tests. No timing is asserted: only what the harness computes
-from the values it is given."""
+"""The benchmark harness (tfm_export.bench.harness): the interleaving order, the statistics, the rows' JSON and
+Markdown, a fake scenario run end to end, and every scenario of `python -m benchmarks` at least importable (the
+cheap ones run in their smoke mode), and the layout: no benchmark puts a folder on sys.path, and the package's bench
+code imports neither the benchmarks nor the tests. No timing is asserted: only what the harness computes from the
+values it is given."""
 
 from __future__ import annotations
 
