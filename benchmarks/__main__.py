@@ -44,6 +44,8 @@ SCENARIOS: tuple[Scenario, ...] = (
       "the scanned int4 head against the int8 head, by head size"),
     S("scan-recall", "profiles", "benchmarks.heads:scan_recall_main",
       "how often the head scan misses float32's token", ("--states", "2", "--vocab", "4096", "--k", "128")),
+    S("earlier-head", "profiles", "benchmarks.heads:earlier_head_main",
+      "what a plain step pays for decoder.onnx's earlier_logits, by form of the earlier head", ("--rounds", "2")),
     # families and big models
     S("families", "families", "benchmarks.families:families_main",
       "t5, flan-t5, bart, nllb layouts: ORT vs transformers vs CTranslate2 vs Optimum"),

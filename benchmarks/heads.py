@@ -211,3 +211,87 @@ def scan_recall_main() -> None:
                     errors = [abs(log_sum_exp(mixed[i]) - log_sum_exp(exact[i])) for i in range(len(xs))]
                     print(f"| {spread:g} | {p_win:g} | {bits} | {candidates} | {100 * missed:.1f} % | "
                           f"{np.median(errors):.3f} / {max(errors):.3f} |", flush=True)
+
+
+EARLIER_HEAD_DOC = r"""What a plain one-id step pays for decoder.onnx's earlier_logits (export.earlier_head), the head's tail
+alone: hidden (batch, tgt_len, K) -> logits, next_ids and earlier_logits, K x N random weights, one graph per
+form of the earlier positions' head. Medians over --rounds interleaved rounds of 50 runs each, and of each round's
+difference to "none": what the form adds to every plain step.
+
+    .venv/bin/python -m benchmarks earlier-head [--k 128] [--n 24] [--threads 1] [--rounds 300]
+
+if (today's): If(Size(rows) > 0, then: head(rows), else: Reshape(rows, [0, 0, N])), rows = Slice(hidden, :-1);
+none: no earlier_logits (the decoder before #63); unguarded: head(rows) over zero rows (ORT 1.30's TopK, the
+scan's, dies there); if, no kernel in else: If(tgt_len > 1) with the Slice in the then branch and a Constant else,
+whose (0, 0, N) loses the batch dim; all positions: one head over every position, logits its last (a Gather: a copy
+of batch x N), earlier_logits a Slice.
+"""
+
+
+def _earlier_forms(k: int, n: int) -> dict[str, onnx.ModelProto]:
+    """form -> its graph (inputs hidden (b, t, k) float32)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a, name) for name, a in (
+        ("W", (rng.standard_normal((k, n)) * 0.1).astype(np.float32)), ("bias", rng.standard_normal(n).astype(np.float32)),
+        ("last", np.array(-1, np.int64)), ("zero", np.array([0], np.int64)), ("minus1", np.array([-1], np.int64)),
+        ("one", np.array([1], np.int64)), ("no", np.array(0, np.int64)), ("flat", np.array([0, 0, n], np.int64)))]
+    node, info = helper.make_node, helper.make_tensor_value_info
+    rows = node("Slice", ["h", "zero", "minus1", "one"], ["rows"])
+
+    def head(x: str, out: str) -> list:
+        return [node("MatMul", [x, "W"], [f"{out}_mm"]), node("Add", [f"{out}_mm", "bias"], [out])]
+
+    def branch(nodes: list, out: str) -> onnx.GraphProto:
+        return helper.make_graph(nodes, out, [], [info(out, TensorProto.FLOAT, None)])
+
+    empty = node("Constant", [], ["none"], value=numpy_helper.from_array(np.zeros((0, 0, n), np.float32)))
+    last = [node("Gather", ["h", "last"], ["x"], axis=1), *head("x", "logits")]
+    forms = {
+        "if (today's)": [*last, rows, node("Size", ["rows"], ["size"]), node("Greater", ["size", "no"], ["cond"]),
+                         node("If", ["cond"], ["earlier_logits"], then_branch=branch(head("rows", "t"), "t"),
+                              else_branch=branch([node("Reshape", ["rows", "flat"], ["none"])], "none"))],
+        "none": last,
+        "unguarded": [*last, rows, *head("rows", "earlier_logits")],
+        "if, no kernel in else": [
+            *last, node("Shape", ["h"], ["len"], start=1, end=2), node("Greater", ["len", "one"], ["cond"]),
+            node("If", ["cond"], ["earlier_logits"], then_branch=branch([rows, *head("rows", "t")], "t"),
+                 else_branch=branch([empty], "none"))],
+        "all positions": [*head("h", "all"), node("Gather", ["all", "last"], ["logits"], axis=1),
+                          node("Slice", ["all", "zero", "minus1", "one"], ["earlier_logits"])]}
+    models = {}
+    for form, nodes in forms.items():
+        outputs = [info("logits", TensorProto.FLOAT, ["b", n]), info("next_ids", TensorProto.INT64, ["b"])]
+        outputs += [] if form == "none" else [info("earlier_logits", TensorProto.FLOAT, ["b", "t1", n])]
+        nodes = [*nodes, node("ArgMax", ["logits"], ["next_ids"], axis=-1, keepdims=0)]
+        graph = helper.make_graph(nodes, form, [info("h", TensorProto.FLOAT, ["b", "t", k])], outputs, inits)
+        models[form] = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    return models
+
+
+def earlier_head_main() -> None:
+    parser = argparse.ArgumentParser(description=EARLIER_HEAD_DOC.split("\n\n")[0])
+    parser.add_argument("--k", type=int, default=128, help="hidden width (default: 128, the bundled model's)")
+    parser.add_argument("--n", type=int, default=24, help="vocabulary (default: 24, the bundled model's)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default: 1)")
+    parser.add_argument("--batch", default="1,32", help="plain steps' rows, comma-separated (default: 1,32)")
+    parser.add_argument("--rounds", type=int, default=300, help="interleaved rounds (default: 300)")
+    args = parser.parse_args()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.log_severity_level = args.threads, 3
+    sessions = {form: ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+                for form, model in _earlier_forms(args.k, args.n).items()}
+    rng = np.random.default_rng(1)
+    check = {"h": rng.standard_normal((2, 5, args.k)).astype(np.float32)}  # a speculative step: the same logits
+    want = sessions["unguarded"].run(None, check)
+    for form, session in sessions.items():
+        got = session.run(None, check)
+        assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(got, want)), form
+    for batch in map(int, args.batch.split(",")):
+        feeds = {"h": rng.standard_normal((batch, 1, args.k)).astype(np.float32)}
+        sides = {form: (lambda s=session: harness.timed(lambda: [s.run(None, feeds) for _ in range(50)]) / 50)
+                 for form, session in sessions.items()}
+        times = harness.interleave(sides, harness.Plan(rounds=args.rounds, warmup=3))
+        for form in sessions:  # round by round: both runs of a round shared the machine's state
+            extra = harness.median([a - b for a, b in zip(times[form], times["none"])])
+            print(f"batch {batch:3d}  {form:22s} {1e6 * harness.median(times[form]):7.2f} µs a run, "
+                  f"{1e6 * extra:+5.2f} µs over none")
