@@ -1,11 +1,12 @@
-"""The earlier positions' head under an If (export.earlier_head): decoder.onnx's earlier_logits, the new positions
-before the last (speculative decoding's check), are computed only when a step has them.
+"""The earlier positions' head (export.earlier_head): decoder.onnx's earlier_logits, the new positions before the
+last (speculative decoding's check).
 
-On the tiny model's float32 and int8 exports: the head's MatMuls of those rows live only in the If's then branch
-(the main graph keeps the last position's), a plain one-id step runs none of them (ONNX Runtime's profile of the
-step's kernels), a step of several ids runs them and gives eager's per-position logits, and the branch reads the
-head's weight where the main graph keeps it (one copy, in the saved file and in ONNX Runtime's optimised graph).
-The int4 scan's branch: tests/test_head_scan.py (Node and the browser decode a scanned export).
+The tiny model's int8 export: the head's MatMuls of those rows live only in an If's then branch (the main graph
+keeps the last position's), a plain one-id step runs none of them (ONNX Runtime's profile of the step's kernels),
+a step of several ids runs them, and the branch reads the head's weight where the main graph keeps it (one copy,
+in the saved file and in ONNX Runtime's optimised graph). Its float32 export: the head's MatMul and Add over zero
+rows, no If (cheaper than one, BENCHMARKS.md "Decode core"), reading the one weight. Both: eager's per-position
+logits. The int4 scan's branch: tests/test_head_scan.py (Node and the browser decode a scanned export).
 """
 
 from __future__ import annotations
@@ -27,15 +28,24 @@ from tfm_export.model.checkpoint import load_checkpoint
 HEAD_OPS = ("MatMul", "MatMulInteger", "DynamicQuantizeLinear")
 
 
-@pytest.fixture(scope="module", params=["float32", "int8"])
-def variant(request, tiny_checkpoint, tiny_export, tmp_path_factory):
-    """(name, export folder, the eager model)."""
+@pytest.fixture(scope="module")
+def int8_variant(tiny_checkpoint, tmp_path_factory):
+    """("int8", export folder, the eager model): its head under the If."""
     checkpoint = load_checkpoint(tiny_checkpoint)
-    if request.param == "float32":
-        return request.param, tiny_export, checkpoint.build_model().eval()
     out = tmp_path_factory.mktemp("earlier-int8") / "out"
     export_model(checkpoint, out, ExportOptions(quantize="int8", validate=False))
-    return request.param, out, checkpoint.build_model().eval()
+    return "int8", out, checkpoint.build_model().eval()
+
+
+@pytest.fixture(scope="module")
+def float32_variant(tiny_checkpoint, tiny_export):
+    """("float32", export folder, the eager model): its head unguarded."""
+    return "float32", tiny_export, load_checkpoint(tiny_checkpoint).build_model().eval()
+
+
+@pytest.fixture(params=["float32", "int8"])
+def variant(request):
+    return request.getfixturevalue(f"{request.param}_variant")
 
 
 def the_if(graph: onnx.GraphProto) -> onnx.NodeProto:
@@ -48,8 +58,8 @@ def branches(node: onnx.NodeProto) -> dict[str, onnx.GraphProto]:
     return {a.name: a.g for a in node.attribute}
 
 
-def test_the_earlier_head_lives_only_in_the_ifs_then_branch(variant):
-    _, out, model = variant
+def test_the_earlier_head_lives_only_in_the_ifs_then_branch(int8_variant):
+    _, out, model = int8_variant
     graph = onnx.load(str(out / "decoder.onnx")).graph
     parts = branches(the_if(graph))
     then, otherwise = parts["then_branch"], parts["else_branch"]
@@ -102,10 +112,10 @@ def feeds_for(out, args) -> dict[str, np.ndarray]:
     return {name: a.numpy() for name, a in zip(names, args)}
 
 
-def test_a_plain_step_runs_nothing_of_the_earlier_head(variant, tmp_path):
+def test_a_plain_step_runs_nothing_of_the_earlier_head(int8_variant, tmp_path):
     """One id a row: earlier_logits (batch, 0, vocab) from the else branch; no kernel of the then branch runs.
     Three ids a row: the then branch runs (the profile sees its nodes: the check can fail)."""
-    _, out, model = variant
+    _, out, model = int8_variant
     then = branches(the_if(onnx.load(str(out / "decoder.onnx")).graph))["then_branch"]
     head_nodes = {n.name for n in then.node if n.op_type in HEAD_OPS}
     assert head_nodes
@@ -135,10 +145,10 @@ def test_earlier_logits_are_eagers_per_position_logits(variant):
         assert np.abs(earlier - eager[:, :-1]).max() <= 3 * np.abs(last - eager[:, -1]).max() + 1e-3
 
 
-def test_onnx_runtimes_optimised_graph_keeps_one_copy_of_the_head(variant, tmp_path):
+def test_onnx_runtimes_optimised_graph_keeps_one_copy_of_the_head(int8_variant, tmp_path):
     """ORT's graph optimisations (fusions inside the branch: int8's DynamicQuantizeMatMul) keep reading the
     main graph's weight: the branch holds no initializer of its own, and the plain step still runs no head."""
-    _, out, model = variant
+    _, out, model = int8_variant
     optimized = tmp_path / "optimized.onnx"
     args, _ = decoder_feeds(model, batch=1, past_len=2, tgt_len=1)
     run_profiled(out, feeds_for(out, args), tmp_path / "profile", optimized=optimized)
@@ -146,3 +156,25 @@ def test_onnx_runtimes_optimised_graph_keeps_one_copy_of_the_head(variant, tmp_p
     parts = branches(the_if(graph))
     assert not parts["then_branch"].initializer and not parts["else_branch"].initializer
     assert [n.op_type for n in parts["else_branch"].node] == ["Reshape"]
+
+
+def test_a_float32_head_runs_over_zero_rows_without_an_if(float32_variant, tmp_path):
+    """The float32 head's MatMul and Add stay in the main graph (export.earlier_head.ZERO_ROW_KERNELS), reading
+    the last position's weight; a plain step gives earlier_logits (batch, 0, vocab) from them, a step of three ids
+    (batch, 2, vocab)."""
+    _, out, model = float32_variant
+    graph = onnx.load(str(out / "decoder.onnx")).graph
+    assert not [n for n in graph.node if n.op_type == "If"]
+    producer = {name: n for n in graph.node for name in n.output}
+    head = [producer[EARLIER_LOGITS]]
+    while head[-1].op_type != "MatMul":
+        head.append(producer[head[-1].input[0]])
+    assert [n.op_type for n in head] == ["Add", "MatMul"]
+    weight = head[-1].input[1]  # one initializer, read by both heads' MatMuls
+    assert [n.op_type for n in graph.node if weight in n.input] == ["MatMul", "MatMul"]
+    assert [t.name for t in graph.initializer].count(weight) == 1
+    for tgt_len in (1, 3):
+        args, _ = decoder_feeds(model, batch=3, past_len=5, tgt_len=tgt_len)
+        outputs, _ = run_profiled(out, feeds_for(out, args), tmp_path / f"ids{tgt_len}")
+        assert outputs[-1].shape == (3, tgt_len - 1, model.config.tgt_vocab_size)
+        assert outputs[-1].dtype == np.float32

@@ -1,19 +1,24 @@
-"""The earlier positions' head of decoder.onnx under an ONNX If: a plain step computes nothing of earlier_logits.
+"""The earlier positions' head of decoder.onnx under an ONNX If where its kernels cost more than the If.
 
 model.Transformer.project_apart splits the head: `logits`, the last new position's, and EARLIER_LOGITS (batch,
 tgt_len - 1, vocab), the positions before it, which only a speculative step has (runtime.decode.speculative) and a
-plain one-id step leaves empty. Every node between the Slice of those rows and that output, whatever the variant
-made of the head (float32 or float16: MatMul and bias Add; int8: DynamicQuantizeLinear, MatMulInteger and its
-scales; int4: MatMulNBits; the scan: MatMulNBits, TopK, Gather, ScatterElements, export.head_scan), goes under
+plain one-id step leaves empty. The nodes between the Slice of those rows and that output are whatever the variant
+made of the head: float32 or float16, MatMul and bias Add (and a Cast); int8: DynamicQuantizeLinear, MatMulInteger
+and its scales; int4: MatMulNBits; the scan: MatMulNBits, TopK, Gather, ScatterElements, export.head_scan. Unless
+every one of them is in ZERO_ROW_KERNELS, they go under
 
     rows           = Slice(hidden, :-1)                  (batch, tgt_len - 1, d_model), empty in a plain step
     earlier_logits = If(Size(rows) > 0, then: the head of rows, else: Reshape(rows, [0, 0, vocab]))
 
 The else branch copies nothing (zero elements); a float16 head adds a Cast to earlier_logits' float32. The then
 branch reads the weights where they are, the main graph's initializers (outer scope): one copy, shared with the
-last position's head. Why: the nodes over zero rows were kernel runs of every plain step (BENCHMARKS.md,
-"Speculative decoding": decode-core), and ONNX Runtime 1.30's TopK (Node, the browser) dies of a division by zero
-on zero rows. Applied once, after every transform (export.exporter), to the top-level graph the transforms write.
+last position's head. Why the If: the scan's TopK in ONNX Runtime 1.30 (Node, the browser) dies of a division by
+zero on zero rows, and a longer head's kernels over zero rows cost more than the If. Why not always: the If is not
+free. `python -m benchmarks earlier-head` (the head's tail alone, d_model 128, 1 thread) puts what a plain step pays
+over no earlier head at 3.0 µs under the If and 1.6 µs for an unguarded float32 head (MatMul and Add over zero
+rows), and the bundled decoder's plain step at batch 1 at 1.035x / 1.020x the one without earlier_logits
+(BENCHMARKS.md, "Decode core"). Applied once, after every transform (export.exporter), to the top-level graph the
+transforms write.
 """
 
 from __future__ import annotations
@@ -30,16 +35,22 @@ from .int8 import initializer
 log = logging.getLogger(__name__)
 
 NAME = "earlier_head"  # the prefix of the nodes and initializers made here
+# The heads' ops that run on zero rows for less than an If costs (the module docstring): a float32 or
+# float16 head (with T5's scale, a float16 head's Cast) stays in the main graph.
+ZERO_ROW_KERNELS = frozenset({"MatMul", "Add", "Mul", "Cast"})
 
 
 def guard_earlier_head(model: Any) -> int:
     """Put the nodes that compute the onnx_ir `model`'s EARLIER_LOGITS output from its rows under an If; 1 when
-    done, 0 when the graph has no such output or has it guarded already."""
+    done, 0 when the graph has no such output, has it guarded already or its head's kernels are ZERO_ROW_KERNELS."""
     graph = model.graph
     output = next((value for value in graph.outputs if value.name == EARLIER_LOGITS), None)
     if output is None or output.producer() is None or output.producer().op_type == "If":
         return 0
     rows, head = _rows_and_head(_exclusive_ancestors(graph, output), _per_step(graph))
+    if all(node.op_type in ZERO_ROW_KERNELS for node in head):
+        log.info("%s: %d nodes over the earlier rows, no If", EARLIER_LOGITS, len(head))
+        return 0
     unless_empty(model, rows, head, output, NAME)
     log.info("%s: %d nodes under an If on earlier rows", EARLIER_LOGITS, len(head))
     return 1
