@@ -26,6 +26,10 @@ Cases (each exported into a temporary folder, without validation):
   drafted by its draft (models/whisper-digits/draft: 2 + 1 layers, the same tokenizer; its encoder runs once per
   window) and by prompt lookup. The time is the whole `transcribe` (features, encoders and decoders), what a
   caller waits for; the call-cost table gives the model's decoder step and the draft's.
+- `whisper-wide` (only when named): whisper-digits widened to d_model 512 and 2 + 8 layers (41M parameters:
+  `train.py 12 --layout wide --out DIR`, its function kept and its decoder trained on for 12 minutes), a target
+  whose decoder dominates, drafted by the shipped whisper-digits (2 + 2) and its draft (2 + 1), and by prompt
+  lookup, on the same recordings; `--work DIR` keeps the trained folder and its export for the next run.
 `--case NAME` (repeatable) runs only the cases named. `speculative-served` (SPECULATIVE_SERVED_DOC below): prompt
 lookup in the server's in-flight rows. The sides, call costs and rows are tfm_export.bench.speculative's.
 """
@@ -153,33 +157,60 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
     return rows, costs
 
 
-def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    """The case: plain greedy, the draft and prompt lookup (each with the shipped policy and with the schedule
-    alone, on a second opening), and the call costs of the model's decoder and of the draft's."""
+def _whisper(case: str, folder: Path, drafts: dict[str, Path], tmp: Path, args: argparse.Namespace,
+             options: RuntimeOptions) -> Rows:
+    """A Whisper case: plain greedy, each draft and prompt lookup (each with the shipped policy and with the
+    schedule alone, on a second opening), and the call costs of the model's decoder and of the drafts'."""
     from benchmarks.fixtures import long_recording
 
-    folder = _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
-    draft = open_export(_trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft"), args.device,
-                        options)
+    assistants = {name: open_export(path, args.device, options) for name, path in drafts.items()}
     recordings = [long_recording(fixtures.WHISPER_DIGITS, SECONDS, seed, tmp)[0] for seed in range(RECORDINGS)]
     window = np.zeros((model.config.n_mels, 400), np.float32)  # one 4-s window of features
-    costs = [*call_costs("whisper-digits", model, window, args.rounds),
-             *call_costs("whisper-digits draft", draft, window, args.rounds)]
+    costs = call_costs(case, model, window, args.rounds)
+    for name, draft in assistants.items():
+        costs += call_costs(f"{case}: {name}", draft, window, args.rounds)
     sides = {"plain": transcribed(model, recordings)}
-    for name, proposer in {"draft (2 + 1 layers)": {"assistant": draft},
-                           f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}.items():
+    proposers = {name: {"assistant": draft} for name, draft in assistants.items()}
+    for name, proposer in {**proposers, f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}.items():
         sides[name] = transcribed(model, recordings, **proposer)
         sides[f"{name}, schedule only"] = transcribed(again, recordings, schedule_only=True, **proposer)
-    rows = timing_rows("whisper-digits", sides, args.rounds)
+    rows = timing_rows(case, sides, args.rounds)
     assert all(r["same_ids"] for r in rows), "speculation changed the transcripts' ids"
     return rows, costs
 
 
+def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The trained Whisper fixture drafted by its draft (2 + 1 layers) and by prompt lookup."""
+    folder = _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
+    draft = _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft")
+    return _whisper("whisper-digits", folder, {"draft (2 + 1 layers)": draft}, tmp, args, options)
+
+
+def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """whisper-digits widened (WIDE_TRAIN: d_model 512, 2 + 8 layers, models/whisper-digits/wide.py), trained and
+    exported into --work once, drafted by the shipped model (2 + 2) and its draft (2 + 1): the same tokenizer."""
+    import subprocess
+    import sys
+
+    from tfm_export.bench.families import prepared
+
+    work = args.work or tmp
+    hf = work / "whisper-wide-hf"
+    if not (hf / "model.safetensors").exists():  # minutes of training: kept in --work for the next run
+        subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *WIDE_TRAIN, str(hf)], check=True)
+    prepared(work / "whisper-wide", lambda out: _trained(out.name, out.parent, hf))
+    folder = work / "whisper-wide"
+    drafts = {"whisper-digits (2 + 2)": _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
+              "whisper-digits draft (2 + 1)": _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft")}
+    return _whisper("whisper-wide", folder, drafts, tmp, args, options)
+
+
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
-         "nllb-600m-int4-draft": _nllb_int4_draft, "whisper-digits": _whisper_digits}
-ON_REQUEST = {"nllb-600m-int4-draft"}  # run only when named (a 600M export); --quick: the tiny preset alone
+         "nllb-600m-int4-draft": _nllb_int4_draft, "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide}
+ON_REQUEST = {"nllb-600m-int4-draft", "whisper-wide"}  # run only when named (minutes to build); --quick: tiny alone
+WIDE_TRAIN = ("12", "--layout", "wide", "--out")  # whisper-wide: train.py's arguments before the folder
 
 
 def speculative_main() -> None:
@@ -192,10 +223,10 @@ def speculative_main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="the tiny preset alone, instead of base and t5 (smoke run)")
     parser.add_argument("--case", action="append", choices=list(CASES), default=None,
-                        help="run only this case (repeatable; default: every case but nllb-600m-int4-draft)")
+                        help="run only this case (repeatable; default: every case but " + ", ".join(sorted(ON_REQUEST)) + ")")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--work", type=Path, default=None,
-                        help="nllb-600m-int4-draft: keep its layout and exports here and reuse them (minutes each)")
+                        help="nllb-600m-int4-draft, whisper-wide: keep their models and exports here, reused (minutes each)")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads)
     cases = ["base-random"] if args.quick else args.case or [c for c in CASES if c not in ON_REQUEST]

@@ -2,7 +2,7 @@
 
     apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
     .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
-    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft]
+    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft | --layout wide --out DIR]
 
 Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
 generation_config.json with lang_to_id / task_to_id, tokenizer files with the timestamp tokens,
@@ -12,6 +12,9 @@ preprocessor_config.json), plus heldout.tsv and metrics.json. Seeded; its length
 metrics.json lists the stages. `--draft` writes draft/ instead: the folder's model cut to the layers DRAFT_LAYERS
 keeps (its weights, its tokenizer files) and trained on for MINUTES more, a speculative decoding assistant
 (`transcribe(..., assistant=)`) saved in float16, as many published drafts are.
+`--layout wide --out DIR` writes DIR instead (never this folder): the folder's model widened to d_model 512 and
+8 decoder layers without changing its function (wide.py), its decoder trained on for MINUTES at half the learning
+rate: a target whose decoder dominates transcription, which the folder's model or draft/ can draft for.
 
 The model learns what Whisper's decoder is asked to do, on a task small enough for minutes of CPU:
 the language token (detection), transcribe or translate (German digits written as English words),
@@ -217,24 +220,30 @@ def previous_stages() -> list[dict]:
     return metrics.get("stages") or [{k: metrics[k] for k in ("steps", "batch", "train_minutes", "final_loss")}]
 
 
-def start(tok, resume: bool, draft: bool) -> tuple[transformers.WhisperForConditionalGeneration, list[dict]]:
+def start(tok, resume: bool, draft: bool, wide: bool) -> tuple[transformers.WhisperForConditionalGeneration, list]:
     """The model a run trains and the stages before it: a fresh one, the folder's (--resume, its weights and
-    generation config trained on for another stage) or a draft cut from the folder's (--draft)."""
-    if not (resume or draft):
+    generation config trained on for another stage), a draft cut from the folder's (--draft) or the folder's
+    widened (--layout wide: its stages, the next one at half the learning rate)."""
+    if not (resume or draft or wide):
         return build_model(tok), []
     model = transformers.WhisperForConditionalGeneration.from_pretrained(str(HERE), local_files_only=True)
+    if wide:
+        from wide import widen
+
+        return widen(model), previous_stages()
     return (build_draft(model), []) if draft else (model, previous_stages())
 
 
-def main(minutes: float, resume: bool, draft: bool) -> None:
+def main(minutes: float, resume: bool, draft: bool, wide_out: Path | None = None) -> None:
     torch.set_num_threads(2)
     rng = random.Random(SEED)
-    out = HERE / "draft" if draft else HERE
-    with tempfile.TemporaryDirectory(dir=HERE) as stage:
+    out = wide_out or (HERE / "draft" if draft else HERE)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent if wide_out else HERE) as stage:  # renamed into `out` below
         stage = Path(stage)
         tok = build_tokenizer(stage)
         utterances, heldout = bank(rng, BANK, heldout=False), bank(rng, HELDOUT, heldout=True)
-        model, stages = start(tok, resume, draft)
+        model, stages = start(tok, resume, draft, wide_out is not None)
         stages.append(train(model, tok, utterances, minutes, len(stages)))
         if draft:  # scored as published: its float16 weights, widened as an import widens them
             model = model.to(torch.float16).to(torch.float32)
@@ -250,13 +259,27 @@ def main(minutes: float, resume: bool, draft: bool) -> None:
         else:  # a draft is scored on the folder's held-out set (the same seed draws it)
             (stage / "heldout.tsv").write_text("".join(s.row() + "\n" for lang in LANGUAGES for s, _ in heldout[lang]))
         (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        out.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         for path in stage.iterdir():  # the recipe's own files only: rename each into place
             if path.name in FOLDER_FILES + ("heldout.tsv", "metrics.json"):
                 os.replace(path, out / path.name)
     print(json.dumps(metrics, indent=2))
 
 
+def wide_out(argv: list[str]) -> Path | None:
+    """--layout wide --out DIR: DIR (anywhere but this folder); None without --layout."""
+    if "--layout" not in argv:
+        return None
+    if argv[argv.index("--layout") + 1] != "wide" or "--out" not in argv:
+        sys.exit("train.py: --layout takes wide, and needs --out DIR (a new folder, not this one)")
+    out = Path(argv[argv.index("--out") + 1]).resolve()
+    if out == HERE or HERE in out.parents:
+        sys.exit(f"train.py: --out {out} is inside {HERE}: the shipped files stay as they are")
+    return out
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    main(float(args[0]) if args else 20.0, "--resume" in sys.argv[1:], "--draft" in sys.argv[1:])
+    argv = sys.argv[1:]
+    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--layout", "--out")}
+    args = [a for a in argv if not a.startswith("--") and a not in values]
+    main(float(args[0]) if args else 20.0, "--resume" in argv, "--draft" in argv, wide_out(argv))
