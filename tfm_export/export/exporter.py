@@ -236,7 +236,8 @@ def _write_graphs(checkpoint: Checkpoint, model: Transformer, folder: Path, opti
 def _finishing_edits(options: ExportOptions, spec: GraphSpec) -> dict[str, Edit]:
     """What is rewritten in a graph once its transforms are done, in one load and save: projections packed
     (float32 and int4: exact, bit for bit, export.packing), then the earlier positions' head put under an If
-    (export.earlier_head: every variant's decoder, its head as the transforms left it)."""
+    (export.earlier_head: every variant's decoder, its head as the transforms left it; a float32 or float16 head
+    stays unguarded)."""
     edits: dict[str, Edit] = {}
     if options.dtype == "float32" and options.quantize in PACKED_QUANTIZE:
         edits["packed"] = pack_model

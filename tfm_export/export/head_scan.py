@@ -72,7 +72,7 @@ def scan_head(model: Any, node: Any, weight: Any, accuracy_level: int, bits: int
     exact scoring of its candidates; whether the embedding's float rows score them (tied), else int8 rows.
     `made` maps a weight to its ScanTables, made once. The earlier positions' scan, which has no rows in a plain
     step (ONNX Runtime 1.30's TopK, in Node and the browser, dies of a division by zero on zero rows), goes under
-    an If once the export's transforms are done, as every variant's earlier head does (export.earlier_head)."""
+    an If once the export's transforms are done (export.earlier_head: TopK is no ZERO_ROW_KERNELS op)."""
     import onnx_ir as ir
 
     if weight not in made:
