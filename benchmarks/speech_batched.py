@@ -3,6 +3,7 @@
 
     .venv/bin/python -m benchmarks speech-batched [--fixture models/whisper-digits] [--seconds 600] \
         [--rounds 3] [--threads 2] [--batch-size 8] [--precisions float32,int8] [--work DIR] [--json OUT.json]
+    .venv/bin/python -m benchmarks speech-batched --wer-only --seeds 0-9 [...]   (WER over many recordings, untimed)
 
 faster-whisper is a benchmark-only dependency, installed without its dependencies (it asks for the CPU
 `onnxruntime` wheel, which must never sit beside this venv's onnxruntime-gpu: both are the `onnxruntime`
@@ -58,6 +59,9 @@ Known differences, reported rather than hidden:
 - the VADs differ: ours runs silero 6.2.3's 16 kHz model rewritten to take up to 10,000 windows a run
   (models/silero-vad/silero_vad_16k_op15_batched.onnx, tools/vad_batched.py; the state carried between runs),
   faster-whisper its own silero_vad_v6.onnx, as many; the chunk counts show whether they cut the recording alike.
+--wer-only: no timing; each side transcribes the recordings of --seeds once, and the table gives each side's
+errors and WER per seed and over all, with a paired bootstrap by recording (BOOTSTRAP resamples of the seeds, seed
+12345) of each side's WER minus ours' of the same precision: its 95 % interval (covering 0: no difference shown).
 Before each timed run the script rests 0.3 s (the last side's spinning threads go idle). The machine's load
 average is in the JSON: these 2-core machines are shared, so quote ratios within one run.
 """
@@ -80,6 +84,7 @@ from benchmarks import fixtures
 from benchmarks.speech.batched_sides import Faster, Multilingual, Ours, open_sides  # noqa: F401 (the sides)
 from benchmarks.speech.inputs import long_recording, normalized, versions, wer
 from tfm_export.bench import harness
+from tfm_export.bench.quality import BOOTSTRAP
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 16000
@@ -182,6 +187,56 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word errors, reference words) of `hypothesis`, both normalized as `wer` does."""
+    import jiwer
+
+    w = jiwer.process_words(normalized(reference), normalized(hypothesis) or "<empty>")
+    return w.substitutions + w.deletions + w.insertions, w.hits + w.substitutions + w.deletions
+
+
+def bootstrap_interval(side: np.ndarray, ours: np.ndarray) -> list[float]:
+    """95 % interval of WER(side) - WER(ours), recordings resampled with replacement; rows (errors, words)."""
+    rng = np.random.default_rng(12345)
+    idx = rng.choice(len(ours), size=(BOOTSTRAP, len(ours)), replace=True)
+    wer_of = lambda s: s[idx, 0].sum(-1) / s[idx, 1].sum(-1)  # noqa: E731
+    return [float(q) for q in np.percentile(wer_of(side) - wer_of(ours), [2.5, 97.5])]
+
+
+def wer_only(sides: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Each side once over each seed's recording, untimed: errors per seed, WER over all, the paired interval."""
+    counts: dict[str, list[tuple[int, int]]] = {name: [] for name in sides}
+    for seed in args.seeds:
+        samples, reference = recording(args.fixture, args.seconds, seed, args.work)
+        for name, side in sides.items():
+            counts[name].append(errors(reference, side(samples)))
+        print(f"seed {seed}: " + ", ".join(f"{n} {c[-1][0]}" for n, c in counts.items()), file=sys.stderr, flush=True)
+    rows = []
+    for name, per_seed in counts.items():
+        stats, base = np.array(per_seed, np.float64), np.array(counts["ours " + name.rsplit(" ", 1)[1]], np.float64)
+        rows.append({"side": name, "errors": [e for e, _ in per_seed], "words": int(stats[:, 1].sum()),
+                     "wer": float(stats[:, 0].sum() / stats[:, 1].sum()),
+                     "minus_ours_95": bootstrap_interval(stats, base)})
+    return {"seeds": args.seeds, "rows": rows}
+
+
+def wer_markdown(report: dict[str, Any]) -> str:
+    lines = [f"seeds {report['seeds'][0]}-{report['seeds'][-1]}, {report['rows'][0]['words']} words", "",
+             "| side | errors per seed | errors | WER | WER - ours' (95 %, by recording) |", "|---|---|---:|---:|---|"]
+    lines += [f"| {r['side']} | {' '.join(map(str, r['errors']))} | {sum(r['errors'])} | {r['wer']:.4f} | "
+              f"[{r['minus_ours_95'][0]:+.4f}, {r['minus_ours_95'][1]:+.4f}] |" for r in report["rows"]]
+    return "\n".join(lines)
+
+
+def seed_range(text: str) -> list[int]:
+    """"0-9" or "3" or "0,2,5" -> the seeds."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fixture", type=Path, default=fixtures.WHISPER_DIGITS, help="the trained Whisper folder")
@@ -191,10 +246,26 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="intra-op threads of ours, cpu_threads of faster-whisper")
     p.add_argument("--batch-size", type=int, default=8, help="chunks decoded together, on both")
     p.add_argument("--precisions", default="float32", help="float32 and/or int8, comma-separated")
+    p.add_argument("--wer-only", action="store_true", help="untimed: WER over the recordings of --seeds")
+    p.add_argument("--seeds", type=seed_range, default=[0], help="--wer-only's recordings: 0-9, 0,3,5")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile of ours")
     p.add_argument("--work", type=Path, default=Path("/tmp/speech-batched"), help="exports, conversions, recording")
     p.add_argument("--json", type=Path, help="write the report here")
     return p.parse_args()
+
+
+def timed_report(sides: dict[str, Any], args: argparse.Namespace, window_s: float) -> tuple[dict[str, Any], str]:
+    """The timed run on --seed's recording: the table, the parts and (unless --no-profile) ours' profile."""
+    samples, reference = recording(args.fixture, args.seconds, args.seed, args.work)
+    print(f"recording: {len(samples) / RATE:.1f} s, {len(reference.split())} words", file=sys.stderr, flush=True)
+    load_before = harness.machine_info()["load"]
+    rows = measure(sides, samples, reference, args.rounds, window_s)
+    report = {"machine": {**harness.machine_info(args.threads), **versions(None)}, "words": len(reference.split()),
+              "load_before": load_before, "rows": rows,
+              "parts": parts(sides, samples, window_s, args.precisions.split(",")[0])}
+    if not args.no_profile:
+        report["profile"] = profiled(sides[f"ours {args.precisions.split(',')[0]}"], samples)
+    return report, markdown({**report, "settings": vars(args)})
 
 
 def speech_batched_main() -> None:
@@ -202,19 +273,17 @@ def speech_batched_main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     preprocessor = json.loads((args.fixture / "preprocessor_config.json").read_text())
     window_s = float(preprocessor["chunk_length"])
-    samples, reference = recording(args.fixture, args.seconds, args.seed, args.work)
-    print(f"recording: {len(samples) / RATE:.1f} s, {len(reference.split())} words", file=sys.stderr, flush=True)
     sides: dict[str, Any] = {}
     for precision in args.precisions.split(","):
         sides |= open_sides(args.fixture, precision, args, window_s)
-    load_before = harness.machine_info()["load"]
-    rows = measure(sides, samples, reference, args.rounds, window_s)
-    report = {"tool": "tfm-export `benchmarks speech-batched`", "machine": {**harness.machine_info(args.threads),
-              **versions(None)}, "settings": {**vars(args), "fixture": str(args.fixture), "work": str(args.work),
-              "json": str(args.json)}, "words": len(reference.split()), "load_before": load_before, "rows": rows,
-              "parts": parts(sides, samples, window_s, args.precisions.split(",")[0])}
-    if not args.no_profile:
-        report["profile"] = profiled(sides[f"ours {args.precisions.split(',')[0]}"], samples)
-    print(markdown(report))
+    if args.wer_only:
+        report = wer_only(sides, args)
+        text = wer_markdown(report)
+    else:
+        report, text = timed_report(sides, args, window_s)
+    tool = "tfm-export `benchmarks speech-batched" + (" --wer-only`" if args.wer_only else "`")
+    report = {"tool": tool, "settings": {**vars(args), "fixture": str(args.fixture), "work": str(args.work),
+              "json": str(args.json)}, **report}
+    print(text)
     if args.json:
         harness.write_text(args.json, json.dumps(report, indent=2) + "\n")

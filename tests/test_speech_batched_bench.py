@@ -59,3 +59,14 @@ def test_faster_whisper_batched_as_the_scenario_sets_it_up_transcribes_it_exactl
     assert wer(reference, side(samples)) == 0.0
     assert suppress == [329]  # faster-whisper extends the list it is given: the side passes a copy
     assert side.pipeline.model.model.is_multilingual
+
+
+def test_wer_only_reads_seed_ranges_and_bounds_the_paired_difference():
+    from benchmarks.speech_batched import bootstrap_interval, errors, seed_range
+
+    assert seed_range("0-3,7") == [0, 1, 2, 3, 7] and seed_range("5") == [5]
+    assert errors("eight one two", "one eight two") == (2, 3)
+    ours = np.array([[2, 260], [0, 280], [0, 300]], np.float64)
+    assert bootstrap_interval(ours, ours) == [0.0, 0.0]
+    low, high = bootstrap_interval(ours + [[4, 0], [3, 0], [5, 0]], ours)  # worse on every recording
+    assert 0 < low <= 12 / 840 <= high
