@@ -81,10 +81,11 @@ import time
 import numpy as np
 
 from benchmarks import fixtures
-from benchmarks.speech.batched_sides import Faster, Multilingual, Ours, open_sides  # noqa: F401 (the sides)
-from benchmarks.speech.inputs import long_recording, normalized, versions, wer
+from benchmarks.fixtures import long_recording
 from tfm_export.bench import harness
 from tfm_export.bench.quality import BOOTSTRAP
+from tfm_export.bench.whisper import normalized, versions, wer
+from tfm_export.bench.whisper_batched import Faster, Multilingual, Ours, open_sides  # noqa: F401 (the sides)
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 16000

@@ -1,4 +1,4 @@
-"""`python -m benchmarks quality-table`'s core (benchmarks/quality/) (#41) on one trained fixture and a few held-out numbers: the table's
+"""`python -m benchmarks quality-table`'s core (benchmarks/quality.py) (#41) on one trained fixture and a few held-out numbers: the table's
 numbers are consistent. float32 against itself is chrF 100 and 100 % identical; its exact matches of the
 references are those counted here; a variant with damaged weights scores lower against both, and the summary
 says it misses the target; the paired bootstrap finds the damaged variant below float32 and an equal one not;
@@ -42,7 +42,7 @@ def damaged(folder: Path, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def table(trained_export, tmp_path_factory):
     """The rows of float32, the damaged copy and CTranslate2 float32, greedy, and the fixture."""
-    quality_ct2 = quality_table  # CTranslate2's rows: benchmarks/quality/ct2.py
+    quality_ct2 = quality_table  # CTranslate2's rows: tfm_export/bench/ct2_decode.py
 
     pytest.importorskip("ctranslate2")
     work = tmp_path_factory.mktemp("quality")

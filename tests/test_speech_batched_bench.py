@@ -31,7 +31,7 @@ def spoken(tmp_path_factory):
 
 
 def test_ours_with_vad_and_batching_transcribes_the_recording_exactly(spoken, digits_export):
-    from benchmarks.speech.inputs import wer
+    from tfm_export.bench.whisper import wer
     from benchmarks.speech_batched import Ours
     from tfm_export.runtime import RuntimeOptions, open_export
 
@@ -46,7 +46,7 @@ def test_faster_whisper_batched_as_the_scenario_sets_it_up_transcribes_it_exactl
     pytest.importorskip("faster_whisper")
     from faster_whisper import WhisperModel
 
-    from benchmarks.speech.inputs import converted, wer
+    from tfm_export.bench.whisper import converted, wer
     from benchmarks.speech_batched import Faster, Multilingual
 
     samples, reference, work = spoken

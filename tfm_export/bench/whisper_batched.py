@@ -4,15 +4,14 @@ made to say it is multilingual where the folder is), each with its VAD's chunks 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from benchmarks.speech.backends import window_padding
-from benchmarks.speech.inputs import converted, exported
+from .whisper import converted, exported, window_padding
 
 PROMPT = 4  # <|startoftranscript|>, <|en|>, <|transcribe|>, <|notimestamps|>
 OPTIONS = dict(language="en", task="transcribe", num_beams=1)  # ours (timestamps off by default)
@@ -30,15 +29,15 @@ class Ours:
 
     def chunks(self, samples: np.ndarray, window_s: float) -> list[np.ndarray]:
         """The chunks' audio, as its VAD and chunking cut the recording."""
-        from tfm_export.runtime.speech.vad import VadParameters, collect_chunks, speech_timestamps
+        from ..runtime.speech.vad import VadParameters, collect_chunks, speech_timestamps
 
         spans = speech_timestamps(samples, VadParameters.of(self.vad_parameters))
         return [chunk.samples for chunk in collect_chunks(samples, spans, window_s)]
 
     def features(self, chunks: list[np.ndarray]) -> None:
         """Each chunk's log-mel features, as its transcription computes them (one window, audio padded)."""
-        from tfm_export.audio.features import log_mel
-        from tfm_export.runtime.speech.whisper import speech_settings
+        from ..audio.features import log_mel
+        from ..runtime.speech.whisper import speech_settings
 
         config = speech_settings(self.model)[1]
         for chunk in chunks:
@@ -67,7 +66,7 @@ class Faster:
 
         self.pipeline, self.batch, self.suppress_tokens = BatchedInferencePipeline(model), batch, suppress_tokens
         self.frames = model.feature_extractor.nb_max_frames
-        # CTranslate2 decodes at most max_length // 2 new ids (speech.FasterBatched)
+        # CTranslate2 decodes at most max_length // 2 new ids (benchmarks/speech_served.py's FasterBatched)
         self.max_new_tokens = 2 * (max_positions - PROMPT) - 3
 
     def __call__(self, samples: np.ndarray) -> str:
@@ -96,7 +95,8 @@ class Faster:
 def open_sides(fixture: Path, precision: str, args: argparse.Namespace, window_s: float) -> dict[str, Any]:
     """The three sides of one precision, on the export and the conversion of `fixture` (made in --work)."""
     from faster_whisper import WhisperModel
-    from tfm_export.runtime import RuntimeOptions, open_export
+
+    from ..runtime import RuntimeOptions, open_export
 
     int8 = precision == "int8"
     export = exported(fixture, args.work / f"ours-{precision}", "int8" if int8 else None)
