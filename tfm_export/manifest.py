@@ -275,6 +275,11 @@ def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> Path:
     return path
 
 
+def has_manifest(folder: str | os.PathLike) -> bool:
+    """True when `folder` holds a manifest.json of any format (an export another checkout wrote, say)."""
+    return (Path(folder) / MANIFEST_NAME).is_file()
+
+
 def manifest_time(folder: str | os.PathLike) -> float:
     """When the export in `folder` was written: its manifest's modification time (Unix seconds)."""
     return (Path(folder) / MANIFEST_NAME).stat().st_mtime

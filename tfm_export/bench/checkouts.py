@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..manifest import has_manifest
 from . import harness
 
 # One export opened, each case (name -> (sources, beams, in the server's in-flight rows)) timed: the best of
@@ -119,7 +120,7 @@ print(json.dumps({"step_ms": statistics.median(steps), "best_ms": best, "samples
 
 def export_in(tree: Path, weights: Path, out: Path, slots: int, scratch: Path) -> Path:
     """`weights` exported to `out` (once) by the checkout `tree`, in a process of its own."""
-    if not (out / "manifest.json").exists():
+    if not has_manifest(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-c", EXPORT_WORKER, str(weights), str(out), str(slots)], check=True,
                        cwd=scratch, env={**os.environ, "PYTHONPATH": str(tree)})

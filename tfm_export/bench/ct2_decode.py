@@ -28,6 +28,10 @@ from ..errors import InputError
 
 CT2_BATCH = 16  # sources per translate_batch call (the ONNX rows decode 16 at a time too: quality.TEXT_BATCH)
 
+# CTranslate2 tells a family's variants apart by config.tokenizer_class (mBART-50 from mBART-25); a folder whose
+# config.json has none gets the variant our fixtures are, by model_type (a table: only importers.families branch)
+CT2_TOKENIZER_CLASS = {"mbart": "MBart50Tokenizer"}
+
 
 def prepared(out: Path, make: Callable[[Path], None]) -> Path:
     """`out` made by `make(partial)` and renamed into place, unless a previous run left it."""
@@ -53,8 +57,9 @@ def convert_folder(folder: Path, out: Path) -> Path:
                 model.config.tie_word_embeddings = model.config.scale_decoder_outputs
             # CTranslate2 tells mBART-50 from mBART-25 by config.tokenizer_class; without one (the fixture's
             # config.json) it takes mBART-25's decoder start, the language token instead of </s> then the language.
-            if model.config.model_type == "mbart" and not getattr(model.config, "tokenizer_class", None):
-                model.config.tokenizer_class = "MBart50Tokenizer"
+            wanted = CT2_TOKENIZER_CLASS.get(model.config.model_type)
+            if wanted and not getattr(model.config, "tokenizer_class", None):
+                model.config.tokenizer_class = wanted
             return model
 
         def load_tokenizer(self, *args: Any, **kwargs: Any) -> Any:

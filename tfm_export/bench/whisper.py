@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, TfmExportError
+from ..manifest import has_manifest
 from ..runtime import GREEDY, RuntimeOptions, open_export
 from . import harness
 from .optimum_client import WORKER, OptimumProcess
@@ -243,7 +244,7 @@ def wer(reference: str, hypothesis: str) -> float:
 
 def exported(folder: Path, out: Path, quantize: str | None) -> Path:
     """`tfm-export FOLDER -o OUT [--quantize int8]` (validation included), unless `out` holds an export."""
-    if not (out / "manifest.json").exists():
+    if not has_manifest(out):
         extra = ["--quantize", quantize] if quantize else []
         done = subprocess.run([sys.executable, "-m", "tfm_export", str(folder), "-o", str(out), *extra],
                               capture_output=True, text=True)
