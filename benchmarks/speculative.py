@@ -217,6 +217,9 @@ def speculative_main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="where the models run: cpu, cuda, cuda:N")
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
+    parser.add_argument("--no-spin", action="store_true",
+                        help="every session's idle threads sleep (RuntimeOptions.spin_wait=False): a model and its "
+                             "draft take turns, and a spinning pool takes the other's cores")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     parser.add_argument("--new-tokens", type=int, default=64, help="most ids per source (base-random: exactly)")
     parser.add_argument("--sources", type=int, default=8, help="base-random: sources per run")
@@ -228,7 +231,7 @@ def speculative_main() -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="nllb-600m-int4-draft, whisper-wide: keep their models and exports here, reused (minutes each)")
     args = parser.parse_args()
-    options = RuntimeOptions(intra_op_threads=args.threads)
+    options = RuntimeOptions(intra_op_threads=args.threads, spin_wait=not args.no_spin)
     cases = ["base-random"] if args.quick else args.case or [c for c in CASES if c not in ON_REQUEST]
     rows, costs = [], []
     with tempfile.TemporaryDirectory() as tmp:
