@@ -160,11 +160,21 @@ class ThreadsOption(click.Option):
         return super().get_help_record(ctx)
 
 
+def spin_beside(spin: bool, assistant: Any) -> bool:
+    """--spin's value when a draft export (--assistant) may run beside the model: their sessions take turns, and a
+    pool left spinning after the draft's run takes the cores of the model's check (docs/speech.md: a check 29 ms
+    spinning, 9-10 ms not, on 2 cores), so an assistant turns spinning off unless --spin is given."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.get_parameter_source("spin") is click.core.ParameterSource.COMMANDLINE
+    return spin if assistant is None or given else False
+
+
 def ort_thread_options(fn: Callable[..., Any] | None = None, spin: bool = True) -> Any:
     """--threads and --spin/--no-spin, shared by the commands that run ONNX Runtime (`spin`: its default)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = click.option("--spin/--no-spin", default=spin, show_default=True,
-                          help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines).")(fn)
+                          help="Let idle ORT threads spin between ops (--no-spin on shared or busy machines; "
+                               "--assistant turns it off unless --spin is given).")(fn)
         return click.option("--threads", cls=ThreadsOption, type=int, default=None, callback=check_threads,
                             help=THREADS_HELP)(fn)
     return decorate(fn) if fn is not None else decorate

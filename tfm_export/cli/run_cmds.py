@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import click
 
 from ..errors import InputError
-from .common import library_errors, main_group, ort_thread_options, parse_int_list
+from .common import library_errors, main_group, ort_thread_options, parse_int_list, spin_beside
 
 
 def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
@@ -230,6 +230,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
                                "done; pick one")
     doc_format = doc_format or _format_of(input_file)
+    spin = spin_beside(spin, assistant)
     if split_sentences or doc_format != "text":
         documents = _documents(text, ids, input_file, input_format, features, stream or as_json)
         model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin,

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .common import library_errors, main_group, ort_thread_options
+from .common import library_errors, main_group, ort_thread_options, spin_beside
 
 
 @main_group.command("transcribe")
@@ -116,6 +116,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     decoding = _decoding_options(temperatures, options)
     check_files([path for path in audio if str(path) != "-"])  # every input before the first transcript is written
     targets = output_files(audio, output_dir, fmt) if output_dir is not None else [None] * len(audio)
+    spin = spin_beside(spin, assistant_folder)
     model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin))
     if assistant_folder is not None:  # speculative decoding (runtime.speech.assisted), on the model's device
         decoding["assistant"] = open_export(assistant_folder, device,
