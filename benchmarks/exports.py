@@ -89,7 +89,11 @@ def run_variant(folder: Path, out: Path, variant: str) -> dict[str, Any]:
     if out.exists():
         import shutil
 
-        shutil.rmtree(out)  # this script's own previous export
+        from tfm_export.manifest import has_manifest
+
+        if not has_manifest(out):  # not an export this scenario wrote: left as it is
+            raise SystemExit(f"{out} exists and holds no tfm-export export; remove it or choose another --work")
+        shutil.rmtree(out)  # this scenario's own previous export of the same name (work/<layout>-<variant>)
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "big-models", "--child", str(folder), str(out), variant],
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:

@@ -228,3 +228,25 @@ def test_the_checks_find_a_sys_path_insert_and_an_upward_import(tmp_path):
     assert upward(module) == {"benchmarks", "hf_fixtures"} and SYS_PATH.search(module.read_text())
     module.write_text("import sys\nprint(sys.path)  # reading it is fine\n")
     assert upward(module) == set() and not SYS_PATH.search(module.read_text())
+
+
+def test_prepared_stages_in_a_folder_of_its_own(tmp_path):
+    """harness.prepared: made once, renamed into place; a failure removes only its own staging folder, and a
+    folder named like a staging one that someone else left (`<out>.partial`) is never touched."""
+    from tfm_export.bench.harness import prepared
+
+    foreign = tmp_path / "out.partial"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("the user's")
+
+    def fails(stage):
+        stage.mkdir()
+        (stage / "half").write_text("x")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        prepared(tmp_path / "out", fails)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.partial"]
+    assert (foreign / "keep.txt").read_text() == "the user's"
+    assert prepared(tmp_path / "out", lambda stage: stage.mkdir()) is not None
+    assert (tmp_path / "out").is_dir() and prepared(tmp_path / "out", fails) is None  # reused, not remade

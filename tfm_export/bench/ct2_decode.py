@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import InputError
+from . import harness
 
 
 CT2_BATCH = 16  # sources per translate_batch call (the ONNX rows decode 16 at a time too: quality.TEXT_BATCH)
@@ -34,12 +34,8 @@ CT2_TOKENIZER_CLASS = {"mbart": "MBart50Tokenizer"}
 
 
 def prepared(out: Path, make: Callable[[Path], None]) -> Path:
-    """`out` made by `make(partial)` and renamed into place, unless a previous run left it."""
-    if not out.exists():
-        partial = out.with_name(out.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's
-        make(partial)
-        partial.rename(out)
+    """`out` made by `make(stage)` and renamed into place, unless a previous run left it (harness.prepared)."""
+    harness.prepared(out, make)
     return out
 
 

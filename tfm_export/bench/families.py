@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,15 +138,7 @@ def convert_ct2(folder: Path, out: Path, tokenizer: IdTokenizer) -> None:
     Converter(str(folder)).convert(str(out), force=True)  # float32
 
 
-def prepared(path: Path, make: Callable[[Path], None]) -> float | None:
-    """Make `path` unless it is there (a previous run's); seconds taken, or None when reused."""
-    if path.exists():
-        return None
-    partial = path.with_name(path.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's
-    seconds = harness.timed(lambda: make(partial))
-    partial.rename(path)
-    return seconds
+prepared = harness.prepared  # its scenarios' readers (benchmarks.exports, .speculative) keep the name
 
 
 class OptimumWorker(OptimumProcess):

@@ -17,8 +17,10 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -115,6 +117,23 @@ def best_of(fn: Callable[[], Any], repeat: int) -> float:
     """The fastest of `repeat` timed calls, in seconds: what a run of a side reports when the noise to
     filter is other processes taking a core (a run can only be slowed by it)."""
     return min(timed(fn) for _ in range(max(1, repeat)))
+
+
+def prepared(out: Path, make: Callable[[Path], None]) -> float | None:
+    """Make `out` unless it is there (a previous run's): seconds taken, or None when reused. `make(stage)` writes
+    a path inside a staging folder of this call's own beside `out`, renamed into place when done; on failure only
+    that staging folder goes, never a folder another run or the user left."""
+    if out.exists():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        stage = staging / out.name
+        seconds = timed(lambda: make(stage))
+        stage.rename(out)  # fails rather than replace what appeared at `out` meanwhile
+        return seconds
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # made by mkdtemp above: this call's alone
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -68,12 +68,22 @@ def seq2seq_export(hf_dir: Path, cache: Path) -> float | None:
     """Optimum's seq2seq_export of hf_dir into cache (seconds), unless cache holds one already (None)."""
     if any(cache.glob("*.onnx")):
         return None
-    partial = cache.with_name(cache.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's, which this script wrote
     start = time.perf_counter()
-    ORTModelForSeq2SeqLM.from_pretrained(hf_dir, seq2seq_export=True).save_pretrained(partial)
-    partial.rename(cache)  # fails rather than replace a folder this script did not write
+    staged(cache, lambda partial: ORTModelForSeq2SeqLM.from_pretrained(hf_dir, seq2seq_export=True)
+           .save_pretrained(partial))
     return time.perf_counter() - start
+
+
+def staged(out: Path, write: Callable[[Path], None]) -> None:
+    """`write(partial)` into a staging folder of this call's own beside `out`, then renamed to `out` (which fails
+    rather than replace a folder this script did not write); on failure only that staging folder goes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        write(staging / out.name)
+        (staging / out.name).rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # made by mkdtemp above: this call's alone
 
 
 def seq2seq_load(cache: Path, threads: int) -> ORTModelForSeq2SeqLM:
@@ -200,14 +210,12 @@ def whisper_export(hf_dir: Path, cache: Path) -> float | None:
     """Optimum's whisper_export of hf_dir into cache (seconds), unless cache holds one already (None)."""
     if any(cache.glob("*.onnx")):
         return None
-    partial = cache.with_name(cache.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's, which this script wrote
     frames = json.loads((hf_dir / "preprocessor_config.json").read_text())["nb_max_frames"]
     start = time.perf_counter()
     # ORTModelForSpeechSeq2Seq._export's call, nb_max_frames added (see the docstring)
-    main_export(model_name_or_path=str(hf_dir), output=partial, task=TASK, do_validation=False,
-                no_post_process=True, library_name="transformers", nb_max_frames=frames)
-    partial.rename(cache)  # fails rather than replace a folder this script did not write
+    staged(cache, lambda partial: main_export(model_name_or_path=str(hf_dir), output=partial, task=TASK,
+                                              do_validation=False, no_post_process=True,
+                                              library_name="transformers", nb_max_frames=frames))
     return time.perf_counter() - start
 
 
@@ -296,10 +304,13 @@ def tjs_export(hf_dir: Path, out: Path) -> float | None:
     """The layout above in `out` (seconds), unless `out` holds it already (None)."""
     if all((out / "onnx" / name).exists() for name in GRAPHS):
         return None
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)  # an interrupted run's, which this script wrote
     frames = json.loads((hf_dir / "preprocessor_config.json").read_text())["nb_max_frames"]
     start = time.perf_counter()
+    staged(out, lambda partial: _tjs_write(hf_dir, frames, partial))
+    return time.perf_counter() - start
+
+
+def _tjs_write(hf_dir: Path, frames: int, partial: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="optimum_tjs_") as tmp:
         readable = readable_copy(hf_dir, Path(tmp) / "hf")
         main_export(model_name_or_path=str(readable), output=Path(tmp) / "onnx", task=TASK, do_validation=False,
@@ -310,8 +321,6 @@ def tjs_export(hf_dir: Path, out: Path) -> float | None:
     for name in FILES:
         if (hf_dir / name).exists():
             shutil.copyfile(hf_dir / name, partial / name)
-    partial.rename(out)  # fails rather than replace a folder this script did not write
-    return time.perf_counter() - start
 
 
 def tjs_main() -> None:
