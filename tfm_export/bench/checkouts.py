@@ -33,7 +33,10 @@ def opened(static):
 model, rows_model = opened(False), None
 def in_flight(sources, config):
     from tfm_export.runtime.inflight import decode_in_flight
-    from tfm_export.runtime.states.host_rows import open_rows
+    try:
+        from tfm_export.runtime.states.host_rows import open_rows
+    except ImportError:  # a checkout from before runtime/ in folders (#59): runtime.rows
+        from tfm_export.runtime.rows import open_rows
     cache = rows_model.static_cache
     src = rows_model.source_input(sources)
     rows = open_rows(cache, len(sources) * config.num_beams, cache.config.src_len or src.shape[1])
@@ -66,12 +69,14 @@ for name, (batch, beams, rows) in cases.items():
 print(json.dumps(out))
 """
 
-# Exports a checkpoint (argv[1]) to argv[2] with argv[3] static slots (the in-flight cases' rows)
+# Exports a checkpoint (argv[1]) to argv[2] with argv[3] static slots (the in-flight cases' rows); static_cache
+# spelled out, since a checkout from before the declared export options (#59) takes static_slots without it
 EXPORT_WORKER = r"""
 import sys
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.importers import load_any
-export_model(load_any(sys.argv[1]), sys.argv[2], ExportOptions(validate=False, static_slots=int(sys.argv[3])))
+export_model(load_any(sys.argv[1]), sys.argv[2], ExportOptions(validate=False, static_cache=True,
+                                                             static_slots=int(sys.argv[3])))
 """
 
 # One backend ("ct2" or "ort") decoding one random batch: --new-tokens and 1 new token alternately, `repeat` times;
