@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks import quality
-from benchmarks.documents_cases import CASES, Case, planned
+from tfm_export.bench.documents import CASES, Case, planned
 from tfm_export.bench import harness
 
 DOC = r"""A document end to end, ours against CTranslate2's translate_iterable on the same weights (#62).

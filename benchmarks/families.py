@@ -18,8 +18,7 @@ import torch
 import transformers
 from transformers import MarianConfig, MarianMTModel
 
-from benchmarks import fixtures
-from tfm_export.bench import harness
+from tfm_export.bench import fixtures, harness
 from tfm_export.bench.families import FIRST_ID, FULL, OPUS_MT, Backends, measure
 from tfm_export.bench.harness import machine_info
 from tfm_export.bench.optimum_client import optimum_versions

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fixtures
+from tfm_export.bench import fixtures
 from benchmarks.quality import measure, trained_fixture, variant_options, versions
 from tfm_export.bench import harness
 from tfm_export.bench.quality import markdown

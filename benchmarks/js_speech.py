@@ -61,14 +61,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fixtures
-from benchmarks.fixtures import long_recording, random_folder
-from tfm_export.bench import harness
+from tfm_export.bench import fixtures, harness
+from tfm_export.bench.fixtures import long_recording, random_folder
 from tfm_export.bench.optimum_client import tjs_folder
 from tfm_export.bench.whisper import RATE, exported
 
 ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent
+WORKERS = Path(harness.__file__).resolve().parent  # js_speech_*.mjs: in tfm_export/bench, beside the peers' backends
 TOOL = "tfm-export `benchmarks js-speech`"
 MODES = ("node-ours", "node-tjs", "browser-ours", "browser-tjs", "node-before")
 PAUSE = 0.3  # seconds of rest before each timed call
@@ -156,11 +155,17 @@ class Worker:
         self.proc.wait(60)
 
 
+def node_worker(tree: Path) -> Path:
+    """A checkout's js_speech_node.mjs: in tfm_export/bench/, or benchmarks/ in checkouts from before it moved."""
+    here = [tree / folder / "js_speech_node.mjs" for folder in ("tfm_export/bench", "benchmarks")]
+    return next((path for path in here if path.is_file()), here[0])
+
+
 def open_modes(modes: list[str], ours: Path, tjs: Path, args: argparse.Namespace) -> tuple[dict, dict, list]:
     """({mode: ask(request)}, {mode: load seconds}, the workers): the Node processes and one browser process."""
-    node = ["node", str(HERE / "js_speech_node.mjs")]
+    node = ["node", str(WORKERS / "js_speech_node.mjs")]
     calls, loads, workers = {}, {}, []
-    before = ["node", str(Path(args.before_tree or ".") / "benchmarks" / "js_speech_node.mjs")]
+    before = ["node", str(node_worker(Path(args.before_tree or ".")))]
     for mode, side, folder, script in (("node-ours", "ours", ours, node), ("node-tjs", "tjs", tjs, node),
                                        ("node-before", "ours", ours, before)):
         if mode in modes:
@@ -168,7 +173,7 @@ def open_modes(modes: list[str], ours: Path, tjs: Path, args: argparse.Namespace
             workers.append(worker)
             calls[mode], loads[mode] = worker.ask, worker.ready["load_s"]
     if any(m.startswith("browser-") for m in modes):
-        worker = Worker(["node", str(HERE / "js_speech_browser.mjs"), "--export", str(ours), "--tjs-model", str(tjs),
+        worker = Worker(["node", str(WORKERS / "js_speech_browser.mjs"), "--export", str(ours), "--tjs-model", str(tjs),
                          "--tjs", str(args.tjs), "--python", sys.executable, "--chromium", args.chromium])
         workers.append(worker)
         for side in ("ours", "tjs"):

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import fixtures
+from tfm_export.bench import fixtures
 from benchmarks.speech_served import served_exported
 from tfm_export.bench.serving import free_port
 from tfm_export.bench import harness

@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks import fixtures
-from tfm_export.bench import harness
+from tfm_export.bench import fixtures, harness
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.module_export import export_with_adapter, load_adapter
 from tfm_export.importers import load_any

@@ -17,9 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from benchmarks import fixtures
-from tfm_export.bench import ct2_decode as ct2  # noqa: F401 (`quality.ct2.prepared`: documents' cases)
-from tfm_export.bench import harness
+from tfm_export.bench import fixtures, harness
 from tfm_export.bench.ct2_decode import TextDecoder, WhisperDecoder, convert_folder, convert_native
 from tfm_export.bench.quality import (  # noqa: F401 (the tests' names)
     Decoder, Fixture, Group, decode_all, markdown, paired_bootstrap, paired_bootstrap_wer, score_rows,

@@ -80,9 +80,8 @@ import time
 
 import numpy as np
 
-from benchmarks import fixtures
-from benchmarks.fixtures import long_recording
-from tfm_export.bench import harness
+from tfm_export.bench import fixtures, harness
+from tfm_export.bench.fixtures import long_recording
 from tfm_export.bench.quality import BOOTSTRAP
 from tfm_export.bench.whisper import normalized, versions, wer
 from tfm_export.bench.whisper_batched import Faster, Multilingual, Ours, open_sides  # noqa: F401 (the sides)

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.fixtures import random_folder
+from tfm_export.bench.fixtures import random_folder
 from tfm_export.bench import harness
 from tfm_export.bench.serving import free_port
 from tfm_export.bench.whisper import RATE, converted, window_padding

@@ -1,7 +1,7 @@
 """Whisper on CPU, one scenario each: `whisper-speed` (ours vs faster-whisper vs transformers vs Optimum, short and
 long form) and `word-timestamps` (what word timestamps cost on long-form transcription). The backends and the
 measures are tfm_export.bench.whisper's and whisper_measures'; the recordings and random folders
-benchmarks.fixtures'."""
+tfm_export.bench.fixtures'."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 
 import tfm_export.runtime.speech.alignment as alignment
 import tfm_export.runtime.speech.words as whisper_words
-from benchmarks.fixtures import ROOT, long_recording, random_folder
+from tfm_export.bench.fixtures import ROOT, long_recording, random_folder
 from tfm_export.bench import harness
 from tfm_export.bench.whisper import (
     BACKENDS, Folder, OPTIMUM, OPTIMUM_WORKER, OptimumWhisper, RATE, exported, open_backends, versions)

@@ -1,6 +1,6 @@
 // Browser timing server for js_speech.py (#43): headless Chromium, our page and transformers.js side by side.
 //
-//   node benchmarks/js_speech_browser.mjs --export OUR_EXPORT --tjs-model MODEL_DIR --tjs /work/tjs \
+//   node tfm_export/bench/js_speech_browser.mjs --export OUR_EXPORT --tjs-model MODEL_DIR --tjs /work/tjs \
 //       [--python PYTHON] [--chromium /usr/bin/chromium]
 //
 // ours: the page itself (runtimes/web, `tfm-export serve-web OUR_EXPORT`, as runtimes/web/test/harness.mjs
@@ -23,11 +23,11 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { closeAll, launchChromium, openPage, startServeWeb } from '../runtimes/web/test/harness.mjs';
+import { closeAll, launchChromium, openPage, startServeWeb } from '../../runtimes/web/test/harness.mjs';
 import { tjsTranscriber } from './js_speech_node.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const runtimes = path.join(here, '..', 'runtimes');
+const runtimes = path.join(here, '..', '..', 'runtimes'); // the checkout's: this file is in tfm_export/bench/
 const { values } = parseArgs({ options: { export: { type: 'string' }, 'tjs-model': { type: 'string' },
   tjs: { type: 'string' }, python: { type: 'string', default: 'python3' },
   chromium: { type: 'string', default: '/usr/bin/chromium' } } });

@@ -1,13 +1,15 @@
 """The one seam between the benchmarks and the test fixtures: the fixture modules stay in tests/ (and the
-whisper-digits model's speech.py beside its model), and are loaded from their files here.
+whisper-digits model's speech.py beside its model), and are loaded from their files here. It reads a checkout's
+tests/ and models/ (the scenarios of `python -m benchmarks` run in one): an installed wheel has neither.
 
-Why this seam, not the fixtures moved into benchmarks/: the fixture modules (tests/hf_fixtures.py,
+Why this seam, not the fixtures moved into the package: the fixture modules (tests/hf_fixtures.py,
 marian_fixtures.py, reference_models.py, whisper_fixtures.py, fixtures/train_fixtures.py: some 1,400 lines)
 are the tests' own; dozens of test files import them by their flat names, as pytest's rootdir insertion
 lets them. Moving them would churn every one of those tests for the benefit of a few benchmarks. So the
 benchmarks read them unchanged, through this module only: each is loaded from its path under the flat name
 the tests use (registered in sys.modules, so a test and a benchmark in one process share one module, and
-their own flat imports of each other resolve), and sys.path is never touched here.
+their own flat imports of each other resolve), and sys.path is never touched here. No static import names
+them, so the package's bench code still imports neither the tests nor the benchmarks (test_bench_harness).
 
 What the speech benchmarks build on those fixtures is here too: long recordings spoken by espeak-ng (the
 whisper-digits model's speech) and random Whisper folders of published layouts (whisper_fixtures').
@@ -24,9 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tfm_export.bench.whisper import RATE
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 TESTS = ROOT / "tests"
 WHISPER_DIGITS = ROOT / "models" / "whisper-digits"
 
@@ -94,6 +94,8 @@ def long_recording(fixture: Path, seconds: float, seed: int, work: Path, pauses:
     """(samples, the spoken words): held-out English digit strings with `pauses` (seconds, uniform) over noise of
     standard deviation `noise`, `seconds` long; cached in `work` (a wav and its words) per (stem, seconds, seed)."""
     import soundfile
+
+    from .whisper import RATE  # here, not above: `import benchmarks` loads this module, and needs no runtime
 
     wav, txt = work / f"{stem}_{seconds:g}s_{seed}.wav", work / f"{stem}_{seconds:g}s_{seed}.txt"
     if wav.exists() and txt.exists():

@@ -1,8 +1,8 @@
 // Node timing server for js_speech.py (#43): one Whisper model in one Node process, ours or transformers.js; and
 // transformers.js' transcriber (tjsTranscriber), which js_speech_browser.mjs's page runs too.
 //
-//   node benchmarks/js_speech_node.mjs ours EXPORT_DIR --threads N
-//   node benchmarks/js_speech_node.mjs tjs MODEL_DIR --threads N --tjs /work/tjs
+//   node tfm_export/bench/js_speech_node.mjs ours EXPORT_DIR --threads N
+//   node tfm_export/bench/js_speech_node.mjs tjs MODEL_DIR --threads N --tjs /work/tjs
 //
 // ours: runtimes/node's openExport(EXPORT_DIR) (sha256 of every file checked, as a user opens it) and its
 // transcribe; tjs: transformers.js' pipeline('automatic-speech-recognition', MODEL_DIR) with
@@ -12,7 +12,7 @@
 // It prints {"ready": true, "load_s": s} (opening the model, timed here), then answers JSON lines on stdin:
 //   {"wav": PATH, "language": "en", "max_new_tokens": n or null}
 //   -> {"seconds": s, "text": "...", "ids": [...]}  (the generated ids, without the prompt and EOS)
-// The WAV file is read once (runtimes/node/audio.mjs: the same float32 samples for both) and not timed:
+// The WAV file is read once (runtimes/node/audio/io.mjs: the same float32 samples for both) and not timed:
 // `seconds` is the transcription of the samples (features, encoder, decoder steps, the text).
 // max_new_tokens null: each side's default from the folder's generation_config (max_length).
 import { readFileSync } from 'node:fs';
@@ -21,7 +21,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
-const NODE_RUNTIME = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'runtimes', 'node');
+// this file sits in tfm_export/bench/, beside the other peers' backends: the checkout's runtimes/ is two up
+const NODE_RUNTIME = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'runtimes', 'node');
 
 /** ours: { load, run(samples, language, maxNewTokens) -> { text, ids } } */
 async function ours({ dir, sessionOptions }) {

@@ -1,5 +1,5 @@
-"""The documents scenario's cases (--case): a Hugging Face folder, a document, its languages, and the new tokens
-every sentence decodes on both sides."""
+"""The documents scenario's cases (`python -m benchmarks documents --case`): a Hugging Face folder, a document,
+its languages, and the new tokens every sentence decodes on both sides."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks import fixtures, quality
+from . import fixtures, harness
 
 ENG, DEU = "eng_Latn", "deu_Latn"
-FOLDER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trained" / "nllb"
+FOLDER = fixtures.TESTS / "fixtures" / "trained" / "nllb"
 
 
 def paragraphs(sentences: list[str]) -> str:
@@ -36,8 +36,9 @@ def phrases_document(words: int, seed: int = 0) -> str:
 def opus_mt_folder(work: Path) -> Path:
     """The opus-mt-sized random Marian folder (as `benchmarks opus-mt-folder WORK/opus-mt-hf`), unless there."""
     marian = fixtures.marian()
-    return quality.ct2.prepared(work / "opus-mt-hf", lambda path: marian.marian_folder(
-        path, seed=0, vocab_size=15_600, **marian.OPUS_MT))
+    folder = work / "opus-mt-hf"
+    harness.prepared(folder, lambda path: marian.marian_folder(path, seed=0, vocab_size=15_600, **marian.OPUS_MT))
+    return folder
 
 
 @dataclasses.dataclass(frozen=True)
