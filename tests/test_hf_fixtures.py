@@ -180,7 +180,9 @@ def test_tokenizer_round_trip(family):
             assert pieces == sp.encode(rest, out_type=str), text
 
 
-@pytest.mark.parametrize("size", ["tiny", "layers"])
+# The "layers" folders (the base checkpoints' depth) feed only `make test-long`'s cases
+# (test_hf_families' random folders), so they are checked there: `make test` checks the tiny ones.
+@pytest.mark.parametrize("size", ["tiny", pytest.param("layers", marks=pytest.mark.long)])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_random_folder_saves_and_loads(family, size, tmp_path):
     folder = random_folder(family, tmp_path / family, size=size)
