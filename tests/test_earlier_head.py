@@ -21,7 +21,7 @@ import torch
 
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.export.graphs import EncoderGraph
-from tfm_export.manifest import EARLIER_LOGITS
+from tfm_export.graph_io import EARLIER_LOGITS
 from tfm_export.model.checkpoint import load_checkpoint
 
 # The head's weight MatMuls, as each variant writes them (int8: ORT's quantize_dynamic graph, export.int8)

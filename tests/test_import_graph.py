@@ -97,7 +97,7 @@ RUNTIME_LAYERS: list[tuple[str, set[str]]] = [
     ("facade", {"", "api", "speculating", "exported", "inflight", "verify"}),
 ]
 # what the torch-free runtime may import from the rest of the package (never model/, export/, serve/, cli/ ...)
-RUNTIME_MAY_IMPORT = {"errors", "config", "manifest", "files", "filterbank", "resources", "text", "audio"}
+RUNTIME_MAY_IMPORT = {"errors", "config", "graph_io", "manifest", "files", "filterbank", "resources", "text", "audio"}
 
 
 def runtime_layer(module: str) -> int | None:

@@ -114,7 +114,7 @@ def test_the_encoder_input_is_read_from_the_manifest(tiny_export, tmp_path):
 
     import onnx
 
-    from tfm_export.manifest import TensorSpec
+    from tfm_export.graph_io import TensorSpec
 
     out = tmp_path / "renamed"
     shutil.copytree(tiny_export, out)

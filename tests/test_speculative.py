@@ -19,7 +19,7 @@ import pytest
 import hf_fixtures
 from helpers import run_cli, run_cli_ok
 from tfm_export.errors import InputError
-from tfm_export.manifest import EARLIER_LOGITS
+from tfm_export.graph_io import EARLIER_LOGITS
 from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.runtime.decode import draft_length, speculative, speculative_sampling
 from tfm_export.runtime.decode.draft_length import DraftLength

@@ -1,7 +1,7 @@
 """manifest.json: the contract between an export folder and the apps that use it. Torch-free.
 
-The typed form (`Manifest`, `GraphEntry`, `TensorSpec`, `Variant`) is what every module passes
-around; this module is the only one that reads or writes `manifest.json`. Writing checks the JSON
+The typed form (`Manifest`, `Variant`, `VariantQuality`; each graph's `GraphEntry` from graph_io) is what every
+module passes around; this module is the only one that reads or writes `manifest.json`. Writing checks the JSON
 Schema (manifest.schema.json, shipped in the package) and replaces the file atomically; reading
 checks the schema, the config, that every graph file exists and (by default) its sha256.
 """
@@ -18,86 +18,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .filterbank import Filterbank
 from .config import TransformerConfig
+from .filterbank import Filterbank
 from .errors import ConfigError, ManifestError
+from .graph_io import EARLIER_LOGITS, GraphEntry, TensorSpec
 
-# decoder.onnx's output of the logits of the new positions before the last (batch, tgt_len - 1, tgt_vocab)
-# (export.specs.decoder_spec): with `logits`, a speculative step's every position
-EARLIER_LOGITS = "earlier_logits"
 FORMAT = "tfm-export-manifest/1"
 MANIFEST_NAME = "manifest.json"
-# Key of the config copy each graph carries in its ONNX metadata: opening an export compares it with
-# the manifest's config, so a manifest edited to describe another model is refused.
-CONFIG_METADATA_KEY = "tfm_export.config"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One graph input or output."""
-
-    name: str  # ONNX value name
-    dtype: str  # numpy-style dtype name: int64, bool, float32, float16
-    shape: tuple[str | int, ...]  # symbolic dims are strings: batch, src_batch, src_len, tgt_len, ...
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TensorSpec":
-        return cls(data["name"], data["dtype"], tuple(data["shape"]))
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    """A graph to export: its file and its ordered inputs/outputs (export.specs builds them)."""
-
-    name: str  # encoder | decoder | decoder_static
-    file: str  # file name inside the export folder
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def input_names(self) -> list[str]:
-        return [t.name for t in self.inputs]
-
-    def output_names(self) -> list[str]:
-        return [t.name for t in self.outputs]
-
-    def tensor(self, name: str) -> TensorSpec:
-        """The input or output called `name` (no name is both)."""
-        for t in (*self.inputs, *self.outputs):
-            if t.name == name:
-                return t
-        raise KeyError(name)
-
-
-@dataclass(frozen=True)
-class GraphEntry:
-    """An exported graph as the manifest records it: its spec, opset and file hashes."""
-
-    spec: GraphSpec
-    sha256: str  # of the graph file, after its last transform
-    opset: int  # the default-domain opset the graph file really has
-    external_data: dict[str, str] = field(default_factory=dict)  # external-data file -> sha256
-
-    @property
-    def file(self) -> str:
-        return self.spec.file
-
-    def files(self) -> dict[str, str]:
-        """Every file of this graph -> its sha256."""
-        return {self.spec.file: self.sha256, **self.external_data}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.spec.file, "sha256": self.sha256, "external_data": dict(self.external_data),
-                "opset": self.opset, "inputs": [t.to_dict() for t in self.spec.inputs],
-                "outputs": [t.to_dict() for t in self.spec.outputs]}
-
-    @classmethod
-    def from_dict(cls, name: str, data: Mapping[str, Any]) -> "GraphEntry":
-        spec = GraphSpec(name, data["file"], tuple(TensorSpec.from_dict(t) for t in data["inputs"]),
-                         tuple(TensorSpec.from_dict(t) for t in data["outputs"]))
-        return cls(spec, data["sha256"], int(data["opset"]), dict(data.get("external_data", {})))
 
 
 @dataclass(frozen=True)
@@ -231,18 +158,6 @@ class Manifest:
                    data.get("generation"), data.get("files"), data.get("features"),
                    data.get("speech"), Filterbank.from_dict(data["filterbank"]) if data.get("filterbank") else None,
                    VariantQuality.from_dict(data["quality"]) if data.get("quality") else None)
-
-
-def describe_source(source: Mapping[str, Any]) -> str:
-    """Where an export came from (its manifest's source; `origin` from importers.hub), for `tfm-export validate`."""
-    origin = source.get("origin") or {}
-    if origin.get("hub"):
-        return (f"exported from the Hugging Face Hub model {origin['hub']} at commit {origin.get('commit')} "
-                f"(revision {origin.get('revision')})")
-    if origin.get("path"):
-        hashes = ", ".join(f"{name} sha256 {digest[:12]}" for name, digest in (origin.get("sha256") or {}).items())
-        return f"exported from {origin['path']}" + (f" ({hashes})" if hashes else "")
-    return f"exported from {source.get('checkpoint') or 'an unrecorded checkpoint'}"
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

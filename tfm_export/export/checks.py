@@ -11,7 +11,7 @@ import onnx
 
 from ..config import TransformerConfig
 from ..errors import ExportError, first_line
-from ..manifest import CONFIG_METADATA_KEY, GraphSpec
+from ..graph_io import CONFIG_METADATA_KEY, GraphSpec
 
 ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
               "int64": onnx.TensorProto.INT64, "bool": onnx.TensorProto.BOOL}

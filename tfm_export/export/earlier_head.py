@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExportError
-from ..manifest import EARLIER_LOGITS
+from ..graph_io import EARLIER_LOGITS
 from .int8 import initializer
 
 log = logging.getLogger(__name__)

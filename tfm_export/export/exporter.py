@@ -25,7 +25,8 @@ from ..filterbank import Filterbank
 from ..files import os_error_message, prepare_output_dir
 from .contrib import custom_translations
 from .graphs import GRAPH_MODULES, dynamic_shapes, example_inputs
-from ..manifest import EARLIER_LOGITS, GraphEntry, Manifest, Variant, load_manifest, sha256_file, write_manifest
+from ..graph_io import EARLIER_LOGITS, GraphEntry
+from ..manifest import Manifest, Variant, load_manifest, sha256_file, write_manifest
 from .calibration import check_calibration, linear_hessians
 from .checks import check_graph, external_files, finish_graph
 from .folding import fold_transposes

@@ -19,7 +19,7 @@ from unittest import mock
 import numpy as np
 import onnx
 
-from ..manifest import GraphSpec
+from ..graph_io import GraphSpec
 
 # Kept in float32 inside float16 graphs: the softmax and every layer norm (Casts around them), so
 # large attention scores and the mean/variance of the residual stream cannot overflow float16.

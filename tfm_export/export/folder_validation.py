@@ -13,10 +13,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import TfmExportError, ValidationError
-from ..manifest import Manifest, describe_source, load_manifest, write_manifest
+from ..manifest import Manifest, load_manifest, write_manifest
 from ..runtime.verify import format_verification, verify_export
 from .quality import format_quality, format_variant_quality
 
@@ -38,6 +38,18 @@ class FolderValidation:
     manifest: Manifest
     eager: dict[str, Any] | None
     skipped: TfmExportError | None
+
+
+def describe_source(source: Mapping[str, Any]) -> str:
+    """Where an export came from (its manifest's source; `origin` from importers.hub), validate's first line."""
+    origin = source.get("origin") or {}
+    if origin.get("hub"):
+        return (f"exported from the Hugging Face Hub model {origin['hub']} at commit {origin.get('commit')} "
+                f"(revision {origin.get('revision')})")
+    if origin.get("path"):
+        hashes = ", ".join(f"{name} sha256 {digest[:12]}" for name, digest in (origin.get("sha256") or {}).items())
+        return f"exported from {origin['path']}" + (f" ({hashes})" if hashes else "")
+    return f"exported from {source.get('checkpoint') or 'an unrecorded checkpoint'}"
 
 
 def validate_folder(folder: str | os.PathLike, model: str | os.PathLike | None = None, *, atol: float = 1e-4,

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..manifest import EARLIER_LOGITS
+from ..graph_io import EARLIER_LOGITS
 from .gptq import pack_gptq
 from .head_scan import SCAN_BITS, scan_head
 from .int8 import Quantized, float_matrix, initializer, quantize_matmul_int8, unmap

@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from ..config import TransformerConfig
 from ..errors import ConfigError, ExportError, OutputError, first_line
 from ..files import os_error_message, prepare_output_dir
-from ..manifest import GraphEntry, GraphSpec, Manifest, sha256_file, write_manifest
+from ..graph_io import GraphEntry, GraphSpec
+from ..manifest import Manifest, sha256_file, write_manifest
 from .checks import check_graph, finish_graph
 from .module_graphs import Decode, Encode, Graphs
 from .module_validate import validate_module

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from ..errors import ConfigError, ExportError, first_line
-from ..manifest import GraphSpec, TensorSpec
+from ..graph_io import GraphSpec, TensorSpec
 from ..runtime.states.nocache import GRAPH_NAME, MEMORY, SOURCE_MASK
 
 Encode = Callable[[nn.Module, Tensor, Tensor], Any]  # (model, src_ids, src_mask) -> memory / outputs

@@ -8,7 +8,7 @@ rows; src_batch: sources, whose encoder outputs the decoder takes once for all o
 from __future__ import annotations
 
 from ..config import SOURCE_KINDS, TransformerConfig
-from ..manifest import EARLIER_LOGITS, GraphSpec, TensorSpec
+from ..graph_io import EARLIER_LOGITS, GraphSpec, TensorSpec
 
 # Symbolic dims that are free (dynamic) in the graphs; the rest are numbers fixed by the config.
 DYNAMIC_AXES = ("batch", "src_batch", "src_len", "tgt_len", "past_len")

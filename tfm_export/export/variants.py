@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ExportError, first_line
-from ..manifest import GraphSpec, Variant
+from ..graph_io import GraphSpec
+from ..manifest import Variant
 from .checks import check_graph, external_files
 from .float16 import FLOAT32_OPS, float16_graph
 from .folding import fold_in_memory, transposed_initializers

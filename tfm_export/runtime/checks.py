@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from ..errors import ManifestError, shorten
-from ..manifest import CONFIG_METADATA_KEY, GraphEntry, Manifest
+from ..graph_io import CONFIG_METADATA_KEY, GraphEntry
+from ..manifest import Manifest
 
 # ORT's type strings for the manifest's dtype names.
 ORT_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "int64": "tensor(int64)",
