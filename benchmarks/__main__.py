@@ -21,7 +21,7 @@ SCENARIOS: tuple[Scenario, ...] = (
       "checkouts (each with its export) against CTranslate2: one step at small batches, fresh processes"),
     S("exports", "decode", "benchmarks.exports:exports_main",
       "two or more exports of one family folder against each other and CTranslate2"),
-    S("nocache", "decode", "benchmarks.nocache:nocache_main",
+    S("nocache", "decode", "benchmarks.forms:nocache_main",
       "a module export without a KV cache against the native KV-cache export", ("--tiny", "--repeat", "1")),
     S("speculative", "decode", "benchmarks.speculative:speculative_main",
       "batch 1 greedy with and without speculation (prompt lookup, a draft export): ms/token, acceptance",
@@ -38,13 +38,13 @@ SCENARIOS: tuple[Scenario, ...] = (
       "a beam step split: decoder, head, row gather, host merge"),
     S("cross-products", "profiles", "benchmarks.profiles:cross_products_main",
       "the cross attention's two products in graphs of their own (MLAS operand order)"),
-    S("head-bits", "profiles", "benchmarks.heads:head_bits_main",
+    S("head-bits", "profiles", "benchmarks.forms:head_bits_main",
       "a vocabulary head alone at 8, 4 and 2 bits"),
-    S("head-scan-size", "profiles", "benchmarks.heads:head_scan_size_main",
+    S("head-scan-size", "profiles", "benchmarks.forms:head_scan_size_main",
       "the scanned int4 head against the int8 head, by head size"),
-    S("scan-recall", "profiles", "benchmarks.heads:scan_recall_main",
+    S("scan-recall", "profiles", "benchmarks.forms:scan_recall_main",
       "how often the head scan misses float32's token", ("--states", "2", "--vocab", "4096", "--k", "128")),
-    S("earlier-head", "profiles", "benchmarks.heads:earlier_head_main",
+    S("earlier-head", "profiles", "benchmarks.forms:earlier_head_main",
       "what a plain step pays for decoder.onnx's earlier_logits, by form of the earlier head", ("--rounds", "2")),
     # families and big models
     S("families", "families", "benchmarks.families:families_main",
@@ -58,9 +58,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     # quality of reduced precision
     S("quality-table", "quality", "benchmarks.quality:quality_table_main",
       "float32, int8, int4 and CTranslate2 on the trained fixtures' held-out sets (chrF, WER)"),
-    S("int4-sensitivity", "quality", "benchmarks.int4:int4_sensitivity_main",
+    S("int4-sensitivity", "quality", "benchmarks.forms:int4_sensitivity_main",
       "which weight classes the 4 bits cost (eager model, rtn rounding)"),
-    S("wide-fixture", "quality", "benchmarks.int4:wide_fixture_main",
+    S("wide-fixture", "quality", "benchmarks.forms:wide_fixture_main",
       "trains a fixture 512 or 1024 wide and measures its quality table"),
     # speech
     S("whisper-speed", "speech", "benchmarks.whisper:whisper_speed_main",
@@ -74,7 +74,7 @@ SCENARIOS: tuple[Scenario, ...] = (
       None),  # faster-whisper (benchmark-only, installed by hand) and espeak-ng's speech: not a smoke run
     S("js-speech", "speech", "benchmarks.js_speech:js_speech_main",
       "Whisper in Node and the browser: ours vs transformers.js"),
-    S("live-speech", "speech", "benchmarks.live:live_speech_main",
+    S("live-speech", "speech", "benchmarks.speech_served:live_speech_main",
       "live transcription over the Realtime WebSocket: word-end-to-confirmed latency, RTF at 1/4/8 sessions",
       None),  # espeak-ng's speech, the fixture's export and real-time sessions: minutes, not a smoke run
     # serving

@@ -2,7 +2,7 @@
 profile of one decoder step, by operator), `profile-beam` (a beam step split into decoder, head, row gather, host
 merge), `cross-products` (the cross attention's two products in graphs of their own) and `gpu` (the CUDA rows:
 `tfm-export bench --device cuda` and a step's profile there). The vocabulary head's scenarios are in
-benchmarks/heads.py."""
+benchmarks/forms.py."""
 
 from __future__ import annotations
 

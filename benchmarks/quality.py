@@ -2,7 +2,7 @@
 below) exported and decoded as float32, int8, int4 and CTranslate2, then scored. The scores, the bootstrap and the
 report are tfm_export.bench.quality's, CTranslate2's conversions and decoders bench.ct2_decode's (re-exported
 here: the tests and `documents` read them from this module); `int4-sensitivity` and `wide-fixture` are
-benchmarks/int4.py."""
+benchmarks/forms.py."""
 
 from __future__ import annotations
 

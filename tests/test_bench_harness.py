@@ -211,9 +211,18 @@ def upward(path: Path) -> set[str]:
 
 
 def test_no_benchmark_puts_a_folder_on_sys_path():
-    """Test fixtures reach the benchmarks through benchmarks/fixtures.py, which loads them by path."""
+    """Test fixtures reach the benchmarks through tfm_export/bench/fixtures.py, which loads them by path."""
     found = [str(p.relative_to(ROOT)) for p in python_files(ROOT / "benchmarks") if SYS_PATH.search(p.read_text())]
     assert found == []
+
+
+MOST_FILES = 15  # issue #59: scenarios in a few modules; what they share is the package's (tfm_export/bench)
+
+
+def test_benchmarks_holds_at_most_15_files():
+    files = sorted(p.relative_to(ROOT / "benchmarks").as_posix() for p in (ROOT / "benchmarks").rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts)
+    assert len(files) <= MOST_FILES, f"{len(files)} files under benchmarks/: {files}"
 
 
 def test_the_package_bench_imports_neither_the_benchmarks_nor_the_tests():

@@ -14,10 +14,11 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -68,24 +69,36 @@ def free_port() -> int:
 def start_server(folder: Path, mode: str, args: argparse.Namespace, cwd: Path) -> tuple[subprocess.Popen, str]:
     """`tfm-export serve FOLDER --batching MODE` (the server options from `args`: `load`'s) on a free port, run from
     `cwd`; the process and its URL once /healthz answers."""
+    options = ["--batching", mode, "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue),
+               "--window-ms", str(args.window_ms)]
+    options += ["--max-src-len", str(args.max_src_len)] if args.max_src_len else []
+    options += ["--threads", str(args.threads)] if args.threads else []
+    return serve_process(folder, options, mode, cwd)
+
+
+def serve_process(folder: Path, options: Sequence[str], label: str, cwd: Path | None = None,
+                  seconds: float = 120) -> tuple[subprocess.Popen, str]:
+    """`tfm-export serve FOLDER OPTIONS...` on a free port (run from `cwd`): the process and its URL once /healthz
+    answers. Its stderr goes to a file, not a pipe (a pipe nobody reads would stall a server that logs), and its
+    tail is the error when it stops before answering."""
     port = free_port()
-    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder.resolve()), "--port", str(port), "--batching", mode,
-           "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue),
-           *(["--max-src-len", str(args.max_src_len)] if args.max_src_len else []),
-           "--window-ms", str(args.window_ms), *(["--threads", str(args.threads)] if args.threads else [])]
-    proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "tfm_export", "serve", str(folder.resolve()), "--port", str(port), *options]
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"{url}/healthz", timeout=1).close()
             return proc, url
         except OSError:
             if proc.poll() is not None:
-                raise TfmExportError(f"the {mode} server exited with {proc.returncode}")
+                log.seek(0)
+                tail = log.read().decode(errors="replace")[-2000:]
+                raise TfmExportError(f"the {label} server exited with {proc.returncode}: {tail}")
             time.sleep(0.2)
     proc.kill()
-    raise TfmExportError(f"the {mode} server did not start in 120 s")
+    raise TfmExportError(f"the {label} server did not start in {seconds:g} s")
 
 
 async def one_request(http: aiohttp.ClientSession, url: str, ids: list[int], steps: int) -> dict:

@@ -66,7 +66,7 @@ class Faster:
 
         self.pipeline, self.batch, self.suppress_tokens = BatchedInferencePipeline(model), batch, suppress_tokens
         self.frames = model.feature_extractor.nb_max_frames
-        # CTranslate2 decodes at most max_length // 2 new ids (benchmarks/speech_served.py's FasterBatched)
+        # CTranslate2 decodes at most max_length // 2 new ids (served_speech.FasterBatched)
         self.max_new_tokens = 2 * (max_positions - PROMPT) - 3
 
     def __call__(self, samples: np.ndarray) -> str:
