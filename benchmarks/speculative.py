@@ -21,6 +21,10 @@ Cases (each exported into a temporary folder, without validation):
 - `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks/exports.py)
   float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
   random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
+- `nllb-600m-trained-int4-draft` (only when named): the same on a model that translates: the trained nllb fixture
+  widened into the NLLB-600M layout (tfm_export.bench.widen: Net2Net copies, 10 + 10 added layers, its proxy
+  distilled from the fixture, every layer) on the fixture's held-out sources (`--sources` per target language),
+  its greedy output checked equal to the fixture's; `--work DIR` keeps the folder and its exports.
 - `whisper-digits`: the trained Whisper fixture (models/whisper-digits: d_model 128, 2 + 2 layers) transcribing
   long held-out English recordings (espeak-ng; the language given, timestamps on; runtime.speech.assisted),
   drafted by its draft (models/whisper-digits/draft: 2 + 1 layers, the same tokenizer; its encoder runs once per
@@ -60,6 +64,7 @@ from tfm_export.serve.jobs import SPECULATE_BELOW
 LOOKUP = 10  # prompt_lookup_num_tokens
 NLLB_VARIANTS = {"float32": (), "int4": ("--quantize", "int4")}  # nllb-600m-int4-draft: the model, its draft
 NLLB_FIXED = 5  # nllb-600m-int4-draft: the fixed num_assistant_tokens (transformers' "constant" schedule)
+NLLB_DISTIL = 600  # nllb-600m-trained-int4-draft: distillation steps of the widened fixture's proxy
 SECONDS, RECORDINGS = 20.0, 3  # whisper-digits: three recordings of 20 s (five 4-s windows or more each)
 T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 
@@ -81,17 +86,32 @@ def _trained(family: str, folder: Path, source: Path | None = None, *flags: str)
     return out
 
 
-def _nllb_exports(work: Path) -> tuple[Path, Path]:
-    """The NLLB-600M layout (random weights: benchmarks/exports.py) exported float32 and `--quantize
-    int4` into `work`, each reused when there (a 600M export takes minutes on 2 cores)."""
+def _nllb_exports(work: Path, trained: bool = False) -> tuple[Path, Path]:
+    """The NLLB-600M layout exported float32 and `--quantize int4` into `work`, each reused when there (a 600M
+    export takes minutes on 2 cores): random weights (benchmarks/exports.py), or `trained`: the trained nllb
+    fixture widened into it (tfm_export.bench.widen, NLLB_DISTIL steps)."""
     from benchmarks.exports import build_folder
-    from tfm_export.bench.families import prepared
+    from tfm_export.bench.families import FULL, prepared
+    from tfm_export.bench.widen import nllb_fixture_widened
 
-    hf = work / "nllb-hf"
-    build_folder("nllb", hf)
+    name = "nllb-trained" if trained else "nllb"
+    hf = work / f"{name}-hf"
+    if trained:
+        prepared(hf, lambda out: nllb_fixture_widened(out, FULL["nllb"][1], NLLB_DISTIL))
+    else:
+        build_folder("nllb", hf)
     for variant, flags in NLLB_VARIANTS.items():
-        prepared(work / f"nllb-{variant}", lambda out: _trained(out.name, out.parent, hf, *flags))
-    return work / "nllb-float32", work / "nllb-int4"
+        prepared(work / f"{name}-{variant}", lambda out: _trained(out.name, out.parent, hf, *flags))
+    return work / f"{name}-float32", work / f"{name}-int4"
+
+
+def _nllb_sides(model: Any, draft: Any, sources: list[list[int]], steps: int, config: Any) -> dict[str, Any]:
+    """Plain greedy, the int4 self-draft with the shipped policy and with a fixed NLLB_FIXED."""
+    return {"plain": decode_side(model, sources, steps, config=config),
+            "int4 self-draft": decode_side(model, sources, steps, config=config, assistant=draft),
+            f"int4 self-draft, fixed {NLLB_FIXED}": decode_side(model, sources, steps, policy=FixedLength,
+                                                                config=config, assistant=draft,
+                                                                num_assistant_tokens=NLLB_FIXED)}
 
 
 def _base_random(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
@@ -147,12 +167,37 @@ def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOption
     rows, steps = [], args.new_tokens
     config = GREEDY.replace(min_new_tokens=steps)  # EOS banned: the random layout ends every source at once
     for kind, srcs in sources.items():
-        rows += timing_rows(f"nllb-600m-int4-draft, {kind}", {
-            "plain": decode_side(model, srcs, steps, config=config),
-            "int4 self-draft": decode_side(model, srcs, steps, config=config, assistant=draft),
-            f"int4 self-draft, fixed {NLLB_FIXED}": decode_side(model, srcs, steps, policy=FixedLength, config=config,
-                                                         assistant=draft, num_assistant_tokens=NLLB_FIXED)},
-            args.rounds)
+        rows += timing_rows(f"nllb-600m-int4-draft, {kind}", _nllb_sides(model, draft, srcs, steps, config),
+                            args.rounds)
+    assert all(r["same_ids"] for r in rows), "speculation changed the ids"
+    return rows, costs
+
+
+def _nllb_trained_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """The trained nllb fixture widened into the NLLB-600M layout, float32 drafted by its own `--quantize int4`
+    export, on `--sources` held-out sources per target language: translations, the plain greedy ones checked
+    equal to the fixture's own (transformers' generate) and scored against the references (exact match)."""
+    model_folder, draft_folder = _nllb_exports(args.work or tmp, trained=True)
+    model, draft = open_export(model_folder, args.device, options), open_export(draft_folder, args.device, options)
+    hf = fixtures.hf()
+    fixture, tokenizer = hf.hf_model(hf.trained_folder("nllb")), hf.hf_tokenizer(hf.trained_folder("nllb"))
+    rows, costs = [], []
+    for lang in hf.TARGETS["nllb"]:
+        examples = [e for e in hf.task_examples("nllb", 4 * args.sources) if e.lang == lang][:args.sources]
+        tokenizer.src_lang = hf.LANGS["nllb"][0]
+        sources = [tokenizer(e.source)["input_ids"] for e in examples]
+        forced = tokenizer.convert_tokens_to_ids(hf.lang_token("nllb", hf.lang_code("nllb", lang)))
+        config = GREEDY.replace(forced_bos_token_id=forced)
+        ours = [tokenizer.decode(model.generate_ids([s], max_new_tokens=args.new_tokens, config=config)[0],
+                                 skip_special_tokens=True).strip() for s in sources]
+        theirs = hf.translate(fixture, tokenizer, "nllb", examples, num_beams=1, do_sample=False)
+        print(f"to {lang}: greedy equals the fixture's on {sum(a == b for a, b in zip(ours, theirs))}/"
+              f"{len(examples)} held-out sources, the reference on {sum(a == e.target for a, e in zip(ours, examples))}"
+              f"; e.g. {examples[0].source!r} -> {ours[0]!r}")
+        costs = costs or [*call_costs("nllb-600m trained float32", model, sources[0], args.rounds),
+                          *call_costs("nllb-600m trained int4 (the draft)", draft, sources[0], args.rounds)]
+        rows += timing_rows(f"nllb-600m-trained-int4-draft, to {lang}",
+                            _nllb_sides(model, draft, sources, args.new_tokens, config), args.rounds)
     assert all(r["same_ids"] for r in rows), "speculation changed the ids"
     return rows, costs
 
@@ -208,8 +253,10 @@ def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) 
 
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
-         "nllb-600m-int4-draft": _nllb_int4_draft, "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide}
-ON_REQUEST = {"nllb-600m-int4-draft", "whisper-wide"}  # run only when named (minutes to build); --quick: tiny alone
+         "nllb-600m-int4-draft": _nllb_int4_draft, "nllb-600m-trained-int4-draft": _nllb_trained_int4_draft,
+         "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide}
+# run only when named (minutes to build); --quick: tiny alone
+ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide"}
 WIDE_TRAIN = ("12", "--layout", "wide", "--out")  # whisper-wide: train.py's arguments before the folder
 
 
@@ -229,7 +276,7 @@ def speculative_main() -> None:
                         help="run only this case (repeatable; default: every case but " + ", ".join(sorted(ON_REQUEST)) + ")")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--work", type=Path, default=None,
-                        help="nllb-600m-int4-draft, whisper-wide: keep their models and exports here, reused (minutes each)")
+                        help="the nllb-600m cases, whisper-wide: keep their models and exports here, reused (minutes each)")
     args = parser.parse_args()
     options = RuntimeOptions(intra_op_threads=args.threads, spin_wait=not args.no_spin)
     cases = ["base-random"] if args.quick else args.case or [c for c in CASES if c not in ON_REQUEST]
