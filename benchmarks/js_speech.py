@@ -12,13 +12,13 @@ transformers.js is a benchmark-only package, installed in a folder of its own (-
 
 (ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's install script would fetch CUDA files from outside the
 registry; its CPU build is in the package.) Optimum's export runs in its own venv (--optimum-python;
-optimum_whisper_worker.py says how to build it).
+tfm_export/bench/optimum_worker.py says how to build it).
 
 Modes, each on the same WAV file's samples (read once by runtimes/node/audio/io.mjs, not timed), language "en"
 given, task transcribe, greedy, no timestamps, one window:
   node-ours     runtimes/node: openExport(`tfm-export FOLDER -o OUT`) and its transcribe (onnxruntime-node)
   node-tjs      transformers.js' automatic-speech-recognition pipeline (dtype fp32, device cpu: onnxruntime-
-                node) on Optimum's export of the same folder (optimum_whisper_tjs.py: encoder_model.onnx and
+                node) on Optimum's export of the same folder (optimum_worker.py tjs: encoder_model.onnx and
                 decoder_model_merged.onnx)
                 (both: --threads intra-op threads, 1 inter-op; js_speech_node.mjs, one process each)
   browser-ours  the page (runtimes/web, `tfm-export serve-web OUT`) in headless Chromium: the file chosen with

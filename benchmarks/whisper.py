@@ -50,7 +50,7 @@ Backends (each on --threads threads, CPU, one process; all from the same Hugging
   optimum                (only with --optimum-python) Hugging Face Optimum's ORTModelForSpeechSeq2Seq on
                          Optimum's own export of the folder (encoder, decoder and decoder-with-past, not
                          merged), ONNX Runtime with --threads intra-op threads and torch with as many, in
-                         optimum_whisper_worker.py under that python: Optimum's ONNX export needs
+                         optimum_worker.py's whisper mode under that python: Optimum's ONNX export needs
                          transformers < 4.58 and this venv has transformers 5, so it lives in a venv of its
                          own (how to build it: optimum_worker.py's docstring) and answers over a pipe. It
                          runs the transformers backend's calls (below) with transformers 4.57's generate.
