@@ -54,7 +54,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,11 +62,11 @@ from typing import Any
 
 from tfm_export.bench import fixtures, harness
 from tfm_export.bench.fixtures import long_recording, random_folder
+from tfm_export.bench.js_speech import WORKERS, Worker, node_worker, versions
 from tfm_export.bench.optimum_client import tjs_folder
 from tfm_export.bench.whisper import RATE, exported
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKERS = Path(harness.__file__).resolve().parent  # js_speech_*.mjs: in tfm_export/bench, beside the peers' backends
+ROOT = fixtures.ROOT
 TOOL = "tfm-export `benchmarks js-speech`"
 MODES = ("node-ours", "node-tjs", "browser-ours", "browser-tjs", "node-before")
 PAUSE = 0.3  # seconds of rest before each timed call
@@ -125,40 +124,6 @@ def recording(seconds: float, work: Path) -> tuple[Path, float]:
 
 
 # ---- workers -------------------------------------------------------------------------------------
-
-
-class Worker:
-    """A JSON-lines process (js_speech_node.mjs, js_speech_browser.mjs): its ready line, then request -> reply."""
-
-    def __init__(self, command: list[str]):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.ready = self.reply()
-
-    def reply(self) -> dict[str, Any]:
-        for line in self.proc.stdout:  # a library may print a line of its own: skip what is not JSON
-            with contextlib.suppress(ValueError):
-                answer = json.loads(line)
-                if isinstance(answer, dict):
-                    if "error" in answer:
-                        raise RuntimeError(answer["error"])
-                    return answer
-        raise RuntimeError(f"{self.proc.args[:3]} exited ({self.proc.wait()})")
-
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self.reply()
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(60)
-
-
-def node_worker(tree: Path) -> Path:
-    """A checkout's js_speech_node.mjs: in tfm_export/bench/, or benchmarks/ in checkouts from before it moved."""
-    here = [tree / folder / "js_speech_node.mjs" for folder in ("tfm_export/bench", "benchmarks")]
-    return next((path for path in here if path.is_file()), here[0])
 
 
 def open_modes(modes: list[str], ours: Path, tjs: Path, args: argparse.Namespace) -> tuple[dict, dict, list]:
@@ -221,25 +186,6 @@ def measure(label: str, ours: Path, tjs: Path, wav: Path, audio_s: float, new_to
 
 
 # ---- report --------------------------------------------------------------------------------------
-
-
-def versions(tjs: Path, chromium: str) -> dict[str, str | None]:
-    def package(folder: Path) -> str | None:
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads((folder / "package.json").read_text())["version"]
-        return None
-
-    def version(command: list[str]) -> str | None:
-        with contextlib.suppress(OSError):
-            return (subprocess.run(command, capture_output=True, text=True).stdout.splitlines() or [None])[0]
-        return None
-
-    runtimes, theirs = ROOT / "runtimes", tjs / "node_modules"
-    return {"node": version(["node", "--version"]), "chromium": version([chromium, "--version"]),
-            "onnxruntime-node (ours)": package(runtimes / "node/node_modules/onnxruntime-node"),
-            "onnxruntime-node (transformers.js)": package(theirs / "onnxruntime-node"),
-            "onnxruntime-web (the page, both)": package(runtimes / "web/node_modules/onnxruntime-web"),
-            "@huggingface/transformers": package(theirs / "@huggingface/transformers")}
 
 
 def markdown(report: dict[str, Any]) -> str:

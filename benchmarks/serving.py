@@ -1,7 +1,7 @@
 """Serving under load, one scenario each: `load` (open-loop Poisson load on `tfm-export serve`, the batching modes
 taking turns), `engine` (the serving engines without HTTP: request-level vs in-flight on one workload) and
 `ct2-batch` (CTranslate2's static batches on the same workload: the serving peer). The workload, the server, the
-load client and `load`'s outputs are tfm_export.bench.serving's."""
+load client, the engines' run and `load`'s outputs are tfm_export.bench.serving's."""
 
 from __future__ import annotations
 
@@ -10,21 +10,16 @@ import asyncio
 import json
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
-
 
 from tfm_export.bench import harness
 from tfm_export.bench.ct2_decode import converted, id_tokens
 from tfm_export.bench.harness import machine_info
 from tfm_export.bench.serving import (
-    CT2_OURS, LOAD_OURS, TOOL, is_report, plot, refuse_outputs, run_rate, start_server, workload)
+    CT2_OURS, LOAD_OURS, TOOL, engine_run, is_report, plot, refuse_outputs, run_rate, start_server, workload)
 from tfm_export.files import write_file_atomically
 from tfm_export.manifest import load_manifest
-from tfm_export.runtime.options.generation import GREEDY
-from tfm_export.serve.batcher import EngineConfig, Job
-from tfm_export.serve.engine import ServeSettings, open_engine
 
 
 LOAD_DOC = r"""Open-loop load test of `tfm-export serve`: one request at a time vs request-level vs in-flight batching.
@@ -139,33 +134,6 @@ request-level and an in-flight engine (serve.batcher), modes taking turns; print
 and the paired in-flight / request-level ratios. What `load` measures minus the HTTP server and
 the load client (which share the machine's cores with the engine there).
 """
-
-
-def engine_run(folder: Path, mode: str, work: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
-    """Queue every job at once; wall time until the last one is answered."""
-    engine = open_engine(ServeSettings(str(folder), device=args.device, batching=mode, threads=args.threads,
-                                       engine=EngineConfig(max_batch=args.max_batch, max_queue=len(work),
-                                                           max_src_len=args.max_src_len)))
-    answered, tokens = threading.Semaphore(0), [0]
-
-    def emit(kind: str, value: object) -> None:
-        if kind == "token":
-            tokens[0] += 1
-        else:  # done or error: each job ends with exactly one
-            answered.release()
-
-    # greedy, or the export's own default (a published Marian folder's: beam 4)
-    config = GREEDY if args.decoding == "greedy" else engine.model.generation_config()
-    engine.start()
-
-    def answer_all() -> None:
-        engine.submit([Job(ids, steps, emit, config) for ids, steps in work])
-        for _ in work:
-            answered.acquire()
-
-    wall = harness.timed(answer_all)
-    engine.close()
-    return {"mode": mode, "jobs": len(work), "tokens": tokens[0], "seconds": wall, "tokens_per_s": tokens[0] / wall}
 
 
 def engine_main() -> None:

@@ -1,8 +1,8 @@
 """What the serving scenarios share (`load`, `engine`, `ct2-batch`, the served speech and live ones): the workload
 (200 (source ids, max_new_tokens) pairs of random in-vocabulary ids, the same for `load`'s requests, `engine`'s
 jobs and `ct2-batch`'s static batches), `tfm-export serve` started on a free port, `load`'s open-loop client
-(Poisson arrivals, streamed requests), and its outputs (JSON rows and a chart), each recognisable as ours so
-that a rerun replaces only a file `load` wrote.
+(Poisson arrivals, streamed requests), `engine`'s run of the engines without HTTP, and `load`'s outputs (JSON
+rows and a chart), each recognisable as ours so that a rerun replaces only a file `load` wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -99,6 +100,38 @@ def serve_process(folder: Path, options: Sequence[str], label: str, cwd: Path | 
             time.sleep(0.2)
     proc.kill()
     raise TfmExportError(f"the {label} server did not start in {seconds:g} s")
+
+
+def engine_run(folder: Path, mode: str, work: list[tuple[list[int], int]], args: argparse.Namespace) -> dict:
+    """`engine`'s run of `mode`: every job queued at once; the wall time until the last one is answered.
+    `args`: `engine`'s options (device, threads, max_batch, max_src_len, decoding)."""
+    from ..runtime.options.generation import GREEDY
+    from ..serve.batcher import EngineConfig, Job
+    from ..serve.engine import ServeSettings, open_engine
+
+    engine = open_engine(ServeSettings(str(folder), device=args.device, batching=mode, threads=args.threads,
+                                       engine=EngineConfig(max_batch=args.max_batch, max_queue=len(work),
+                                                           max_src_len=args.max_src_len)))
+    answered, tokens = threading.Semaphore(0), [0]
+
+    def emit(kind: str, value: object) -> None:
+        if kind == "token":
+            tokens[0] += 1
+        else:  # done or error: each job ends with exactly one
+            answered.release()
+
+    # greedy, or the export's own default (a published Marian folder's: beam 4)
+    config = GREEDY if args.decoding == "greedy" else engine.model.generation_config()
+    engine.start()
+
+    def answer_all() -> None:
+        engine.submit([Job(ids, steps, emit, config) for ids, steps in work])
+        for _ in work:
+            answered.acquire()
+
+    wall = harness.timed(answer_all)
+    engine.close()
+    return {"mode": mode, "jobs": len(work), "tokens": tokens[0], "seconds": wall, "tokens_per_s": tokens[0] / wall}
 
 
 async def one_request(http: aiohttp.ClientSession, url: str, ids: list[int], steps: int) -> dict:
