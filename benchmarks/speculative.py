@@ -64,7 +64,7 @@ from tfm_export.serve.jobs import SPECULATE_BELOW
 LOOKUP = 10  # prompt_lookup_num_tokens
 NLLB_VARIANTS = {"float32": (), "int4": ("--quantize", "int4")}  # nllb-600m-int4-draft: the model, its draft
 NLLB_FIXED = 5  # nllb-600m-int4-draft: the fixed num_assistant_tokens (transformers' "constant" schedule)
-NLLB_DISTIL = 600  # nllb-600m-trained-int4-draft: distillation steps of the widened fixture's proxy
+NLLB_DISTIL = 800  # nllb-600m-trained-int4-draft: distillation steps of the widened fixture's proxy
 SECONDS, RECORDINGS = 20.0, 3  # whisper-digits: three recordings of 20 s (five 4-s windows or more each)
 T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 

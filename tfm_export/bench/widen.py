@@ -3,10 +3,12 @@ layers, ffn 4096, 256206 ids) without changing its function (Net2Net's replicati
 models/whisper-digits/wide.py widens Whisper): issue #63's "NLLB-600M with an int4 self-draft" on a model that
 translates, where no such checkpoint can be downloaded.
 
-Every d_model vector of the big model is `w` = D / d copies of the small one's (feature r holds feature r // w),
+Every d_model vector of the big model is `w` = D / d copies of the small one's (feature r holds feature r % d),
 so a layer norm over D features sees the d features' mean; a layer reading copies gets its weights gathered and
 divided by w; heads grow `a` times in number and `b` times in width (each new head holds b copies of one old
-head's dims; q is divided by sqrt(b) so the scores are the old ones); the FFN's units are copies too.
+head's dims; q is divided by sqrt(b) so the scores are the old ones); the FFN's units are copies too. Copies are
+spread (r % d, not r // w): int4 quantises blocks of consecutive inputs, and a block of a few distinct values
+would be nearly exact (its min and max are), flattering an int4 draft; spread, a block of 128 holds 64 of them.
 
 What replication cannot carry is M2M100's sinusoidal positions: they are computed from d_model, and the big
 table is no copy of the small one. The big model is still exactly a small one, a "proxy" (`as_proxy`): the
@@ -49,7 +51,7 @@ def _table(n: int, d_big: int, padding_idx: int) -> torch.Tensor:
 def proxy_tables(n: int, d: int, d_big: int, padding_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, eps): the positions a proxy of width d reads (n x d) and its norms' extra variance (n x 1)."""
     big = _table(n, d_big, padding_idx)
-    q = big.view(n, d, d_big // d).mean(-1)
+    q = big.view(n, d_big // d, d).mean(1)  # feature i's copies: the columns r with r % d == i
     return q, (big.pow(2).mean(-1) - q.pow(2).mean(-1)).unsqueeze(-1)
 
 
@@ -106,7 +108,7 @@ def deepen(model: M2M100, encoder_layers: int, decoder_layers: int, seed: int = 
 
 
 def distill(student: nn.Module, teacher: nn.Module, batches: Iterator[tuple[torch.Tensor, ...]], steps: int,
-            lr: float = 1e-3, start_id: int = 2, pad_id: int = 1) -> float:
+            lr: float = 2e-3, start_id: int = 2, pad_id: int = 1) -> float:
     """`steps` batches ((source ids, mask, labels: -100 where padded)) of AdamW on KL(teacher || student) at the
     labels' positions, teacher-forced on the labels; cosine-decayed lr. The last loss."""
     opt = torch.optim.AdamW(student.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
@@ -140,10 +142,11 @@ def _indexes(small: Any, big: Any) -> tuple[dict[str, torch.Tensor], dict[str, f
     heads, big_heads = small.encoder_attention_heads, big.encoder_attention_heads
     head, big_head = d // heads, big_d // big_heads
     n = torch.arange(big_d)
-    inner = (n // (big_d // heads)) * head + n % head  # new head H holds old head H // a, its dims b times
+    inner = (n // big_head) % heads * head + n % head  # new head H holds old head H % heads, its dims b times
     w, b = big_d // d, big_head // head
     ffn = big.encoder_ffn_dim // small.encoder_ffn_dim
-    return ({"model": n // w, "inner": inner, "ffn": torch.arange(big.encoder_ffn_dim) // ffn, "one": None},
+    spread = {"model": n % d, "inner": inner, "ffn": torch.arange(big.encoder_ffn_dim) % small.encoder_ffn_dim}
+    return ({**spread, "one": None},
             {"w": w, "q": w * math.sqrt(b), "qb": math.sqrt(b), "ffn": ffn, "1": 1})  # w: a x b copies of an attention dim
 
 
