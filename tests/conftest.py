@@ -203,11 +203,18 @@ def static_export(tiny_checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def serial(static_export):
-    """Serial greedy decoding of one source at a time: the reference every server answer must equal."""
+    """Serial greedy decoding of one source at a time: the reference every server answer must equal.
+    Greedy is deterministic, so each (source, steps) is decoded once per worker (the server tests ask the
+    same hundreds of references twice: to compare, then to count tokens); callers get a list of their own."""
     from tfm_export.runtime import open_export
 
     model = open_export(static_export, "cpu")
-    return lambda ids, steps=None: model.generate_ids([ids], steps)[0]
+
+    @functools.cache
+    def decode(ids: tuple[int, ...], steps: int | None) -> tuple[int, ...]:
+        return tuple(model.generate_ids([list(ids)], steps)[0])
+
+    return lambda ids, steps=None: list(decode(tuple(ids), steps))
 
 
 @pytest.fixture(scope="session")
@@ -236,8 +243,9 @@ def chars_export(tiny_checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def trained_export(tmp_path_factory):
-    """family -> its trained, published-style folder (tests/fixtures/trained) exported once with the
-    CLI's default flags (validation on, exit 0); shared by the Python and the Node/browser tests."""
+    """family -> its trained, published-style folder (tests/fixtures/trained) exported with the CLI's default
+    flags (validation on, exit 0), once per run: shared by the Python and the Node/browser tests, and by
+    modules on the other worker (test_documents, test_gptq, test_quality_table, test_cli_run)."""
     import hf_fixtures
     from helpers import export_validated
 
@@ -245,9 +253,8 @@ def trained_export(tmp_path_factory):
 
     def export(family: str) -> Path:
         if family not in made:
-            out = tmp_path_factory.mktemp(f"export-{family}") / "out"
-            export_validated(hf_fixtures.trained_folder(family), out)
-            made[family] = out
+            made[family] = built_once(tmp_path_factory, f"trained-{family}", "out", lambda out: export_validated(
+                hf_fixtures.trained_folder(family), out))
         return made[family]
 
     return export
@@ -282,3 +289,44 @@ def digits_export(tmp_path_factory) -> Path:
         Path(__file__).resolve().parents[1] / "models" / "whisper-digits", "-o", out, "--no-validate",
         "--static-slots", 64))
     return out
+
+
+@pytest.fixture(scope="session")
+def trained_004(tmp_path_factory):
+    """Seed 004 (tests/seed_models.py) trained briefly, once per run (pickled whole: its per-head weights are
+    not in its state_dict): test_any_module's, test_serve_nocache's and test_runtimes_nocache's."""
+    import torch
+
+    import seed_models as sm
+
+    def build(out: Path) -> None:
+        out.mkdir()
+        torch.save(sm.train_004(sm.seed_004(), steps=300), out / "m004.pt")
+
+    folder = built_once(tmp_path_factory, "trained-004", "module", build)
+    return torch.load(folder / "m004.pt", weights_only=False).eval()
+
+
+@pytest.fixture(scope="session")
+def api_004(trained_004, tmp_path_factory):
+    """trained_004 exported through export_module (validated on 4 held-out sources), once per run: (folder,
+    its manifest)."""
+    import seed_models as sm
+    from tfm_export.export.module_export import export_module
+    from tfm_export.manifest import load_manifest
+
+    out = built_once(tmp_path_factory, "api-004", "m004_onnx", lambda out: export_module(
+        trained_004, sm.encode_004, sm.decode_004, out=out, src_vocab_size=sm.VOCAB, max_len=sm.MAX_LEN,
+        bos_id=sm.BOS, eos_id=sm.EOS, src_pad_id=sm.PAD, sources=sm.held_out(99, 4)))
+    return out, load_manifest(out)
+
+
+@pytest.fixture(scope="session")
+def encoder_only_003(tmp_path_factory) -> Path:
+    """Seed 003's encoder-only classifier exported through export_module without validation, once per run."""
+    import seed_models as sm
+    from tfm_export.export.module_export import export_module
+
+    return built_once(tmp_path_factory, "encoder-only-003", "cls_onnx", lambda out: export_module(
+        sm.seed_003(), sm.encode_003, out=out, src_vocab_size=sm.CONFIG_003.vocab_size,
+        max_len=sm.CONFIG_003.max_position_embeddings, output_names=["logits"], validate=False))

@@ -251,6 +251,12 @@ def toy_batch(gen: torch.Generator, batch: int, reverse: bool = True) -> tuple[T
     return src, tgt
 
 
+def held_out(seed: int = 1234, n: int = 6) -> list[list[int]]:
+    """Digit strings the training never drew (another generator), unpadded."""
+    src, _ = toy_batch(torch.Generator().manual_seed(seed), n)
+    return [[t for t in row if t != PAD] for row in src.tolist()]
+
+
 def train_004(model: Transformer, steps: int = 400, seed: int = 0) -> Transformer:
     """A few hundred Adam steps on reversing digits: enough that greedy output is not one token repeated."""
     gen = torch.Generator().manual_seed(seed)

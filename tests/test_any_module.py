@@ -22,6 +22,7 @@ from click.testing import CliRunner
 import decoding_oracle as oracle
 import reference_models as ref
 import seed_models as sm
+from seed_models import held_out
 from tfm_export.cli import cli
 from tfm_export.errors import CheckpointError, ConfigError, InputError
 from tfm_export.export.exporter import ExportOptions, export_model
@@ -33,12 +34,6 @@ from tfm_export.runtime import open_export
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12  # new tokens per held-out source
 BEAMS = 3
-
-
-def held_out(seed: int = 1234, n: int = 6) -> list[list[int]]:
-    """Digit strings the training never drew (another generator), unpadded."""
-    src, _ = sm.toy_batch(torch.Generator().manual_seed(seed), n)
-    return [[t for t in row if t != sm.PAD] for row in src.tolist()]
 
 
 # ---------------------------------------------------------------- the oracle: eager decoding over the callables
@@ -75,18 +70,7 @@ def eager_beam(module, encode, decode, source, steps=STEPS, k=BEAMS, bos=sm.BOS,
 # ---------------------------------------------------------------- 004: the Python API and the CLI adapter
 
 
-@pytest.fixture(scope="module")
-def trained_004():
-    return sm.train_004(sm.seed_004(), steps=300)
-
-
-@pytest.fixture(scope="module")
-def api_004(trained_004, tmp_path_factory):
-    out = tmp_path_factory.mktemp("api") / "m004_onnx"
-    manifest = export_module(trained_004, sm.encode_004, sm.decode_004, out=out, src_vocab_size=sm.VOCAB,
-                             max_len=sm.MAX_LEN, bos_id=sm.BOS, eos_id=sm.EOS, src_pad_id=sm.PAD,
-                             sources=held_out(99, 4))
-    return out, manifest
+# trained_004 and api_004 (seed 004 trained, exported through the Python API): conftest.py, built once a run.
 
 
 def test_004_state_dict_loses_the_per_head_weights(trained_004):

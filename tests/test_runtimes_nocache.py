@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import seed_models as sm
-from test_any_module import BEAMS, STEPS, held_out
+from seed_models import held_out
+from test_any_module import BEAMS, STEPS
 from test_runtimes import CHROMIUM, RUNTIMES, run_node_tests
-from tfm_export.export.module_export import export_module
 from tfm_export.runtime import open_export
 
 NODE = RUNTIMES / "node"
@@ -63,21 +62,14 @@ def node() -> str:
 
 
 @pytest.fixture(scope="module")
-def seq2seq(node, tmp_path_factory) -> Path:
-    """Seed 004 trained briefly, exported with decoder_nocache.onnx (test_any_module validates such exports)."""
-    out = tmp_path_factory.mktemp("nocache") / "m004_onnx"
-    export_module(sm.train_004(sm.seed_004(), steps=300), sm.encode_004, sm.decode_004, out=out,
-                  src_vocab_size=sm.VOCAB, max_len=sm.MAX_LEN, bos_id=sm.BOS, eos_id=sm.EOS, src_pad_id=sm.PAD,
-                  validate=False)
-    return out
+def seq2seq(node, api_004) -> Path:
+    """Seed 004 trained briefly, exported with decoder_nocache.onnx (conftest's, which test_any_module checks)."""
+    return api_004[0]
 
 
 @pytest.fixture(scope="module")
-def encoder_only(node, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("encoder_only") / "cls_onnx"
-    export_module(sm.seed_003(), sm.encode_003, out=out, src_vocab_size=sm.CONFIG_003.vocab_size,
-                  max_len=sm.CONFIG_003.max_position_embeddings, output_names=["logits"], validate=False)
-    return out
+def encoder_only(node, encoder_only_003) -> Path:
+    return encoder_only_003
 
 
 def cli(node: str, *args: object) -> subprocess.CompletedProcess:

@@ -20,22 +20,20 @@ pytest.importorskip("fastapi")
 
 import seed_models as sm  # noqa: E402
 from helpers import run_cli, server_process, serving  # noqa: E402
-import test_any_module  # noqa: E402
-from test_any_module import BEAMS, STEPS, held_out  # noqa: E402
+from seed_models import held_out  # noqa: E402
+from test_any_module import BEAMS, STEPS  # noqa: E402
 from test_serve import stream_events  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
-from tfm_export.export.module_export import export_module  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.serve.batcher import EngineConfig  # noqa: E402
 from tfm_export.serve.engine import ServeSettings, open_engine  # noqa: E402
 
-# test_any_module's fixtures: seed 004 trained briefly, exported through export_module (validated)
-trained_004, api_004 = test_any_module.trained_004, test_any_module.api_004
 SAMPLING = {"do_sample": True, "seed": 3, "top_k": 5, "num_return_sequences": 2}
 
 
 @pytest.fixture(scope="module")
 def export_004(api_004):
+    """conftest's seed 004, trained briefly and exported through export_module (validated)."""
     return api_004[0]
 
 
@@ -52,11 +50,8 @@ def server(export_004):
 
 
 @pytest.fixture(scope="module")
-def encoder_only(tmp_path_factory):
-    out = tmp_path_factory.mktemp("encoder_only") / "cls_onnx"
-    export_module(sm.seed_003(), sm.encode_003, out=out, src_vocab_size=sm.CONFIG_003.vocab_size,
-                  max_len=sm.CONFIG_003.max_position_embeddings, output_names=["logits"], validate=False)
-    return out
+def encoder_only(encoder_only_003):
+    return encoder_only_003
 
 
 def translate(url: str, **body) -> dict:
