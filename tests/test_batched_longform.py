@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from tfm_export.errors import InputError
 from tfm_export.runtime.speech import batch_rounds, chunks, whisper
 from tfm_export.runtime.speech.batch import transcribe_batch
-from tfm_export.runtime.speech.vad import RATE, VadParameters
+from tfm_export.runtime.speech.silero import RATE
+from tfm_export.runtime.speech.vad import VadParameters
 
 pytestmark = [pytest.mark.filterwarnings("ignore"),
               pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")]

@@ -16,9 +16,9 @@ import pytest
 
 from helpers import NODE, spoken_marks
 from tfm_export.resources import bundled
-from tfm_export.runtime.speech import chunks, vad, whisper
+from tfm_export.runtime.speech import chunks, silero, whisper
 from tfm_export.runtime.speech.batch import transcribe_batch
-from tfm_export.runtime.speech.vad import RATE
+from tfm_export.runtime.speech.silero import RATE
 
 pytestmark = spoken_marks()  # espeak-ng speaks the recordings; node and its packages run them
 
@@ -35,7 +35,7 @@ const { openExport, transcribe } = await load('exported.mjs');
 const speech = await load('speech/whisper.mjs');
 const { ChunkPlan, transcribeSpeech, whisperPlan } = await load('speech/chunks.mjs');
 const { transcribeBatch } = await load('speech/batch.mjs');
-const { vadSession } = await load('speech/vad.mjs');
+const { vadSession } = await load('speech/silero.mjs');
 const job = JSON.parse(readFileSync(jobFile, 'utf8'));
 const samples = (file) => { const b = readFileSync(file); return new Float32Array(b.buffer, b.byteOffset, b.length / 4); };
 const model = await openExport(job.export);
@@ -107,7 +107,7 @@ def cases(digits_export, tmp_path_factory):
         samples.astype("<f4").tofile(files[-1])
     job = folder / "job.json"
     job.write_text(json.dumps({"export": str(digits_export), "recordings": list(map(str, files)), "split": SPLIT,
-                               "vad": str(bundled("silero-vad") / vad.MODEL_FILE)}))
+                               "vad": str(bundled("silero-vad") / silero.MODEL_FILE)}))
     from helpers import node_module
 
     done = node_module(SCRIPT, NODE, job, timeout=600)

@@ -123,8 +123,9 @@ def app(tmp_path_factory) -> Path:
          "decode/speculative_sampling.mjs",
          "decode/together.mjs", "options/generation.mjs", "speech/batch.mjs", "speech/batch_rounds.mjs",
          "speech/alignment.mjs", "speech/assisted.mjs", "speech/chunks.mjs", "speech/fallback.mjs", "speech/longform.mjs",
-         "speech/prompt.mjs", "speech/rules.mjs", "speech/search.mjs", "speech/streaming.mjs", "speech/transcribe.mjs",
-         "speech/vad.mjs", "speech/whisper.mjs", "speech/words.mjs",
+         "speech/prompt.mjs", "speech/prompt_text.mjs", "speech/rules.mjs", "speech/search.mjs",
+         "speech/streaming.mjs", "speech/subtitles.mjs", "speech/transcribe.mjs",
+         "speech/silero.mjs", "speech/vad.mjs", "speech/whisper.mjs", "speech/words.mjs",
          "states/growing.mjs", "states/nocache.mjs", "states/reorder.mjs", "states/shortlist.mjs",
          "text/charsmap.mjs", "text/marian.mjs", "text/sentencepiece.mjs", "text/tokenizer.mjs"])
     app = tmp_path_factory.mktemp("app")

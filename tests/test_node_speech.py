@@ -32,7 +32,7 @@ from helpers import NODE, node, node_module, run_cli_ok, spoken_marks  # noqa: E
 from tfm_export.audio import load_audio, log_mel  # noqa: E402
 from tfm_export.audio.features import FeatureConfig  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
-from tfm_export.runtime.speech.whisper import to_srt, to_vtt  # noqa: E402
+from tfm_export.runtime.speech.subtitles import to_srt, to_vtt  # noqa: E402
 
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, SILENCE, Spoken, words  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import NODE, spoken_marks
 from tfm_export.resources import bundled
-from tfm_export.runtime.speech import vad
+from tfm_export.runtime.speech import silero, vad
 from tfm_export.runtime.speech.vad import VadParameters
 
 pytestmark = spoken_marks()  # espeak-ng speaks the recordings; node and its packages run them
@@ -32,14 +32,15 @@ import { pathToFileURL } from 'node:url';
 const node = process.argv[2];
 const ort = createRequire(`${node}/package.json`)('onnxruntime-node');
 const vad = await import(pathToFileURL(`${node}/speech/vad.mjs`).href);
+const silero = await import(pathToFileURL(`${node}/speech/silero.mjs`).href);
 const { transcribe } = await import(pathToFileURL(`${node}/exported.mjs`).href);
 const job = JSON.parse(readFileSync(0, 'utf8'));
-const session = await vad.vadSession(ort, job.model);
+const session = await silero.vadSession(ort, job.model);
 const out = { spans: [], transcripts: [], words: [], errors: [] };
 for (const file of job.recordings) {
   const buffer = readFileSync(file);
   const samples = new Float32Array(buffer.buffer, buffer.byteOffset, buffer.length / 4);
-  const probs = await vad.speechProbabilities(ort, session, samples);
+  const probs = await silero.speechProbabilities(ort, session, samples);
   out.spans.push({ probs: Array.from(probs), bySetting: [] });
   for (const settings of job.settings) {
     const spans = vad.timestampsFromProbabilities(probs, samples.length, new vad.VadParameters(settings));
@@ -73,7 +74,7 @@ def node_answers(digits_export, tmp_path_factory):
         samples.astype("<f4").tofile(files[-1])
     script = folder / "vad.mjs"
     script.write_text(SCRIPT)
-    job = {"model": str(bundled("silero-vad") / vad.MODEL_FILE),
+    job = {"model": str(bundled("silero-vad") / silero.MODEL_FILE),
            "recordings": list(map(str, files)), "settings": SETTINGS, "export": str(digits_export)}
     done = subprocess.run(["node", str(script), str(NODE)], input=json.dumps(job), capture_output=True, text=True,
                           timeout=600, cwd=NODE)
@@ -84,7 +85,7 @@ def node_answers(digits_export, tmp_path_factory):
 def test_node_speech_timestamps_equal_python(node_answers):
     recordings, answers = node_answers
     for samples, got in zip(recordings, answers["spans"]):
-        probs = vad.speech_probabilities(samples)
+        probs = silero.speech_probabilities(samples)
         assert np.array_equal(np.float32(got["probs"]), probs)  # every window, many a call on both sides
         for settings, spans in zip(SETTINGS, got["bySetting"]):
             want = vad.timestamps_from_probabilities(probs, len(samples), VadParameters(**settings))

@@ -24,7 +24,7 @@ from test_serve import scrape  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
 from tfm_export.runtime.speech.fallback import openai_fallback  # noqa: E402
 from tfm_export.runtime.speech.whisper import speech_settings  # noqa: E402
-from tfm_export.runtime.speech.whisper import to_srt, to_vtt  # noqa: E402
+from tfm_export.runtime.speech.subtitles import to_srt, to_vtt  # noqa: E402
 from tfm_export.serve.engine import ServeSettings  # noqa: E402
 from tfm_export.serve.upload import SPOOL_PREFIX  # noqa: E402
 

@@ -23,8 +23,9 @@ from click.testing import CliRunner
 
 from tfm_export.errors import InputError
 from tfm_export.resources import bundled
-from tfm_export.runtime.speech import vad
-from tfm_export.runtime.speech.vad import RATE, Span, SpeechMap, VadParameters, collect_chunks
+from tfm_export.runtime.speech import silero as vad_model, vad
+from tfm_export.runtime.speech.silero import RATE
+from tfm_export.runtime.speech.vad import Span, SpeechMap, VadParameters, collect_chunks
 from tools import vad_batched
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
@@ -100,30 +101,30 @@ def silero():
     return torch, utils, model
 
 
-@pytest.mark.parametrize("call_windows", [vad.CALL_WINDOWS, 7])
+@pytest.mark.parametrize("call_windows", [vad_model.CALL_WINDOWS, 7])
 def test_probabilities_equal_silero_onnx_wrapper(silero, busy, call_windows, monkeypatch):
     """Our batched graph, many windows a call (or 7: the state carried from call to call too), against silero
     running its op15 file one window at a time: the same float32 probabilities (to float32 rounding: our
     front end's Convs sum in another order, tools/vad_batched.py)."""
     torch, _, model = silero
-    monkeypatch.setattr(vad, "CALL_WINDOWS", call_windows)
+    monkeypatch.setattr(vad_model, "CALL_WINDOWS", call_windows)
     samples = busy[0][:RATE * 5 + 123]  # a last window that is padded
     theirs = model.audio_forward(torch.from_numpy(samples), RATE).numpy()[0]
-    ours = vad.speech_probabilities(samples)
-    assert ours.shape == theirs.shape == (math.ceil(len(samples) / vad.WINDOW),)
+    ours = vad_model.speech_probabilities(samples)
+    assert ours.shape == theirs.shape == (math.ceil(len(samples) / vad_model.WINDOW),)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
     assert ours.max() > 0.9 and ours[:5].max() < 0.5  # speech found, the leading noise not
 
 
 def test_window_probabilities_carry_context_and_state(busy):
     """A stream given in pieces (serve.turns' way) has the probabilities of the whole recording at once."""
-    samples = busy[0][:vad.WINDOW * 300]
-    whole = vad.speech_probabilities(samples)
-    windows = samples.reshape(-1, vad.WINDOW)
-    context, state, pieces = np.zeros(vad.CONTEXT, np.float32), np.zeros(vad.STATE, np.float32), []
+    samples = busy[0][:vad_model.WINDOW * 300]
+    whole = vad_model.speech_probabilities(samples)
+    windows = samples.reshape(-1, vad_model.WINDOW)
+    context, state, pieces = np.zeros(vad_model.CONTEXT, np.float32), np.zeros(vad_model.STATE, np.float32), []
     for start, stop in ((0, 1), (1, 120), (120, 300)):
-        probs, state = vad.window_probabilities(windows[start:stop], context, state)
-        context = windows[stop - 1, -vad.CONTEXT:]
+        probs, state = vad_model.window_probabilities(windows[start:stop], context, state)
+        context = windows[stop - 1, -vad_model.CONTEXT:]
         pieces.append(probs)
     np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=1e-5, atol=1e-6)
     assert whole.max() > 0.9
@@ -131,7 +132,7 @@ def test_window_probabilities_carry_context_and_state(busy):
 
 def test_batched_graph_is_what_the_tool_writes():
     """models/silero-vad's batched file is tools/vad_batched.py's rewrite of the op15 file, byte for byte."""
-    assert (bundled("silero-vad") / vad.MODEL_FILE).read_bytes() == vad_batched.batched_model().SerializeToString()
+    assert (bundled("silero-vad") / vad_model.MODEL_FILE).read_bytes() == vad_batched.batched_model().SerializeToString()
 
 
 @pytest.mark.parametrize("settings", silero_settings, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))

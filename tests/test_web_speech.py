@@ -36,7 +36,7 @@ from helpers import spoken_marks  # noqa: E402
 from test_node_speech import EXACT, MEASURES  # noqa: E402
 from test_runtimes import RUNTIMES, run_node_tests  # noqa: E402
 from tfm_export.runtime import open_export  # noqa: E402
-from tfm_export.runtime.speech.whisper import to_srt  # noqa: E402
+from tfm_export.runtime.speech.subtitles import to_srt  # noqa: E402
 
 sys.path.insert(0, str(FOLDER))
 from speech import RATE, Spoken  # noqa: E402

@@ -47,11 +47,12 @@ BUNDLES = {
                                           "text/tokenizer.mjs", "text/charsmap.mjs", "text/sentencepiece.mjs",
                                           "text/marian.mjs",
                                           # Whisper transcription (the page's speech section)
-                                          "speech/whisper.mjs", "speech/prompt.mjs", "speech/rules.mjs",
+                                          "speech/whisper.mjs", "speech/prompt.mjs", "speech/prompt_text.mjs",
+                                          "speech/subtitles.mjs", "speech/rules.mjs",
                                           "speech/search.mjs", "speech/longform.mjs", "speech/words.mjs",
                                           "speech/assisted.mjs",
                                           "speech/alignment.mjs", "speech/fallback.mjs", "speech/streaming.mjs",
-                                          "speech/vad.mjs", "speech/chunks.mjs",
+                                          "speech/silero.mjs", "speech/vad.mjs", "speech/chunks.mjs",
                                           # batched long form (the page's "batch" with "skip silence")
                                           "speech/batch.mjs", "speech/batch_rounds.mjs", "decode/together.mjs",
                                           "audio/features.mjs", "audio/spectrum.mjs", "audio/io.mjs")),
@@ -68,7 +69,7 @@ BUNDLES = {
                   ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"), optional=True),
     "num2words-de": Bundle("models/num2words-de", "models/num2words-de",
                            ("model.pt", "heldout.tsv", "short.tsv", "README.md")),
-    # Silero VAD (MIT), runtime.speech.vad's model: `transcribe --vad`, the server's chunking_strategy
+    # Silero VAD (MIT), runtime.speech.silero's model: `transcribe --vad`, the server's chunking_strategy
     "silero-vad": Bundle("models/silero-vad", "models/silero-vad",
                          ("silero_vad_16k_op15_batched.onnx", "LICENSE", "README.md")),
 }

@@ -12,7 +12,7 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { VadParameters } from './speech/vad.mjs';
-import { toSrt, toVtt } from './speech/whisper.mjs';
+import { toSrt, toVtt } from './speech/subtitles.mjs';
 
 const FORMATS = { txt: (r) => `${r.text.trim()}\n`, srt: (r) => toSrt(r.segments), vtt: (r) => toVtt(r.segments),
   json: (r, file) => `${JSON.stringify({ file, ...r })}\n` };

@@ -32,7 +32,7 @@ import { VocabularyMap } from './decode/vmap.mjs';
 
 export { connect, ServerError } from './client.mjs';
 export { VocabularyMap } from './decode/vmap.mjs';
-export { toSrt, toVtt } from './speech/whisper.mjs';
+export { toSrt, toVtt } from './speech/subtitles.mjs';
 
 /**
  * An opened export folder (Python's ExportedModel): its manifest, tokenizer and one ONNX Runtime session

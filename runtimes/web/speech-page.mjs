@@ -4,7 +4,7 @@
 // prompt, speech/rules.mjs's rules, speech/longform.mjs's windows): one implementation, so a 16 kHz WAV
 // file gives Python's ids and text.
 // app.mjs imports this module only for such an export, so a text export never loads fft.js or wavefile.
-// The latest transcript's subtitles can be downloaded (#speech-srt, speech/whisper.mjs's toSrt: Python's --format srt).
+// The latest transcript's subtitles can be downloaded (#speech-srt, speech/subtitles.mjs's toSrt: Python's --format srt).
 // While the microphone records, its live text (live-text.mjs: confirmed and tentative) shows as it is spoken.
 // "skip silence" transcribes only the speech Silero VAD finds (/vad/'s model, /lib/speech/chunks.mjs: Node's
 // transcribe with vad: true, so the page's text is Python's transcribe(vad=True)'s). With "batch" above 1 the
@@ -18,10 +18,11 @@
 import { fileAudio, Recorder } from './audio-in.mjs';
 import { liveText } from './live-text.mjs';
 import { featureConfig } from '/lib/audio/features.mjs';
-import { audioSamples, toSrt, transcribe } from '/lib/speech/whisper.mjs';
+import { toSrt } from '/lib/speech/subtitles.mjs';
+import { audioSamples, transcribe } from '/lib/speech/whisper.mjs';
 import { transcribeBatch } from '/lib/speech/batch.mjs';
 import { transcribeSpeech, whisperPlan } from '/lib/speech/chunks.mjs';
-import { MODEL_FILE as VAD_FILE, vadSession } from '/lib/speech/vad.mjs';
+import { MODEL_FILE as VAD_FILE, vadSession } from '/lib/speech/silero.mjs';
 import { whisperLanguages, whisperSettings } from '/lib/speech/prompt.mjs';
 
 const $ = (id) => document.getElementById(id);

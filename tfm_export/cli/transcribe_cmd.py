@@ -104,7 +104,7 @@ def transcribe_command(folder: Path, audio: tuple[Path, ...], language: str | No
     from ..files import output_files, write_file_atomically
     from ..runtime import RuntimeOptions, open_export
     from ..audio import check_files
-    from ..runtime.speech.whisper import TRANSCRIPT_FORMATS
+    from ..runtime.speech.subtitles import TRANSCRIPT_FORMATS
 
     if as_json and out_format not in ("txt", "json"):  # --json is --format json: the other would be ignored
         raise click.UsageError(f"--json is --format json; pick it or --format {out_format}")

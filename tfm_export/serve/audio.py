@@ -9,7 +9,7 @@ for api.openai.com) work unchanged:
 Each answer is what `transcribe` of the same export returns for the same recording (runtime.speech.whisper):
 json {"text", "usage"}; text the text; verbose_json {"task", "language", "duration", "text", "segments":
 [{"id", "seek", "start", "end", "text", "tokens", ...}]}; srt and vtt the segments as subtitles
-(runtime.speech.whisper.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
+(runtime.speech.subtitles.to_srt/to_vtt, as `tfm-export transcribe --format`). verbose_json, srt and vtt decode
 with timestamps (segments with their times), json and text without. Where this differs from OpenAI's service:
 
 - `model` may be any name: a server serves one export (GET /v1/models lists it by its folder's name, serve.model_list).

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..runtime.speech.prompt import LANGUAGES
-from ..runtime.speech.whisper import to_srt, to_vtt
+from ..runtime.speech.subtitles import to_srt, to_vtt
 from .transcriber import Done
 
 

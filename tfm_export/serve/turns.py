@@ -1,7 +1,7 @@
 """Server VAD for live transcription (serve.realtime): where a speaker's turn starts and stops in a stream.
 
-OpenAI's `server_vad` turn detection, on runtime.speech.vad's Silero model, each piece's whole windows in
-one call, its recurrent state carried across the stream (runtime.speech.vad.speech_probabilities does the
+OpenAI's `server_vad` turn detection, on runtime.speech.silero's Silero model, each piece's whole windows in
+one call, its recurrent state carried across the stream (runtime.speech.silero.speech_probabilities does the
 same over a whole recording): a turn starts at the first window whose P(speech) reaches `threshold`, with
 `prefix_padding_ms` of the audio before it, and stops once `silence_duration_ms` of windows stayed under
 it. Torch-free; no web framework here.
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.speech.vad import CONTEXT, RATE, STATE, WINDOW, vad_session, window_probabilities
+from ..runtime.speech.silero import CONTEXT, RATE, STATE, WINDOW, vad_session, window_probabilities
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Standard library only; binds to 127.0.0.1 by default. For local demos and tests,
                  wavefile-shim.mjs), pako's ES module directly; optional (text exports need none: without
                  them the page says so when it opens a Whisper export)
     /vad/        models/silero-vad (top-level files only): Silero VAD's ONNX file, which the page's "skip silence"
-                 runs (/lib/speech/vad.mjs), when the install has it
+                 runs (/lib/speech/silero.mjs, vad.mjs), when the install has it
     /export/     the export folder (manifest.json, encoder.onnx, decoder.onnx, tokenizer.json)
 
 Without --web-dir these come from the installed package (tfm_export.resources: a wheel's copies, or

@@ -3,7 +3,8 @@
 // into chunks of up to one Whisper window, each chunk transcribed on its own as a recording (speech/whisper.mjs),
 // and every time in the answers (segments, words, each segment's seek) mapped back to the recording. The texts
 // and ids are joined in order; the first chunk's language (given or detected) is the others'. No Node APIs.
-import { RATE, SpeechMap, VadParameters, collectChunks, speechTimestamps } from './vad.mjs';
+import { RATE } from './silero.mjs';
+import { SpeechMap, VadParameters, collectChunks, speechTimestamps } from './vad.mjs';
 
 /** What chunking needs to know of the model (Python's ChunkPlan). */
 export class ChunkPlan {
@@ -88,7 +89,7 @@ export function joined(speech, results, plan, language = null, wordTimestamps = 
 /**
  * The recording's speech chunks (`samples`: Float32Array at 16 kHz), each transcribed by
  * `transcribe(samples, options)` one after the other, as one answer with the recording's times
- * (Python's transcribe_speech). `session`: the VAD's (speech/vad.mjs vadSession).
+ * (Python's transcribe_speech). `session`: the VAD's (speech/silero.mjs vadSession).
  */
 export async function transcribeSpeech(ort, session, samples, transcribe, plan, parameters = null, options = {}) {
   const { language = null, ...rest } = options;

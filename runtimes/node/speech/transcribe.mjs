@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { transcribeBatch } from './batch.mjs';
 import { transcribeSpeech, whisperPlan } from './chunks.mjs';
-import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './vad.mjs';
+import { MODEL_FILE as VAD_FILE, RATE, vadSession } from './silero.mjs';
 import * as speech from './whisper.mjs';
 
 const VAD_MODEL = fileURLToPath(new URL(`../../../models/silero-vad/${VAD_FILE}`, import.meta.url)); // the checkout's

@@ -15,7 +15,7 @@
 // (promptConditionType 'all-segments': after the initial prompt); faster-whisper's `hotwords` and `prefix` as
 // Python's. `assistant` (an opened Whisper export of the same tokenizer) or `promptLookupNumTokens`: greedy windows
 // decode speculatively (speech/assisted.mjs: the same ids). Not ported: per-token logprobs. The result is Python's: { text,
-// language, segments, ids }; `toSrt` / `toVtt` write its segments as subtitles. No Node APIs: the browser
+// language, segments, ids }; speech/subtitles.mjs writes its segments as subtitles. No Node APIs: the browser
 // page can import it (exported.mjs reads files and passes their bytes).
 import { readWav } from '../audio/io.mjs';
 import { featureConfig, logMel, logMelSpectrogram } from '../audio/features.mjs';
@@ -24,7 +24,8 @@ import { GrowingCache } from '../states/growing.mjs';
 import { assistedDecoder, speculating } from './assisted.mjs';
 import { fallbackFor } from './fallback.mjs';
 import { cacheRunner, featureWindow, transcribeWindows, windowDecoder, windowPrompt } from './longform.mjs';
-import { DETECT, initTokens, languageCode, promptPrefix, whisperSettings } from './prompt.mjs';
+import { DETECT, initTokens, languageCode, whisperSettings } from './prompt.mjs';
+import { promptParts } from './prompt_text.mjs';
 import { LanguageDetector } from './search.mjs';
 import { addWords, alignmentSession, timeWindow } from './words.mjs';
 
@@ -79,36 +80,6 @@ function checkTimestamps(settings, long) {
     throw new Error(`this Whisper model has no timestamp tokens (no_timestamps_token_id): ${long
       ? 'it cannot transcribe audio over one window' : 'it takes no timestamps'}`);
   }
-}
-
-/** Text as the tokens of " " + the text (Python's _text_ids), or token ids checked against the vocabulary. */
-function textIds(model, settings, text, name) {
-  if (Array.isArray(text) && text.every(Number.isInteger)) {
-    const vocab = model.manifest.config.tgt_vocab_size;
-    const bad = text.find((t) => t < 0 || t >= vocab);
-    if (bad !== undefined) throw new Error(`${name} id ${bad} is out of range for the model's vocabulary of ${vocab} ids`);
-    return text;
-  }
-  if (typeof text !== 'string') throw new Error(`${name} must be text or an array of token ids, got ${JSON.stringify(text)}`);
-  if (!model.tokenizer) throw new Error(`this export has no tokenizer: give the ${name} as token ids`);
-  return model.tokenizer.encode(` ${text.trim()}`).filter((t) => t !== settings.eos_token_id);
-}
-
-const blank = (text) => text === undefined || text === null || (typeof text === 'string' && !text.trim()) ||
-  (Array.isArray(text) && !text.length);
-
-/**
- * The initial prompt (Python's `_prompt_ids`, transformers' get_prompt_ids: <|startofprev|>, then the tokens of
- * " " + the text, or the ids given), the hotwords and the prefix (Python's `_hotword_ids`, `_prefix_ids`:
- * faster-whisper's, at most max_target_positions / 2 - 1 ids; the prefix after <|0.00|> with timestamps).
- */
-function promptParts(model, settings, { prompt, hotwords, prefix }, stamped) {
-  const cut = Math.floor(model.manifest.config.max_len / 2) - 1;
-  const hot = blank(hotwords) ? [] : textIds(model, settings, hotwords, 'hotwords').slice(0, cut);
-  if (hot.length) promptPrefix(settings, hot); // a model without <|startofprev|> takes no hotwords
-  const forced = blank(prefix) ? [] : textIds(model, settings, prefix, 'prefix').slice(0, cut);
-  return { promptIds: blank(prompt) ? [] : promptPrefix(settings, textIds(model, settings, prompt, 'prompt')),
-    hotwordIds: hot, prefixIds: forced.length && stamped ? [settings.no_timestamps_token_id + 1, ...forced] : forced };
 }
 
 /** The init tokens with a language to detect detected on the first window alone, as Python does for a prompted
@@ -201,26 +172,4 @@ function segmentFields({ start, end, tokens, window }, text, round) {
   const { seek, temperature, avg_logprob, compression_ratio, no_speech_prob } = window;
   return { seek, start: round(start), end: round(end), text, tokens, temperature, avg_logprob, compression_ratio,
     no_speech_prob };
-}
-
-/** Seconds as HH:MM:SS<decimal>mmm (negative times as 0). The segments' times are rounded to the millisecond
- * already, so rounding half up here gives Python's round-half-even result. */
-function clock(seconds, decimal) {
-  let millis = Math.round(Math.max(seconds, 0) * 1000);
-  const hours = Math.floor(millis / 3_600_000);
-  millis -= hours * 3_600_000;
-  const minutes = Math.floor(millis / 60_000);
-  millis -= minutes * 60_000;
-  const pad = (n, width) => String(n).padStart(width, '0');
-  return `${pad(hours, 2)}:${pad(minutes, 2)}:${pad(Math.floor(millis / 1000), 2)}${decimal}${pad(millis % 1000, 3)}`;
-}
-
-/** SubRip: numbered cues, `HH:MM:SS,mmm --> HH:MM:SS,mmm`, the text, a blank line. */
-export function toSrt(segments) {
-  return segments.map((s, i) => `${i + 1}\n${clock(s.start, ',')} --> ${clock(s.end, ',')}\n${s.text.trim()}\n\n`).join('');
-}
-
-/** WebVTT: the header, then cues `HH:MM:SS.mmm --> HH:MM:SS.mmm` and their text. */
-export function toVtt(segments) {
-  return `WEBVTT\n\n${segments.map((s) => `${clock(s.start, '.')} --> ${clock(s.end, '.')}\n${s.text.trim()}\n\n`).join('')}`;
 }

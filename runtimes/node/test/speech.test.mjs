@@ -12,7 +12,8 @@ import { featureConfig, melFilters } from '../audio/features.mjs';
 import { powerSpectrum } from '../audio/spectrum.mjs';
 import { compressionRatio, previousText, splitSegments, windowPrompt } from '../speech/longform.mjs';
 import { dtw, medianFilter, words } from '../speech/alignment.mjs';
-import { toSrt, toVtt, transcribe } from '../speech/whisper.mjs';
+import { toSrt, toVtt } from '../speech/subtitles.mjs';
+import { transcribe } from '../speech/whisper.mjs';
 import { DETECT, initTokens, languageId, maxNewTokens, promptPrefix, whisperSettings } from '../speech/prompt.mjs';
 
 const { WaveFile } = wavefile;

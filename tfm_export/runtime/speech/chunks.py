@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from ...errors import InputError
 from .logprobs import TextSoFar, logprobs_so_far
-from .vad import RATE, Chunk, SpeechMap, VadParameters, collect_chunks, speech_timestamps
+from .silero import RATE
+from .vad import Chunk, SpeechMap, VadParameters, collect_chunks, speech_timestamps
 from .whisper import DEFAULT_MAX_SECONDS, read_samples
 
 __all__ = ["ChunkPlan", "SpeechChunks", "join_text", "joined", "speech_chunks", "transcribe_speech"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -46,7 +45,8 @@ from ...audio.features import FeatureConfig, as_samples, log_mel, log_mel_spectr
 from ...errors import AudioTooLong, InputError
 from ..options.generation import GenerationConfig
 from . import assisted
-from .prompt import WhisperSettings, init_tokens, needs_detection, prompt_prefix
+from .prompt import WhisperSettings, init_tokens, needs_detection
+from .prompt_text import hotword_ids, prefix_ids, prompt_ids
 from .fallback import fallback_for
 from .logprobs import streamed_text, text_reader, token_logprobs
 from .longform import Segment, WindowRunner, cache_runner, transcribe as transcribe_features, window_decoder
@@ -56,8 +56,7 @@ from .words import add_words, alignment_session
 DEFAULT_MAX_SECONDS = 3600.0  # audio.io's: an hour
 TASKS = ("transcribe", "translate")
 
-__all__ = ["DEFAULT_MAX_SECONDS", "TRANSCRIPT_FORMATS", "read_samples", "segment_fields", "speech_settings", "to_srt",
-           "to_vtt", "transcribe"]
+__all__ = ["DEFAULT_MAX_SECONDS", "read_samples", "segment_fields", "speech_settings", "transcribe"]
 
 
 def speech_settings(model: Any) -> tuple[WhisperSettings, FeatureConfig]:
@@ -99,49 +98,6 @@ def _language_code(settings: WhisperSettings, token_id: int | None) -> str | Non
         if tid == token_id:
             return token[2:-2] if token.startswith("<|") and token.endswith("|>") else token
     return None
-
-
-def _text_ids(model: Any, settings: WhisperSettings, text: str | Sequence[int], name: str) -> list[int]:
-    """Text as its tokens of " " + the text (transformers' get_prompt_ids, faster-whisper's hotwords and prefix),
-    or token ids checked against the vocabulary."""
-    if isinstance(text, str):
-        ids = model.tokenizer.encode_target(" " + text.strip()) if hasattr(model.tokenizer, "encode_target") \
-            else model.tokenizer.encode(" " + text.strip())
-        return [t for t in ids if t != settings.eos_token_id]
-    ids = [int(t) for t in text]
-    vocab = model.config.tgt_vocab_size
-    bad = [t for t in ids if not 0 <= t < vocab]
-    if bad:
-        raise InputError(f"{{{name}}} id {bad[0]} is out of range for the model's vocabulary of {vocab} ids",
-                         options={name: None})
-    return ids
-
-
-def _blank(text: Any) -> bool:
-    return text is None or (isinstance(text, str) and not text.strip()) or (not isinstance(text, str) and not text)
-
-
-def _prompt_ids(model: Any, settings: WhisperSettings, prompt: str | Sequence[int] | None) -> list[int] | None:
-    """An initial prompt as transformers' get_prompt_ids: <|startofprev|>, " " + the text's tokens."""
-    return None if _blank(prompt) else prompt_prefix(settings, _text_ids(model, settings, prompt, "prompt"))
-
-
-def _hotword_ids(model: Any, settings: WhisperSettings, hotwords: str | Sequence[int] | None) -> list[int]:
-    """faster-whisper's hotwords: the tokens of " " + the text, at most max_target_positions // 2 - 1."""
-    if _blank(hotwords):
-        return []
-    ids = _text_ids(model, settings, hotwords, "hotwords")
-    prompt_prefix(settings, ids)  # a model without <|startofprev|> takes none: one InputError
-    return ids[: model.config.max_len // 2 - 1]
-
-
-def _prefix_ids(model: Any, settings: WhisperSettings, prefix: str | Sequence[int] | None, stamped: bool
-                ) -> list[int]:
-    """faster-whisper's prefix as the first window's forced first ids: <|0.00|> first with timestamps."""
-    if _blank(prefix):
-        return []
-    ids = _text_ids(model, settings, prefix, "prefix")[: model.config.max_len // 2 - 1]
-    return [settings.timestamp_begin, *ids] if stamped else ids
 
 
 def _language_and_task(settings: WhisperSettings, language: str | None, task: str | None
@@ -216,22 +172,17 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
     features, first = _features(samples, features_config)
     config = _generation(num_beams, max_new_tokens, options.seed, prompt_lookup_num_tokens, num_assistant_tokens)
     speculation = assisted.speculating(model, config, assistant, runner)
-    detected = None
-    if needs_detection(settings, language, task):
-        detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
-        detected = detect(np.ascontiguousarray(first), LanguageDetector(1, settings))[0]
+    detected = _detected(model, settings, runner, first, language, task)
     stamped = timestamps or features.shape[1] > window  # long audio always decodes with timestamps
     init = init_tokens(settings, language, task, stamped, detected)
     vocab, max_positions = model.config.tgt_vocab_size, model.config.max_len
-    decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
-                                   vocab, stamped, max_positions)
-    decode_window = assisted.assisted_decoder(decode_window, speculation, settings, config, stamped, max_positions)
-    text_of = text_reader(model, settings.timestamp_begin)
+    decode_window = _window_decoder(model, runner, settings, config, speculation, stamped)
     begin = settings.timestamp_begin
+    text_of = text_reader(model, begin)
     on_window = None if on_text is None else lambda done: on_text(streamed_text(model, done, begin, logprobs))
     out = transcribe_features(features, decode_window, settings, init, vocab, window_frames=window,
                               max_target_positions=max_positions, on_window=on_window,
-                              **options.longform(model, settings, _prompt_ids(model, settings, prompt), stamped))
+                              **options.longform(model, settings, prompt_ids(model, settings, prompt), stamped))
     language_token = init[1] if len(init) > 1 and init[1] in (settings.lang_to_id or {}).values() else None
     seconds = len(samples) / features_config.sampling_rate
     segments = out.segments if stamped else [Segment(0.0, seconds, out.ids, out.windows[0])]  # one window
@@ -244,11 +195,34 @@ def transcribe(model: Any, audio: Any, language: str | None = None, task: str | 
         result["logprobs"] = token_logprobs(model, out.segments, begin)
     if word_timestamps:
         audio_frames = min(features.shape[-1], -(-len(samples) // features_config.hop_length))
-        found = add_words(model, settings, features, segments, out.windows, window, audio_frames, code)
-        for fields, segment_words in zip(result["segments"], found):
-            fields["words"] = segment_words
-        result["words"] = [word for segment_words in found for word in segment_words]
+        _with_words(result, add_words(model, settings, features, segments, out.windows, window, audio_frames, code))
     return result
+
+
+def _detected(model: Any, settings: WhisperSettings, runner: WindowRunner | None, first: np.ndarray,
+              language: str | None, task: str | None) -> int | None:
+    """The language token detected on the first window, when none is given and the model has languages."""
+    if not needs_detection(settings, language, task):
+        return None
+    detect = runner or cache_runner(model.cache_for(GenerationConfig(), 1))
+    return detect(np.ascontiguousarray(first), LanguageDetector(1, settings))[0]
+
+
+def _window_decoder(model: Any, runner: WindowRunner | None, settings: WhisperSettings, config: GenerationConfig,
+                    speculation: assisted.Assisted | None, stamped: bool) -> assisted.WindowDecoder:
+    """What decodes each window: the runner (default: the export's cache) under Whisper's strategy, speculating
+    when `speculation` says so (runtime.speech.assisted)."""
+    vocab, max_positions = model.config.tgt_vocab_size, model.config.max_len
+    decode_window = window_decoder(runner or cache_runner(model.cache_for(config, max_positions)), settings, config,
+                                   vocab, stamped, max_positions)
+    return assisted.assisted_decoder(decode_window, speculation, settings, config, stamped, max_positions)
+
+
+def _with_words(result: dict[str, Any], found: list[list[dict[str, Any]]]) -> None:
+    """word_timestamps: each segment's `words`, and all of them as the result's `words`."""
+    for fields, segment_words in zip(result["segments"], found):
+        fields["words"] = segment_words
+    result["words"] = [word for segment_words in found for word in segment_words]
 
 
 @dataclass(frozen=True)
@@ -285,8 +259,8 @@ class LongFormOptions:
                 "prompt_condition_type": self.prompt_condition_type,
                 "fallback": fallback_for(settings, self.temperature, self.compression_ratio_threshold,
                                          self.logprob_threshold, self.no_speech_threshold),
-                "hotword_ids": _hotword_ids(model, settings, self.hotwords),
-                "prefix_ids": _prefix_ids(model, settings, self.prefix, stamped)}
+                "hotword_ids": hotword_ids(model, settings, self.hotwords),
+                "prefix_ids": prefix_ids(model, settings, self.prefix, stamped)}
 
 
 # transcribe's options that only Whisper's long form takes (runtime.speech.transcribe refuses them for a frames model)
@@ -306,34 +280,3 @@ def segment_fields(segment: Segment, text: str) -> dict[str, Any]:
             "tokens": list(segment.tokens), "temperature": window.temperature,
             "avg_logprob": None if avg is None or math.isnan(avg) else avg,
             "compression_ratio": window.compression_ratio, "no_speech_prob": window.no_speech_prob}
-
-
-
-# ---- subtitles ---------------------------------------------------------------------------------------
-
-def _clock(seconds: float, decimal: str) -> str:
-    millis = int(round(max(seconds, 0.0) * 1000))
-    hours, millis = divmod(millis, 3_600_000)
-    minutes, millis = divmod(millis, 60_000)
-    return f"{hours:02d}:{minutes:02d}:{millis // 1000:02d}{decimal}{millis % 1000:03d}"
-
-
-def to_srt(segments: Sequence[dict[str, Any]]) -> str:
-    """SubRip: numbered cues, `HH:MM:SS,mmm --> HH:MM:SS,mmm`, the text, a blank line."""
-    return "".join(f"{n}\n{_clock(s['start'], ',')} --> {_clock(s['end'], ',')}\n{s['text'].strip()}\n\n"
-                   for n, s in enumerate(segments, 1))
-
-
-def to_vtt(segments: Sequence[dict[str, Any]]) -> str:
-    """WebVTT: the header, then cues `HH:MM:SS.mmm --> HH:MM:SS.mmm` and their text."""
-    return "WEBVTT\n\n" + "".join(f"{_clock(s['start'], '.')} --> {_clock(s['end'], '.')}\n{s['text'].strip()}\n\n"
-                                  for s in segments)
-
-
-# `tfm-export transcribe --format` -> one recording's `transcribe` result (and its file's name) as that file's text
-TRANSCRIPT_FORMATS: dict[str, Callable[[dict[str, Any], str], str]] = {
-    "txt": lambda result, file: result["text"].strip() + "\n",
-    "srt": lambda result, file: to_srt(result["segments"]),
-    "vtt": lambda result, file: to_vtt(result["segments"]),
-    "json": lambda result, file: json.dumps({"file": file, **result}, ensure_ascii=False) + "\n",
-}
