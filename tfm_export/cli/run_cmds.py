@@ -1,5 +1,6 @@
 """`tfm-export generate` (greedy, beam search or sampling on ONNX Runtime) and `tfm-export run` (an encoder-only
-export)."""
+export): the commands and their outputs; generate's sources are read by cli.sources, its decoding flags made by
+cli.decoding_flags."""
 
 from __future__ import annotations
 
@@ -10,156 +11,9 @@ from typing import Any, Iterator
 
 import click
 
-from ..errors import InputError
 from .common import library_errors, main_group, ort_thread_options, parse_int_list, spin_beside
-
-
-def _sources(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
-             features: tuple[Path, ...]) -> tuple[str, list[Any], list[str]]:
-    """(kind, sources, a label per source for messages: "source N", or "FILE line N" for --input)."""
-    given = sum(bool(x) for x in (text, ids, input_file, features))
-    if given != 1:
-        raise click.UsageError("give exactly one of --text, --ids, --input (- for standard input) or --features")
-    if features:  # read once the export says what its encoder takes (_feature_sources)
-        return "features", list(features), []
-    if text or ids:
-        kind = "text" if text else "ids"
-        sources = list(text) if text else [parse_int_list(i, "--ids") for i in ids]
-        labels = [f"source {n}" for n in range(1, len(sources) + 1)]
-    else:
-        where = "standard input" if str(input_file) == "-" else str(input_file)
-        numbered = [(n, ln) for n, ln in enumerate(_read_text(input_file).splitlines(), 1) if ln.strip()]
-        kind, labels = input_format, [f"{where} line {n}" for n, _ in numbered]
-        sources = [parse_int_list(ln, label) if kind == "ids" else ln for label, (_, ln) in zip(labels, numbered)]
-    # One rule for text and ids: an empty source has nothing to translate.
-    empty = next((label for label, s in zip(labels, sources) if not s), None)
-    if empty is not None:
-        raise click.ClickException(f"{empty} is empty; give at least one character or token id")
-    return kind, sources, labels
-
-
-# --input's extension -> its markup (generate --format's default)
-MARKUP_EXTENSIONS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
-
-
-def _format_of(path: Path | None) -> str:
-    return MARKUP_EXTENSIONS.get(path.suffix.lower(), "text") if path is not None and str(path) != "-" else "text"
-
-
-def _documents(text: tuple[str, ...], ids: tuple[str, ...], input_file: Path | None, input_format: str,
-               features: tuple[Path, ...], per_source_output: bool) -> list[str]:
-    """--split-sentences' documents: each --text, or the --input file whole."""
-    if ids or features or input_format != "text" or per_source_output:
-        raise click.UsageError("--split-sentences translates text documents (--text or --input); it takes no --ids, "
-                               "--features, --input-format ids, --json or --stream")
-    if bool(text) == bool(input_file):
-        raise click.UsageError("give --text or --input (- for standard input) with --split-sentences")
-    return list(text) if text else [_read_text(input_file)]
-
-
-def _encode(model: Any, texts: list[str], labels: list[str], source_lang: str | None, target_lang: str | None
-            ) -> list[list[int]]:
-    """Every text encoded before any is decoded; a text the tokenizer cannot encode is named by its label."""
-    encoded = []
-    for label, text in zip(labels, texts):
-        try:
-            encoded.append(model.encode(text, source_lang, target_lang))
-        except InputError as exc:
-            raise InputError(f"{label}: {exc.template}", exc.options) from None
-    return encoded
-
-
-def _read_text(path: Path) -> str:
-    try:
-        if str(path) == "-":
-            return sys.stdin.buffer.read().decode("utf-8-sig")
-        return path.read_text(encoding="utf-8-sig")  # -sig: a byte order mark (Windows editors) is not text
-    except UnicodeDecodeError as exc:
-        where = "standard input" if str(path) == "-" else path
-        raise click.ClickException(f"{where} is not UTF-8 text (byte {exc.start}); pass a text file, one "
-                                   f"source per line") from None
-
-
-def _feature_sources(model: Any, paths: list[Path]) -> tuple[list[str], list[Any]]:
-    """--features files -> (a label per source: the file, with [i] for the sources of a batch file; the
-    arrays), read by the export's declared encoder input (runtime.sources.read_feature_file)."""
-    from ..runtime.sources import read_feature_file
-
-    labels, arrays = [], []
-    for path in paths:
-        rows = read_feature_file(path, model.manifest.encoder_input)
-        labels += [f"{path}[{i}]" if len(rows) > 1 else str(path) for i in range(len(rows))]
-        arrays += rows
-    return labels, arrays
-
-
-def _with_eos(sources: list[list[int]], tokenizer: Any) -> list[list[int]]:
-    """--ids follow the tokenizer's convention: when encoding appends only EOS, append it if missing
-    (ids for a language-marking template are taken as given)."""
-    suffix = tokenizer.encode("")  # [eos] for tokenizers that end every source with it
-    if len(suffix) != 1:
-        return sources
-    return [s if s[-1:] == suffix else s + suffix for s in sources]
-
-
-# The decoding flags' types by option kind. The library checks the values, so its messages name the flag
-# (`--top-p 1.5 must be in (0, 1]`); an option it checks only when decoding (max_new_tokens) is checked
-# here against its declared bounds instead.
-CLICK_TYPES = {"integer": (int, click.IntRange), "number": (float, click.FloatRange)}
-WORDS = {"true": True, "false": False}  # a boolean option with choices (early_stopping) takes these too
-
-
-class GenerateCommand(click.Command):
-    """`generate`: its decoding flags are made from runtime.options.generation.OPTIONS when first needed (parsing,
-    --help), so that the other commands start without importing the runtime (numpy, onnxruntime)."""
-
-    decoding_added = False
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        if not self.decoding_added:
-            self.params.extend(decoding_flags())
-            self.decoding_added = True
-        return super().get_params(ctx)
-
-
-def decoding_flags() -> list[click.Option]:
-    """A flag per decoding option that the CLI takes (GenerationConfig; unset: the export's defaults)."""
-    from ..runtime.options.generation import OPTIONS
-    from ..runtime.options.spec import render_help
-
-    flags = {o.name: o.cli or o.name for o in OPTIONS}  # how help texts name other options
-    return [_flag(o, render_help(o.help, flags.__getitem__)) for o in OPTIONS if o.cli]
-
-
-def _flag(option: Any, help: str) -> click.Option:
-    if option.choices:
-        words = click.Choice([*WORDS, *option.choices])
-        return click.Option([option.cli, option.name], type=words, default=None, help=help,
-                            callback=lambda ctx, param, value: WORDS.get(value, value))
-    if option.kind == "boolean":
-        return click.Option([f"{option.cli}/--no-{option.cli[2:]}", option.name], default=None, help=help)
-    plain, ranged = CLICK_TYPES[option.kind]
-    bounds = option.bounds
-    kind = plain if option.requirement else ranged(
-        min=bounds.get("minimum", bounds.get("exclusiveMinimum")), min_open="exclusiveMinimum" in bounds,
-        max=bounds.get("maximum", bounds.get("exclusiveMaximum")), max_open="exclusiveMaximum" in bounds)
-    return click.Option([option.cli, option.name], type=kind, default=None, help=help)
-
-
-def generation_config(model: Any, options: dict[str, Any], greedy: bool) -> Any:
-    """Click's values -> the GenerationConfig to decode with (None values: the export's default, or
-    plain greedy's with --greedy)."""
-    from ..runtime.options.generation import GREEDY, OPTIONS
-
-    config = model.generation_config(GREEDY if greedy else None, **options)
-    # A sampling flag without sampling would be ignored without a word (transformers only warns): refuse it.
-    # A folder's own defaults may carry such settings; only the flags given here are checked.
-    sampling = {o.name: o.cli for o in OPTIONS if o.transformers == "sampling" or o.name == "seed"}
-    given = [sampling[k] for k, v in options.items() if v is not None and k in sampling and k != "do_sample"]
-    if given and not config.do_sample:
-        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
-        raise click.UsageError(f"{', '.join(given)} only {verb} to sampling; add --sample or drop {them}")
-    return config
+from .decoding_flags import GenerateCommand, generation_config
+from .sources import encode_texts, feature_sources, markup_of, read_documents, read_sources, with_eos
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -229,10 +83,10 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
     if stream and as_json:  # one of them would be ignored
         raise click.UsageError("--stream prints text as it is decoded and --json a record per source once it is "
                                "done; pick one")
-    doc_format = doc_format or _format_of(input_file)
+    doc_format = doc_format or markup_of(input_file)
     spin = spin_beside(spin, assistant)
     if split_sentences or doc_format != "text":
-        documents = _documents(text, ids, input_file, input_format, features, stream or as_json)
+        documents = read_documents(text, ids, input_file, input_format, features, stream or as_json)
         model = open_export(folder, device, RuntimeOptions(intra_op_threads=threads, spin_wait=spin,
                                                            cuda_graph=cuda_graph))
         config = generation_config(model, decoding, greedy)
@@ -242,7 +96,7 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
                                            assistant=draft):
             click.echo(translation, nl=not translation.endswith("\n"))  # the document's own last line break
         return
-    kind, sources, labels = _sources(text, ids, input_file, input_format, features)
+    kind, sources, labels = read_sources(text, ids, input_file, input_format, features)
     if not sources:  # an empty --input (a pipeline with nothing to say): nothing to decode, and said so
         click.echo(f"{'standard input' if str(input_file) == '-' else input_file} has no sources (no line with "
                    f"text): nothing to decode", err=True)
@@ -254,11 +108,11 @@ def generate_command(folder: Path, text: tuple[str, ...], ids: tuple[str, ...], 
         decoding = {**model.language_options(target_lang), **decoding}
     config = generation_config(model, decoding, greedy)
     if kind == "text":
-        encoded = _encode(model, sources, labels, source_lang, target_lang)
+        encoded = encode_texts(model, sources, labels, source_lang, target_lang)
     elif kind == "features":
-        sources, encoded = _feature_sources(model, sources)
+        sources, encoded = feature_sources(model, sources)
     else:
-        encoded = _with_eos(sources, model.tokenizer) if has_tokenizer else sources
+        encoded = with_eos(sources, model.tokenizer) if has_tokenizer else sources
     tokenizer = model.tokenizer if has_tokenizer else None
     draft = _assistant(assistant, device, threads, spin, config)
     if stream:

@@ -2,7 +2,7 @@
 other surfaces need (help text, bounds, the check's message, whether the server and the CLI take it, how a
 Hugging Face folder sets it); `options_of()` reads the fields back as `Option` records.
 
-runtime.options.generation declares the fields; its checks, the CLI's flags (cli.run_cmds), the server's request
+runtime.options.generation declares the fields; its checks, the CLI's flags (cli.decoding_flags), the server's request
 fields (serve.schemas), the manifest schema's `generation` section and the Node runtime's options
 (runtime.options_codegen) are derived from the records, so an option is named by hand in one place.
 Stdlib only: the generator runs without numpy or onnxruntime.
