@@ -8,7 +8,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tfm_export.export.exporter import export_graph
+from tfm_export.export import exporter
 from tfm_export.export.int4 import Int4Settings, quantize_int4
 from tfm_export.export.packing import pack_projections
 from tfm_export.export.specs import ALL_GRAPH_SPECS
@@ -42,7 +42,7 @@ def test_packed_graph_computes_the_same_bits(tiny_checkpoint, tmp_path, graph, q
     model = load_checkpoint(tiny_checkpoint).build_model()
     cfg = model.config
     spec = ALL_GRAPH_SPECS[graph](cfg) if graph != "decoder_rows" else ALL_GRAPH_SPECS[graph](cfg, slots=16)
-    export_graph(model, spec, tmp_path, 18)
+    exporter.export_graph(model, spec, tmp_path, 18)  # by the module: conftest's cache of identical graphs serves it
     if quantize == "int4":  # blocks of 16: several blocks a column, so a packing that mixed blocks would show
         float_graph = tmp_path / f"float_{spec.file}"
         (tmp_path / spec.file).replace(float_graph)
