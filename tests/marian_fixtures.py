@@ -101,6 +101,29 @@ def write_vocab(path: Path, spm_files: list[Path], extra: tuple[str, ...] = ()) 
     return vocab
 
 
+def pair_folder(folder: Path, sources: list[str], targets: list[str], pair: tuple[str, str], seed: int) -> Path:
+    """A single-pair OPUS-MT folder (its tokenizer_config names the pair, no >>xx<< tokens): SentencePiece files
+    trained on lines of three of `sources` / `targets`, a random model of `seed`. The same arguments make the same
+    folder, whose export conftest's graph cache then makes once (test_serve_multi's, test_serve_libretranslate's)."""
+    import warnings
+
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = lambda words, step: [" ".join(words[(i * step + j) % len(words)] for j in range(3))  # noqa: E731
+                                 for i in range(300)]
+    train_spm(folder, "source", lines(sources, 7), 28)
+    train_spm(folder, "target", lines(targets, 5), 24)
+    vocab = write_vocab(folder / "vocab.json", [folder / "source.spm", folder / "target.spm"])
+    marian(vocab=len(vocab), seed=seed, bad_pad=True, scale_embedding=True).save_pretrained(folder)
+    with warnings.catch_warnings():  # "Recommended: pip install sacremoses": transformers' own tokenising only
+        warnings.simplefilter("ignore")
+        tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
+                                                 str(folder / "vocab.json"), source_lang=pair[0], target_lang=pair[1])
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 # Helsinki-NLP/opus-mt-*'s size: 6 + 6 layers of 512 wide, 8 heads, ffn 2048, 512 positions.
 OPUS_MT = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
                encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512, init_std=0.02)

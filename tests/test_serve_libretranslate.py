@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import urllib.error
-import warnings
 
 import pytest
 
@@ -39,21 +38,11 @@ def nllb(trained_export):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """A single-pair Marian folder (en -> de, no >>xx<< tokens), exported; its server."""
-    import transformers
-    from marian_fixtures import WORDS, marian, train_spm, write_vocab
+    """A single-pair Marian folder (en -> de, no >>xx<< tokens), exported; its server. test_serve_multi's en -> de
+    folder (the same words and seed): the run exports its graphs once."""
+    from marian_fixtures import WORDS, pair_folder
 
-    folder = tmp_path_factory.mktemp("pair") / "opus-mt-en-de"
-    folder.mkdir()
-    train_spm(folder, "source", [" ".join(WORDS[(i * 7 + j) % 4] for j in range(3)) for i in range(300)], 28)
-    train_spm(folder, "target", [" ".join(WORDS[4 + (i * 5 + j) % 3] for j in range(3)) for i in range(300)], 24)
-    vocab = write_vocab(folder / "vocab.json", [folder / "source.spm", folder / "target.spm"])
-    marian(vocab=len(vocab), seed=5, bad_pad=True, scale_embedding=True).save_pretrained(folder)
-    with warnings.catch_warnings():  # "Recommended: pip install sacremoses": transformers' own tokenising only
-        warnings.simplefilter("ignore")
-        tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
-                                                 str(folder / "vocab.json"), source_lang="en", target_lang="de")
-    tokenizer.save_pretrained(folder)
+    folder = pair_folder(tmp_path_factory.mktemp("pair") / "opus-mt-en-de", WORDS[:4], WORDS[4:], ("en", "de"), 6)
     out = folder.parent / "out"
     export_model(load_model(folder), out, ExportOptions(validate=False))
     with serving(ServeSettings(str(out))) as (url, _):

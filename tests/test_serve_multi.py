@@ -13,7 +13,6 @@ import json
 import shutil
 import threading
 import time
-import warnings
 import weakref
 
 import pytest
@@ -48,20 +47,9 @@ STEPS = 6
 def marian_export(root, name: str, sources: list[str], targets: list[str], pair: tuple[str, str], seed: int,
                   **options):
     """A single-pair Marian folder (its tokenizer_config names the pair), exported to root/name."""
-    import transformers
-    from marian_fixtures import marian, train_spm, write_vocab
+    from marian_fixtures import pair_folder
 
-    folder = root / f"{name}-hf"
-    folder.mkdir()
-    train_spm(folder, "source", [" ".join(sources[(i * 7 + j) % len(sources)] for j in range(3)) for i in range(300)], 28)
-    train_spm(folder, "target", [" ".join(targets[(i * 5 + j) % len(targets)] for j in range(3)) for i in range(300)], 24)
-    vocab = write_vocab(folder / "vocab.json", [folder / "source.spm", folder / "target.spm"])
-    marian(vocab=len(vocab), seed=seed, bad_pad=True, scale_embedding=True).save_pretrained(folder)
-    with warnings.catch_warnings():  # "Recommended: pip install sacremoses": transformers' own tokenising only
-        warnings.simplefilter("ignore")
-        tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
-                                                 str(folder / "vocab.json"), source_lang=pair[0], target_lang=pair[1])
-    tokenizer.save_pretrained(folder)
+    folder = pair_folder(root / f"{name}-hf", sources, targets, pair, seed)
     out = root / name
     export_model(load_model(folder, origin=local_origin(folder)), out, ExportOptions(validate=False, **options))
     return out
