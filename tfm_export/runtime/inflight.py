@@ -225,6 +225,9 @@ class InflightRows:
     def __init__(self, rows: Rows, cfg: TransformerConfig):
         self.rows, self.cfg = rows, cfg
         self.speculation = Speculation()  # the speculating groups' decoder calls, drafted and accepted ids
+        # The bound groups that speculate, counted at join and leave: a step without any (the common case) asks
+        # no group whether it does (8 groups' isinstance checks were 4 us of a 0.65 ms step, bundled model)
+        self.speculating = 0
         self.groups: list[RowGroup | None] = [None] * rows.batch  # (batch,): the group each row is in
         self.tokens = np.full(rows.batch, cfg.tgt_pad_id, dtype=np.int64)  # (batch,) next input ids
 
@@ -251,12 +254,14 @@ class InflightRows:
         for row in group.rows:
             self.groups[row] = group
         if group.speculates:
+            self.speculating += 1
             return
         self.rows.write(group.rows, [np.repeat(value, len(group.rows), axis=0) for value in encoded])
         self.tokens[group.rows] = group.strategy.bos_id  # Whisper's: its prompt's first token
 
     def leave(self, group: RowGroup) -> None:
         """Free a group's rows at once: they idle (pad at slot 0) until another group is bound into them."""
+        self.speculating -= group.speculates
         for row in group.rows:
             self.groups[row] = None
             self.rows.release(row)
@@ -267,8 +272,8 @@ class InflightRows:
         whether it leaves now (its rows are freed at once), and the beams that go on are reordered.
         Speculating groups take a call of their own states; the rows step when another group is bound (a step
         without speculating groups is the plain one)."""
-        groups = self.bound_groups()
-        if not all(group.speculates for group in groups):
+        groups, speculating = self.bound_groups(), self.speculating
+        if speculating < len(groups):  # a group is bound to the rows
             self.rows.step(self.tokens)
         outputs = StepOutputs(self.rows, device_tops(groups, self.rows))
         moving: list[int] = []  # the rows of every group whose beams continue other rows' caches
@@ -281,7 +286,7 @@ class InflightRows:
             if moved(beam_idx):
                 beams.append(beam_idx + len(moving))
                 moving += group.rows
-            if not group.speculates:
+            if not (speculating and group.speculates):
                 self.tokens[group.rows] = chosen
         if moving:  # one gather for every group
             self.rows.reorder(np.concatenate(beams), moving)
