@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import TfmExportError
+from ..manifest import has_manifest
 from . import fixtures, harness
 from .serving import serve_process
 from .whisper import RATE, window_padding
@@ -43,7 +44,7 @@ def served_exported(folder: Path, out: Path, slots: int = 448) -> Path:
     """`folder` exported to `out` (unless done already) with its static decoder for `slots` target positions (448:
     all of Whisper's; served, its windows are batched in flight; the served answers are checked against the
     one-at-a-time server's, which decodes on decoder.onnx)."""
-    if not (out / "manifest.json").exists():
+    if not has_manifest(out):
         done = subprocess.run([sys.executable, "-m", "tfm_export", str(folder), "-o", str(out), "--static-slots",
                                str(slots), "--no-validate"], capture_output=True, text=True)
         if done.returncode:
