@@ -32,8 +32,10 @@ Cases (each exported into a temporary folder, without validation):
   caller waits for; the call-cost table gives the model's decoder step and the draft's.
 - `whisper-wide` (only when named): whisper-digits widened to d_model 512 and 2 + 8 layers (41M parameters:
   `train.py 12 --layout wide --out DIR`, its function kept and its decoder trained on for 12 minutes), a target
-  whose decoder dominates, drafted by the shipped whisper-digits (2 + 2) and its draft (2 + 1), and by prompt
-  lookup, on the same recordings; `--work DIR` keeps the trained folder and its export for the next run.
+  whose decoder dominates, drafted by the shipped whisper-digits (2 + 2) and its draft (2 + 1), by whisper-digits
+  distilled from it (`train.py 15 --distil-from WIDE --out DIR`: trained on the wide model's outputs, not the ground
+  truth, models/whisper-digits/distil.py) and by prompt lookup, on the same recordings; `--work DIR` keeps the
+  trained folders and their exports for the next run.
 `--case NAME` (repeatable) runs only the cases named. `speculative-served` (SPECULATIVE_SERVED_DOC below): prompt
 lookup in the server's in-flight rows. The sides, call costs and rows are tfm_export.bench.speculative's.
 """
@@ -233,22 +235,26 @@ def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions
 
 
 def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    """whisper-digits widened (WIDE_TRAIN: d_model 512, 2 + 8 layers, models/whisper-digits/wide.py), trained and
-    exported into --work once, drafted by the shipped model (2 + 2) and its draft (2 + 1): the same tokenizer."""
+    """whisper-digits widened (WIDE_TRAIN: d_model 512, 2 + 8 layers, models/whisper-digits/wide.py) and
+    whisper-digits distilled from it (DISTIL_TRAIN), each trained and exported into --work once; the wide model
+    drafted by the shipped model (2 + 2), its draft (2 + 1) and the distilled one: the same tokenizer."""
     import subprocess
     import sys
 
     from tfm_export.bench.families import prepared
 
     work = args.work or tmp
-    hf = work / "whisper-wide-hf"
-    if not (hf / "model.safetensors").exists():  # minutes of training: kept in --work for the next run
-        subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *WIDE_TRAIN, str(hf)], check=True)
-    prepared(work / "whisper-wide", lambda out: _trained(out.name, out.parent, hf))
-    folder = work / "whisper-wide"
+    hf, distilled = work / "whisper-wide-hf", work / "whisper-distilled-hf"
+    for folder, recipe in ((hf, WIDE_TRAIN), (distilled, (*DISTIL_TRAIN, str(hf), "--out"))):
+        if not (folder / "model.safetensors").exists():  # minutes of training: kept in --work for the next run
+            subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *recipe, str(folder)],
+                           check=True)
+    for source, name in ((hf, "whisper-wide"), (distilled, "whisper-distilled")):
+        prepared(work / name, lambda out, source=source: _trained(out.name, out.parent, source))
     drafts = {"whisper-digits (2 + 2)": _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
-              "whisper-digits draft (2 + 1)": _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft")}
-    return _whisper("whisper-wide", folder, drafts, tmp, args, options)
+              "whisper-digits draft (2 + 1)": _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft"),
+              "distilled whisper-digits (2 + 2)": work / "whisper-distilled"}
+    return _whisper("whisper-wide", work / "whisper-wide", drafts, tmp, args, options)
 
 
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
@@ -258,6 +264,7 @@ CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _b
 # run only when named (minutes to build); --quick: tiny alone
 ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide"}
 WIDE_TRAIN = ("12", "--layout", "wide", "--out")  # whisper-wide: train.py's arguments before the folder
+DISTIL_TRAIN = ("15", "--distil-from")  # whisper-wide's distilled draft: train.py's, then the wide folder, --out DIR
 
 
 def speculative_main() -> None:

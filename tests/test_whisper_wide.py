@@ -1,6 +1,8 @@
 """models/whisper-digits/wide.py (`train.py --layout wide`): the widened model computes what whisper-digits
 computes (its logits, its greedy ids on held-out speech) before the recipe trains it on; and, exported, its
-speculative transcription drafted by whisper-digits' draft gives plain greedy's ids (issue #63's Whisper case)."""
+speculative transcription drafted by whisper-digits' draft gives plain greedy's ids (issue #63's Whisper case).
+distil.py (`train.py --distil-from TEACHER --out DIR`): a draft trained on a teacher's outputs for a few steps drafts
+plain greedy's ids, only its decoder trained; the option never writes the shipped folder."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ torch = pytest.importorskip("torch")
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "whisper-digits"
 sys.path.insert(0, str(FOLDER))
+import train  # noqa: E402
+from distil import Teacher, student  # noqa: E402
 from speech import Spoken  # noqa: E402
 from wide import DECODER_LAYERS, WIDEN, widen  # noqa: E402
 
@@ -68,3 +72,44 @@ def test_wide_export_drafted_by_the_draft_gives_greedy_ids(models, speech, tmp_p
         samples = Spoken.from_row(row).samples()
         plain = wide.transcribe(samples, timestamps=True)["ids"]
         assert wide.transcribe(samples, timestamps=True, assistant=draft)["ids"] == plain
+
+
+@pytest.mark.parametrize("argv", [["1", "--distil-from", str(FOLDER), "--out", str(FOLDER)],
+                                  ["1", "--distil-from", str(FOLDER), "--out", str(FOLDER / "draft")],
+                                  ["1", "--distil-from", str(FOLDER)], ["1", "--out", "/tmp/anywhere"]])
+def test_distil_option_never_writes_the_shipped_folder(argv):
+    with pytest.raises(SystemExit, match="train.py: --out"):
+        train.parse(argv)
+
+
+def test_distil_option_reads_its_folders():
+    run = train.parse(["3", "--distil-from", str(FOLDER), "--out", "/tmp/distilled", "--student", "2+1"])
+    assert (run.minutes, run.teacher, run.out, run.student) == (3.0, FOLDER, Path("/tmp/distilled"), "2+1")
+
+
+def test_distilled_draft_gives_greedy_ids(digits_export, tmp_path):
+    """whisper-digits' draft (2 + 1) distilled for a few steps from whisper-digits itself (the wide teacher's
+    export takes a minute: BENCHMARKS.md measures that one) drafts the teacher's export's plain greedy ids."""
+    import random
+
+    from tfm_export.cli import cli
+    from tfm_export.runtime import open_export
+
+    tok = transformers.WhisperTokenizerFast.from_pretrained(str(FOLDER), local_files_only=True)
+    draft = student(transformers.WhisperForConditionalGeneration.from_pretrained(str(FOLDER / "draft")))
+    encoder, decoder = ([p.clone() for p in part.parameters()] for part in (draft.model.encoder, draft.model.decoder))
+    stage = train.train(draft, tok, train.bank(random.Random(0), 8, heldout=False), 0.02, 1,
+                        Teacher(FOLDER, tok, train.batch), (1e-3, 1))
+    assert stage["steps"] >= 1 and np.isfinite(stage["final_loss"])
+    assert all(torch.equal(a, b) for a, b in zip(encoder, draft.model.encoder.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(decoder, draft.model.decoder.parameters()))
+    draft.save_pretrained(tmp_path / "hf")
+    for name in HF_FILES:
+        shutil.copy(FOLDER / name, tmp_path / "hf")
+    cli.main([str(tmp_path / "hf"), "-o", str(tmp_path / "draft"), "--no-validate"], standalone_mode=False)
+    model, assistant = open_export(digits_export), open_export(tmp_path / "draft")
+    rows = (FOLDER / "heldout.tsv").read_text().splitlines()
+    for row in rows[:2] + rows[-2:]:
+        samples = Spoken.from_row(row).samples()
+        plain = model.transcribe(samples, timestamps=True)["ids"]
+        assert model.transcribe(samples, timestamps=True, assistant=assistant)["ids"] == plain

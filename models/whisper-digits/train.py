@@ -2,7 +2,8 @@
 
     apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
     .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
-    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft | --layout wide --out DIR]
+    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft | --layout wide --out DIR |
+        --distil-from TEACHER --out DIR [--student 2+2|2+1]]
 
 Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
 generation_config.json with lang_to_id / task_to_id, tokenizer files with the timestamp tokens,
@@ -15,6 +16,9 @@ keeps (its weights, its tokenizer files) and trained on for MINUTES more, a spec
 `--layout wide --out DIR` writes DIR instead (never this folder): the folder's model widened to d_model 512 and
 8 decoder layers without changing its function (wide.py), its decoder trained on for MINUTES at half the learning
 rate: a target whose decoder dominates transcription, which the folder's model or draft/ can draft for.
+`--distil-from TEACHER --out DIR` writes DIR instead (never this folder): the folder's model (`--student 2+1`:
+draft/) trained for MINUTES on TEACHER's outputs (a Whisper folder of this tokenizer, such as --layout wide's),
+not the ground truth: a draft whose ids are the teacher's more often (distil.py).
 
 The model learns what Whisper's decoder is asked to do, on a task small enough for minutes of CPU:
 the language token (detection), transcribe or translate (German digits written as English words),
@@ -31,6 +35,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import jiwer
@@ -41,6 +46,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from distil import SCHEDULE, STUDENTS, Teacher, student  # noqa: E402
 from speech import WINDOW_SECONDS, WORDS, Window, compose, draw  # noqa: E402
 
 from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
@@ -168,22 +174,25 @@ def batch(rng: random.Random, utterances, tok, features: FeatureConfig):
     return torch.from_numpy(np.stack(xs)), inputs, labels
 
 
-def train(model, tok, utterances, minutes: float, stage: int = 0) -> dict:
+def train(model, tok, utterances, minutes: float, stage: int = 0, loss_of=None, schedule=None) -> dict:
     """One stage of training: `minutes` of AdamW with warm-up and a cosine over the time; a later stage
-    (--resume) starts at half the learning rate on other batches."""
+    (--resume) starts at half the learning rate on other batches. `loss_of(model, x, inputs, labels)`: the loss
+    (--distil-from: a distil.Teacher); by default the cross-entropy to the labels. `schedule`: (peak learning rate,
+    warm-up steps) instead (--distil-from: distil.SCHEDULE)."""
     features = FeatureConfig(n_mels=80, chunk_length=WINDOW_SECONDS)
     rng = random.Random(SEED + stage)
-    lr = LR / (2 if stage else 1)
+    lr, warmup = schedule or (LR / (2 if stage else 1), WARMUP)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     start, step, losses = time.monotonic(), 0, []
     model.train()
     while (elapsed := time.monotonic() - start) < minutes * 60:
         done = elapsed / (minutes * 60)  # the schedule runs on time, not steps: see the module docstring
-        scale = min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * done))
+        scale = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done))
         for group in opt.param_groups:
             group["lr"] = lr * scale
         x, inputs, labels = batch(rng, utterances, tok, features)
-        loss = model(input_features=x, decoder_input_ids=inputs, labels=labels).loss
+        loss = (loss_of(model, x, inputs, labels) if loss_of else
+                model(input_features=x, decoder_input_ids=inputs, labels=labels).loss)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -214,47 +223,67 @@ def evaluate(model, tok, heldout) -> dict:
         f"language_detected_{l}": round(langs[l] / len(heldout[l]), 4) for l in LANGUAGES}
 
 
-def previous_stages() -> list[dict]:
+def previous_stages(folder: Path = HERE) -> list[dict]:
     """metrics.json's stages (a single-stage file lists its one stage's figures at the top level)."""
-    metrics = json.loads((HERE / "metrics.json").read_text())
+    metrics = json.loads((folder / "metrics.json").read_text())
     return metrics.get("stages") or [{k: metrics[k] for k in ("steps", "batch", "train_minutes", "final_loss")}]
 
 
-def start(tok, resume: bool, draft: bool, wide: bool) -> tuple[transformers.WhisperForConditionalGeneration, list]:
-    """The model a run trains and the stages before it: a fresh one, the folder's (--resume, its weights and
-    generation config trained on for another stage), a draft cut from the folder's (--draft) or the folder's
-    widened (--layout wide: its stages, the next one at half the learning rate)."""
-    if not (resume or draft or wide):
-        return build_model(tok), []
+@dataclass(frozen=True)
+class Run:
+    """What a run does (the command line): see the module docstring."""
+    minutes: float = 20.0
+    resume: bool = False
+    draft: bool = False
+    out: Path | None = None  # --layout wide's or --distil-from's folder: anywhere but this one
+    teacher: Path | None = None  # --distil-from
+    student: str = "2+2"  # --distil-from: distil.STUDENTS
+
+
+def start(tok, run: Run) -> tuple[transformers.WhisperForConditionalGeneration, list, object]:
+    """The model a run trains, the stages before it and its loss (None: the labels'): a fresh one, the folder's
+    (--resume, its weights and generation config trained on for another stage), a draft cut from the folder's
+    (--draft), the folder's widened (--layout wide: its stages, the next one at half the learning rate) or the
+    folder's (or draft/'s) model learning a teacher's outputs (--distil-from)."""
+    if not (run.resume or run.draft or run.out):
+        return build_model(tok), [], None
+    if run.teacher:
+        folder = HERE / STUDENTS[run.student]
+        model = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), local_files_only=True)
+        return student(model), previous_stages(folder), Teacher(run.teacher, tok, batch)
     model = transformers.WhisperForConditionalGeneration.from_pretrained(str(HERE), local_files_only=True)
-    if wide:
+    if run.out:
         from wide import widen
 
-        return widen(model), previous_stages()
-    return (build_draft(model), []) if draft else (model, previous_stages())
+        return widen(model), previous_stages(), None
+    return (build_draft(model), [], None) if run.draft else (model, previous_stages(), None)
 
 
-def main(minutes: float, resume: bool, draft: bool, wide_out: Path | None = None) -> None:
-    torch.set_num_threads(2)
+def main(run: Run) -> None:
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))  # 1 on a machine others share
     rng = random.Random(SEED)
-    out = wide_out or (HERE / "draft" if draft else HERE)
+    out = run.out or (HERE / "draft" if run.draft else HERE)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent if wide_out else HERE) as stage:  # renamed into `out` below
+    with tempfile.TemporaryDirectory(dir=out.parent if run.out else HERE) as stage:  # renamed into `out` below
         stage = Path(stage)
         tok = build_tokenizer(stage)
         utterances, heldout = bank(rng, BANK, heldout=False), bank(rng, HELDOUT, heldout=True)
-        model, stages = start(tok, resume, draft, wide_out is not None)
-        stages.append(train(model, tok, utterances, minutes, len(stages)))
-        if draft:  # scored as published: its float16 weights, widened as an import widens them
+        model, stages, teacher = start(tok, run)
+        before = teacher and teacher.agreement(model, heldout)
+        stages.append(train(model, tok, utterances, run.minutes, len(stages), teacher, teacher and SCHEDULE))
+        if run.draft:  # scored as published: its float16 weights, widened as an import widens them
             model = model.to(torch.float16).to(torch.float32)
         metrics = {"stages": stages, "steps": sum(s["steps"] for s in stages), "batch": BATCH,
                    "train_minutes": round(sum(s["train_minutes"] for s in stages), 1),
                    "final_loss": stages[-1]["final_loss"], **evaluate(model, tok, heldout),
                    "parameters": sum(p.numel() for p in model.parameters())}
-        (model.to(torch.float16) if draft else model).save_pretrained(stage)
+        if teacher:
+            metrics["agreement"] = {"before": before, "after": teacher.agreement(model, heldout)}
+            metrics["teacher"] = str(run.teacher)
+        (model.to(torch.float16) if run.draft else model).save_pretrained(stage)
         extractor = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=WINDOW_SECONDS)
         (stage / "preprocessor_config.json").write_text(json.dumps(extractor.to_dict(), indent=2) + "\n")
-        if draft:
+        if run.draft:
             metrics["layers_kept"] = DRAFT_LAYERS
         else:  # a draft is scored on the folder's held-out set (the same seed draws it)
             (stage / "heldout.tsv").write_text("".join(s.row() + "\n" for lang in LANGUAGES for s, _ in heldout[lang]))
@@ -266,20 +295,24 @@ def main(minutes: float, resume: bool, draft: bool, wide_out: Path | None = None
     print(json.dumps(metrics, indent=2))
 
 
-def wide_out(argv: list[str]) -> Path | None:
-    """--layout wide --out DIR: DIR (anywhere but this folder); None without --layout."""
-    if "--layout" not in argv:
-        return None
-    if argv[argv.index("--layout") + 1] != "wide" or "--out" not in argv:
-        sys.exit("train.py: --layout takes wide, and needs --out DIR (a new folder, not this one)")
-    out = Path(argv[argv.index("--out") + 1]).resolve()
-    if out == HERE or HERE in out.parents:
+def parse(argv: list[str]) -> Run:
+    """The command line as a Run; --out (which --layout wide and --distil-from need) anywhere but this folder."""
+    value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
+    if "--layout" in argv and value("--layout") != "wide":
+        sys.exit("train.py: --layout takes wide")
+    if ("--layout" in argv) + ("--distil-from" in argv) != ("--out" in argv):
+        sys.exit("train.py: --out DIR (a new folder, not this one) goes with one of --layout wide, --distil-from")
+    out = Path(value("--out")).resolve() if value("--out") else None
+    if out and (out == HERE or HERE in out.parents):
         sys.exit(f"train.py: --out {out} is inside {HERE}: the shipped files stay as they are")
-    return out
+    if value("--student") not in (None, *STUDENTS):
+        sys.exit(f"train.py: --student takes {' or '.join(STUDENTS)}")
+    flags = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--layout", "--out", "--distil-from", "--student")}
+    args = [a for a in argv if not a.startswith("--") and a not in flags]
+    teacher = Path(value("--distil-from")).resolve() if value("--distil-from") else None
+    return Run(float(args[0]) if args else 20.0, "--resume" in argv, "--draft" in argv, out, teacher,
+               value("--student") or "2+2")
 
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--layout", "--out")}
-    args = [a for a in argv if not a.startswith("--") and a not in values]
-    main(float(args[0]) if args else 20.0, "--resume" in argv, "--draft" in argv, wide_out(argv))
+    main(parse(sys.argv[1:]))
