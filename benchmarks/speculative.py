@@ -33,7 +33,7 @@ Cases (each exported into a temporary folder, without validation):
 - `whisper-wide` (only when named): whisper-digits widened to d_model 512 and 2 + 8 layers (41M parameters:
   `train.py 12 --layout wide --out DIR`, its function kept and its decoder trained on for 12 minutes), a target
   whose decoder dominates, drafted by the shipped whisper-digits (2 + 2) and its draft (2 + 1), by whisper-digits
-  distilled from it (`train.py 15 --distil-from WIDE --out DIR`: trained on the wide model's outputs, not the ground
+  distilled from it (`train.py 14 --distil-from WIDE --out DIR`: trained on the wide model's outputs, not the ground
   truth, models/whisper-digits/distil.py) and by prompt lookup, on the same recordings; `--work DIR` keeps the
   trained folders and their exports for the next run.
 `--case NAME` (repeatable) runs only the cases named. `speculative-served` (SPECULATIVE_SERVED_DOC below): prompt
@@ -264,7 +264,7 @@ CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _b
 # run only when named (minutes to build); --quick: tiny alone
 ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide"}
 WIDE_TRAIN = ("12", "--layout", "wide", "--out")  # whisper-wide: train.py's arguments before the folder
-DISTIL_TRAIN = ("15", "--distil-from")  # whisper-wide's distilled draft: train.py's, then the wide folder, --out DIR
+DISTIL_TRAIN = ("14", "--distil-from")  # whisper-wide's distilled draft: train.py's, then the wide folder, --out DIR
 
 
 def speculative_main() -> None:
