@@ -2,8 +2,8 @@
 (issue #63: `--layout wide`'s target drafted by whisper-digits).
 
 A draft trained on the ground truth learns the data, not the model it drafts for: two models of 0 % WER still part
-on a third of a timestamped transcript's ids, the timestamps (one 0.02 s step apart) and the ids after them, and
-each parting costs a check. distil-whisper trains its drafts on the teacher's pseudo-labels for that reason; here
+on timestamps (one 0.02 s step apart, a third of a timestamped transcript's ids) and the ids after them, and each
+parting costs a check. distil-whisper trains its drafts on the teacher's pseudo-labels for that reason; here
 the student learns the teacher's next-id distribution itself (token-level distillation): on the recipe's batches
 (train.batch: the same windows, language, task, timestamps and all), the teacher's logits teacher-forced on the
 same decoder input, the loss the KL divergence from the teacher's softmax to the student's at every labelled
@@ -77,7 +77,8 @@ class Teacher:
 
     def agreement(self, model, heldout) -> float:
         """The share of labelled positions in AGREEMENT_BATCHES seeded batches of held-out utterances where
-        `model`'s argmax is the teacher's: what a draft's acceptance follows."""
+        `model`'s argmax is the teacher's: a proxy of a draft's acceptance, teacher-forced (on long recordings
+        a higher figure need not mean fewer checks: BENCHMARKS.md, "Speculative decoding")."""
         rng, features, same, total = random.Random(4321), FeatureConfig(n_mels=80, chunk_length=WINDOW_SECONDS), 0, 0
         model.eval()
         with torch.no_grad():
