@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import fixtures
+from tfm_export.bench import fixtures
 from tfm_export.bench.harness import Plan, interleave, machine_info, markdown_table
 from tfm_export.bench.speculative import (
     COLUMNS, COST_COLUMNS, SERVED_COLUMNS, FixedLength, Rows, call_costs, decode_side, decode_sides, served_rows,
@@ -208,7 +208,7 @@ def _whisper(case: str, folder: Path, drafts: dict[str, Path], tmp: Path, args: 
              options: RuntimeOptions) -> Rows:
     """A Whisper case: plain greedy, each draft and prompt lookup (each with the shipped policy and with the
     schedule alone, on a second opening), and the call costs of the model's decoder and of the drafts'."""
-    from benchmarks.fixtures import long_recording
+    from tfm_export.bench.fixtures import long_recording
 
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
     assistants = {name: open_export(path, args.device, options) for name, path in drafts.items()}
