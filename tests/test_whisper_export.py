@@ -16,7 +16,7 @@ from click.testing import CliRunner
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from whisper_fixtures import LAYOUTS, whisper_folder  # noqa: E402
+from whisper_fixtures import LAYOUTS, Layout, whisper_folder  # noqa: E402
 from tfm_export.audio.features import load_feature_config  # noqa: E402
 from tfm_export.cli import cli  # noqa: E402
 from tfm_export.errors import InputError  # noqa: E402
@@ -29,17 +29,20 @@ ATOL = 1e-4  # as the export's own validation
 STEPS = 20  # greedy tokens compared per row
 
 
-# CI exports the tiny layout; base.en (English-only: also tests/test_transcribe.py) and large-v3-turbo (128 mels,
-# 32 encoder layers, the slowest export of the suite) run in `make test-long`.
-IN_CI = ("tiny",)
+# CI exports tiny's windows, mels and vocabulary on 2 + 2 layers ("tiny-2x2": the same checks, the export and its
+# validation in half the time); the layouts themselves, tiny's 4 + 4, base.en (English-only: also
+# tests/test_transcribe.py) and large-v3-turbo (128 mels, 32 encoder layers, the slowest export of the suite), run in
+# `make test-long`.
+CASES = {"tiny-2x2": Layout(2, 2, 80, True, 1500), **LAYOUTS}
+IN_CI = ("tiny-2x2",)
 
 
 @pytest.fixture(scope="module", params=[pytest.param(name, marks=() if name in IN_CI else pytest.mark.long)
-                                        for name in LAYOUTS])
+                                        for name in CASES])
 def exported(request, tmp_path_factory):
     """(layout, folder, export folder, transformers' model) for each layout, exported by the CLI."""
     base = tmp_path_factory.mktemp(request.param)
-    folder = whisper_folder(request.param, base / "model")
+    folder = whisper_folder(CASES[request.param], base / "model")
     out = base / "onnx"
     result = CliRunner().invoke(cli, [str(folder), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -60,15 +63,15 @@ def test_manifest_declares_features(exported):
     encoder = manifest["graphs"]["encoder"]
     frames = 2 * model.config.max_source_positions
     assert encoder["inputs"] == [{"name": "input_features", "dtype": "float32",
-                                  "shape": ["batch", LAYOUTS[layout].n_mels, frames]}]
+                                  "shape": ["batch", CASES[layout].n_mels, frames]}]
     assert encoder["outputs"][0] == {"name": "src_mask", "dtype": "bool", "shape": ["batch", frames // 2]}
     decoder_mask = next(t for t in manifest["graphs"]["decoder"]["inputs"] if t["name"] == "src_mask")
     assert decoder_mask["shape"] == ["src_batch", "src_len"]  # the decoder's contract is unchanged
     assert manifest["features"] == load_feature_config(folder).to_dict()
     assert "features" not in manifest["source"]
     config = manifest["config"]
-    assert (config["source"], config["n_mels"], config["n_frames"]) == ("features", LAYOUTS[layout].n_mels, frames)
-    assert (config["n_encoder_layers"], config["n_decoder_layers"]) == LAYOUTS[layout][:2]
+    assert (config["source"], config["n_mels"], config["n_frames"]) == ("features", CASES[layout].n_mels, frames)
+    assert (config["n_encoder_layers"], config["n_decoder_layers"]) == CASES[layout][:2]
     assert manifest["validation"]["greedy"]["equal"]
 
 
