@@ -93,6 +93,16 @@ def test_relative_links_resolve(page):
     assert not broken, "\n".join(broken)
 
 
+def test_benchmarks_md_is_a_report_with_its_summary_first():
+    """#59: BENCHMARKS.md reports what holds today (about 450 lines at most), its summary table before any
+    section; dated run logs live in git history."""
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert len(text.splitlines()) <= 450 and headings[0] == "## Summary", (len(text.splitlines()), headings[:1])
+    summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert summary.count("\n| ") >= 10  # a table: one row per area
+
+
 def option_help(command: str, option: str) -> str:
     """The --help text of `option` in `tfm-export COMMAND --help`, its lines joined (empty: no such option)."""
     result = CliRunner().invoke(cli, [command, "--help"], terminal_width=200)
