@@ -1,8 +1,8 @@
 """`transcribe` end to end (runtime.speech.whisper, ExportedModel.transcribe, `tfm-export transcribe`) on a random
 Whisper export, against transformers' `WhisperForConditionalGeneration.generate` of the same folder.
 
-The folder is tests/whisper_fixtures.py's tiny layout (d_model 64, 3000-frame windows; 2 + 2 layers rather than
-tiny's 4 + 4, which only made the export twice as long) with what a
+The folder is tests/whisper_fixtures.py's tiny layout (d_model 64, 3000-frame windows; 1 + 1 layers rather than
+tiny's 4 + 4, which only made the export longer) with what a
 published multilingual folder has and the fixture leaves out: the 1501 timestamp tokens (<|0.00|> ...
 <|30.00|>, the embeddings resized) and generation_config.json's lang_to_id, task_to_id and
 prev_sot_token_id. Both sides read the same features: our log-mel of the same samples (checked against
@@ -51,8 +51,8 @@ def export(base, layout):
 
 @pytest.fixture(scope="module")
 def whisper(tmp_path_factory):
-    """The tiny layout, multilingual: 3000-frame (30 s) windows; 2 + 2 layers (nothing here depends on the depth)."""
-    return export(tmp_path_factory.mktemp("speech"), Layout(2, 2, 80, True, 1500))
+    """The tiny layout, multilingual: 3000-frame (30 s) windows; 1 + 1 layers (nothing here depends on the depth)."""
+    return export(tmp_path_factory.mktemp("speech"), Layout(1, 1, 80, True, 1500))
 
 
 @pytest.fixture(scope="module")
@@ -247,9 +247,9 @@ def test_cli(whisper, speech_wav, tmp_path):
 
 def test_english_only_model(tmp_path):
     """An English-only folder as base.en's (its vocabulary, no language or task; 400-frame (4 s) windows, so 10 s
-    of audio is long-form), 2 + 2 layers rather than base.en's 6 + 6: what is English-only does not depend on the
+    of audio is long-form), 1 + 1 layers rather than base.en's 6 + 6: what is English-only does not depend on the
     depth, and the deeper export took most of a minute of CI."""
-    out, model, runtime = export(tmp_path, Layout(2, 2, 80, False, 200))
+    out, model, runtime = export(tmp_path, Layout(1, 1, 80, False, 200))
     for seconds, timestamps in ((3.0, False), (3.0, True), (10.0, False)):
         samples = synthetic(seconds, seed=5)
         result = runtime.transcribe(samples, timestamps=timestamps, max_new_tokens=NEW)
