@@ -18,7 +18,7 @@ Cases (each exported into a temporary folder, without validation):
 - `bart-copy`: the copy-heavy BART fixture (tests/fixtures/trained_copy/bart: d_model 128, 3 + 3 layers, 718 ids;
   its answers are the 20-40 ids of its source before a marker) on its 20 held-out sources
   (tests/copy_fixtures.py), by prompt lookup: issue #63's summarization case.
-- `nllb-600m-int4-draft` (only when named): the NLLB-600M layout (random weights, benchmarks/exports.py)
+- `nllb-600m-int4-draft` (only when named; tfm_export.bench.nllb_draft): the NLLB-600M layout (random weights)
   float32 drafted by its own `--quantize int4` export, with the shipped policy and a fixed draft length, on
   random sources and on words; the exports take minutes each: `--work DIR` keeps them for the next run.
 - `nllb-600m-trained-int4-draft` (only when named): the same on a model that translates: the trained nllb fixture
@@ -50,23 +50,21 @@ from typing import Any
 
 import numpy as np
 
-from tfm_export.bench import fixtures
+from tfm_export.bench import fixtures, nllb_draft
 from tfm_export.bench.harness import Plan, interleave, machine_info, markdown_table
+from tfm_export.bench.nllb_draft import trained_export as _trained
 from tfm_export.bench.speculative import (
-    COLUMNS, COST_COLUMNS, SERVED_COLUMNS, FixedLength, Rows, call_costs, decode_side, decode_sides, served_rows,
-    served_side, timing_rows, transcribed)
+    COLUMNS, COST_COLUMNS, SERVED_COLUMNS, Rows, call_costs, decode_sides, served_rows, served_side, timing_rows,
+    transcribed)
 from tfm_export.export.exporter import ExportOptions, export_model
 from tfm_export.model.checkpoint import load_checkpoint
 from tfm_export.model.presets import init_checkpoint
-from tfm_export.runtime import GREEDY, RuntimeOptions, open_export
+from tfm_export.runtime import RuntimeOptions, open_export
 from tfm_export.serve.batcher import EngineConfig
 from tfm_export.serve.engine import ServeSettings, open_engine
 from tfm_export.serve.jobs import SPECULATE_BELOW
 
 LOOKUP = 10  # prompt_lookup_num_tokens
-NLLB_VARIANTS = {"float32": (), "int4": ("--quantize", "int4")}  # nllb-600m-int4-draft: the model, its draft
-NLLB_FIXED = 5  # nllb-600m-int4-draft: the fixed num_assistant_tokens (transformers' "constant" schedule)
-NLLB_DISTIL = 800  # nllb-600m-trained-int4-draft: distillation steps of the widened fixture's proxy
 SECONDS, RECORDINGS = 20.0, 3  # whisper-digits: three recordings of 20 s (five 4-s windows or more each)
 T5_REPEAT = 5  # t5-trained: its 20 short sources (about 6 ids each) decoded 5 times a run, in 3x the rounds
 
@@ -75,45 +73,6 @@ def _base(folder: Path, quick: bool) -> Path:
     init_checkpoint(folder / "model.pt", "tiny" if quick else "base", seed=5)
     export_model(load_checkpoint(folder / "model.pt"), folder / "onnx", ExportOptions(validate=False))
     return folder / "onnx"
-
-
-def _trained(family: str, folder: Path, source: Path | None = None, *flags: str) -> Path:
-    """The trained fixture of `family` (or the folder `source`) exported into `folder` without validation, as
-    `tfm-export SOURCE -o OUT --no-validate FLAGS` exports it."""
-    from tfm_export.cli import cli
-
-    out = folder / family
-    source = source or fixtures.hf().trained_folder(family)
-    cli.main([str(source), "-o", str(out), "--no-validate", *flags], standalone_mode=False)
-    return out
-
-
-def _nllb_exports(work: Path, trained: bool = False) -> tuple[Path, Path]:
-    """The NLLB-600M layout exported float32 and `--quantize int4` into `work`, each reused when there (a 600M
-    export takes minutes on 2 cores): random weights (benchmarks/exports.py), or `trained`: the trained nllb
-    fixture widened into it (tfm_export.bench.widen, NLLB_DISTIL steps)."""
-    from benchmarks.exports import build_folder
-    from tfm_export.bench.families import FULL, prepared
-    from tfm_export.bench.widen import nllb_fixture_widened
-
-    name = "nllb-trained" if trained else "nllb"
-    hf = work / f"{name}-hf"
-    if trained:
-        prepared(hf, lambda out: nllb_fixture_widened(out, FULL["nllb"][1], NLLB_DISTIL))
-    else:
-        build_folder("nllb", hf)
-    for variant, flags in NLLB_VARIANTS.items():
-        prepared(work / f"{name}-{variant}", lambda out: _trained(out.name, out.parent, hf, *flags))
-    return work / f"{name}-float32", work / f"{name}-int4"
-
-
-def _nllb_sides(model: Any, draft: Any, sources: list[list[int]], steps: int, config: Any) -> dict[str, Any]:
-    """Plain greedy, the int4 self-draft with the shipped policy and with a fixed NLLB_FIXED."""
-    return {"plain": decode_side(model, sources, steps, config=config),
-            "int4 self-draft": decode_side(model, sources, steps, config=config, assistant=draft),
-            f"int4 self-draft, fixed {NLLB_FIXED}": decode_side(model, sources, steps, policy=FixedLength,
-                                                                config=config, assistant=draft,
-                                                                num_assistant_tokens=NLLB_FIXED)}
 
 
 def _base_random(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
@@ -149,59 +108,6 @@ def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> 
     costs = call_costs("bart-copy", model, sources[0], args.rounds)
     return timing_rows("bart-copy", decode_sides(model, again, sources, args.new_tokens, {
         f"prompt lookup {LOOKUP}": {"prompt_lookup_num_tokens": LOOKUP}}), args.rounds), costs
-
-
-def _nllb_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    """The NLLB-600M layout (random weights) float32, drafted by its own `--quantize int4` export: the shipped
-    policy and a fixed draft length, on random ids and on words (the trained nllb fixture's held-out targets
-    through its tokenizer: ids of real text, if of a smaller vocabulary)."""
-    from transformers import AutoTokenizer
-
-    model_folder, draft_folder = _nllb_exports(args.work or tmp)
-    model, draft = open_export(model_folder, args.device, options), open_export(draft_folder, args.device, options)
-    rng, hf = np.random.default_rng(1), fixtures.hf()
-    tokenizer = AutoTokenizer.from_pretrained(hf.trained_folder("nllb"))
-    sources = {"random ids": [rng.integers(4, model.config.src_vocab_size - 1, 24).tolist()
-                              for _ in range(args.sources)],
-               "words": [tokenizer(e.target)["input_ids"] for e in hf.task_examples("nllb")[:args.sources]]}
-    costs = [*call_costs("nllb-600m float32", model, sources["words"][0], args.rounds),
-             *call_costs("nllb-600m int4 (the draft)", draft, sources["words"][0], args.rounds)]
-    rows, steps = [], args.new_tokens
-    config = GREEDY.replace(min_new_tokens=steps)  # EOS banned: the random layout ends every source at once
-    for kind, srcs in sources.items():
-        rows += timing_rows(f"nllb-600m-int4-draft, {kind}", _nllb_sides(model, draft, srcs, steps, config),
-                            args.rounds)
-    assert all(r["same_ids"] for r in rows), "speculation changed the ids"
-    return rows, costs
-
-
-def _nllb_trained_int4_draft(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    """The trained nllb fixture widened into the NLLB-600M layout, float32 drafted by its own `--quantize int4`
-    export, on `--sources` held-out sources per target language: translations, the plain greedy ones checked
-    equal to the fixture's own (transformers' generate) and scored against the references (exact match)."""
-    model_folder, draft_folder = _nllb_exports(args.work or tmp, trained=True)
-    model, draft = open_export(model_folder, args.device, options), open_export(draft_folder, args.device, options)
-    hf = fixtures.hf()
-    fixture, tokenizer = hf.hf_model(hf.trained_folder("nllb")), hf.hf_tokenizer(hf.trained_folder("nllb"))
-    rows, costs = [], []
-    for lang in hf.TARGETS["nllb"]:
-        examples = [e for e in hf.task_examples("nllb", 4 * args.sources) if e.lang == lang][:args.sources]
-        tokenizer.src_lang = hf.LANGS["nllb"][0]
-        sources = [tokenizer(e.source)["input_ids"] for e in examples]
-        forced = tokenizer.convert_tokens_to_ids(hf.lang_token("nllb", hf.lang_code("nllb", lang)))
-        config = GREEDY.replace(forced_bos_token_id=forced)
-        ours = [tokenizer.decode(model.generate_ids([s], max_new_tokens=args.new_tokens, config=config)[0],
-                                 skip_special_tokens=True).strip() for s in sources]
-        theirs = hf.translate(fixture, tokenizer, "nllb", examples, num_beams=1, do_sample=False)
-        print(f"to {lang}: greedy equals the fixture's on {sum(a == b for a, b in zip(ours, theirs))}/"
-              f"{len(examples)} held-out sources, the reference on {sum(a == e.target for a, e in zip(ours, examples))}"
-              f"; e.g. {examples[0].source!r} -> {ours[0]!r}")
-        costs = costs or [*call_costs("nllb-600m trained float32", model, sources[0], args.rounds),
-                          *call_costs("nllb-600m trained int4 (the draft)", draft, sources[0], args.rounds)]
-        rows += timing_rows(f"nllb-600m-trained-int4-draft, to {lang}",
-                            _nllb_sides(model, draft, sources, args.new_tokens, config), args.rounds)
-    assert all(r["same_ids"] for r in rows), "speculation changed the ids"
-    return rows, costs
 
 
 def _whisper(case: str, folder: Path, drafts: dict[str, Path], tmp: Path, args: argparse.Namespace,
@@ -259,7 +165,8 @@ def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) 
 
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
-         "nllb-600m-int4-draft": _nllb_int4_draft, "nllb-600m-trained-int4-draft": _nllb_trained_int4_draft,
+         "nllb-600m-int4-draft": nllb_draft.random_int4_draft,
+         "nllb-600m-trained-int4-draft": nllb_draft.trained_int4_draft,
          "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide}
 # run only when named (minutes to build); --quick: tiny alone
 ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide"}
