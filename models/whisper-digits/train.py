@@ -11,7 +11,7 @@ preprocessor_config.json), plus heldout.tsv and metrics.json. Seeded; its length
 (default 20) because that is what a 2-core machine has, so two runs differ in how many steps they take.
 `--resume` trains the folder's model for another stage (half the learning rate, other batches);
 metrics.json lists the stages. `--draft` writes draft/ instead: the folder's model cut to the layers DRAFT_LAYERS
-keeps (its weights, its tokenizer files) and trained on for MINUTES more, a speculative decoding assistant
+(cut.py) keeps (its weights, its tokenizer files) and trained on for MINUTES more, a speculative decoding assistant
 (`transcribe(..., assistant=)`) saved in float16, as many published drafts are.
 `--layout wide --out DIR` writes DIR instead (never this folder): the folder's model widened to d_model 512 and
 8 decoder layers without changing its function (wide.py), its decoder trained on for MINUTES at half the learning
@@ -46,6 +46,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from cut import DRAFT_LAYERS, build_draft  # noqa: E402
 from distil import SCHEDULE, STUDENTS, Teacher, student  # noqa: E402
 from speech import WINDOW_SECONDS, WORDS, Window, compose, draw  # noqa: E402
 
@@ -54,7 +55,6 @@ from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
 SEED, BANK, HELDOUT, BATCH, LR, WARMUP = 1234, 1200, 60, 24, 1.5e-3, 150
 LANGUAGES = ("en", "de")
 TIMESTAMPS = WINDOW_SECONDS * 50 + 1  # <|0.00|> ... <|4.00|>, 0.02 s apart
-DRAFT_LAYERS = {"encoder": (0, 1), "decoder": (0,)}  # --draft: the folder's layers the draft keeps, in order
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 FOLDER_FILES = ("config.json", "model.safetensors", "generation_config.json", "preprocessor_config.json",
                 "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
@@ -104,26 +104,6 @@ def build_model(tok) -> transformers.WhisperForConditionalGeneration:
         task_to_id={t: ids[f"<|{t}|>"] for t in ("transcribe", "translate")}, return_timestamps=False,
         alignment_heads=[[1, 0], [1, 2]])
     return model
-
-
-def build_draft(teacher: transformers.WhisperForConditionalGeneration) -> transformers.WhisperForConditionalGeneration:
-    """`teacher` cut to DRAFT_LAYERS: its embeddings, convolutions, norms and the kept layers' weights (a
-    start that minutes of training make a useful draft of; a fresh one would need the teacher's hour)."""
-    config = transformers.WhisperConfig.from_dict(teacher.config.to_dict())
-    config.encoder_layers, config.decoder_layers = (len(DRAFT_LAYERS[side]) for side in ("encoder", "decoder"))
-    draft = transformers.WhisperForConditionalGeneration(config)
-    renamed = {f"model.{side}.layers.{old}.": f"model.{side}.layers.{new}."
-               for side, kept in DRAFT_LAYERS.items() for new, old in enumerate(kept)}
-    weights = {}
-    for name, value in teacher.state_dict().items():
-        prefix = next((p for p in renamed if name.startswith(p)), None)
-        if prefix is not None or ".layers." not in name:
-            weights[renamed[prefix] + name[len(prefix):] if prefix else name] = value
-    draft.load_state_dict(weights, strict=True)
-    draft.generation_config = transformers.GenerationConfig.from_dict(teacher.generation_config.to_dict())
-    last = config.decoder_layers - 1  # the cross-attention heads token timestamps read: the last layer's
-    draft.generation_config.alignment_heads = [[last, head] for _, head in teacher.generation_config.alignment_heads]
-    return draft
 
 
 def target(tok, window: Window, timestamps: bool) -> list[int]:
