@@ -151,3 +151,46 @@ def test_the_node_cli_speculates_and_refuses_another_vocabulary(bundled_export, 
     assert bad.returncode == 1 and bad.stdout == ""
     assert bad.stderr.startswith("error: the assistant does not share this model's vocabulary (")
     assert bad.stderr.count("\n") == 1
+
+
+FORCED_SCRIPT = r"""
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+const [node, jobFile] = process.argv.slice(2);
+const { openExport } = await import(pathToFileURL(`${node}/exported.mjs`).href);
+const { DraftLength } = await import(pathToFileURL(`${node}/decode/draft_length.mjs`).href);
+const job = JSON.parse(readFileSync(jobFile, 'utf8'));
+const model = await openExport(job.export);
+const options = { forcedBosTokenId: job.forced };
+const speculation = { calls: 0, drafted: 0, accepted: 0 };
+const out = { plain: await model.generateIds(job.sources, options) };
+// the first assistant's policy, the schedule alone (no switch-off): its calls do not depend on timing
+model.draftLengths = new Map([['draft:0:20', new DraftLength(20, null, { switchOff: false })]]);
+out.self = await model.generateIds(job.sources, { ...options, assistant: await openExport(job.export),
+  numAssistantTokens: 20, speculation });
+out.speculation = speculation;
+out.lookup = await model.generateIds(job.sources, { ...options, promptLookupNumTokens: 3 });
+out.one = await model.generateIds(job.sources, { ...options, maxNewTokens: 1, promptLookupNumTokens: 3 });
+console.log(JSON.stringify(out));
+"""
+
+
+def test_node_feeds_a_forced_language_id_with_the_first_check(tmp_path, speculative_exports):
+    """NLLB's forced target language rides with the first draft in Node as in Python (one decoder call per
+    source when the model drafts for itself); the ids are Python's plain greedy ones."""
+    folder = speculative_exports("nllb")
+    tokenizer = hf_fixtures.hf_tokenizer(hf_fixtures.trained_folder("nllb"))
+    tokenizer.src_lang = hf_fixtures.LANGS["nllb"][0]
+    sources = [tokenizer(e.source)["input_ids"] for e in hf_fixtures.task_examples("nllb")[:6]]
+    german = tokenizer.convert_tokens_to_ids(hf_fixtures.lang_token("nllb", hf_fixtures.lang_code("nllb", "de")))
+    (tmp_path / "job.json").write_text(json.dumps({"export": str(folder), "sources": sources, "forced": german}))
+    (tmp_path / "run.mjs").write_text(FORCED_SCRIPT)
+    done = subprocess.run(["node", tmp_path / "run.mjs", NODE, tmp_path / "job.json"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    python = open_export(folder, "cpu").generate_ids(sources, config=GREEDY.replace(forced_bos_token_id=german))
+    assert got["plain"] == got["self"] == got["lookup"] == python
+    assert all(row[0] == german for row in python)
+    assert got["speculation"]["calls"] == len(sources)  # the forced id, the drafted translation and EOS: one call
+    assert got["one"] == [[german]] * len(sources)

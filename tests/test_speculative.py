@@ -85,6 +85,28 @@ def test_the_model_as_its_own_draft_accepts_everything(speculative_exports, sche
     assert len(timings.steps_s) == len(sources)  # one decoder call per source: 20 drafted ids cover each
 
 
+def test_a_forced_language_id_rides_with_the_first_check(speculative_exports, schedule_only):
+    """NLLB's forced target language (forced_bos_token_id) is known without the model: plain greedy spends a
+    call on it, a speculative decode feeds it with the first draft. Drafted by itself, every source of the
+    trained nllb fixture takes one decoder call; prompt lookup and a budget of one id keep plain's ids too."""
+    folder = speculative_exports("nllb")
+    model, tokenizer = open_export(folder, "cpu"), hf_fixtures.hf_tokenizer(hf_fixtures.trained_folder("nllb"))
+    tokenizer.src_lang = hf_fixtures.LANGS["nllb"][0]
+    sources = [tokenizer(e.source)["input_ids"] for e in hf_fixtures.task_examples("nllb")[:8]]
+    german = tokenizer.convert_tokens_to_ids(hf_fixtures.lang_token("nllb", hf_fixtures.lang_code("nllb", "de")))
+    config = GREEDY.replace(forced_bos_token_id=german)
+    plain = model.generate_ids(sources, config=config)
+    assert all(row[0] == german and len(row) > 2 for row in plain)
+    timings = DecodeTimings()
+    got = model.generate_ids(sources, config=config, timings=timings, assistant=open_export(folder, "cpu"))
+    assert got == plain
+    assert len(timings.steps_s) == len(sources)  # the forced id, the drafted translation and EOS: one call
+    assert timings.accepted == timings.drafted == sum(len(r) for r in plain)  # every id after the forced one
+    assert model.generate_ids(sources, config=config, prompt_lookup_num_tokens=3) == plain
+    one = config.replace(max_new_tokens=1)
+    assert model.generate_ids(sources, config=one, prompt_lookup_num_tokens=3) == [[german]] * len(sources)
+
+
 def test_a_draft_export_with_the_switch_off_is_greedy(speculative_exports):
     """The policy as it runs by default (timed online): the ids stay greedy's, the first step is plain (the
     figure to beat), and a second call on the same runner goes on with the first one's policy."""

@@ -22,7 +22,8 @@ export class ArgmaxCheck {
 
   /** The model's id after history + draft[:i] for every i; `state` was just fed the draft (one row). */
   picks(state, history, draft) {
-    return draft.length ? state.positionIds(this.banned)[0] : [state.nextIds()[0]];
+    // the last draft.length + 1 positions: the state may have been fed more (a forced id before the draft)
+    return draft.length ? state.positionIds(this.banned)[0].slice(-draft.length - 1) : [state.nextIds()[0]];
   }
 
   keep() {}

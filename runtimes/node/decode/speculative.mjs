@@ -42,11 +42,16 @@ export async function speculate(cache, source, padded, proposer, policy, steps, 
     while (out.length < steps && (!out.length || out.at(-1) !== eos)) {
       start = performance.now();
       const forced = check.forced(out.length);
-      const k = forced !== null ? 0 : policy.length(steps - out.length - 1);
+      // a forced id is known without the model: it joins the history unfed and rides with this call's draft
+      const lead = forced === null ? [] : [forced];
+      out.push(...lead);
+      history.push(...lead);
+      if (out.length >= steps || out.at(-1) === eos) break; // a budget of one id, or a forced EOS
+      const k = policy.length(steps - out.length - 1);
       const draft = k > 0 ? await proposer.propose(history, k) : [];
       const fed = [...history.slice(state.length), ...draft];
       await state.feed(fed, fed.length);
-      const picked = forced !== null ? [forced] : check.picks(state, history, draft, out.length);
+      const picked = check.picks(state, history, draft, out.length);
       let n = 0;
       while (n < Math.min(draft.length, picked.length) && draft[n] === picked[n]) n += 1;
       let fresh = [...draft.slice(0, n), ...picked.slice(n, n + 1)];
@@ -56,7 +61,7 @@ export async function speculate(cache, source, padded, proposer, policy, steps, 
       history.push(...fresh);
       state.truncate(history.length - 1);
       const ms = performance.now() - start;
-      policy.record(draft.length, n, fresh.length, ms);
+      policy.record(draft.length, n, lead.length + fresh.length, ms);
       Object.assign(stats, { calls: stats.calls + 1, drafted: stats.drafted + draft.length, accepted: stats.accepted + n });
       timings?.stepsMs.push(ms);
     }

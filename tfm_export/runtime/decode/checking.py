@@ -6,7 +6,8 @@ the draft is accepted while d_{i+1} equals that id. Two checks, one per kind of 
 
 - `ArgmaxCheck`: runtime.decode.strategies.Greedy's picking, the argmax under the model's static bans, every
   position picked on the device (`position_ids`: only ids cross to the host); the forced first id
-  (forced_bos_token_id) is Greedy's, in place of the first step's argmax.
+  (forced_bos_token_id) is Greedy's, in place of the first step's argmax, and rides with the first check
+  (runtime.decode.speculative: no call of its own).
 - `ProcessorCheck`: runtime.decode.strategies.TokenPicker's greedy picking, the argmax of the scores after
   runtime.decode.processors.process: the generic processors (repetition_penalty, no_repeat_ngram_size,
   min_new_tokens, forced ids, the bans) and a caller's `processors` list, the one TokenPicker and BeamSearch
@@ -63,7 +64,8 @@ class ArgmaxCheck:
         return self.forced_bos if step == 0 else None
 
     def picks(self, state: Any, history: list[int], draft: list[int], step: int) -> list[int]:
-        return state.position_ids(self.bias)[0].tolist() if draft else [int(state.next_ids()[0])]
+        # the last len(draft) + 1 positions: the state may have been fed more (a forced id before the draft)
+        return state.position_ids(self.bias)[0, -len(draft) - 1:].tolist() if draft else [int(state.next_ids()[0])]
 
     def keep(self, count: int) -> None:
         pass

@@ -128,12 +128,19 @@ class SpeculativeRow:
         """One decoder call: feed the unfed ids and a draft, keep what the model agrees with; the ids emitted
         (the accepted draft and the model's next id, cut at EOS)."""
         start, check, state, stats = time.perf_counter(), self.check, self.state, self.stats
-        room = self.steps - len(self.out) - 1  # the step emits one id beyond the accepted draft
         forced = check.forced(len(self.out))
-        k = 0 if forced is not None else self.policy.length(room)
+        # A forced id (forced_bos_token_id) is known without the model: plain decoding spends a decoder call on
+        # it, here it joins the history unfed and this call feeds it with the draft after it (NLLB's outputs of
+        # 5-9 ids took 2 calls a source with every draft right, the forced id's and the check's).
+        lead = [] if forced is None else [forced]
+        self.out, self.history = self.out + lead, self.history + lead
+        if self.finished:  # a budget of one id, or a forced EOS: nothing to read from the model
+            return lead
+        room = self.steps - len(self.out) - 1  # the step emits one id beyond the accepted draft
+        k = self.policy.length(room)
         draft = self.proposer.propose(self.history, k) if k > 0 else []
         state.feed(np.array([self.history[state.length:] + draft], dtype=np.int64))  # (1, unfed + k)
-        picked = [forced] if forced is not None else check.picks(state, self.history, draft, len(self.out))
+        picked = check.picks(state, self.history, draft, len(self.out))
         n = 0
         while n < min(len(draft), len(picked)) and draft[n] == picked[n]:
             n += 1
@@ -144,9 +151,9 @@ class SpeculativeRow:
         self.out += new
         self.history += new
         state.truncate(len(self.history) - 1)
-        self.policy.record(len(draft), n, len(new), time.perf_counter() - start)
+        self.policy.record(len(draft), n, len(lead) + len(new), time.perf_counter() - start)
         stats.calls, stats.drafted, stats.accepted = stats.calls + 1, stats.drafted + len(draft), stats.accepted + n
-        return new
+        return lead + new
 
     @property
     def score(self) -> float:
