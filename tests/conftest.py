@@ -293,18 +293,27 @@ def digits_export(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def trained_004(tmp_path_factory):
-    """Seed 004 (tests/seed_models.py) trained briefly, once per run (pickled whole: its per-head weights are
-    not in its state_dict): test_any_module's, test_serve_nocache's and test_runtimes_nocache's."""
+    """Seed 004 (tests/seed_models.py) trained briefly, once per run: test_any_module's, test_serve_nocache's and
+    test_runtimes_nocache's. Its per-head weights are not in its state_dict, so the file holds every parameter
+    (seed_models.all_parameters, a list of tensors that weights_only=True loads) and a fresh seed_004 takes them
+    in the same order."""
     import torch
 
     import seed_models as sm
 
     def build(out: Path) -> None:
         out.mkdir()
-        torch.save(sm.train_004(sm.seed_004(), steps=300), out / "m004.pt")
+        trained = sm.train_004(sm.seed_004(), steps=300)
+        torch.save([p.detach() for p in sm.all_parameters(trained)], out / "m004.pt")
 
     folder = built_once(tmp_path_factory, "trained-004", "module", build)
-    return torch.load(folder / "m004.pt", weights_only=False).eval()
+    model, weights = sm.seed_004(), torch.load(folder / "m004.pt", weights_only=True)
+    params = sm.all_parameters(model)
+    assert [p.shape for p in params] == [w.shape for w in weights], "m004.pt is not seed_004's parameters"
+    with torch.no_grad():
+        for param, weight in zip(params, weights):
+            param.copy_(weight)
+    return model.eval()
 
 
 @pytest.fixture(scope="session")
