@@ -52,7 +52,7 @@ import numpy as np
 
 from tfm_export.bench import fixtures, nllb_draft
 from tfm_export.bench.harness import Plan, interleave, machine_info, markdown_table
-from tfm_export.bench.nllb_draft import trained_export as _trained
+from tfm_export.bench.nllb_draft import trained_export
 from tfm_export.bench.speculative import (
     COLUMNS, COST_COLUMNS, SERVED_COLUMNS, Rows, call_costs, decode_sides, served_rows, served_side, timing_rows,
     transcribed)
@@ -89,9 +89,9 @@ def _base_random(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -
 
 def _t5_trained(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The trained t5 fixture on its 20 held-out sources: prompt lookup and the flan_t5 fixture as draft."""
-    t5_folder = _trained("t5", tmp)
+    t5_folder = trained_export("t5", tmp)
     t5, again = open_export(t5_folder, args.device, options), open_export(t5_folder, args.device, options)
-    draft = open_export(_trained("flan_t5", tmp), args.device, options)
+    draft = open_export(trained_export("flan_t5", tmp), args.device, options)
     sources = [t5.encode(e.source) for e in fixtures.hf().task_examples("t5")]
     costs = call_costs("t5-trained", t5, sources[0], args.rounds)
     return timing_rows("t5-trained", decode_sides(t5, again, sources, args.new_tokens, {
@@ -102,7 +102,7 @@ def _t5_trained(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) ->
 def _bart_copy(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The copy-heavy BART fixture on its 20 held-out sources: plain greedy against prompt lookup."""
     copy = fixtures.copy()
-    folder = _trained("bart-copy", tmp, copy.copy_folder(COPY_FAMILY))
+    folder = trained_export("bart-copy", tmp, copy.copy_folder(COPY_FAMILY))
     model, again = open_export(folder, args.device, options), open_export(folder, args.device, options)
     sources = [model.encode(s) for s, _ in copy.copy_examples(20)]
     costs = call_costs("bart-copy", model, sources[0], args.rounds)
@@ -135,8 +135,8 @@ def _whisper(case: str, folder: Path, drafts: dict[str, Path], tmp: Path, args: 
 
 def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
     """The trained Whisper fixture drafted by its draft (2 + 1 layers) and by prompt lookup."""
-    folder = _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
-    draft = _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft")
+    folder = trained_export("whisper-digits", tmp, fixtures.WHISPER_DIGITS)
+    draft = trained_export("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft")
     return _whisper("whisper-digits", folder, {"draft (2 + 1 layers)": draft}, tmp, args, options)
 
 
@@ -156,9 +156,10 @@ def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) 
             subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *recipe, str(folder)],
                            check=True)
     for source, name in ((hf, "whisper-wide"), (distilled, "whisper-distilled")):
-        prepared(work / name, lambda out, source=source: _trained(out.name, out.parent, source))
-    drafts = {"whisper-digits (2 + 2)": _trained("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
-              "whisper-digits draft (2 + 1)": _trained("whisper-digits-draft", tmp, fixtures.WHISPER_DIGITS / "draft"),
+        prepared(work / name, lambda out, source=source: trained_export(out.name, out.parent, source))
+    drafts = {"whisper-digits (2 + 2)": trained_export("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
+              "whisper-digits draft (2 + 1)": trained_export("whisper-digits-draft", tmp,
+                                                             fixtures.WHISPER_DIGITS / "draft"),
               "distilled whisper-digits (2 + 2)": work / "whisper-distilled"}
     return _whisper("whisper-wide", work / "whisper-wide", drafts, tmp, args, options)
 
@@ -250,7 +251,7 @@ def speculative_served_main() -> None:
     copy = fixtures.copy()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = _trained("bart-copy", Path(tmp), copy.copy_folder(COPY_FAMILY), "--static-slots", str(SLOTS))
+        folder = trained_export("bart-copy", Path(tmp), copy.copy_folder(COPY_FAMILY), "--static-slots", str(SLOTS))
         engine = open_engine(ServeSettings(str(folder), device=args.device, threads=args.threads, engine=EngineConfig(
             max_batch=args.max_batch, max_queue=max(64, args.sources), speculate_below=args.speculate_below)))
         engine.start()

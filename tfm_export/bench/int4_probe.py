@@ -4,6 +4,7 @@ classes rounded (Probe), and a fixture task trained at another width (train_wide
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,10 @@ def train_wide(family: str, d_model: int, ffn: int, folder: Path, **train: Any) 
     layers = hf.SHAPES["trained"][family]
     shape = hf.Shape(d_model, layers.encoder_layers, layers.decoder_layers, d_model // 64, ffn,
                      64 if layers.d_kv else 0)
-    metrics = fixtures.train().train(family, folder=stage, shape=shape, **train)
-    stage.rename(folder)
+    try:
+        metrics = fixtures.train().train(family, folder=stage, shape=shape, **train)
+        stage.rename(folder)
+    except BaseException:  # an interrupted or failed training leaves nothing: the stage is this call's mkdtemp
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return metrics

@@ -126,14 +126,15 @@ class SpeculativeRow:
 
     def step(self) -> list[int]:
         """One decoder call: feed the unfed ids and a draft, keep what the model agrees with; the ids emitted
-        (the accepted draft and the model's next id, cut at EOS)."""
+        (a forced id, the accepted draft and the model's next id, cut at EOS)."""
         start, check, state, stats = time.perf_counter(), self.check, self.state, self.stats
         forced = check.forced(len(self.out))
         # A forced id (forced_bos_token_id) is known without the model: plain decoding spends a decoder call on
         # it, here it joins the history unfed and this call feeds it with the draft after it (NLLB's outputs of
         # 5-9 ids took 2 calls a source with every draft right, the forced id's and the check's).
         lead = [] if forced is None else [forced]
-        self.out, self.history = self.out + lead, self.history + lead
+        self.out += lead  # in place: no copy of the row's ids a step
+        self.history += lead
         if self.finished:  # a budget of one id, or a forced EOS: nothing to read from the model
             return lead
         room = self.steps - len(self.out) - 1  # the step emits one id beyond the accepted draft
