@@ -168,9 +168,10 @@ def test_tokenizer_round_trip(family):
         code, rest = (text.split(" ", 1) if family == "marian" and text.startswith(">>") else ("", text))
         expected = sp.decode(sp.encode(rest))
         pieces = tok.convert_ids_to_tokens(tok(rest, add_special_tokens=False).input_ids)
-        if family in ("mbart50", "nllb", "pegasus") and rest != rest.rstrip():
+        if family in ("nllb", "pegasus") and rest != rest.rstrip():
             # their tokenizer.json (normaliser: the charsmap, then runs of spaces -> one) keeps a trailing
-            # space as a last "▁", as the published ones do; SentencePiece drops it
+            # space as a last "▁", as the published ones do; SentencePiece drops it, and so does mbart50's
+            # class since transformers 5.25 (its normaliser strips on the right: text.hf's strip_right)
             assert pieces[-1] == "▁", text
             pieces = pieces[:-1]
             if expected:

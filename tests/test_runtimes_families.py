@@ -215,6 +215,19 @@ def test_node_encodes_like_python(tokenized, family):
     assert any("error" in e for e in python["encoded"])  # an unknown or inapplicable code: the same message
 
 
+def test_mbart50_drops_a_trailing_space_in_python_and_node(tokenized):
+    """MBart50Tokenizer strips trailing whitespace after the charsmap (transformers 5.25; tokenizer.json
+    keeps it): the export says so (strip_right), and both runtimes encode "x " as "x"."""
+    job, python, node = tokenized["mbart50"]
+    assert job["spec"]["strip_right"] is True
+    ours = tokenizer_from_dict(job["spec"], hf_fixtures.trained_folder("mbart50"))
+    trailing = [(k, text, lang) for k, (text, lang, _) in enumerate(job["encode"])
+                if text != text.rstrip() and "value" in python["encoded"][k]]
+    assert len(trailing) >= 3
+    for k, text, lang in trailing:
+        assert python["encoded"][k] == node["encoded"][k] == {"value": ours.encode(text.rstrip(), lang)}, text
+
+
 @pytest.mark.parametrize("family", TOKENIZED)
 def test_node_forces_the_target_language_like_python(tokenized, family):
     job, python, node = tokenized[family]

@@ -10,11 +10,11 @@ and offer Python's subtitles (`to_srt`) for download: the page runs Node's speec
 and features are Node's.
 
 The microphone is Chromium's fake capture device playing a WAV file (the utterance between 0.4 s of
-silence) in a loop, recorded for the file's length. Its samples pass Chromium's capture and two
+silence) once (%noloop), recorded for the file's length. Its samples pass Chromium's capture and two
 resamplings (to the device's rate and back to 16 kHz), so the ids may differ in a token's probability
 but not the words: the test asks for Python's text of the file, on an utterance Python transcribes
-right, rather than its ids. Recording the file's length gets the utterance once: the loop starts when
-the device opens, and the start-up latency only shifts the recording into the file's trailing silence.
+right, rather than its ids. Recording the file's length gets the utterance: the file starts when the
+device opens, and the start-up latency only shifts the recording into the silence after the file.
 """
 
 from __future__ import annotations

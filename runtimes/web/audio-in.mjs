@@ -131,16 +131,21 @@ export class Recorder {
   /** `live`: { rate, onChunk(samples) }: the audio also comes as it is recorded, resampled to `rate`
    * (StreamResampler), about every 100 ms; `stop` then sends the last chunk before it returns. */
   static async start(live = null) {
-    const stream = await microphone();
+    // The context and its worklet first, then the microphone: the device starts when it opens, and what
+    // it hears before the worklet listens is lost, and fetching the module is slow on a loaded machine.
     const context = new AudioContext();
     try {
       await context.audioWorklet.addModule('/recorder-worklet.js');
     } catch (err) {
-      stream.getTracks().forEach((track) => track.stop());
       await context.close();
       throw new Error(`cannot start the recorder (${err.message})`);
     }
-    return new Recorder(stream, context, live);
+    try {
+      return new Recorder(await microphone(), context, live);
+    } catch (err) {
+      await context.close();
+      throw err;
+    }
   }
 
   constructor(stream, context, live = null) {

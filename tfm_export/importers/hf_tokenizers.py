@@ -36,6 +36,8 @@ class Template:
     suffix: tuple[str, ...] = ("</s>",)
     languages: TokenShape | None = None
     legacy: Template | None = None  # with tokenizer_config.json's legacy_behaviour (NllbTokenizer)
+    # the class strips trailing whitespace in its normaliser, whatever tokenizer.json says (text.hf)
+    strip_right: bool = False
 
 
 # (folder, config, tokenizer_config.json, language shape) -> the tokenizer's dict form, or None
@@ -83,14 +85,15 @@ def folder_tokenizer(path: Path, rule: TokenizerRule, config: TransformerConfig)
         return None
     template = rule.template(settings)
     prefix, suffix, shape = list(template.prefix), list(template.suffix), template.languages
-    tokenizer = HFTokenizer(path, "tokenizer.json", prefix, suffix, bool(settings.get("clean_up_tokenization_spaces")))
+    clean_up = bool(settings.get("clean_up_tokenization_spaces"))
+    tokenizer = HFTokenizer(path, "tokenizer.json", prefix, suffix, clean_up, strip_right=template.strip_right)
     if shape:
         added = [t.content for t in tokenizer.tokenizer.get_added_tokens_decoder().values()]
         languages = Languages.from_tokens(added, shape, settings.get("src_lang"))
         if not languages.source:
             raise ConfigError(f"{path}/tokenizer.json has no language tokens ({shape.name} codes); "
                               f"re-save the tokenizer")
-        tokenizer = HFTokenizer(path, "tokenizer.json", prefix, suffix, tokenizer.clean_up, languages)
+        tokenizer = HFTokenizer(path, "tokenizer.json", prefix, suffix, clean_up, languages, template.strip_right)
     _check_ids(tokenizer, settings, config, "tokenizer.json")
     return tokenizer.to_dict()
 

@@ -12,10 +12,15 @@ T5 and Pegasus add only </s>). The template is the family's (importers), not the
 post-processor's, because the saved one holds whichever source language the folder was saved with.
 Decoding skips special tokens, as transformers' decode(skip_special_tokens=True), and cleans up
 spaces before punctuation when the folder's tokenizer_config.json asks for it.
+
+"strip_right": true adds a step to tokenizer.json's normaliser that strips trailing whitespace, after the
+charsmap, as the family's transformers class builds its normaliser in code (MBart and MBart50 since
+transformers 5.25, like SentencePiece itself): a source with a trailing space then ends without a "▁".
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,7 +30,20 @@ from .languages import Languages
 LANG = "{lang}"  # the source language's token in a template
 
 
-def _load(path: Path) -> Any:
+STRIP_RIGHT = {"type": "Strip", "strip_left": False, "strip_right": True}  # tokenizers' JSON of Strip(right)
+
+
+def with_right_strip(data: dict[str, Any]) -> dict[str, Any]:
+    """tokenizer.json's data with STRIP_RIGHT after its charsmap ("Precompiled"), else first: where
+    transformers' MBart classes put it. The Node runtime's text/tokenizer.mjs does the same."""
+    normalizer = data.get("normalizer")
+    steps = [] if normalizer is None else list(normalizer.get("normalizers", [normalizer])
+                                               if normalizer.get("type") == "Sequence" else [normalizer])
+    at = 1 if steps and steps[0].get("type") == "Precompiled" else 0
+    return {**data, "normalizer": {"type": "Sequence", "normalizers": [*steps[:at], STRIP_RIGHT, *steps[at:]]}}
+
+
+def _load(path: Path, strip_right: bool = False) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -33,7 +51,9 @@ def _load(path: Path) -> Any:
     if not path.exists():
         raise ManifestError(f"{path} is missing; it belongs to the tokenizer")
     try:
-        return Tokenizer.from_file(str(path))
+        if not strip_right:
+            return Tokenizer.from_file(str(path))
+        return Tokenizer.from_str(json.dumps(with_right_strip(json.loads(path.read_text(encoding="utf-8")))))
     except Exception as exc:  # the Rust side raises its own exception type
         raise ManifestError(f"{path} is not a tokenizer.json ({str(exc).splitlines()[0]}); re-download it") from None
 
@@ -53,10 +73,11 @@ class HFTokenizer:
 
     def __init__(self, folder: Path, file: str = "tokenizer.json", source_prefix: Sequence[str] = (),
                  source_suffix: Sequence[str] = ("</s>",), clean_up: bool = False,
-                 languages: Languages | None = None):
+                 languages: Languages | None = None, strip_right: bool = False):
         self.folder, self.file = Path(folder), file
-        self.tokenizer = _load(self.folder / file)
+        self.tokenizer = _load(self.folder / file, strip_right)
         self.prefix, self.suffix, self.clean_up = list(source_prefix), list(source_suffix), clean_up
+        self.strip_right = strip_right
         self.languages = languages or Languages()
         named = {t for t in (*self.prefix, *self.suffix) if t != LANG}
         for token in named | set(self.languages.source.values()) | set(self.languages.target.values()):
@@ -93,7 +114,8 @@ class HFTokenizer:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "file": self.file, "source_prefix": self.prefix, "source_suffix": self.suffix,
-                "clean_up_spaces": self.clean_up, "languages": self.languages.to_dict()}
+                "clean_up_spaces": self.clean_up, "strip_right": self.strip_right,
+                "languages": self.languages.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], folder: Path | None = None) -> "HFTokenizer":
@@ -101,7 +123,7 @@ class HFTokenizer:
             raise ManifestError("the hf tokenizer needs the folder that holds its tokenizer.json")
         return cls(Path(folder), data.get("file", "tokenizer.json"), data.get("source_prefix", []),
                    data.get("source_suffix", ["</s>"]), bool(data.get("clean_up_spaces")),
-                   Languages.from_dict(data.get("languages")))
+                   Languages.from_dict(data.get("languages")), bool(data.get("strip_right")))
 
     def files(self) -> list[Path]:
         return [self.folder / self.file]

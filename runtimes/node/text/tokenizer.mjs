@@ -152,14 +152,27 @@ export function cleanUpSpaces(text) {
   return rules.reduce((out, [before, after]) => out.replaceAll(before, after), text);
 }
 
+export const STRIP_RIGHT = { type: 'Strip', strip_left: false, strip_right: true };
+
+/**
+ * tokenizer.json's data with STRIP_RIGHT after its charsmap ("Precompiled"), else first (Python:
+ * text.hf.with_right_strip): where transformers' MBart classes strip trailing whitespace.
+ */
+export function withRightStrip(json) {
+  const normalizer = json.normalizer;
+  const steps = !normalizer ? [] : normalizer.type === 'Sequence' ? [...(normalizer.normalizers ?? [])] : [normalizer];
+  const at = steps[0]?.type === 'Precompiled' ? 1 : 0;
+  return { ...json, normalizer: { type: 'Sequence', normalizers: [...steps.slice(0, at), STRIP_RIGHT, ...steps.slice(at)] } };
+}
+
 /** The library's Tokenizer over a parsed tokenizer.json; a file it cannot read is one line. */
-function loadTokenizerJson(file, json) {
+function loadTokenizerJson(file, json, stripRight = false) {
   if (json === undefined || json === null) {
     throw new Error(`${file} was not given to the tokenizer; read it from the export folder (tokenizerFiles)`);
   }
   try {
     // Clean-up is ours (clean_up_spaces in the manifest), not the library's default of true.
-    const tokenizer = new Tokenizer(json, { clean_up_tokenization_spaces: false });
+    const tokenizer = new Tokenizer(stripRight ? withRightStrip(json) : json, { clean_up_tokenization_spaces: false });
     tokenizer.normalizer = exactCharsmaps(tokenizer.normalizer); // SentencePiece's rules, not NFKC (charsmap.mjs)
     return tokenizer;
   } catch (err) {
@@ -175,7 +188,7 @@ function loadTokenizerJson(file, json) {
  */
 function hfTokenizer(spec, files) {
   const file = spec.file ?? 'tokenizer.json';
-  const tokenizer = loadTokenizerJson(file, files[file]);
+  const tokenizer = loadTokenizerJson(file, files[file], Boolean(spec.strip_right));
   const languages = makeLanguages(spec.languages);
   const prefix = spec.source_prefix ?? [];
   const suffix = spec.source_suffix ?? ['</s>'];

@@ -50,11 +50,11 @@ export function startServeWeb(python, dir) {
 }
 
 /** `tfm-export serve-web DIR` and headless Chromium whose microphone is a fake device playing the WAV file at
- * `micPath` in a loop (access granted, audio allowed to start without a gesture); resolves with { url, context }. */
+ * `micPath` once, from when it opens, then silence (access granted, audio allowed to start without a gesture); resolves with { url, context }. */
 export async function withMicrophone(python, browserPath, dir, micPath) {
   const { url } = await startServeWeb(python, dir);
   const context = await launchChromium(browserPath, ['--autoplay-policy=no-user-gesture-required',
-    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${micPath}`,
+    '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${micPath}%noloop`,
     '--use-fake-ui-for-media-stream']);
   return { url, context };
 }

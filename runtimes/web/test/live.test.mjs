@@ -1,6 +1,6 @@
 // node --test runtimes/web/test/live.test.mjs (tests/test_web_live.py runs it)
 // The page's live text (live-text.mjs, issue #61) in headless Chromium: its fake microphone plays a WAV file of
-// several utterances in a loop; the page records it for the file's length with "live text" on, and its
+// several utterances once (then silence); the page records it for the file's length with "live text" on, and its
 // StreamTranscriber (/lib/speech/streaming.mjs) confirms text while the recording goes on. Before Stop, text
 // was confirmed and more was tentative at some point; after Stop, the live text (all confirmed) is the offline
 // transcription of the file (Python's, which the test picked to be what was said) and the page's own offline

@@ -5,8 +5,8 @@
 // browser's decoder), and a dropped recording with a 12 s pause, "skip silence" ticked (Silero VAD from /vad/),
 // its chunks decoded one after the other and then batched (the form's batch: Python's batch_size), and with the
 // decoding row's options (a seeded temperature fallback, hotwords and a prefix: Python's temperature, seed, ...),
-// give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file in a
-// loop, is recorded for the file's length and gives the Python runtime's text of that file. Any console
+// give the Python runtime's ids, text, language and segments; the microphone, Chromium's fake device playing a WAV file
+// once, is recorded for the file's length and gives the Python runtime's text of that file. Any console
 // error, page error, failed request or HTTP error fails. Environment: TFM_SPEECH_EXPECTED (a JSON file:
 // { export, files: [{ path, how: "input" | "drop", options: { language, numBeams, timestamps, prompt, vad, batchSize,
 // temperature, seed, logprobThreshold, hotwords, prefix, ... (setOptions') },

@@ -189,9 +189,11 @@ _family("marian", BartLayout("sinusoidal_concat", 0, False, False, False, True),
         TokenizerRule(sentencepiece=SentencePiece(read_marian, MARIAN_FILES, always=True, languages=MARIAN_CODES)),
         pad_token_id=58100, decoder_start_token_id=58100, eos_token_id=0, bos_token_id=None)
 _family("bart", BartLayout("learned", 2, False, False, True, True), TokenizerRule({"": Template(("<s>",))}))
-# MBart50Tokenizer: [src_lang] X </s>; MBartTokenizer (mbart-large-cc25): X </s> [src_lang].
+# MBart50Tokenizer: [src_lang] X </s>; MBartTokenizer (mbart-large-cc25): X </s> [src_lang]. Both strip
+# trailing whitespace (transformers >= 5.25), as their SentencePiece models do.
 _family("mbart", BartLayout("learned", 2, True, True, True, True), TokenizerRule({
-    "MBart50": Template(("{lang}",), ("</s>",), MBART_CODES), "": Template((), ("</s>", "{lang}"), MBART_CODES)}),
+    "MBart50": Template(("{lang}",), ("</s>",), MBART_CODES, strip_right=True),
+    "": Template((), ("</s>", "{lang}"), MBART_CODES, strip_right=True)}),
     decoder_start_token_id=None)
 # M2M100 folders are published without a tokenizer.json; NLLB's tokenizer class is NllbTokenizer
 # (legacy_behaviour: X </s> [src_lang]).
