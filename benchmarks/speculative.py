@@ -36,6 +36,9 @@ Cases (each exported into a temporary folder, without validation):
   distilled from it (`train.py 14 --distil-from WIDE --out DIR`: trained on the wide model's outputs, not the ground
   truth, models/whisper-digits/distil.py) and by prompt lookup, on the same recordings; `--work DIR` keeps the
   trained folders and their exports for the next run.
+- `whisper-deep` (only when named): the same at 2 + 16 layers (`train.py 12 --layout deep --out DIR`), nearer
+  large-v2's decoder share (the 2 + 8 model's encoder is 40 % of its transcription), drafted by whisper-digits
+  (2 + 2), its draft (2 + 1) and by prompt lookup.
 `--case NAME` (repeatable) runs only the cases named. `speculative-served` (SPECULATIVE_SERVED_DOC below): prompt
 lookup in the server's in-flight rows. The sides, call costs and rows are tfm_export.bench.speculative's.
 """
@@ -140,38 +143,55 @@ def _whisper_digits(tmp: Path, args: argparse.Namespace, options: RuntimeOptions
     return _whisper("whisper-digits", folder, {"draft (2 + 1 layers)": draft}, tmp, args, options)
 
 
-def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
-    """whisper-digits widened (WIDE_TRAIN: d_model 512, 2 + 8 layers, models/whisper-digits/wide.py) and
-    whisper-digits distilled from it (DISTIL_TRAIN), each trained and exported into --work once; the wide model
-    drafted by the shipped model (2 + 2), its draft (2 + 1) and the distilled one: the same tokenizer."""
+def _widened(work: Path, name: str, recipe: tuple[str, ...]) -> Path:
+    """The Whisper folder `train.py *recipe` writes (minutes of training), exported: both kept in `work` as
+    NAME-hf and NAME for the next run."""
     import subprocess
     import sys
 
     from tfm_export.bench.families import prepared
 
+    hf = work / f"{name}-hf"
+    if not (hf / "model.safetensors").exists():
+        subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *recipe, str(hf)], check=True)
+    prepared(work / name, lambda out: trained_export(out.name, out.parent, hf))
+    return work / name
+
+
+def _digits_drafts(tmp: Path) -> dict[str, Path]:
+    """The shipped whisper-digits (2 + 2) and its draft (2 + 1), exported: drafts for the widened models."""
+    return {"whisper-digits (2 + 2)": trained_export("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
+            "whisper-digits draft (2 + 1)": trained_export("whisper-digits-draft", tmp,
+                                                           fixtures.WHISPER_DIGITS / "draft")}
+
+
+def _whisper_wide(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """whisper-digits widened (WIDE_TRAIN: d_model 512, 2 + 8 layers, models/whisper-digits/wide.py) and
+    whisper-digits distilled from it (DISTIL_TRAIN), each trained and exported into --work once; the wide model
+    drafted by the shipped model (2 + 2), its draft (2 + 1) and the distilled one: the same tokenizer."""
     work = args.work or tmp
-    hf, distilled = work / "whisper-wide-hf", work / "whisper-distilled-hf"
-    for folder, recipe in ((hf, WIDE_TRAIN), (distilled, (*DISTIL_TRAIN, str(hf), "--out"))):
-        if not (folder / "model.safetensors").exists():  # minutes of training: kept in --work for the next run
-            subprocess.run([sys.executable, str(fixtures.WHISPER_DIGITS / "train.py"), *recipe, str(folder)],
-                           check=True)
-    for source, name in ((hf, "whisper-wide"), (distilled, "whisper-distilled")):
-        prepared(work / name, lambda out, source=source: trained_export(out.name, out.parent, source))
-    drafts = {"whisper-digits (2 + 2)": trained_export("whisper-digits", tmp, fixtures.WHISPER_DIGITS),
-              "whisper-digits draft (2 + 1)": trained_export("whisper-digits-draft", tmp,
-                                                             fixtures.WHISPER_DIGITS / "draft"),
-              "distilled whisper-digits (2 + 2)": work / "whisper-distilled"}
-    return _whisper("whisper-wide", work / "whisper-wide", drafts, tmp, args, options)
+    wide = _widened(work, "whisper-wide", WIDE_TRAIN)
+    distilled = _widened(work, "whisper-distilled", (*DISTIL_TRAIN, str(work / "whisper-wide-hf"), "--out"))
+    drafts = {**_digits_drafts(tmp), "distilled whisper-digits (2 + 2)": distilled}
+    return _whisper("whisper-wide", wide, drafts, tmp, args, options)
+
+
+def _whisper_deep(tmp: Path, args: argparse.Namespace, options: RuntimeOptions) -> Rows:
+    """whisper-digits widened to 2 + 16 layers (DEEP_TRAIN), trained and exported into --work once, drafted by
+    the shipped model (2 + 2) and its draft (2 + 1)."""
+    deep = _widened(args.work or tmp, "whisper-deep", DEEP_TRAIN)
+    return _whisper("whisper-deep", deep, _digits_drafts(tmp), tmp, args, options)
 
 
 COPY_FAMILY = "bart"  # bart-copy: tests/fixtures/trained_copy/<COPY_FAMILY>
 CASES = {"base-random": _base_random, "t5-trained": _t5_trained, "bart-copy": _bart_copy,
          "nllb-600m-int4-draft": nllb_draft.random_int4_draft,
          "nllb-600m-trained-int4-draft": nllb_draft.trained_int4_draft,
-         "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide}
+         "whisper-digits": _whisper_digits, "whisper-wide": _whisper_wide, "whisper-deep": _whisper_deep}
 # run only when named (minutes to build); --quick: tiny alone
-ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide"}
+ON_REQUEST = {"nllb-600m-int4-draft", "nllb-600m-trained-int4-draft", "whisper-wide", "whisper-deep"}
 WIDE_TRAIN = ("12", "--layout", "wide", "--out")  # whisper-wide: train.py's arguments before the folder
+DEEP_TRAIN = ("12", "--layout", "deep", "--out")  # whisper-deep's
 DISTIL_TRAIN = ("14", "--distil-from")  # whisper-wide's distilled draft: train.py's, then the wide folder, --out DIR
 
 

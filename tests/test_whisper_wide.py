@@ -1,8 +1,8 @@
-"""models/whisper-digits/wide.py (`train.py --layout wide`): the widened model computes what whisper-digits
-computes (its logits, its greedy ids on held-out speech) before the recipe trains it on; and, exported, its
-speculative transcription drafted by whisper-digits' draft gives plain greedy's ids (issue #63's Whisper case).
-distil.py (`train.py --distil-from TEACHER --out DIR`): a draft trained on a teacher's outputs for a few steps drafts
-plain greedy's ids, only its decoder trained; the option never writes the shipped folder."""
+"""models/whisper-digits/wide.py (`train.py --layout wide|deep`): the widened model (2 + 8 or 2 + 16 layers)
+computes what whisper-digits computes (its logits, its greedy ids on held-out speech) before the recipe trains it
+on; and, exported, its speculative transcription drafted by whisper-digits' draft gives plain greedy's ids (issue
+#63's Whisper case). distil.py (`train.py --distil-from TEACHER --out DIR`): a draft trained on a teacher's outputs
+for a few steps drafts plain greedy's ids, only its decoder trained; the option never writes the shipped folder."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(FOLDER))
 import train  # noqa: E402
 from distil import Teacher, student  # noqa: E402
 from speech import Spoken  # noqa: E402
-from wide import DECODER_LAYERS, WIDEN, widen  # noqa: E402
+from wide import LAYOUTS, WIDEN, widen  # noqa: E402
 
 from tfm_export.audio import FeatureConfig, log_mel  # noqa: E402
 
@@ -37,6 +37,11 @@ def models():
 
 
 @pytest.fixture(scope="module")
+def deep(models):
+    return widen(models[0], "deep").eval()
+
+
+@pytest.fixture(scope="module")
 def speech():
     """Features of four held-out utterances (two per language), as the recipe scores them."""
     rows = (FOLDER / "heldout.tsv").read_text().splitlines()
@@ -44,9 +49,10 @@ def speech():
     return [torch.from_numpy(log_mel(Spoken.from_row(r).samples(), features)[None]) for r in rows[:2] + rows[-2:]]
 
 
-def test_widened_model_keeps_the_logits_and_the_ids(models, speech):
-    model, wide = models
-    assert wide.config.d_model == WIDEN * model.config.d_model and wide.config.decoder_layers == DECODER_LAYERS
+@pytest.mark.parametrize("layout", ["wide", "deep"])
+def test_widened_model_keeps_the_logits_and_the_ids(models, deep, speech, layout):
+    model, wide = models[0], models[1] if layout == "wide" else deep
+    assert wide.config.d_model == WIDEN * model.config.d_model and wide.config.decoder_layers == LAYOUTS[layout]
     ids = torch.tensor([[model.config.decoder_start_token_id] + [5] * 6])
     with torch.no_grad():
         for x in speech:
@@ -85,6 +91,13 @@ def test_distil_option_never_writes_the_shipped_folder(argv):
 def test_distil_option_reads_its_folders():
     run = train.parse(["3", "--distil-from", str(FOLDER), "--out", "/tmp/distilled", "--student", "2+1"])
     assert (run.minutes, run.teacher, run.out, run.student) == (3.0, FOLDER, Path("/tmp/distilled"), "2+1")
+
+
+def test_layout_option_takes_wide_or_deep():
+    assert train.parse(["2", "--layout", "deep", "--out", "/tmp/deep"]).layout == "deep"
+    assert train.parse(["2", "--layout", "wide", "--out", "/tmp/wide"]).layout == "wide"
+    with pytest.raises(SystemExit, match="--layout takes wide or deep"):
+        train.parse(["2", "--layout", "tall", "--out", "/tmp/tall"])
 
 
 def test_distilled_draft_gives_greedy_ids(digits_export, tmp_path):

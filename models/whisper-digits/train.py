@@ -2,7 +2,7 @@
 
     apt-get install espeak-ng              # Debian's speech synthesizer (`make espeak-ng`)
     .venv/bin/pip install -c constraints.txt -e '.[test]'   # transformers, tokenizers, soundfile, soxr, jiwer
-    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft | --layout wide --out DIR |
+    .venv/bin/python models/whisper-digits/train.py [MINUTES] [--resume | --draft | --layout wide|deep --out DIR |
         --distil-from TEACHER --out DIR [--student 2+2|2+1]]
 
 Writes a Hugging Face Whisper folder here, laid out as published ones are (config.json, model.safetensors,
@@ -16,6 +16,7 @@ metrics.json lists the stages. `--draft` writes draft/ instead: the folder's mod
 `--layout wide --out DIR` writes DIR instead (never this folder): the folder's model widened to d_model 512 and
 8 decoder layers without changing its function (wide.py), its decoder trained on for MINUTES at half the learning
 rate: a target whose decoder dominates transcription, which the folder's model or draft/ can draft for.
+`--layout deep`: the same with 16 decoder layers (wide.LAYOUTS).
 `--distil-from TEACHER --out DIR` writes DIR instead (never this folder): the folder's model (`--student 2+1`:
 draft/) trained for MINUTES on TEACHER's outputs (a Whisper folder of this tokenizer, such as --layout wide's),
 not the ground truth: a draft whose ids are the teacher's more often (distil.py).
@@ -215,7 +216,8 @@ class Run:
     minutes: float = 20.0
     resume: bool = False
     draft: bool = False
-    out: Path | None = None  # --layout wide's or --distil-from's folder: anywhere but this one
+    out: Path | None = None  # --layout's or --distil-from's folder: anywhere but this one
+    layout: str = "wide"  # --layout: wide.LAYOUTS
     teacher: Path | None = None  # --distil-from
     student: str = "2+2"  # --distil-from: distil.STUDENTS
 
@@ -235,7 +237,7 @@ def start(tok, run: Run) -> tuple[transformers.WhisperForConditionalGeneration, 
     if run.out:
         from wide import widen
 
-        return widen(model), previous_stages(), None
+        return widen(model, run.layout), previous_stages(), None
     return (build_draft(model), [], None) if run.draft else (model, previous_stages(), None)
 
 
@@ -278,10 +280,10 @@ def main(run: Run) -> None:
 def parse(argv: list[str]) -> Run:
     """The command line as a Run; --out (which --layout wide and --distil-from need) anywhere but this folder."""
     value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
-    if "--layout" in argv and value("--layout") != "wide":
-        sys.exit("train.py: --layout takes wide")
+    if "--layout" in argv and value("--layout") not in ("wide", "deep"):
+        sys.exit("train.py: --layout takes wide or deep")
     if ("--layout" in argv) + ("--distil-from" in argv) != ("--out" in argv):
-        sys.exit("train.py: --out DIR (a new folder, not this one) goes with one of --layout wide, --distil-from")
+        sys.exit("train.py: --out DIR (a new folder, not this one) goes with one of --layout, --distil-from")
     out = Path(value("--out")).resolve() if value("--out") else None
     if out and (out == HERE or HERE in out.parents):
         sys.exit(f"train.py: --out {out} is inside {HERE}: the shipped files stay as they are")
@@ -290,8 +292,8 @@ def parse(argv: list[str]) -> Run:
     flags = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--layout", "--out", "--distil-from", "--student")}
     args = [a for a in argv if not a.startswith("--") and a not in flags]
     teacher = Path(value("--distil-from")).resolve() if value("--distil-from") else None
-    return Run(float(args[0]) if args else 20.0, "--resume" in argv, "--draft" in argv, out, teacher,
-               value("--student") or "2+2")
+    return Run(float(args[0]) if args else 20.0, "--resume" in argv, "--draft" in argv, out, value("--layout") or "wide",
+               teacher, value("--student") or "2+2")
 
 
 if __name__ == "__main__":

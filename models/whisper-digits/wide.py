@@ -1,6 +1,8 @@
 """`train.py --layout wide`: whisper-digits widened WIDEN times (d_model 128 -> 512) and deepened (2 -> 8 decoder
 layers) so that a decoder step is a large model's (weights read from memory, not per-call overhead): issue #63's
-"Whisper with a smaller draft" case, where the target's decoder dominates transcription.
+"Whisper with a smaller draft" case, where the target's decoder dominates transcription. `--layout deep`: the
+same at 16 decoder layers, so that the decoder's share of transcription is nearer large-v2's (32 + 32 layers over
+30 s windows) than 2 + 8 layers over 4 s windows is (the encoder is 40 % of a 2 + 8 transcription on CPU).
 
 Training such a model from scratch takes hours on 2 cores (an encoder step at d_model 512 costs ~16x the tiny
 one's); instead it starts as the trained model itself, widened without changing its function (Net2Net's
@@ -16,7 +18,8 @@ from __future__ import annotations
 import torch
 import transformers
 
-WIDEN, DECODER_LAYERS = 4, 8  # d_model 128 * 4 = 512, 16 heads of 32; 2 trained + 6 identity decoder layers
+WIDEN = 4  # d_model 128 * 4 = 512, 16 heads of 32
+LAYOUTS = {"wide": 8, "deep": 16}  # --layout -> decoder layers: 2 trained + the rest identity layers to start
 # how each weight of a copy-reading layer is tiled: (rows repeat, columns repeat, divide by); a 1-d tensor repeats
 _OUT, _IN = (WIDEN, 1, 1), (WIDEN, WIDEN, WIDEN)  # a layer that writes copies; one that reads and writes them
 _PLAN = {"conv1.weight": _OUT, "conv2.weight": _IN, "embed_tokens.weight": (1, WIDEN, 1),
@@ -31,14 +34,16 @@ def _tiled(name: str, value: torch.Tensor) -> torch.Tensor:
     return value.repeat(rows, cols, *([1] * (value.dim() - 2))) / div
 
 
-def widen(model: transformers.WhisperForConditionalGeneration) -> transformers.WhisperForConditionalGeneration:
-    """`model` at WIDEN x its width and DECODER_LAYERS decoder layers, computing what it computes."""
+def widen(model: transformers.WhisperForConditionalGeneration, layout: str = "wide"
+          ) -> transformers.WhisperForConditionalGeneration:
+    """`model` at WIDEN x its width and LAYOUTS[layout] decoder layers, computing what it computes."""
+    decoder_layers = LAYOUTS[layout]
     config = transformers.WhisperConfig.from_dict(model.config.to_dict())
     config.d_model *= WIDEN
     config.encoder_ffn_dim, config.decoder_ffn_dim = config.encoder_ffn_dim * WIDEN, config.decoder_ffn_dim * WIDEN
     config.encoder_attention_heads *= WIDEN
     config.decoder_attention_heads *= WIDEN
-    config.decoder_layers = DECODER_LAYERS
+    config.decoder_layers = decoder_layers
     torch.manual_seed(1234)
     wide = transformers.WhisperForConditionalGeneration(config)
     weights = wide.state_dict()
@@ -47,7 +52,7 @@ def widen(model: transformers.WhisperForConditionalGeneration) -> transformers.W
     # the final norm's copies summed by the tied output layer: divided so the logits are the model's, not WIDEN x
     for part in ("weight", "bias"):
         weights[f"model.decoder.layer_norm.{part}"] = weights[f"model.decoder.layer_norm.{part}"] / WIDEN
-    for layer in range(model.config.decoder_layers, DECODER_LAYERS):  # added layers: the identity to start with
+    for layer in range(model.config.decoder_layers, decoder_layers):  # added layers: the identity to start with
         for proj in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2"):
             for part in ("weight", "bias"):
                 weights[f"model.decoder.layers.{layer}.{proj}.{part}"].zero_()

@@ -152,13 +152,13 @@ export function cleanUpSpaces(text) {
   return rules.reduce((out, [before, after]) => out.replaceAll(before, after), text);
 }
 
-export const STRIP_RIGHT = { type: 'Strip', strip_left: false, strip_right: true };
+const STRIP_RIGHT = { type: 'Strip', strip_left: false, strip_right: true };
 
 /**
  * tokenizer.json's data with STRIP_RIGHT after its charsmap ("Precompiled"), else first (Python:
  * text.hf.with_right_strip): where transformers' MBart classes strip trailing whitespace.
  */
-export function withRightStrip(json) {
+function withRightStrip(json) {
   const normalizer = json.normalizer;
   const steps = !normalizer ? [] : normalizer.type === 'Sequence' ? [...(normalizer.normalizers ?? [])] : [normalizer];
   const at = steps[0]?.type === 'Precompiled' ? 1 : 0;
