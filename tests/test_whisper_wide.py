@@ -62,12 +62,13 @@ def test_widened_model_keeps_the_logits_and_the_ids(models, deep, speech, layout
 
 
 @pytest.mark.long
-def test_wide_export_drafted_by_the_draft_gives_greedy_ids(models, speech, tmp_path):
+@pytest.mark.parametrize("layout", ["wide", "deep"])
+def test_wide_export_drafted_by_the_draft_gives_greedy_ids(models, deep, speech, tmp_path, layout):
     from tfm_export.cli import cli
     from tfm_export.runtime import open_export
 
     hf = tmp_path / "wide-hf"
-    models[1].save_pretrained(hf)
+    (models[1] if layout == "wide" else deep).save_pretrained(hf)
     for name in HF_FILES:
         shutil.copy(FOLDER / name, hf)
     for source, out in ((hf, "wide"), (FOLDER / "draft", "draft")):
