@@ -140,9 +140,12 @@ export class Recorder {
       await context.close();
       throw new Error(`cannot start the recorder (${err.message})`);
     }
+    let stream = null;
     try {
-      return new Recorder(await microphone(), context, live);
+      stream = await microphone();
+      return new Recorder(stream, context, live);
     } catch (err) {
+      stream?.getTracks().forEach((track) => track.stop());
       await context.close();
       throw err;
     }

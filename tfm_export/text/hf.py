@@ -36,9 +36,8 @@ STRIP_RIGHT = {"type": "Strip", "strip_left": False, "strip_right": True}  # tok
 def with_right_strip(data: dict[str, Any]) -> dict[str, Any]:
     """tokenizer.json's data with STRIP_RIGHT after its charsmap ("Precompiled"), else first: where
     transformers' MBart classes put it. The Node runtime's text/tokenizer.mjs does the same."""
-    normalizer = data.get("normalizer")
-    steps = [] if normalizer is None else list(normalizer.get("normalizers", [normalizer])
-                                               if normalizer.get("type") == "Sequence" else [normalizer])
+    normalizer = data.get("normalizer") or {"type": "Sequence"}
+    steps = list(normalizer.get("normalizers") or []) if normalizer.get("type") == "Sequence" else [normalizer]
     at = 1 if steps and steps[0].get("type") == "Precompiled" else 0
     return {**data, "normalizer": {"type": "Sequence", "normalizers": [*steps[:at], STRIP_RIGHT, *steps[at:]]}}
 
